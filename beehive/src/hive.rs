@@ -1,0 +1,553 @@
+//! The hive: the registry of modules and the six verbs of KubeEdge's beehive.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, timeout_at};
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use crate::config::HiveConfig;
+use crate::error::Error;
+use crate::runtime::{Control, in_actix_system, supervise};
+use crate::{Message, Module};
+
+/// A handle to one hive: cheap to clone, `Send + Sync`, usable from any actor
+/// and from any plain tokio task. Two hives in one process share nothing.
+#[derive(Clone)]
+pub struct Hive {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    config: HiveConfig,
+    registry: RwLock<Registry>,
+    /// Requests waiting for a response, by request id. An entry exists
+    /// before the request is sent, so no response can arrive too early.
+    pending: Mutex<HashMap<Uuid, oneshot::Sender<Reply>>>,
+    late_responses: AtomicU64,
+    dropped_messages: AtomicU64,
+    sync_timeouts: AtomicU64,
+    restarts: AtomicU64,
+}
+
+/// What a waiting requester receives: the response, or why none will come.
+type Reply = Result<Message, Error>;
+
+#[derive(Default)]
+struct Registry {
+    modules: HashMap<String, Slot>,
+    /// Running members of each group, in start order.
+    groups: HashMap<String, Vec<String>>,
+    start_order: Vec<String>,
+}
+
+struct Slot {
+    group: String,
+    mailbox: mpsc::Sender<Message>,
+    control: mpsc::UnboundedSender<Control>,
+    flush_timeout: Duration,
+    running: bool,
+    restarts: u32,
+}
+
+/// Whether [`Hive::start_module`] started the module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartOutcome {
+    /// The module runs.
+    Running,
+    /// The configuration disables it; it was not started.
+    Disabled,
+}
+
+/// What [`Hive::send_resp`] did with a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseOutcome {
+    /// The waiting requester got it.
+    Delivered,
+    /// Nobody waits for it any more (timed out, or no such request): dropped and counted.
+    Late,
+}
+
+/// Counters of one hive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HiveStats {
+    /// Responses that arrived after their requester gave up, dropped.
+    pub late_responses: u64,
+    /// `send_sync` calls that timed out.
+    pub sync_timeouts: u64,
+    /// Messages left in the mailbox of a module that stopped for good.
+    pub dropped_messages: u64,
+    /// Module restarts.
+    pub restarts: u64,
+}
+
+/// State of one module, for status pages and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Module name.
+    pub name: String,
+    /// Module group.
+    pub group: String,
+    /// Whether it runs (or waits to be restarted).
+    pub running: bool,
+    /// Messages waiting in its mailbox.
+    pub queued: usize,
+    /// Mailbox capacity.
+    pub capacity: usize,
+    /// How often it was restarted.
+    pub restarts: u32,
+}
+
+/// What [`Hive::shutdown`] did, in the order it did it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Modules that drained and flushed in time (reverse start order).
+    pub stopped: Vec<String>,
+    /// Modules that did not finish within their flush timeout.
+    pub timed_out: Vec<String>,
+}
+
+/// Removes a pending request when its requester stops waiting, whatever the reason.
+struct PendingGuard<'a> {
+    hive: &'a Hive,
+    id: Uuid,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.hive.pending().remove(&self.id);
+    }
+}
+
+impl Hive {
+    /// A new, empty hive. `name` labels its logs (e.g. "cloud", "edge").
+    pub fn new(name: impl Into<String>, config: HiveConfig) -> Hive {
+        Hive {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                config,
+                registry: RwLock::new(Registry::default()),
+                pending: Mutex::new(HashMap::new()),
+                late_responses: AtomicU64::new(0),
+                dropped_messages: AtomicU64::new(0),
+                sync_timeouts: AtomicU64::new(0),
+                restarts: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The hive's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The hive's configuration.
+    pub fn config(&self) -> &HiveConfig {
+        &self.inner.config
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Registry> {
+        self.inner
+            .registry
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Registry> {
+        self.inner
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn pending(&self) -> MutexGuard<'_, HashMap<Uuid, oneshot::Sender<Reply>>> {
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a module made by `factory`, if the config enables it. The
+    /// factory is called again for each restart. Must run inside an actix
+    /// System; modules start in the order of these calls and shut down in
+    /// the reverse order.
+    pub fn start_module<M, F>(&self, mut factory: F) -> Result<StartOutcome, Error>
+    where
+        M: Module,
+        F: FnMut(&Hive) -> M + 'static,
+    {
+        if !in_actix_system() {
+            return Err(Error::NoActixSystem);
+        }
+        let module = factory(self);
+        let name = module.name().to_owned();
+        let group = module.group().to_owned();
+        let config = self.inner.config.module(&name);
+        if !config.enable {
+            info!(hive = self.name(), module = %name, "module disabled by config");
+            return Ok(StartOutcome::Disabled);
+        }
+        let (mailbox, inbox) = mpsc::channel(config.mailbox_capacity.max(1));
+        let (control, controls) = mpsc::unbounded_channel();
+        {
+            let mut registry = self.write();
+            if registry.modules.get(&name).is_some_and(|slot| slot.running) {
+                return Err(Error::DuplicateModule(name));
+            }
+            registry.start_order.retain(|n| n != &name);
+            registry.start_order.push(name.clone());
+            registry
+                .groups
+                .entry(group.clone())
+                .or_default()
+                .push(name.clone());
+            registry.modules.insert(
+                name.clone(),
+                Slot {
+                    group,
+                    mailbox,
+                    control,
+                    flush_timeout: config.flush_timeout(),
+                    running: true,
+                    restarts: 0,
+                },
+            );
+        }
+        info!(hive = self.name(), module = %name, "module started");
+        actix::spawn(supervise(
+            self.clone(),
+            name,
+            module,
+            factory,
+            inbox,
+            controls,
+            config,
+        ));
+        Ok(StartOutcome::Running)
+    }
+
+    pub(crate) fn note_restart(&self, name: &str) {
+        self.inner.restarts.fetch_add(1, Ordering::Relaxed);
+        if let Some(slot) = self.write().modules.get_mut(name) {
+            slot.restarts += 1;
+        }
+    }
+
+    /// Called by the supervisor when a module stopped for good: it leaves
+    /// its group, its mailbox closes, and what was still queued is dropped
+    /// and counted; a queued request fails at once instead of timing out.
+    pub(crate) fn note_stopped(&self, name: &str, mut mailbox: mpsc::Receiver<Message>) {
+        {
+            let mut registry = self.write();
+            let Some(slot) = registry.modules.get_mut(name) else {
+                return;
+            };
+            slot.running = false;
+            let group = slot.group.clone();
+            if let Some(members) = registry.groups.get_mut(&group) {
+                members.retain(|member| member != name);
+            }
+        }
+        mailbox.close();
+        let mut dropped = 0;
+        while let Ok(msg) = mailbox.try_recv() {
+            let requester = msg.is_sync().then(|| self.pending().remove(&msg.id()));
+            match requester.flatten() {
+                Some(requester) => {
+                    let _ = requester.send(Err(Error::ModuleStopped(name.to_owned())));
+                }
+                None => dropped += 1,
+            }
+        }
+        if dropped > 0 {
+            warn!(
+                hive = self.name(),
+                module = name,
+                dropped,
+                "module stopped with messages queued"
+            );
+            self.inner
+                .dropped_messages
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends `msg` to the module `destination`. Waits while its mailbox is
+    /// full; an unknown or stopped destination is an error.
+    pub async fn send(&self, destination: &str, msg: Message) -> Result<(), Error> {
+        let (mailbox, msg) = {
+            let registry = self.read();
+            let slot = registry
+                .modules
+                .get(destination)
+                .ok_or_else(|| Error::UnknownModule(destination.to_owned()))?;
+            match slot.mailbox.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(_)) => {
+                    return Err(Error::ModuleStopped(destination.to_owned()));
+                }
+                Err(TrySendError::Full(msg)) => (slot.mailbox.clone(), msg),
+            }
+        };
+        mailbox
+            .send(msg)
+            .await
+            .map_err(|_| Error::ModuleStopped(destination.to_owned()))
+    }
+
+    /// Sends without waiting: a full mailbox is [`Error::MailboxFull`].
+    pub fn try_send(&self, destination: &str, msg: Message) -> Result<(), Error> {
+        let registry = self.read();
+        let slot = registry
+            .modules
+            .get(destination)
+            .ok_or_else(|| Error::UnknownModule(destination.to_owned()))?;
+        slot.mailbox.try_send(msg).map_err(|err| match err {
+            TrySendError::Full(_) => Error::MailboxFull(destination.to_owned()),
+            TrySendError::Closed(_) => Error::ModuleStopped(destination.to_owned()),
+        })
+    }
+
+    /// Sends `msg` to `destination` and waits for the response whose
+    /// `parent_id` is `msg`'s id, at most `timeout` (time spent waiting for
+    /// mailbox room counts). A response that comes later is dropped and
+    /// counted in [`HiveStats::late_responses`].
+    pub async fn send_sync(
+        &self,
+        destination: &str,
+        mut msg: Message,
+        timeout: Duration,
+    ) -> Result<Message, Error> {
+        let deadline = Instant::now() + timeout;
+        msg.header.sync = true;
+        let id = msg.id();
+        let (response, guard) = self.expect_response(id);
+        let timed_out = || {
+            self.inner.sync_timeouts.fetch_add(1, Ordering::Relaxed);
+            Error::Timeout {
+                destination: destination.to_owned(),
+                timeout,
+            }
+        };
+        match timeout_at(deadline, self.send(destination, msg)).await {
+            Ok(sent) => sent?,
+            Err(_) => return Err(timed_out()),
+        }
+        await_response(response, guard, deadline)
+            .await
+            .unwrap_or_else(|| Err(timed_out()))
+    }
+
+    /// Registers interest in the response to request `id`, before the
+    /// request leaves.
+    fn expect_response(&self, id: Uuid) -> (oneshot::Receiver<Reply>, PendingGuard<'_>) {
+        let (tx, rx) = oneshot::channel();
+        self.pending().insert(id, tx);
+        (rx, PendingGuard { hive: self, id })
+    }
+
+    /// Completes the pending request named by `response.parent_id` (any
+    /// module, any requester). Never waits.
+    pub fn send_resp(&self, response: Message) -> ResponseOutcome {
+        let waiting = response
+            .parent_id()
+            .and_then(|parent| self.pending().remove(&parent));
+        match waiting.map(|requester| requester.send(Ok(response))) {
+            Some(Ok(())) => ResponseOutcome::Delivered,
+            _ => {
+                self.inner.late_responses.fetch_add(1, Ordering::Relaxed);
+                debug!(hive = self.name(), "late response dropped");
+                ResponseOutcome::Late
+            }
+        }
+    }
+
+    /// Whether a request with this id still waits for its response; a hub
+    /// uses this to tell responses from new messages.
+    pub fn is_pending(&self, id: Uuid) -> bool {
+        self.pending().contains_key(&id)
+    }
+
+    /// Running members of `group`, with their mailboxes, in start order.
+    fn members(&self, group: &str) -> Result<Vec<(String, mpsc::Sender<Message>)>, Error> {
+        let registry = self.read();
+        let members: Vec<_> = registry
+            .groups
+            .get(group)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| {
+                let slot = registry.modules.get(name)?;
+                Some((name.clone(), slot.mailbox.clone()))
+            })
+            .collect();
+        if members.is_empty() {
+            return Err(Error::UnknownGroup(group.to_owned()));
+        }
+        Ok(members)
+    }
+
+    /// Sends a copy of `msg` to every running member of `group`, in start
+    /// order, waiting for mailbox room like [`Hive::send`]. A member that
+    /// stopped meanwhile is reported after the others got their copy.
+    pub async fn send_to_group(&self, group: &str, msg: Message) -> Result<(), Error> {
+        let mut first_error = None;
+        for (name, mailbox) in self.members(group)? {
+            if mailbox.send(msg.clone()).await.is_err() {
+                first_error.get_or_insert(Error::ModuleStopped(name));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends a copy of `msg` (each with its own id) to every member of
+    /// `group` and waits for all their responses, at most `timeout` in all.
+    /// Returns the responses by member, or [`Error::GroupTimeout`] naming
+    /// those that did not answer.
+    pub async fn send_to_group_sync(
+        &self,
+        group: &str,
+        msg: Message,
+        timeout: Duration,
+    ) -> Result<Vec<(String, Message)>, Error> {
+        let deadline = Instant::now() + timeout;
+        let members = self.members(group)?;
+        let mut waiting = Vec::with_capacity(members.len());
+        for (name, mailbox) in members {
+            let mut copy = msg.clone();
+            copy.header.id = Uuid::new_v4();
+            copy.header.sync = true;
+            let (response, guard) = self.expect_response(copy.id());
+            let sent = matches!(timeout_at(deadline, mailbox.send(copy)).await, Ok(Ok(())));
+            waiting.push((name, sent.then_some((response, guard))));
+        }
+        let mut answered = Vec::with_capacity(waiting.len());
+        let mut missing = Vec::new();
+        for (name, request) in waiting {
+            let response = match request {
+                Some((response, guard)) => await_response(response, guard, deadline).await,
+                None => None,
+            };
+            match response {
+                Some(Ok(response)) => answered.push((name, response)),
+                Some(Err(_)) | None => missing.push(name),
+            }
+        }
+        if missing.is_empty() {
+            Ok(answered)
+        } else {
+            self.inner.sync_timeouts.fetch_add(1, Ordering::Relaxed);
+            Err(Error::GroupTimeout {
+                group: group.to_owned(),
+                missing,
+                answered,
+            })
+        }
+    }
+
+    /// Stops every module in the reverse of its start order. Each first
+    /// drains its mailbox (new sends to it fail), then runs its cleanup; each
+    /// gets its `flushTimeoutMs` before the next one starts.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        let order: Vec<(String, mpsc::UnboundedSender<Control>, Duration)> = {
+            let registry = self.read();
+            registry
+                .start_order
+                .iter()
+                .rev()
+                .filter_map(|name| {
+                    let slot = registry.modules.get(name)?;
+                    Some((name.clone(), slot.control.clone(), slot.flush_timeout))
+                })
+                .collect()
+        };
+        let mut report = ShutdownReport::default();
+        for (name, control, flush_timeout) in order {
+            let (done, finished) = oneshot::channel();
+            if control.send(Control::Shutdown(done)).is_err() {
+                // Already stopped for good.
+                continue;
+            }
+            match tokio::time::timeout(flush_timeout, finished).await {
+                Ok(_) => report.stopped.push(name),
+                Err(_) => {
+                    warn!(hive = self.name(), module = %name, "module did not stop within its flush timeout");
+                    report.timed_out.push(name);
+                }
+            }
+        }
+        info!(hive = self.name(), ?report, "hive shut down");
+        report
+    }
+
+    /// Waits for SIGINT or SIGTERM, then shuts the hive down.
+    pub async fn shutdown_on_signal(&self) -> std::io::Result<ShutdownReport> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        tokio::select! {
+            _ = interrupt.recv() => info!(hive = self.name(), "SIGINT"),
+            _ = terminate.recv() => info!(hive = self.name(), "SIGTERM"),
+        }
+        Ok(self.shutdown().await)
+    }
+
+    /// The hive's counters.
+    pub fn stats(&self) -> HiveStats {
+        HiveStats {
+            late_responses: self.inner.late_responses.load(Ordering::Relaxed),
+            dropped_messages: self.inner.dropped_messages.load(Ordering::Relaxed),
+            sync_timeouts: self.inner.sync_timeouts.load(Ordering::Relaxed),
+            restarts: self.inner.restarts.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every module ever started, in start order.
+    pub fn modules(&self) -> Vec<ModuleInfo> {
+        let registry = self.read();
+        registry
+            .start_order
+            .iter()
+            .filter_map(|name| {
+                let slot = registry.modules.get(name)?;
+                let capacity = slot.mailbox.max_capacity();
+                Some(ModuleInfo {
+                    name: name.clone(),
+                    group: slot.group.clone(),
+                    running: slot.running,
+                    queued: capacity.saturating_sub(slot.mailbox.capacity()),
+                    capacity,
+                    restarts: slot.restarts,
+                })
+            })
+            .collect()
+    }
+
+    /// The state of one module.
+    pub fn module(&self, name: &str) -> Option<ModuleInfo> {
+        self.modules().into_iter().find(|info| info.name == name)
+    }
+}
+
+/// Waits for a registered response until `deadline`. On time-out the pending
+/// entry is removed first, and a response that slipped in meanwhile is still
+/// taken, so a response is either returned here or counted as late.
+async fn await_response(
+    mut response: oneshot::Receiver<Reply>,
+    guard: PendingGuard<'_>,
+    deadline: Instant,
+) -> Option<Reply> {
+    match timeout_at(deadline, &mut response).await {
+        Ok(received) => received.ok(),
+        Err(_) => {
+            drop(guard);
+            response.try_recv().ok()
+        }
+    }
+}

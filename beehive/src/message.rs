@@ -1,0 +1,330 @@
+//! The beehive message: header, router and content, as in KubeEdge's `model.Message`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::constants::operation;
+
+/// Errors from building, reading or (de)serialising a [`Message`].
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// The body could not be turned into or read back from a JSON value.
+    #[error("message body does not fit the requested type: {0}")]
+    Body(#[source] serde_json::Error),
+    /// The message could not be encoded as MessagePack.
+    #[error("message could not be encoded: {0}")]
+    Encode(#[source] rmp_serde::encode::Error),
+    /// The bytes are not a MessagePack-encoded message.
+    #[error("bytes are not a valid message: {0}")]
+    Decode(#[source] rmp_serde::decode::Error),
+}
+
+/// Message metadata: identity, correlation and versioning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Unique id of this message.
+    pub id: Uuid,
+    /// For a response: the id of the request it answers.
+    #[serde(default)]
+    pub parent_id: Option<Uuid>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub timestamp: i64,
+    /// Kubernetes resource version of the object carried, if any.
+    #[serde(default)]
+    pub resource_version: String,
+    /// Whether the sender waits for a response (`send_sync`).
+    #[serde(default)]
+    pub sync: bool,
+}
+
+/// Where a message comes from, where it goes and what it does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Router {
+    /// The module that sent it.
+    pub source: String,
+    /// The module it is addressed to (empty when sent to a group).
+    #[serde(default)]
+    pub destination: String,
+    /// The group it is routed by (e.g. `meta`, `twin`, `resource`).
+    pub group: String,
+    /// What to do: `insert`, `update`, `delete`, `query`, `response`, ...
+    pub operation: String,
+    /// What it is about: `<ns>/<type>/<name>` on the edge,
+    /// `node/<node>/<ns>/<type>/<name>` on the cloud.
+    pub resource: String,
+}
+
+/// One beehive message. Content carries any serde value.
+///
+/// ```
+/// use beehive::{Message, constants::{operation, group}};
+///
+/// let request = Message::new()
+///     .build_router("edged", group::META, "default/pod/nginx", operation::QUERY)
+///     .fill_body(&serde_json::json!({"watch": false}))
+///     .unwrap();
+/// let response = request.response("metamanager", serde_json::json!([]));
+/// assert_eq!(response.parent_id(), Some(request.id()));
+/// assert_eq!(response.operation(), operation::RESPONSE);
+///
+/// let bytes = request.to_bytes().unwrap();
+/// assert_eq!(beehive::Message::from_bytes(&bytes).unwrap(), request);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Identity, correlation and version.
+    pub header: Header,
+    /// Source, destination, group, operation, resource.
+    pub router: Router,
+    /// The body: any serde value.
+    #[serde(default)]
+    pub content: Value,
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Milliseconds since the Unix epoch; a clock before 1970 reads as 0.
+pub fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Message {
+    /// A new message with a fresh id, the current time and no route or body
+    /// (KubeEdge's `NewMessage("")`).
+    pub fn new() -> Self {
+        Message {
+            header: Header {
+                id: Uuid::new_v4(),
+                parent_id: None,
+                timestamp: now_millis(),
+                resource_version: String::new(),
+                sync: false,
+            },
+            router: Router::default(),
+            content: Value::Null,
+        }
+    }
+
+    /// Sets source, group, resource and operation (KubeEdge's `BuildRouter`).
+    pub fn build_router(
+        mut self,
+        source: impl Into<String>,
+        group: impl Into<String>,
+        resource: impl Into<String>,
+        operation: impl Into<String>,
+    ) -> Self {
+        self.router.source = source.into();
+        self.router.group = group.into();
+        self.router.resource = resource.into();
+        self.router.operation = operation.into();
+        self
+    }
+
+    /// Sets the destination module.
+    pub fn with_destination(mut self, destination: impl Into<String>) -> Self {
+        self.router.destination = destination.into();
+        self
+    }
+
+    /// Sets the resource version of the carried object.
+    pub fn with_resource_version(mut self, version: impl Into<String>) -> Self {
+        self.header.resource_version = version.into();
+        self
+    }
+
+    /// Sets the parent id (the request this message answers).
+    pub fn with_parent(mut self, parent: Uuid) -> Self {
+        self.header.parent_id = Some(parent);
+        self
+    }
+
+    /// Sets the content to a ready JSON value.
+    pub fn with_content(mut self, content: Value) -> Self {
+        self.content = content;
+        self
+    }
+
+    /// Serialises `body` into the content (KubeEdge's `FillBody`).
+    pub fn fill_body<T: Serialize + ?Sized>(mut self, body: &T) -> Result<Self, MessageError> {
+        self.content = serde_json::to_value(body).map_err(MessageError::Body)?;
+        Ok(self)
+    }
+
+    /// Reads the content back as `T`.
+    pub fn body<T: DeserializeOwned>(&self) -> Result<T, MessageError> {
+        T::deserialize(&self.content).map_err(MessageError::Body)
+    }
+
+    /// A response to this message (KubeEdge's `NewRespByMessage`): fresh id,
+    /// `parent_id` = this id, operation `response`, same resource and group,
+    /// addressed back to this message's source.
+    pub fn response(&self, source: impl Into<String>, content: Value) -> Message {
+        let mut resp = Message::new()
+            .build_router(
+                source,
+                self.router.group.clone(),
+                self.router.resource.clone(),
+                operation::RESPONSE,
+            )
+            .with_destination(self.router.source.clone())
+            .with_parent(self.header.id)
+            .with_content(content);
+        resp.header.resource_version = self.header.resource_version.clone();
+        resp
+    }
+
+    /// An error response to this message: like [`Message::response`] with
+    /// operation `error` and the reason as content.
+    pub fn error_response(&self, source: impl Into<String>, reason: impl Into<String>) -> Message {
+        let mut resp = self.response(source, Value::String(reason.into()));
+        resp.router.operation = operation::ERROR.to_owned();
+        resp
+    }
+
+    /// This message's id.
+    pub fn id(&self) -> Uuid {
+        self.header.id
+    }
+    /// The id of the request this message answers, if it is a response.
+    pub fn parent_id(&self) -> Option<Uuid> {
+        self.header.parent_id
+    }
+    /// Creation time in milliseconds since the Unix epoch.
+    pub fn timestamp(&self) -> i64 {
+        self.header.timestamp
+    }
+    /// Resource version of the carried object (empty if none).
+    pub fn resource_version(&self) -> &str {
+        &self.header.resource_version
+    }
+    /// Whether the sender waits for a response.
+    pub fn is_sync(&self) -> bool {
+        self.header.sync
+    }
+    /// The sending module.
+    pub fn source(&self) -> &str {
+        &self.router.source
+    }
+    /// The destination module.
+    pub fn destination(&self) -> &str {
+        &self.router.destination
+    }
+    /// The routing group.
+    pub fn group(&self) -> &str {
+        &self.router.group
+    }
+    /// The operation.
+    pub fn operation(&self) -> &str {
+        &self.router.operation
+    }
+    /// The resource string.
+    pub fn resource(&self) -> &str {
+        &self.router.resource
+    }
+    /// The content.
+    pub fn content(&self) -> &Value {
+        &self.content
+    }
+
+    /// Encodes as MessagePack with named fields (the wire form).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, MessageError> {
+        rmp_serde::to_vec_named(self).map_err(MessageError::Encode)
+    }
+
+    /// Decodes the wire form.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, MessageError> {
+        rmp_serde::from_slice(bytes).map_err(MessageError::Decode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn builder_sets_every_field() {
+        let m = Message::new()
+            .build_router("edged", "meta", "default/pod/a", "update")
+            .with_destination("metamanager")
+            .with_resource_version("42")
+            .with_content(json!({"k": 1}));
+        assert_eq!(m.source(), "edged");
+        assert_eq!(m.group(), "meta");
+        assert_eq!(m.resource(), "default/pod/a");
+        assert_eq!(m.operation(), "update");
+        assert_eq!(m.destination(), "metamanager");
+        assert_eq!(m.resource_version(), "42");
+        assert_eq!(m.content(), &json!({"k": 1}));
+        assert!(!m.is_sync());
+        assert!(m.timestamp() > 0);
+    }
+
+    #[test]
+    fn fresh_messages_have_distinct_ids() {
+        assert_ne!(Message::new().id(), Message::new().id());
+    }
+
+    #[test]
+    fn typed_body_round_trips() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Pod {
+            name: String,
+            replicas: u32,
+        }
+        let pod = Pod {
+            name: "web".into(),
+            replicas: 3,
+        };
+        let m = Message::new().fill_body(&pod).expect("fill");
+        assert_eq!(m.body::<Pod>().expect("body"), pod);
+        assert!(m.body::<Vec<u8>>().is_err());
+    }
+
+    #[test]
+    fn wire_form_round_trips_and_uses_named_fields() {
+        let m = Message::new()
+            .build_router("a", "b", "ns/pod/x", "insert")
+            .with_content(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}}));
+        let bytes = m.to_bytes().expect("encode");
+        assert_eq!(Message::from_bytes(&bytes).expect("decode"), m);
+        // Named fields: the field names travel on the wire.
+        let needle = b"resource_version";
+        assert!(bytes.windows(needle.len()).any(|w| w == needle));
+    }
+
+    #[test]
+    fn garbage_is_a_decode_error_not_a_panic() {
+        for bad in [
+            &b""[..],
+            b"\xff\xff\xff",
+            b"\x93\x01\x02",
+            b"\xdf\xff\xff\xff\xff",
+        ] {
+            assert!(matches!(
+                Message::from_bytes(bad),
+                Err(MessageError::Decode(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn error_response_names_the_reason() {
+        let req = Message::new().build_router("edged", "meta", "default/pod/a", "query");
+        let err = req.error_response("metamanager", "not found");
+        assert_eq!(err.operation(), operation::ERROR);
+        assert_eq!(err.parent_id(), Some(req.id()));
+        assert_eq!(err.destination(), "edged");
+        assert_eq!(err.content(), &json!("not found"));
+    }
+}

@@ -1,0 +1,27 @@
+//! edgehive: KubeEdge rebuilt in Rust as an actix actor system.
+//!
+//! One dependency line for an embedder; features pick the parts:
+//!
+//! | feature | brings |
+//! | --- | --- |
+//! | (always) | [`beehive`]: the module runtime and message model |
+//! | `edge` | edgehub, metamanager, edged, devicetwin, eventbus |
+//! | `cloud` | cloudhub, edgecontroller, devicecontroller |
+//! | `ws`, `quic`, `uds` | the transports |
+//!
+//! ```toml
+//! [dependencies]
+//! edgehive = { version = "0.1", default-features = false, features = ["edge", "quic"] }
+//! ```
+
+pub use beehive;
+#[cfg(feature = "edge")]
+pub use edged;
+#[cfg(any(feature = "edge", feature = "cloud"))]
+pub use hub;
+#[cfg(any(feature = "edge", feature = "cloud"))]
+pub use meta;
+#[cfg(any(feature = "ws", feature = "quic", feature = "uds"))]
+pub use transports;
+#[cfg(any(feature = "edge", feature = "cloud"))]
+pub use twin;
