@@ -42,9 +42,35 @@ type Reply = Result<Message, Error>;
 #[derive(Default)]
 struct Registry {
     modules: HashMap<String, Slot>,
-    /// Running members of each group, in start order.
-    groups: HashMap<String, Vec<String>>,
+    /// Running members of each group, in start order; shared so a group
+    /// send takes one reference instead of copying the list.
+    groups: HashMap<String, Arc<[Member]>>,
     start_order: Vec<String>,
+}
+
+/// A group member as a group send needs it.
+#[derive(Clone)]
+struct Member {
+    name: String,
+    mailbox: mpsc::Sender<Message>,
+}
+
+impl Registry {
+    /// Rebuilds the member list of `group` from the running modules.
+    fn rebuild_group(&mut self, group: &str) {
+        let members: Arc<[Member]> = self
+            .start_order
+            .iter()
+            .filter_map(|name| {
+                let slot = self.modules.get(name)?;
+                (slot.running && slot.group == group).then(|| Member {
+                    name: name.clone(),
+                    mailbox: slot.mailbox.clone(),
+                })
+            })
+            .collect();
+        self.groups.insert(group.to_owned(), members);
+    }
 }
 
 struct Slot {
@@ -202,15 +228,10 @@ impl Hive {
             }
             registry.start_order.retain(|n| n != &name);
             registry.start_order.push(name.clone());
-            registry
-                .groups
-                .entry(group.clone())
-                .or_default()
-                .push(name.clone());
             registry.modules.insert(
                 name.clone(),
                 Slot {
-                    group,
+                    group: group.clone(),
                     mailbox,
                     control,
                     flush_timeout: config.flush_timeout(),
@@ -218,6 +239,7 @@ impl Hive {
                     restarts: 0,
                 },
             );
+            registry.rebuild_group(&group);
         }
         info!(hive = self.name(), module = %name, "module started");
         actix::spawn(supervise(
@@ -250,9 +272,7 @@ impl Hive {
             };
             slot.running = false;
             let group = slot.group.clone();
-            if let Some(members) = registry.groups.get_mut(&group) {
-                members.retain(|member| member != name);
-            }
+            registry.rebuild_group(&group);
         }
         mailbox.close();
         let mut dropped = 0;
@@ -374,23 +394,12 @@ impl Hive {
         self.pending().contains_key(&id)
     }
 
-    /// Running members of `group`, with their mailboxes, in start order.
-    fn members(&self, group: &str) -> Result<Vec<(String, mpsc::Sender<Message>)>, Error> {
-        let registry = self.read();
-        let members: Vec<_> = registry
-            .groups
-            .get(group)
-            .into_iter()
-            .flatten()
-            .filter_map(|name| {
-                let slot = registry.modules.get(name)?;
-                Some((name.clone(), slot.mailbox.clone()))
-            })
-            .collect();
-        if members.is_empty() {
-            return Err(Error::UnknownGroup(group.to_owned()));
+    /// Running members of `group`, in start order.
+    fn members(&self, group: &str) -> Result<Arc<[Member]>, Error> {
+        match self.read().groups.get(group) {
+            Some(members) if !members.is_empty() => Ok(Arc::clone(members)),
+            _ => Err(Error::UnknownGroup(group.to_owned())),
         }
-        Ok(members)
     }
 
     /// Sends a copy of `msg` to every running member of `group`, in start
@@ -398,9 +407,9 @@ impl Hive {
     /// stopped meanwhile is reported after the others got their copy.
     pub async fn send_to_group(&self, group: &str, msg: Message) -> Result<(), Error> {
         let mut first_error = None;
-        for (name, mailbox) in self.members(group)? {
-            if mailbox.send(msg.clone()).await.is_err() {
-                first_error.get_or_insert(Error::ModuleStopped(name));
+        for member in self.members(group)?.iter() {
+            if member.mailbox.send(msg.clone()).await.is_err() {
+                first_error.get_or_insert_with(|| Error::ModuleStopped(member.name.clone()));
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -419,7 +428,7 @@ impl Hive {
         let deadline = Instant::now() + timeout;
         let members = self.members(group)?;
         let mut waiting = Vec::with_capacity(members.len());
-        for (name, mailbox) in members {
+        for Member { name, mailbox } in members.iter().cloned() {
             let mut copy = msg.clone();
             copy.header.id = Uuid::new_v4();
             copy.header.sync = true;
