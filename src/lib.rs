@@ -25,3 +25,8 @@ pub use meta;
 pub use transports;
 #[cfg(any(feature = "edge", feature = "cloud"))]
 pub use twin;
+
+/// The README's code blocks, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
