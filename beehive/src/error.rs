@@ -16,6 +16,14 @@ pub enum Error {
     /// The module stopped and will not be restarted (or the hive is shutting down).
     #[error("module {0:?} has stopped")]
     ModuleStopped(String),
+    /// The module failed while handling this request.
+    #[error("module {module:?} failed on this request: {reason}")]
+    ModuleFailed {
+        /// The module.
+        module: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// A module of that name is already registered.
     #[error("a module named {0:?} is already registered")]
     DuplicateModule(String),

@@ -262,39 +262,46 @@ impl Hive {
     }
 
     /// Called by the supervisor when a module stopped for good: it leaves
-    /// its group, its mailbox closes, and what was still queued is dropped
-    /// and counted; a queued request fails at once instead of timing out.
-    pub(crate) fn note_stopped(&self, name: &str, mut mailbox: mpsc::Receiver<Message>) {
-        {
-            let mut registry = self.write();
-            let Some(slot) = registry.modules.get_mut(name) else {
-                return;
-            };
-            slot.running = false;
-            let group = slot.group.clone();
-            registry.rebuild_group(&group);
-        }
-        mailbox.close();
-        let mut dropped = 0;
-        while let Ok(msg) = mailbox.try_recv() {
-            let requester = msg.is_sync().then(|| self.pending().remove(&msg.id()));
-            match requester.flatten() {
-                Some(requester) => {
-                    let _ = requester.send(Err(Error::ModuleStopped(name.to_owned())));
-                }
-                None => dropped += 1,
+    /// its group and later sends to it fail.
+    pub(crate) fn note_stopped(&self, name: &str) {
+        let mut registry = self.write();
+        let Some(slot) = registry.modules.get_mut(name) else {
+            return;
+        };
+        slot.running = false;
+        let group = slot.group.clone();
+        registry.rebuild_group(&group);
+    }
+
+    /// A message left in the mailbox of a module that stopped for good: a
+    /// request fails at once, anything else is dropped and counted.
+    pub(crate) fn discard(&self, name: &str, msg: Message) {
+        let requester = msg
+            .is_sync()
+            .then(|| self.pending().remove(&msg.id()))
+            .flatten();
+        match requester {
+            Some(requester) => {
+                let _ = requester.send(Err(Error::ModuleStopped(name.to_owned())));
+            }
+            None => {
+                warn!(
+                    hive = self.name(),
+                    module = name,
+                    "message dropped: module stopped"
+                );
+                self.inner.dropped_messages.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if dropped > 0 {
-            warn!(
-                hive = self.name(),
-                module = name,
-                dropped,
-                "module stopped with messages queued"
-            );
-            self.inner
-                .dropped_messages
-                .fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// The request `id` made its module fail: its requester gets the error now.
+    pub(crate) fn fail_request(&self, id: Uuid, module: &str, reason: &str) {
+        if let Some(requester) = self.pending().remove(&id) {
+            let _ = requester.send(Err(Error::ModuleFailed {
+                module: module.to_owned(),
+                reason: reason.to_owned(),
+            }));
         }
     }
 
@@ -346,8 +353,7 @@ impl Hive {
     ) -> Result<Message, Error> {
         let deadline = Instant::now() + timeout;
         msg.header.sync = true;
-        let id = msg.id();
-        let (response, guard) = self.expect_response(id);
+        let (response, guard) = self.expect_response(&mut msg);
         let timed_out = || {
             self.inner.sync_timeouts.fetch_add(1, Ordering::Relaxed);
             Error::Timeout {
@@ -364,12 +370,26 @@ impl Hive {
             .unwrap_or_else(|| Err(timed_out()))
     }
 
-    /// Registers interest in the response to request `id`, before the
-    /// request leaves.
-    fn expect_response(&self, id: Uuid) -> (oneshot::Receiver<Reply>, PendingGuard<'_>) {
+    /// Registers interest in the response to `request`, before it leaves.
+    /// A request whose id is already waiting (a message sent twice) gets a
+    /// fresh id, so the two cannot take each other's response.
+    fn expect_response(
+        &self,
+        request: &mut Message,
+    ) -> (oneshot::Receiver<Reply>, PendingGuard<'_>) {
         let (tx, rx) = oneshot::channel();
-        self.pending().insert(id, tx);
-        (rx, PendingGuard { hive: self, id })
+        let mut pending = self.pending();
+        while pending.contains_key(&request.header.id) {
+            request.header.id = Uuid::new_v4();
+        }
+        pending.insert(request.header.id, tx);
+        (
+            rx,
+            PendingGuard {
+                hive: self,
+                id: request.header.id,
+            },
+        )
     }
 
     /// Completes the pending request named by `response.parent_id` (any
@@ -432,7 +452,7 @@ impl Hive {
             let mut copy = msg.clone();
             copy.header.id = Uuid::new_v4();
             copy.header.sync = true;
-            let (response, guard) = self.expect_response(copy.id());
+            let (response, guard) = self.expect_response(&mut copy);
             let sent = matches!(timeout_at(deadline, mailbox.send(copy)).await, Ok(Ok(())));
             waiting.push((name, sent.then_some((response, guard))));
         }
@@ -461,8 +481,9 @@ impl Hive {
     }
 
     /// Stops every module in the reverse of its start order. Each first
-    /// drains its mailbox (new sends to it fail), then runs its cleanup; each
-    /// gets its `flushTimeoutMs` before the next one starts.
+    /// drains its mailbox (new sends to it fail), then runs its cleanup
+    /// within its `flushTimeoutMs`; shutdown waits at most twice that for a
+    /// module (drain and cleanup) before it goes on to the next.
     pub async fn shutdown(&self) -> ShutdownReport {
         let order: Vec<(String, mpsc::UnboundedSender<Control>, Duration)> = {
             let registry = self.read();
@@ -483,7 +504,7 @@ impl Hive {
                 // Already stopped for good.
                 continue;
             }
-            match tokio::time::timeout(flush_timeout, finished).await {
+            match tokio::time::timeout(flush_timeout * 2, finished).await {
                 Ok(_) => report.stopped.push(name),
                 Err(_) => {
                     warn!(hive = self.name(), module = %name, "module did not stop within its flush timeout");
@@ -556,6 +577,9 @@ async fn await_response(
         Ok(received) => received.ok(),
         Err(_) => {
             drop(guard);
+            // A responder that already took the entry either sent before
+            // this close (taken here) or fails after it (counted as late).
+            response.close();
             response.try_recv().ok()
         }
     }

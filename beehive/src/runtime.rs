@@ -1,5 +1,5 @@
 //! How a module runs: its mailbox loop inside the actor, and the supervisor
-//! that restarts it by its policy.
+//! that restarts it by its policy and answers shutdown.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -7,7 +7,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::fut::{ActorFuture, ActorFutureExt};
-use actix::{ActorContext, ActorState, AsyncContext, Context};
+use actix::{ActorContext, ActorState, AsyncContext, Context, ResponseActFuture};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -20,7 +20,7 @@ const BATCH: usize = 32;
 
 /// A request to the supervisor of one module.
 pub(crate) enum Control {
-    /// Drain, flush and stop; answer on the sender when done.
+    /// Drain, clean up and stop for good; answered once the module is gone.
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -34,10 +34,11 @@ struct Returned {
 /// [`Module::handle`] while the actor runs, and gives the mailbox back to the
 /// supervisor when the actor's context is dropped, however it stopped.
 struct DeliveryLoop {
+    hive: Hive,
     mailbox: Option<mpsc::Receiver<Message>>,
-    shutdown: Option<oneshot::Receiver<oneshot::Sender<()>>>,
-    /// Set once a shutdown was requested: the mailbox is closed and drains.
-    draining: Option<oneshot::Sender<()>>,
+    shutdown: Option<oneshot::Receiver<()>>,
+    /// A shutdown was requested: the mailbox is closed and drains.
+    draining: bool,
     flush_timeout: Duration,
     exit: Exit,
     give_back: Option<oneshot::Sender<Returned>>,
@@ -54,6 +55,47 @@ impl Drop for DeliveryLoop {
     }
 }
 
+impl DeliveryLoop {
+    /// Handles one message; a returned error or a panic stops the module as
+    /// failed, and a request that caused it gets an error at once.
+    fn deliver<M: Module>(&mut self, msg: Message, act: &mut M, ctx: &mut Context<M>) {
+        let request = msg.is_sync().then(|| msg.id());
+        let reason = match catch_unwind(AssertUnwindSafe(|| act.handle(msg, ctx))) {
+            Ok(Ok(())) => return,
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => "panicked".to_owned(),
+        };
+        error!(module = act.name(), %reason, "module failed");
+        if let Some(id) = request {
+            self.hive.fail_request(id, act.name(), &reason);
+        }
+        self.exit = Exit::Failed;
+        ctx.stop();
+    }
+
+    /// The mailbox is closed and empty: run the module's cleanup, bounded.
+    fn clean_up<M: Module>(&mut self, act: &mut M, ctx: &mut Context<M>) {
+        self.exit = Exit::Shutdown;
+        let cleanup: ResponseActFuture<M, ()> =
+            match catch_unwind(AssertUnwindSafe(|| act.cleanup(ctx))) {
+                Ok(cleanup) => cleanup,
+                Err(_) => {
+                    error!(module = act.name(), "cleanup panicked");
+                    Box::pin(actix::fut::ready(()))
+                }
+            };
+        let flush = cleanup.timeout(self.flush_timeout).map(
+            |flushed, act: &mut M, ctx: &mut Context<M>| {
+                if flushed.is_err() {
+                    warn!(module = act.name(), "cleanup did not finish in time");
+                }
+                ctx.stop();
+            },
+        );
+        ctx.wait(flush);
+    }
+}
+
 impl<M: Module> ActorFuture<M> for DeliveryLoop {
     type Output = ();
 
@@ -64,17 +106,15 @@ impl<M: Module> ActorFuture<M> for DeliveryLoop {
         task: &mut TaskContext<'_>,
     ) -> Poll<()> {
         let this = self.get_mut();
-        if this.draining.is_none()
+        if !this.draining
             && let Some(shutdown) = this.shutdown.as_mut()
-            && let Poll::Ready(request) = Pin::new(shutdown).poll(task)
+            && Pin::new(shutdown).poll(task).is_ready()
         {
             this.shutdown = None;
-            if let Ok(done) = request {
-                if let Some(mailbox) = this.mailbox.as_mut() {
-                    // Senders now get an error; what is queued still drains.
-                    mailbox.close();
-                }
-                this.draining = Some(done);
+            this.draining = true;
+            if let Some(mailbox) = this.mailbox.as_mut() {
+                // Senders now get an error; what is queued still drains.
+                mailbox.close();
             }
         }
         for _ in 0..BATCH {
@@ -87,37 +127,18 @@ impl<M: Module> ActorFuture<M> for DeliveryLoop {
                 return Poll::Ready(());
             };
             match mailbox.poll_recv(task) {
-                Poll::Ready(Some(msg)) => {
-                    match catch_unwind(AssertUnwindSafe(|| act.handle(msg, ctx))) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(err)) => {
-                            error!(module = act.name(), error = %err, "module failed");
-                            this.exit = Exit::Failed;
-                            ctx.stop();
-                        }
-                        Err(_) => {
-                            error!(module = act.name(), "module panicked");
-                            this.exit = Exit::Failed;
-                            ctx.stop();
-                        }
-                    }
+                Poll::Ready(Some(msg)) => this.deliver(msg, act, ctx),
+                Poll::Ready(None) if this.draining => {
+                    // Closed and drained: clean up once, then stop.
+                    this.draining = false;
+                    this.clean_up(act, ctx);
+                    return Poll::Pending;
                 }
                 Poll::Ready(None) => {
-                    // Closed and drained: only a shutdown closes the mailbox.
-                    if let Some(done) = this.draining.take() {
-                        this.exit = Exit::Shutdown;
-                        let flush = act.cleanup(ctx).timeout(this.flush_timeout).map(
-                            move |flushed, act: &mut M, ctx: &mut Context<M>| {
-                                if flushed.is_err() {
-                                    warn!(module = act.name(), "cleanup did not finish in time");
-                                }
-                                ctx.stop();
-                                let _ = done.send(());
-                            },
-                        );
-                        ctx.wait(flush);
-                    }
-                    return Poll::Pending;
+                    // Cleanup ran, yet the actor kept itself alive
+                    // (`Actor::stopping` said Continue): stop it now.
+                    ctx.stop();
+                    return Poll::Ready(());
                 }
                 Poll::Pending => return Poll::Pending,
             }
@@ -129,26 +150,28 @@ impl<M: Module> ActorFuture<M> for DeliveryLoop {
 
 /// Starts one incarnation of a module around `mailbox`.
 fn start_incarnation<M: Module>(
-    module: M,
+    hive: &Hive,
+    mut module: M,
     mailbox: mpsc::Receiver<Message>,
     flush_timeout: Duration,
-) -> (
-    oneshot::Sender<oneshot::Sender<()>>,
-    oneshot::Receiver<Returned>,
-) {
+) -> (oneshot::Sender<()>, oneshot::Receiver<Returned>) {
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let (give_back, returned) = oneshot::channel();
-    let delivery = DeliveryLoop {
+    let mut delivery = DeliveryLoop {
+        hive: hive.clone(),
         mailbox: Some(mailbox),
         shutdown: Some(shutdown_rx),
-        draining: None,
+        draining: false,
         flush_timeout,
         exit: Exit::Stopped,
         give_back: Some(give_back),
     };
     M::create(move |ctx| {
-        let mut module = module;
-        module.init(ctx);
+        if catch_unwind(AssertUnwindSafe(|| module.init(ctx))).is_err() {
+            error!(module = module.name(), "init panicked");
+            delivery.exit = Exit::Failed;
+            ctx.stop();
+        }
         ctx.spawn(delivery);
         module
     });
@@ -171,25 +194,35 @@ pub(crate) async fn supervise<M, F>(
 {
     let span = info_span!("module", hive = hive.name(), module = %name);
     async move {
+        // Shutdown requests, answered once the module is gone for good.
+        let mut stopping: Vec<oneshot::Sender<()>> = Vec::new();
         let mut next = Some(first);
         let mut restarts: u32 = 0;
         loop {
             let module = match next.take() {
                 Some(module) => module,
-                None => factory(&hive),
+                None => match catch_unwind(AssertUnwindSafe(|| factory(&hive))) {
+                    Ok(module) => module,
+                    Err(_) => {
+                        error!("module factory panicked; the module stays stopped");
+                        break;
+                    }
+                },
             };
-            let (shutdown, returned) = start_incarnation(module, mailbox, config.flush_timeout());
+            let (shutdown, returned) =
+                start_incarnation(&hive, module, mailbox, config.flush_timeout());
             let mut shutdown = Some(shutdown);
             let mut returned = std::pin::pin!(returned);
             let back = loop {
                 tokio::select! {
-                    back = &mut returned => break back,
+                    biased;
                     Some(Control::Shutdown(done)) = control.recv() => {
-                        if let Some(shutdown) = shutdown.take()
-                            && let Err(done) = shutdown.send(done) {
-                            let _ = done.send(());
+                        stopping.push(done);
+                        if let Some(shutdown) = shutdown.take() {
+                            let _ = shutdown.send(());
                         }
                     }
+                    back = &mut returned => break back,
                 }
             };
             let Ok(Returned {
@@ -202,25 +235,35 @@ pub(crate) async fn supervise<M, F>(
                 return;
             };
             mailbox = back;
-            if !config.restart.should_restart(exit, restarts) {
+            if !stopping.is_empty() || !config.restart.should_restart(exit, restarts) {
                 info!(?exit, restarts, "module stopped for good");
                 break;
             }
             let delay = config.restart.delay(restarts);
-            restarts += 1;
-            hive.note_restart(&name);
-            warn!(?exit, restart = restarts, ?delay, "restarting module");
+            warn!(?exit, restart = restarts + 1, ?delay, "restarting module");
             tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
+                biased;
                 Some(Control::Shutdown(done)) = control.recv() => {
-                    let _ = done.send(());
+                    stopping.push(done);
                     break;
                 }
+                _ = tokio::time::sleep(delay) => {}
             }
+            restarts += 1;
+            hive.note_restart(&name);
         }
-        // Closing the mailbox makes every later send an error; dropping the
-        // control channel tells a later shutdown that this one is done.
-        hive.note_stopped(&name, mailbox);
+        hive.note_stopped(&name);
+        // Whatever is still queued, or in flight from a sender that got
+        // room before the close, is dropped and counted, and a queued
+        // request fails at once instead of waiting out its timeout.
+        mailbox.close();
+        while let Some(msg) = mailbox.recv().await {
+            hive.discard(&name, msg);
+        }
+        for done in stopping {
+            let _ = done.send(());
+        }
+        // A shutdown that comes later finds the control channel closed.
     }
     .instrument(span)
     .await

@@ -136,25 +136,43 @@ async fn shutdown_drains_then_cleans_up_in_reverse_start_order() {
     }
     let open = probes.gate();
     hive.send("first", cmd("stall")).await.expect("send");
+    let (module, _) = next_got(&mut events).await;
+    assert_eq!(module, "first", "first is now stalled on its gate");
     for n in 0..100 {
         hive.send("first", seq(0, n)).await.expect("send");
     }
-    // Release "first" from a task: shutdown reaches it last, and it must
-    // still handle all 100 queued messages before its cleanup.
-    open.send(()).expect("gate");
+    // Release "first" only once shutdown has cleaned up "second": shutdown
+    // must then wait for its 100 queued messages before its cleanup.
+    let watcher = actix::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            let event = next(&mut events).await;
+            let second_done = matches!(&event, Event::Cleaned { module } if module == "second");
+            seen.push(event);
+            if second_done {
+                let _ = open.send(());
+                return (seen, events);
+            }
+        }
+    });
     let report = hive.shutdown().await;
     assert_eq!(report.stopped, ["third", "second", "first"]);
     assert!(report.timed_out.is_empty());
+    let (mut seen, mut events) = watcher.await.expect("watcher");
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
 
     let mut order = Vec::new();
     let mut handled_by_first = 0;
-    while let Ok(event) = events.try_recv() {
+    for event in seen {
         match event {
-            Event::Got { module, msg } if module == "first" && msg.content().get("n").is_some() => {
+            Event::Got { module, msg } if module == "first" => {
                 assert!(
                     !order.iter().any(|m| m == "first"),
                     "drained before its cleanup"
                 );
+                assert_eq!(msg.content()["n"], handled_by_first);
                 handled_by_first += 1;
             }
             Event::Cleaned { module } => order.push(module),
@@ -167,29 +185,95 @@ async fn shutdown_drains_then_cleans_up_in_reverse_start_order() {
         hive.send("first", cmd("x")).await,
         Err(Error::ModuleStopped(_))
     ));
+    assert_eq!(hive.stats().dropped_messages, 0);
 }
 
 #[actix::test]
-async fn a_module_that_does_not_flush_in_time_does_not_hold_up_the_rest() {
+async fn a_module_that_does_not_finish_in_time_does_not_hold_up_the_rest() {
     let (probes, mut events) = Probes::new();
-    let hive = Hive::new("t", config_for("stuck", RestartOn::Always, None));
-    hive.start_module(probes.factory("ok", "g", Cleanup::Quick))
-        .expect("start");
-    hive.start_module(probes.factory("stuck", "g", Cleanup::Hang))
-        .expect("start");
+    let mut config = config_for("hang", RestartOn::Always, None);
+    config
+        .modules
+        .extend(config_for("stalled", RestartOn::Always, None).modules);
+    let hive = Hive::new("t", config);
+    for (name, cleanup) in [
+        ("ok", Cleanup::Quick),
+        ("hang", Cleanup::Hang),
+        ("stalled", Cleanup::Quick),
+    ] {
+        hive.start_module(probes.factory(name, "g", cleanup))
+            .expect("start");
+    }
+    // "stalled" waits on a gate nobody opens: it can never drain.
+    let _never_opened = probes.gate();
+    hive.send("stalled", cmd("stall")).await.expect("send");
+    hive.send("stalled", seq(0, 0)).await.expect("send");
     let report = hive.shutdown().await;
-    assert_eq!(report.timed_out, ["stuck"]);
-    assert_eq!(report.stopped, ["ok"]);
+    assert_eq!(report.timed_out, ["stalled"], "drain never finished");
+    // "hang"'s cleanup is cut off after its flush timeout; "ok" follows.
+    assert_eq!(report.stopped, ["hang", "ok"]);
     let mut cleaned = Vec::new();
     while let Ok(event) = events.try_recv() {
         if let Event::Cleaned { module } = event {
             cleaned.push(module);
         }
     }
-    assert_eq!(cleaned, ["stuck", "ok"]);
-    assert_eq!(
-        hive.stats().restarts,
-        0,
-        "shutdown never restarts, even under Always"
+    assert_eq!(cleaned, ["hang", "ok"]);
+    for name in ["hang", "ok"] {
+        assert!(matches!(
+            hive.send(name, cmd("x")).await,
+            Err(Error::ModuleStopped(_))
+        ));
+    }
+}
+
+#[actix::test]
+async fn a_module_that_stops_itself_while_draining_is_not_restarted() {
+    let (probes, mut events) = Probes::new();
+    let hive = Hive::new("t", config_for("m", RestartOn::Always, None));
+    hive.start_module(probes.factory("m", "g", Cleanup::Quick))
+        .expect("start");
+    let open = probes.gate();
+    hive.send("m", cmd("stall")).await.expect("send");
+    next_got(&mut events).await;
+    // Queued behind the stall: a stop, then two messages it never sees.
+    hive.send("m", cmd("stop")).await.expect("send");
+    hive.send("m", seq(0, 0)).await.expect("send");
+    hive.send("m", seq(0, 1)).await.expect("send");
+    // Whether the stop is handled before the shutdown request arrives or
+    // while draining, the module must end up stopped, never restarted.
+    let opener = actix::spawn(async move {
+        let _ = open.send(());
+    });
+    let report = hive.shutdown().await;
+    opener.await.expect("opener");
+    assert_eq!(report.stopped, ["m"]);
+    // The supervisor answers shutdown only after its final decision.
+    assert_eq!(probes.births.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(hive.stats().restarts, 0);
+    assert!(!hive.module("m").expect("info").running);
+    assert_eq!(hive.stats().dropped_messages, 2);
+}
+
+#[actix::test]
+async fn a_request_that_makes_its_module_fail_gets_the_failure_at_once() {
+    let (probes, _events) = Probes::new();
+    let hive = Hive::new("t", config_for("m", RestartOn::OnFailure, None));
+    hive.start_module(probes.factory("m", "g", Cleanup::Quick))
+        .expect("start");
+    let result = hive
+        .send_sync("m", cmd("fail"), Duration::from_secs(30))
+        .await;
+    assert!(
+        matches!(&result, Err(Error::ModuleFailed { module, reason }) if module == "m" && reason.contains("told to fail")),
+        "{result:?}"
     );
+    let result = hive
+        .send_sync("m", cmd("panic"), Duration::from_secs(30))
+        .await;
+    assert!(
+        matches!(result, Err(Error::ModuleFailed { .. })),
+        "{result:?}"
+    );
+    assert_eq!(hive.stats().sync_timeouts, 0);
 }
