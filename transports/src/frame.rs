@@ -133,7 +133,10 @@ mod tests {
         let before = buf.capacity();
         assert!(matches!(
             decoder.decode(&mut buf),
-            Err(FrameError::TooLarge { len: 0xffff_ffff, max: 1024 })
+            Err(FrameError::TooLarge {
+                len: 0xffff_ffff,
+                max: 1024
+            })
         ));
         assert_eq!(buf.capacity(), before);
     }
@@ -143,9 +146,15 @@ mod tests {
         let decoder = FrameDecoder::new(100);
         let mut buf = BytesMut::new();
         put_length_prefixed(&mut buf, &[7u8; 100]);
-        assert_eq!(decoder.decode(&mut buf).expect("ok").map(|f| f.len()), Some(100));
+        assert_eq!(
+            decoder.decode(&mut buf).expect("ok").map(|f| f.len()),
+            Some(100)
+        );
         put_length_prefixed(&mut buf, &[7u8; 101]);
-        assert!(matches!(decoder.decode(&mut buf), Err(FrameError::TooLarge { len: 101, .. })));
+        assert!(matches!(
+            decoder.decode(&mut buf),
+            Err(FrameError::TooLarge { len: 101, .. })
+        ));
     }
 
     #[test]
@@ -167,7 +176,10 @@ mod tests {
         assert!(decoder.decode(&mut buf).expect("needs more").is_none());
         assert!(matches!(
             decoder.finish(&buf),
-            Err(FrameError::Truncated { got: 6, expected: 9 })
+            Err(FrameError::Truncated {
+                got: 6,
+                expected: 9
+            })
         ));
     }
 
@@ -208,7 +220,11 @@ mod tests {
                     Ok(None) | Err(_) => break,
                 }
             }
-            assert!(buf.capacity() <= MAX + LENGTH_PREFIX + 64, "capacity {}", buf.capacity());
+            assert!(
+                buf.capacity() <= MAX + LENGTH_PREFIX + 64,
+                "capacity {}",
+                buf.capacity()
+            );
         }
     }
 

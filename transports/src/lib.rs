@@ -1,6 +1,280 @@
-//! Transports for edgehive: one trait for listening, dialing and a framed,
-//! bidirectional connection that carries beehive messages, implemented over
-//! WebSocket, QUIC and Unix domain sockets.
+//! Transports for edgehive: one trait, [`Transport`], for listening,
+//! dialing and a framed, bidirectional [`Link`] that carries beehive
+//! messages, implemented over WebSocket, QUIC and Unix domain sockets. The
+//! hub is written once against it; which transport runs is configuration.
 //!
-//! Status: the trait and its three implementations arrive with the transports
-//! issue; until then this crate only reserves its name and features.
+//! | transport | feature | security | ordering |
+//! | --- | --- | --- | --- |
+//! | [`WebSocket`] | `ws` | TLS 1.3 (wss), mutual TLS optional; plain ws only with `allow_plaintext` | one ordered stream: all messages in send order |
+//! | [`Quic`] | `quic` | always TLS 1.3, mutual TLS optional | [`Lane::Ordered`] messages in order; each [`Lane::Independent`] message on its own stream, unordered |
+//! | [`UnixSocket`] | `uds` | socket file permissions; peer uid/pid | one ordered stream: all messages in send order |
+//!
+//! Every message travels as one MessagePack frame with a hard maximum size
+//! ([`Limits::max_frame`], 16 MiB by default). A peer announcing a larger
+//! frame, a truncated frame or bytes that are not a message close that one
+//! connection with a clear error and a log line; the listener and every other
+//! connection go on. Connect and handshake are bounded by timeouts; a peer
+//! that vanishes without closing is left to the layer above (the hub's
+//! keepalive), which closes the link with [`LinkSender::close`] or by
+//! dropping it.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), transports::TransportError> {
+//! use transports::{DialOptions, ListenOptions, TransportKind};
+//! let uds = TransportKind::UnixSocket.transport()?;
+//! let mut listener = uds.listen(&ListenOptions::new("/run/edgehive.sock")).await?;
+//! let client = uds.dial(&DialOptions::new("/run/edgehive.sock", "localhost")).await?;
+//! client.sender.send(&beehive::Message::new()).await?;
+//! let mut server = listener.accept().await.expect("a link");
+//! let received = server.receiver.recv().await;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+
+mod error;
+pub mod frame;
+mod link;
+mod listener;
+mod stream;
+#[cfg(feature = "tls")]
+pub mod tls;
+
+#[cfg(feature = "quic")]
+mod quic;
+#[cfg(feature = "uds")]
+mod uds;
+#[cfg(feature = "ws")]
+mod ws;
+
+pub use error::{FrameError, TransportError};
+pub use link::{Lane, Limits, Link, LinkReceiver, LinkSender, PeerIdentity};
+pub use listener::Listener;
+#[cfg(feature = "quic")]
+pub use quic::{ALPN, Quic};
+#[cfg(feature = "uds")]
+pub use uds::UnixSocket;
+#[cfg(feature = "ws")]
+pub use ws::WebSocket;
+
+/// A boxed future, so that [`Transport`] can be used as `dyn Transport`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Four bytes a dialer sends first on byte-stream transports (UDS, QUIC's
+/// ordered stream): a protocol check before any frame.
+pub(crate) const PREAMBLE: [u8; 4] = *b"EHV1";
+
+/// One way of linking a cloud and an edge.
+pub trait Transport: Send + Sync + 'static {
+    /// Which transport this is.
+    fn kind(&self) -> TransportKind;
+    /// Starts listening; links arrive through [`Listener::accept`].
+    fn listen<'a>(
+        &'a self,
+        options: &'a ListenOptions,
+    ) -> BoxFuture<'a, Result<Listener, TransportError>>;
+    /// Connects to a listener.
+    fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>>;
+}
+
+/// The transports edgehive knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// WebSocket (`ws`).
+    WebSocket,
+    /// QUIC (`quic`).
+    Quic,
+    /// Unix domain socket (`uds`).
+    UnixSocket,
+}
+
+impl TransportKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [TransportKind; 3] = [
+        TransportKind::WebSocket,
+        TransportKind::Quic,
+        TransportKind::UnixSocket,
+    ];
+
+    /// The short name used in configuration: `ws`, `quic`, `uds`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::WebSocket => "ws",
+            TransportKind::Quic => "quic",
+            TransportKind::UnixSocket => "uds",
+        }
+    }
+
+    /// A transport of this kind with default settings, if this build has it.
+    pub fn transport(self) -> Result<Box<dyn Transport>, TransportError> {
+        match self {
+            #[cfg(feature = "ws")]
+            TransportKind::WebSocket => Ok(Box::new(WebSocket::default())),
+            #[cfg(feature = "quic")]
+            TransportKind::Quic => Ok(Box::new(Quic::default())),
+            #[cfg(feature = "uds")]
+            TransportKind::UnixSocket => Ok(Box::new(UnixSocket)),
+            #[allow(unreachable_patterns)]
+            other => Err(TransportError::Config(format!(
+                "transport {} is not compiled in (cargo feature {:?})",
+                other.name(),
+                other.name()
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for TransportKind {
+    type Err = TransportError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ws" | "websocket" => Ok(TransportKind::WebSocket),
+            "quic" => Ok(TransportKind::Quic),
+            "uds" | "unix" => Ok(TransportKind::UnixSocket),
+            other => Err(TransportError::Config(format!(
+                "unknown transport {other:?}: expected ws, quic or uds"
+            ))),
+        }
+    }
+}
+
+/// Where and how to listen.
+#[derive(Clone)]
+pub struct ListenOptions {
+    /// `ip:port` (WebSocket, QUIC) or a socket path (UDS).
+    pub address: String,
+    /// Server TLS; required by QUIC, and by WebSocket unless plaintext is allowed.
+    #[cfg(feature = "tls")]
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Accept plain WebSocket without TLS (loopback tests); off by default.
+    pub allow_plaintext: bool,
+    /// Frame size, timeouts, queues.
+    pub limits: Limits,
+}
+
+impl ListenOptions {
+    /// Options with defaults: no TLS, plaintext refused, default limits.
+    pub fn new(address: impl Into<String>) -> Self {
+        ListenOptions {
+            address: address.into(),
+            #[cfg(feature = "tls")]
+            tls: None,
+            allow_plaintext: false,
+            limits: Limits::default(),
+        }
+    }
+
+    /// With a server TLS configuration (see [`tls::server_config`]).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: std::sync::Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// With other limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn refuse_tls(&self, transport: &str) -> Result<(), TransportError> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return Err(TransportError::Config(format!(
+                "{transport} carries no TLS; protect its socket file instead"
+            )));
+        }
+        let _ = transport;
+        Ok(())
+    }
+}
+
+/// Where and how to connect.
+#[derive(Clone)]
+pub struct DialOptions {
+    /// `host:port` (WebSocket, QUIC) or a socket path (UDS).
+    pub address: String,
+    /// The name the server's certificate must carry.
+    pub server_name: String,
+    /// Client TLS (roots, and a client certificate for mutual TLS).
+    #[cfg(feature = "tls")]
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// Dial plain WebSocket without TLS (loopback tests); off by default.
+    pub allow_plaintext: bool,
+    /// Frame size, timeouts, queues.
+    pub limits: Limits,
+}
+
+impl DialOptions {
+    /// Options with defaults: no TLS, plaintext refused, default limits.
+    pub fn new(address: impl Into<String>, server_name: impl Into<String>) -> Self {
+        DialOptions {
+            address: address.into(),
+            server_name: server_name.into(),
+            #[cfg(feature = "tls")]
+            tls: None,
+            allow_plaintext: false,
+            limits: Limits::default(),
+        }
+    }
+
+    /// With a client TLS configuration (see [`tls::client_config`]).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: std::sync::Arc<rustls::ClientConfig>) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// With other limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn refuse_tls(&self, transport: &str) -> Result<(), TransportError> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return Err(TransportError::Config(format!(
+                "{transport} carries no TLS; protect its socket file instead"
+            )));
+        }
+        let _ = transport;
+        Ok(())
+    }
+}
+
+/// Resolves `host:port` to the first address.
+#[allow(dead_code)]
+pub(crate) async fn resolve(address: &str) -> Result<std::net::SocketAddr, TransportError> {
+    tokio::net::lookup_host(address)
+        .await
+        .map_err(|e| TransportError::io(format!("resolve {address}"), e))?
+        .next()
+        .ok_or_else(|| TransportError::Config(format!("{address} resolves to no address")))
+}
+
+/// A TCP connection within the connect timeout, with Nagle off.
+#[allow(dead_code)]
+pub(crate) async fn tcp_connect(
+    addr: std::net::SocketAddr,
+    limits: &Limits,
+) -> Result<tokio::net::TcpStream, TransportError> {
+    let stream = tokio::time::timeout(limits.connect_timeout, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| TransportError::Timeout {
+            what: "connect",
+            after: limits.connect_timeout,
+        })?
+        .map_err(|e| TransportError::io(format!("connect {addr}"), e))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}

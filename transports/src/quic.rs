@@ -1,0 +1,312 @@
+//! QUIC transport (RFC 9000, quinn), always TLS 1.3. The dialing side opens
+//! one bidirectional stream for [`Lane::Ordered`] messages; every
+//! [`Lane::Independent`] message gets a unidirectional stream of its own, so
+//! a slow large message never holds back small ones.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
+use rustls::pki_types::CertificateDer;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::error::{FrameError, TransportError};
+use crate::frame::LENGTH_PREFIX;
+use crate::link::{FrameSink, FrameSource, Lane, Limits, Link, spawn_link};
+use crate::listener::Listener;
+use crate::stream::{StreamSink, StreamSource, write_prefixed};
+use crate::tls;
+use crate::{BoxFuture, DialOptions, ListenOptions, PREAMBLE, Transport, TransportKind, resolve};
+
+/// ALPN protocol id of the edgehive link.
+pub const ALPN: &[u8] = b"edgehive/1";
+
+/// How long a graceful close waits for the peer to take what was sent.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The QUIC transport. Dials share one client endpoint (one UDP socket).
+#[derive(Debug, Default)]
+pub struct Quic {
+    /// Idle time after which QUIC itself drops a silent connection
+    /// (the hub's keepalive normally notices first).
+    pub idle_timeout: Option<Duration>,
+    client: Mutex<Option<Endpoint>>,
+}
+
+fn quic_error(context: &str, err: impl std::fmt::Display) -> TransportError {
+    TransportError::Quic(format!("{context}: {err}"))
+}
+
+fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig>, TransportError> {
+    let mut config = quinn::TransportConfig::default();
+    config.max_concurrent_uni_streams(VarInt::from_u32(1024));
+    config.max_concurrent_bidi_streams(VarInt::from_u32(4));
+    let idle = idle.unwrap_or(Duration::from_secs(60));
+    config.max_idle_timeout(Some(
+        idle.try_into().map_err(|e| quic_error("idle timeout", e))?,
+    ));
+    Ok(Arc::new(config))
+}
+
+/// Frames from the ordered stream and from every independent stream, merged.
+struct QuicSource {
+    frames: mpsc::Receiver<Result<Option<Bytes>, TransportError>>,
+}
+
+impl FrameSource for QuicSource {
+    async fn next_frame(&mut self) -> Result<Option<Bytes>, TransportError> {
+        self.frames.recv().await.unwrap_or(Ok(None))
+    }
+}
+
+/// Reads the one frame of an independent stream.
+async fn read_independent(mut recv: RecvStream, max: usize) -> Result<Bytes, TransportError> {
+    let mut header = [0u8; LENGTH_PREFIX];
+    recv.read_exact(&mut header)
+        .await
+        .map_err(|e| quic_error("independent stream", e))?;
+    let len = u32::from_be_bytes(header) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max }.into());
+    }
+    let mut frame = vec![0u8; len];
+    recv.read_exact(&mut frame)
+        .await
+        .map_err(|e| quic_error("independent stream", e))?;
+    Ok(Bytes::from(frame))
+}
+
+fn spawn_readers(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicSource {
+    let (frames, merged) = mpsc::channel(limits.recv_queue.max(1));
+    let max = limits.max_frame;
+    let ordered_frames = frames.clone();
+    tokio::spawn(async move {
+        let mut source = StreamSource::new(ordered, max);
+        loop {
+            let next = source.next_frame().await;
+            let end = !matches!(next, Ok(Some(_)));
+            if ordered_frames.send(next).await.is_err() || end {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Ok(recv) = connection.accept_uni().await {
+            let frames = frames.clone();
+            tokio::spawn(async move {
+                let frame = read_independent(recv, max).await.map(Some);
+                let _ = frames.send(frame).await;
+            });
+        }
+    });
+    QuicSource { frames: merged }
+}
+
+struct QuicSink {
+    connection: Connection,
+    ordered: StreamSink<SendStream>,
+}
+
+impl FrameSink for QuicSink {
+    async fn write_frame(&mut self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
+        match lane {
+            Lane::Ordered => self.ordered.write_frame(frame, lane).await,
+            Lane::Independent => {
+                let mut stream = self
+                    .connection
+                    .open_uni()
+                    .await
+                    .map_err(|e| quic_error("open stream", e))?;
+                // The stream proceeds on its own; the writer moves on.
+                tokio::spawn(async move {
+                    if let Err(err) = write_prefixed(&mut stream, &frame).await {
+                        debug!(error = %err, "independent stream write failed");
+                    }
+                    let _ = stream.finish();
+                });
+                Ok(())
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), TransportError> {
+        self.ordered.flush().await
+    }
+
+    async fn close(&mut self) {
+        self.ordered.close().await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.ordered_stopped()).await;
+        self.connection.close(VarInt::from_u32(0), b"closed");
+    }
+}
+
+impl QuicSink {
+    /// Completes when the peer has read the ordered stream to its end.
+    async fn ordered_stopped(&mut self) {
+        let _ = self.ordered.get_mut().stopped().await;
+    }
+}
+
+fn into_link(connection: Connection, send: SendStream, recv: RecvStream, limits: &Limits) -> Link {
+    let chain = connection
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok());
+    let peer = tls::identity(
+        connection.remote_address().to_string(),
+        chain.as_deref().map(Vec::as_slice),
+    );
+    let source = spawn_readers(connection.clone(), recv, limits);
+    let sink = QuicSink {
+        connection,
+        ordered: StreamSink::new(send),
+    };
+    spawn_link(peer, source, sink, limits)
+}
+
+impl Quic {
+    /// The shared client endpoint, bound on first use.
+    fn client_endpoint(&self, peer: SocketAddr) -> Result<Endpoint, TransportError> {
+        let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(endpoint) = client.as_ref() {
+            return Ok(endpoint.clone());
+        }
+        let bind: SocketAddr = if peer.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let endpoint =
+            Endpoint::client(bind).map_err(|e| TransportError::io("bind QUIC client", e))?;
+        *client = Some(endpoint.clone());
+        Ok(endpoint)
+    }
+}
+
+impl Transport for Quic {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Quic
+    }
+
+    fn listen<'a>(
+        &'a self,
+        options: &'a ListenOptions,
+    ) -> BoxFuture<'a, Result<Listener, TransportError>> {
+        Box::pin(async move {
+            let Some(tls) = options.tls.as_ref() else {
+                return Err(TransportError::Config(
+                    "QUIC always needs a TLS server configuration".into(),
+                ));
+            };
+            let mut crypto = (**tls).clone();
+            crypto.alpn_protocols = vec![ALPN.to_vec()];
+            let crypto =
+                QuicServerConfig::try_from(crypto).map_err(|e| quic_error("server TLS", e))?;
+            let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+            config.transport_config(transport_config(self.idle_timeout)?);
+            let addr = resolve(&options.address).await?;
+            let endpoint = Endpoint::server(config, addr)
+                .map_err(|e| TransportError::io(format!("bind {addr}"), e))?;
+            let local = endpoint
+                .local_addr()
+                .map_err(|e| TransportError::io("local address", e))?
+                .to_string();
+            let accepting = endpoint.clone();
+            let listener = Listener::new(local, &options.limits, move |queue| {
+                tokio::spawn(async move {
+                    while let Some(incoming) = accepting.accept().await {
+                        let remote = incoming.remote_address().to_string();
+                        let limits = *queue.limits();
+                        queue.handshake(remote, async move {
+                            let connection = incoming
+                                .await
+                                .map_err(|e| TransportError::Tls(e.to_string()))?;
+                            let (send, mut recv) = connection
+                                .accept_bi()
+                                .await
+                                .map_err(|e| quic_error("ordered stream", e))?;
+                            let mut preamble = [0u8; 4];
+                            recv.read_exact(&mut preamble)
+                                .await
+                                .map_err(|e| quic_error("preamble", e))?;
+                            if preamble != PREAMBLE {
+                                connection.close(VarInt::from_u32(1), b"protocol");
+                                return Err(FrameError::Protocol(format!(
+                                    "preamble {preamble:02x?}"
+                                ))
+                                .into());
+                            }
+                            Ok(into_link(connection, send, recv, &limits))
+                        });
+                    }
+                    warn!("QUIC endpoint stopped accepting");
+                })
+            });
+            Ok(listener.on_shutdown(move || {
+                Box::pin(async move {
+                    endpoint.close(VarInt::from_u32(0), b"listener shut down");
+                    endpoint.wait_idle().await;
+                    let local = endpoint.local_addr().ok();
+                    drop(endpoint);
+                    // quinn releases the UDP socket once the tasks of the
+                    // closed connections have let go; return only when the
+                    // address can be bound again, so a restart can reuse it.
+                    if let Some(local) = local {
+                        for _ in 0..200 {
+                            if std::net::UdpSocket::bind(local).is_ok() {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                })
+            }))
+        })
+    }
+
+    fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>> {
+        Box::pin(async move {
+            let Some(tls) = options.tls.as_ref() else {
+                return Err(TransportError::Config(
+                    "QUIC always needs a TLS client configuration".into(),
+                ));
+            };
+            let limits = options.limits;
+            let mut crypto = (**tls).clone();
+            crypto.alpn_protocols = vec![ALPN.to_vec()];
+            let crypto =
+                QuicClientConfig::try_from(crypto).map_err(|e| quic_error("client TLS", e))?;
+            let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+            config.transport_config(transport_config(self.idle_timeout)?);
+            let addr = resolve(&options.address).await?;
+            let endpoint = self.client_endpoint(addr)?;
+            let connecting = endpoint
+                .connect_with(config, addr, &options.server_name)
+                .map_err(|e| quic_error("connect", e))?;
+            let handshake = async {
+                let connection = connecting
+                    .await
+                    .map_err(|e| TransportError::Tls(e.to_string()))?;
+                let (mut send, recv) = connection
+                    .open_bi()
+                    .await
+                    .map_err(|e| quic_error("ordered stream", e))?;
+                send.write_all(&PREAMBLE)
+                    .await
+                    .map_err(|e| quic_error("preamble", e))?;
+                Ok::<_, TransportError>((connection, send, recv))
+            };
+            let (connection, send, recv) =
+                tokio::time::timeout(limits.handshake_timeout, handshake)
+                    .await
+                    .map_err(|_| TransportError::Timeout {
+                        what: "QUIC handshake",
+                        after: limits.handshake_timeout,
+                    })??;
+            Ok(into_link(connection, send, recv, &limits))
+        })
+    }
+}

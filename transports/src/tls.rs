@@ -1,0 +1,117 @@
+//! rustls configuration: TLS 1.3 with the ring provider chosen explicitly
+//! (no process-wide default needed), optional mutual TLS, and the peer's
+//! identity read from its certificate.
+
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+pub use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+use crate::error::TransportError;
+use crate::link::PeerIdentity;
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn tls_error(context: &str, err: impl std::fmt::Display) -> TransportError {
+    TransportError::Tls(format!("{context}: {err}"))
+}
+
+fn root_store(roots: &[CertificateDer<'static>]) -> Result<RootCertStore, TransportError> {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store
+            .add(root.clone())
+            .map_err(|e| tls_error("trust anchor", e))?;
+    }
+    Ok(store)
+}
+
+/// A server configuration. With `client_roots`, every client must present
+/// a certificate signed by one of them (mutual TLS).
+pub fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    client_roots: Option<&[CertificateDer<'static>]>,
+) -> Result<Arc<ServerConfig>, TransportError> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_error("protocol versions", e))?;
+    let builder = match client_roots {
+        Some(roots) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                Arc::new(root_store(roots)?),
+                provider(),
+            )
+            .build()
+            .map_err(|e| tls_error("client verifier", e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| tls_error("server certificate", e))?;
+    Ok(Arc::new(config))
+}
+
+/// A client configuration trusting `roots`, presenting `identity` (a chain
+/// and its key) when given.
+pub fn client_config(
+    roots: &[CertificateDer<'static>],
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+) -> Result<Arc<ClientConfig>, TransportError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_error("protocol versions", e))?
+        .with_root_certificates(root_store(roots)?);
+    let config = match identity {
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| tls_error("client certificate", e))?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// Certificates from PEM text.
+pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TransportError> {
+    CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls_error("PEM certificates", e))
+}
+
+/// A private key from PEM text.
+pub fn key_from_pem(pem: &[u8]) -> Result<PrivateKeyDer<'static>, TransportError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| tls_error("PEM private key", e))
+}
+
+/// The server name to verify, from a host name or an IP address.
+pub(crate) fn server_name(name: &str) -> Result<ServerName<'static>, TransportError> {
+    ServerName::try_from(name.to_owned()).map_err(|e| tls_error("server name", e))
+}
+
+/// The common name of a DER certificate's subject, if it has one.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let name = cert.subject().iter_common_name().next()?;
+    name.as_str().ok().map(str::to_owned)
+}
+
+/// The identity of a peer from its address and certificate chain.
+pub(crate) fn identity(remote: String, chain: Option<&[CertificateDer<'_>]>) -> PeerIdentity {
+    let certificates: Vec<Vec<u8>> = chain
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.as_ref().to_vec())
+        .collect();
+    PeerIdentity {
+        remote,
+        common_name: certificates.first().and_then(|leaf| common_name(leaf)),
+        certificates,
+    }
+}

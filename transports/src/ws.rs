@@ -1,0 +1,267 @@
+//! WebSocket transport: wss (TLS 1.3, optional mutual TLS) or, when asked
+//! for explicitly, plain ws. One binary WebSocket message per beehive
+//! message, on one ordered stream; the WebSocket layer enforces the frame
+//! limit from each frame's header, before reading its body.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::error::CapacityError;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, http};
+use tracing::warn;
+
+use crate::error::{FrameError, TransportError};
+use crate::link::{FrameSink, FrameSource, Lane, Limits, Link, PeerIdentity, spawn_link};
+use crate::listener::Listener;
+use crate::tls;
+use crate::{
+    BoxFuture, DialOptions, ListenOptions, Transport, TransportKind, resolve, tcp_connect,
+};
+
+/// The WebSocket transport. `path` is the URL path of the upgrade request.
+#[derive(Debug, Clone)]
+pub struct WebSocket {
+    /// URL path the server accepts upgrades on, e.g. `/edgehive`.
+    pub path: String,
+}
+
+impl Default for WebSocket {
+    fn default() -> Self {
+        WebSocket {
+            path: "/edgehive".to_owned(),
+        }
+    }
+}
+
+fn config(limits: &Limits) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(limits.max_frame))
+        .max_frame_size(Some(limits.max_frame))
+}
+
+fn ws_error(err: WsError) -> TransportError {
+    match err {
+        WsError::Capacity(CapacityError::MessageTooLong { size, max_size }) => {
+            FrameError::TooLarge {
+                len: size,
+                max: max_size,
+            }
+            .into()
+        }
+        other => TransportError::WebSocket(other.to_string()),
+    }
+}
+
+struct WsSource<S> {
+    stream: SplitStream<WebSocketStream<S>>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSource<S> {
+    async fn next_frame(&mut self) -> Result<Option<Bytes>, TransportError> {
+        loop {
+            match self.stream.next().await {
+                Some(Ok(WsMessage::Binary(frame))) => return Ok(Some(frame)),
+                Some(Ok(WsMessage::Close(_))) | None => return Ok(None),
+                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => continue,
+                Some(Ok(WsMessage::Text(_))) => {
+                    return Err(FrameError::Protocol("text frame on a binary link".into()).into());
+                }
+                Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => return Ok(None),
+                Some(Err(err)) => return Err(ws_error(err)),
+            }
+        }
+    }
+}
+
+struct WsSink<S> {
+    sink: SplitSink<WebSocketStream<S>, WsMessage>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S> {
+    async fn write_frame(&mut self, frame: Bytes, _lane: Lane) -> Result<(), TransportError> {
+        self.sink
+            .feed(WsMessage::Binary(frame))
+            .await
+            .map_err(ws_error)
+    }
+
+    async fn flush(&mut self) -> Result<(), TransportError> {
+        self.sink.flush().await.map_err(ws_error)
+    }
+
+    async fn close(&mut self) {
+        let _ = self.sink.close().await;
+    }
+}
+
+fn into_link<S>(ws: WebSocketStream<S>, peer: PeerIdentity, limits: &Limits) -> Link
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sink, stream) = ws.split();
+    spawn_link(peer, WsSource { stream }, WsSink { sink }, limits)
+}
+
+async fn upgrade_server<S>(
+    stream: S,
+    peer: PeerIdentity,
+    path: Arc<str>,
+    limits: Limits,
+) -> Result<Link, TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let check_path =
+        move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+            if request.uri().path() == &*path {
+                Ok(response)
+            } else {
+                let mut refusal = ErrorResponse::new(Some(format!(
+                    "no WebSocket endpoint at {}",
+                    request.uri().path()
+                )));
+                *refusal.status_mut() = http::StatusCode::NOT_FOUND;
+                Err(refusal)
+            }
+        };
+    let ws =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, check_path, Some(config(&limits)))
+            .await
+            .map_err(ws_error)?;
+    Ok(into_link(ws, peer, &limits))
+}
+
+async fn upgrade_client<S>(
+    stream: S,
+    url: String,
+    peer: PeerIdentity,
+    limits: Limits,
+) -> Result<Link, TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (ws, _response) =
+        tokio_tungstenite::client_async_with_config(url, stream, Some(config(&limits)))
+            .await
+            .map_err(ws_error)?;
+    Ok(into_link(ws, peer, &limits))
+}
+
+impl Transport for WebSocket {
+    fn kind(&self) -> TransportKind {
+        TransportKind::WebSocket
+    }
+
+    fn listen<'a>(
+        &'a self,
+        options: &'a ListenOptions,
+    ) -> BoxFuture<'a, Result<Listener, TransportError>> {
+        Box::pin(async move {
+            let acceptor = match (&options.tls, options.allow_plaintext) {
+                (Some(config), _) => Some(TlsAcceptor::from(config.clone())),
+                (None, true) => None,
+                (None, false) => {
+                    return Err(TransportError::Config(
+                        "WebSocket without TLS must be allowed explicitly (allow_plaintext)".into(),
+                    ));
+                }
+            };
+            let socket = TcpListener::bind(&options.address)
+                .await
+                .map_err(|e| TransportError::io(format!("bind {}", options.address), e))?;
+            let local = socket
+                .local_addr()
+                .map_err(|e| TransportError::io("local address", e))?
+                .to_string();
+            let path: Arc<str> = self.path.as_str().into();
+            Ok(Listener::new(local, &options.limits, move |queue| {
+                tokio::spawn(async move {
+                    loop {
+                        let (tcp, remote) = match socket.accept().await {
+                            Ok(accepted) => accepted,
+                            Err(err) => {
+                                warn!(error = %err, "ws accept failed");
+                                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                                continue;
+                            }
+                        };
+                        let _ = tcp.set_nodelay(true);
+                        let remote = remote.to_string();
+                        let (acceptor, path, limits) =
+                            (acceptor.clone(), path.clone(), *queue.limits());
+                        queue.handshake(remote.clone(), async move {
+                            match acceptor {
+                                Some(acceptor) => {
+                                    let stream = acceptor
+                                        .accept(tcp)
+                                        .await
+                                        .map_err(|e| TransportError::Tls(e.to_string()))?;
+                                    let peer = tls::identity(
+                                        remote,
+                                        stream.get_ref().1.peer_certificates(),
+                                    );
+                                    upgrade_server(stream, peer, path, limits).await
+                                }
+                                None => {
+                                    let peer = PeerIdentity {
+                                        remote,
+                                        ..PeerIdentity::default()
+                                    };
+                                    upgrade_server(tcp, peer, path, limits).await
+                                }
+                            }
+                        });
+                    }
+                })
+            }))
+        })
+    }
+
+    fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>> {
+        Box::pin(async move {
+            let limits = options.limits;
+            let addr = resolve(&options.address).await?;
+            let tcp: TcpStream = tcp_connect(addr, &limits).await?;
+            let remote = addr.to_string();
+            let handshake = async {
+                match (&options.tls, options.allow_plaintext) {
+                    (Some(config), _) => {
+                        let name = tls::server_name(&options.server_name)?;
+                        let stream = TlsConnector::from(config.clone())
+                            .connect(name, tcp)
+                            .await
+                            .map_err(|e| TransportError::Tls(e.to_string()))?;
+                        let peer = tls::identity(remote, stream.get_ref().1.peer_certificates());
+                        let url = format!("wss://{}{}", options.server_name, self.path);
+                        upgrade_client(stream, url, peer, limits).await
+                    }
+                    (None, true) => {
+                        let peer = PeerIdentity {
+                            remote,
+                            ..PeerIdentity::default()
+                        };
+                        let url = format!("ws://{}{}", options.address, self.path);
+                        upgrade_client(tcp, url, peer, limits).await
+                    }
+                    (None, false) => Err(TransportError::Config(
+                        "WebSocket without TLS must be allowed explicitly (allow_plaintext)".into(),
+                    )),
+                }
+            };
+            tokio::time::timeout(limits.handshake_timeout, handshake)
+                .await
+                .map_err(|_| TransportError::Timeout {
+                    what: "WebSocket handshake",
+                    after: limits.handshake_timeout,
+                })?
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! Test rigs: a CA made at run time, listeners on free ports or fresh
+//! socket paths, and dial options pointing at them, for every transport.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use beehive::Message;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
+use serde_json::json;
+use transports::tls::{self, CertificateDer, PrivateKeyDer};
+use transports::{DialOptions, Limits, Link, ListenOptions, Listener, Transport, TransportKind};
+
+/// A certificate authority made for one test.
+pub struct Pki {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A certificate chain and its key.
+pub type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+impl Pki {
+    pub fn new(name: &str) -> Pki {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().expect("key");
+        Pki {
+            issuer: CertifiedIssuer::self_signed(params, key).expect("CA"),
+        }
+    }
+
+    pub fn root(&self) -> CertificateDer<'static> {
+        self.issuer.der().clone()
+    }
+
+    fn leaf(&self, common_name: &str, purpose: ExtendedKeyUsagePurpose) -> Identity {
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        (
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+    }
+
+    pub fn server(&self) -> Identity {
+        self.leaf("cloud", ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    pub fn client(&self, node: &str) -> Identity {
+        self.leaf(node, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+}
+
+static SOCKETS: AtomicUsize = AtomicUsize::new(0);
+
+/// Everything one test needs for one transport.
+pub struct Rig {
+    pub kind: TransportKind,
+    pub transport: Box<dyn Transport>,
+    pub pki: Pki,
+    pub listen: ListenOptions,
+    /// Client identity presented when dialing (mutual TLS).
+    pub client: Option<Identity>,
+}
+
+impl Rig {
+    /// A rig with mutual TLS for ws and quic (client "node-a"), plain for uds.
+    pub fn new(kind: TransportKind) -> Rig {
+        Rig::with_limits(kind, Limits::default())
+    }
+
+    pub fn with_limits(kind: TransportKind, limits: Limits) -> Rig {
+        let pki = Pki::new("edgehive test CA");
+        let address = match kind {
+            TransportKind::UnixSocket => std::env::temp_dir()
+                .join(format!(
+                    "edgehive-test-{}-{}.sock",
+                    std::process::id(),
+                    SOCKETS.fetch_add(1, Ordering::Relaxed)
+                ))
+                .to_string_lossy()
+                .into_owned(),
+            _ => "127.0.0.1:0".to_owned(),
+        };
+        let mut listen = ListenOptions::new(address).with_limits(limits);
+        let mut client = None;
+        if kind != TransportKind::UnixSocket {
+            let (chain, key) = pki.server();
+            listen = listen
+                .with_tls(tls::server_config(chain, key, Some(&[pki.root()])).expect("server TLS"));
+            client = Some(pki.client("node-a"));
+        }
+        Rig {
+            kind,
+            transport: kind.transport().expect("transport compiled in"),
+            pki,
+            listen,
+            client,
+        }
+    }
+
+    pub async fn listen(&self) -> Listener {
+        self.transport.listen(&self.listen).await.expect("listen")
+    }
+
+    /// Dial options for `listener`, presenting `identity` (if TLS).
+    pub fn dial_as(&self, listener_addr: &str, identity: Option<Identity>) -> DialOptions {
+        let mut dial = DialOptions::new(listener_addr, "localhost").with_limits(self.listen.limits);
+        if self.kind != TransportKind::UnixSocket {
+            dial = dial
+                .with_tls(tls::client_config(&[self.pki.root()], identity).expect("client TLS"));
+        }
+        dial
+    }
+
+    pub fn dial_options(&self, listener: &Listener) -> DialOptions {
+        self.dial_as(
+            listener.local_addr(),
+            self.client.as_ref().map(clone_identity),
+        )
+    }
+
+    pub async fn dial(&self, listener: &Listener) -> Link {
+        self.transport
+            .dial(&self.dial_options(listener))
+            .await
+            .expect("dial")
+    }
+
+    /// A dialed link and the listener's side of it.
+    pub async fn pair(&self, listener: &mut Listener) -> (Link, Link) {
+        let client = self.dial(listener).await;
+        let server = within(listener.accept()).await.expect("accepted link");
+        (client, server)
+    }
+}
+
+pub fn clone_identity(identity: &Identity) -> Identity {
+    (identity.0.clone(), identity.1.clone_key())
+}
+
+/// A numbered message.
+pub fn numbered(from: usize, n: usize) -> Message {
+    Message::new()
+        .build_router("test", "hub", "default/pod/p", "update")
+        .with_content(json!({"from": from, "n": n}))
+}
+
+/// A message whose encoded frame is exactly `size` bytes.
+pub fn sized(size: usize) -> Message {
+    let base = Message::new().with_content(json!(""));
+    let mut filler = size.saturating_sub(base.to_bytes().expect("encode").len());
+    loop {
+        let msg = Message::new().with_content(json!("x".repeat(filler)));
+        let len = msg.to_bytes().expect("encode").len();
+        if len == size || filler == 0 {
+            return msg;
+        }
+        filler = if len > size {
+            filler - (len - size).min(filler)
+        } else {
+            filler + (size - len)
+        };
+    }
+}
+
+/// Awaits `f`, failing the test if it hangs (a hang guard, not a timing assertion).
+pub async fn within<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("hung for 20 s")
+}
+
+/// Waits for the link to end: no further message, at most an error (a
+/// reset from a peer that closed with unread data is a way of ending too).
+pub async fn assert_ends(receiver: &mut transports::LinkReceiver) {
+    loop {
+        match within(receiver.recv()).await {
+            None => return,
+            Some(Err(_)) => continue,
+            Some(Ok(msg)) => panic!("expected the link to end, got {msg:?}"),
+        }
+    }
+}
