@@ -8,6 +8,7 @@
 
 mod beehive_bench;
 mod report;
+mod transport_bench;
 
 use anyhow::Result;
 use clap::Parser;
@@ -18,8 +19,11 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive (more groups arrive with their issues); all if omitted.
+    /// Scenario group to run: beehive or transport; all if omitted.
     group: Option<String>,
+    /// Transport to measure (ws, quic, uds); all three if omitted.
+    #[arg(long)]
+    kind: Option<transports::TransportKind>,
     /// Also print one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -42,7 +46,7 @@ pub struct Scale {
     pub runs: usize,
 }
 
-const GROUPS: &[&str] = &["beehive"];
+const GROUPS: &[&str] = &["beehive", "transport"];
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -68,6 +72,13 @@ fn main() -> Result<()> {
     for group in selected {
         match group {
             "beehive" => beehive_bench::run(scale, &mut report)?,
+            "transport" => {
+                let kinds = match args.kind {
+                    Some(kind) => vec![kind],
+                    None => transports::TransportKind::ALL.to_vec(),
+                };
+                transport_bench::run(scale, &kinds, &mut report)?
+            }
             _ => unreachable!("checked against GROUPS"),
         }
     }

@@ -1,6 +1,7 @@
-//! A link: one live connection carrying beehive messages both ways, owned by
-//! a reader task and a writer task so that a slow peer in one direction
-//! never blocks the other.
+//! A link: one live connection carrying beehive messages both ways. A
+//! writer task owns the sending side (so a slow peer never blocks a sender
+//! beyond the send queue, and frames are batched between flushes); the
+//! receiving side is read directly by whoever calls `recv`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use std::time::Duration;
 
 use beehive::Message;
 use bytes::Bytes;
-use tokio::sync::{mpsc, watch};
+use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use crate::error::{FrameError, TransportError};
@@ -52,7 +55,7 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// Messages queued for sending before `send` waits.
     pub send_queue: usize,
-    /// Messages received and not yet taken before the link stops reading.
+    /// Frames from independent QUIC streams waiting to be received.
     pub recv_queue: usize,
 }
 
@@ -68,11 +71,6 @@ impl Default for Limits {
     }
 }
 
-pub(crate) enum Outgoing {
-    Frame(Bytes, Lane),
-    Close,
-}
-
 /// Shared by both halves: set once the link is closed, for any reason.
 struct LinkState {
     closed: watch::Sender<bool>,
@@ -81,6 +79,48 @@ struct LinkState {
 impl LinkState {
     fn close(&self) {
         self.closed.send_replace(true);
+    }
+}
+
+/// Frames waiting for the writer. Senders push under a short lock; the
+/// writer swaps the whole batch out, so a frame costs one lock and a push.
+struct Outbox {
+    queue: Mutex<Queued>,
+    /// Wakes the writer when the queue becomes non-empty or closing.
+    wake_writer: Notify,
+    /// Wakes senders waiting for room.
+    room: Notify,
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct Queued {
+    frames: Vec<(Bytes, Lane)>,
+    /// No more frames will come: close once these are written.
+    closing: bool,
+    /// Some sender waits for room.
+    waiting: bool,
+}
+
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish(&self) {
+        self.lock().closing = true;
+        self.wake_writer.notify_one();
+    }
+}
+
+/// Closes the outbox when the last [`LinkSender`] clone is dropped.
+struct SenderGuard {
+    outbox: Arc<Outbox>,
+}
+
+impl Drop for SenderGuard {
+    fn drop(&mut self) {
+        self.outbox.finish();
     }
 }
 
@@ -95,11 +135,11 @@ pub struct Link {
 }
 
 /// The sending half of a link. Cloneable; the link closes when `close` is
-/// called, when the peer goes away, or when every sender and the receiver
-/// are dropped.
+/// called, when the peer goes away, when the receiver is dropped, or when
+/// every sender is dropped (after what was queued has been written).
 #[derive(Clone)]
 pub struct LinkSender {
-    outgoing: mpsc::Sender<Outgoing>,
+    outbox: Arc<SenderGuard>,
     max_frame: usize,
     state: Arc<LinkState>,
 }
@@ -126,18 +166,42 @@ impl LinkSender {
             }
             .into());
         }
-        if self.is_closed() {
-            return Err(TransportError::Closed);
+        let outbox = &self.outbox.outbox;
+        let mut frame = Some((frame, lane));
+        loop {
+            let room = outbox.room.notified();
+            let mut room = std::pin::pin!(room);
+            {
+                let mut queued = outbox.lock();
+                if queued.closing || self.is_closed() {
+                    return Err(TransportError::Closed);
+                }
+                if queued.frames.len() < outbox.capacity {
+                    if let Some(frame) = frame.take() {
+                        queued.frames.push(frame);
+                    }
+                    let first = queued.frames.len() == 1;
+                    drop(queued);
+                    if first {
+                        outbox.wake_writer.notify_one();
+                    }
+                    return Ok(());
+                }
+                // Full: be woken when the writer takes the batch. Enabled
+                // before the lock is released, so no wake-up is missed.
+                queued.waiting = true;
+                room.as_mut().enable();
+            }
+            tokio::select! {
+                _ = &mut room => {}
+                _ = self.closed() => return Err(TransportError::Closed),
+            }
         }
-        self.outgoing
-            .send(Outgoing::Frame(frame, lane))
-            .await
-            .map_err(|_| TransportError::Closed)
     }
 
     /// Closes the link after what is already queued has been written.
     pub async fn close(&self) {
-        let _ = self.outgoing.send(Outgoing::Close).await;
+        self.outbox.outbox.finish();
         self.closed().await;
     }
 
@@ -153,17 +217,61 @@ impl LinkSender {
     }
 }
 
-/// The receiving half of a link.
+/// The receiving half of a link. It reads the connection itself, in the
+/// task that calls [`LinkReceiver::recv`]: no hop through another task, and
+/// decoding runs beside the sending side's writer. `recv` is cancel-safe.
 pub struct LinkReceiver {
-    incoming: mpsc::Receiver<Result<Message, TransportError>>,
+    source: Box<dyn FrameSource>,
     state: Arc<LinkState>,
+    peer: String,
+    ended: bool,
 }
 
 impl LinkReceiver {
     /// The next message; `Some(Err(..))` once when the peer sent something
     /// unacceptable (the link is then closed); `None` once the link is closed.
     pub async fn recv(&mut self) -> Option<Result<Message, TransportError>> {
-        self.incoming.recv().await
+        let frame = match self.recv_frame().await? {
+            Ok(frame) => frame,
+            Err(err) => return Some(Err(err)),
+        };
+        match frame::decode(&frame) {
+            Ok(msg) => Some(Ok(msg)),
+            Err(err) => {
+                warn!(peer = %self.peer, error = %err, "closing link");
+                self.end();
+                Some(Err(err.into()))
+            }
+        }
+    }
+
+    /// The next frame payload, undecoded (for relaying without decoding, or
+    /// a codec of the caller's own). Same end-of-link rules as [`Self::recv`].
+    pub async fn recv_frame(&mut self) -> Option<Result<Bytes, TransportError>> {
+        if self.ended {
+            return None;
+        }
+        let next = std::future::poll_fn(|cx| self.source.poll_frame(cx)).await;
+        match next {
+            Ok(Some(frame)) => Some(Ok(frame)),
+            Ok(None) => {
+                debug!(peer = %self.peer, "peer closed the link");
+                self.end();
+                None
+            }
+            Err(err) => {
+                warn!(peer = %self.peer, error = %err, "closing link");
+                self.end();
+                Some(Err(err))
+            }
+        }
+    }
+
+    /// Closes the link from the receiving side (e.g. the peer sent
+    /// something unacceptable); later calls return `None`.
+    pub fn end(&mut self) {
+        self.ended = true;
+        self.state.close();
     }
 
     /// Whether the link is closed (messages may still wait to be received).
@@ -172,11 +280,20 @@ impl LinkReceiver {
     }
 }
 
-/// Where a link's reader gets frame payloads from. `next_frame` must be
-/// cancel-safe: the reader also waits for the link to close.
+impl Drop for LinkReceiver {
+    fn drop(&mut self) {
+        // Nobody reads any more: the writer closes the connection too.
+        self.state.close();
+    }
+}
+
+/// Where a link's receiver gets frame payloads from.
 pub(crate) trait FrameSource: Send + 'static {
     /// The next frame payload, or `Ok(None)` at a clean end of stream.
-    fn next_frame(&mut self) -> impl Future<Output = Result<Option<Bytes>, TransportError>> + Send;
+    fn poll_frame(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Option<Bytes>, TransportError>>;
 }
 
 /// Where a link's writer puts frame payloads.
@@ -193,10 +310,7 @@ pub(crate) trait FrameSink: Send + 'static {
     fn close(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// Frames written before a flush, at most.
-const WRITE_BATCH: usize = 256;
-
-/// Starts the reader and writer tasks of a connection.
+/// Starts the writer task of a connection and hands out both halves.
 pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
     peer: PeerIdentity,
     source: S,
@@ -205,103 +319,77 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
 ) -> Link {
     let (closed, _) = watch::channel(false);
     let state = Arc::new(LinkState { closed });
-    let (outgoing, to_write) = mpsc::channel(limits.send_queue.max(1));
-    let (delivered, incoming) = mpsc::channel(limits.recv_queue.max(1));
-    tokio::spawn(read_loop(
-        source,
-        delivered,
-        state.clone(),
-        peer.remote.clone(),
-    ));
+    let outbox = Arc::new(Outbox {
+        queue: Mutex::new(Queued::default()),
+        wake_writer: Notify::new(),
+        room: Notify::new(),
+        capacity: limits.send_queue.max(1),
+    });
     tokio::spawn(write_loop(
         sink,
-        to_write,
+        outbox.clone(),
         state.clone(),
         peer.remote.clone(),
     ));
     Link {
-        peer,
         sender: LinkSender {
-            outgoing,
+            outbox: Arc::new(SenderGuard { outbox }),
             max_frame: limits.max_frame,
             state: state.clone(),
         },
-        receiver: LinkReceiver { incoming, state },
+        receiver: LinkReceiver {
+            source: Box::new(source),
+            state,
+            peer: peer.remote.clone(),
+            ended: false,
+        },
+        peer,
     }
-}
-
-async fn read_loop<S: FrameSource>(
-    mut source: S,
-    deliver: mpsc::Sender<Result<Message, TransportError>>,
-    state: Arc<LinkState>,
-    peer: String,
-) {
-    let mut closed = state.closed.subscribe();
-    loop {
-        let next = tokio::select! {
-            next = source.next_frame() => next,
-            _ = closed.wait_for(|closed| *closed) => break,
-            _ = deliver.closed() => break,
-        };
-        let failure =
-            match next.and_then(|frame| Ok(frame.map(|f| frame::decode(&f)).transpose()?)) {
-                Ok(Some(msg)) => {
-                    if deliver.send(Ok(msg)).await.is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                Ok(None) => {
-                    debug!(%peer, "peer closed the link");
-                    break;
-                }
-                Err(failure) => failure,
-            };
-        warn!(%peer, error = %failure, "closing link");
-        let _ = deliver.send(Err(failure)).await;
-        break;
-    }
-    state.close();
 }
 
 async fn write_loop<K: FrameSink>(
     mut sink: K,
-    mut to_write: mpsc::Receiver<Outgoing>,
+    outbox: Arc<Outbox>,
     state: Arc<LinkState>,
     peer: String,
 ) {
     let mut closed = state.closed.subscribe();
-    'link: loop {
-        let first = tokio::select! {
-            first = to_write.recv() => first,
-            _ = closed.wait_for(|closed| *closed) => break 'link,
+    let mut batch = Vec::new();
+    loop {
+        let closing = {
+            let mut queued = outbox.lock();
+            std::mem::swap(&mut queued.frames, &mut batch);
+            if std::mem::take(&mut queued.waiting) {
+                outbox.room.notify_waiters();
+            }
+            queued.closing
         };
-        let mut next = first;
-        let mut batch = 0;
-        while let Some(out) = next.take() {
-            match out {
-                Outgoing::Close => break 'link,
-                Outgoing::Frame(frame, lane) => {
-                    if let Err(err) = sink.write_frame(frame, lane).await {
-                        warn!(%peer, error = %err, "write failed, closing link");
-                        break 'link;
-                    }
-                }
+        if batch.is_empty() {
+            if closing {
+                break;
             }
-            batch += 1;
-            if batch < WRITE_BATCH {
-                next = to_write.try_recv().ok();
+            tokio::select! {
+                _ = outbox.wake_writer.notified() => continue,
+                _ = closed.wait_for(|closed| *closed) => break,
             }
         }
-        if batch == 0 {
-            // Every sender is gone: nobody can use this link any more.
-            break;
+        let mut failed = None;
+        for (frame, lane) in batch.drain(..) {
+            if let Err(err) = sink.write_frame(frame, lane).await {
+                failed = Some(err);
+                break;
+            }
         }
-        if let Err(err) = sink.flush().await {
-            warn!(%peer, error = %err, "flush failed, closing link");
+        if failed.is_none() {
+            failed = sink.flush().await.err();
+        }
+        if let Some(err) = failed {
+            warn!(%peer, error = %err, "write failed, closing link");
             break;
         }
     }
+    outbox.lock().closing = true;
+    outbox.room.notify_waiters();
     sink.close().await;
     state.close();
 }

@@ -58,8 +58,13 @@ struct QuicSource {
 }
 
 impl FrameSource for QuicSource {
-    async fn next_frame(&mut self) -> Result<Option<Bytes>, TransportError> {
-        self.frames.recv().await.unwrap_or(Ok(None))
+    fn poll_frame(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Option<Bytes>, TransportError>> {
+        self.frames
+            .poll_recv(cx)
+            .map(|next| next.unwrap_or(Ok(None)))
     }
 }
 
@@ -87,7 +92,7 @@ fn spawn_readers(connection: Connection, ordered: RecvStream, limits: &Limits) -
     tokio::spawn(async move {
         let mut source = StreamSource::new(ordered, max);
         loop {
-            let next = source.next_frame().await;
+            let next = std::future::poll_fn(|cx| source.poll_frame(cx)).await;
             let end = !matches!(next, Ok(Some(_)));
             if ordered_frames.send(next).await.is_err() || end {
                 break;

@@ -1,7 +1,11 @@
 //! Frames over any byte stream: a 4-byte length prefix, then the payload.
 
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio_util::io::poll_read_buf;
 
 use crate::error::TransportError;
 use crate::frame::{FrameDecoder, LENGTH_PREFIX};
@@ -28,20 +32,21 @@ impl<R> StreamSource<R> {
 }
 
 impl<R: AsyncRead + Unpin + Send + 'static> FrameSource for StreamSource<R> {
-    async fn next_frame(&mut self) -> Result<Option<Bytes>, TransportError> {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
         loop {
-            // Cancel-safe: a partial frame stays in `buf` for the next call.
+            // A partial frame stays in `buf` until the rest arrives.
             if let Some(frame) = self.decoder.decode(&mut self.buf)? {
-                return Ok(Some(frame));
+                return Poll::Ready(Ok(Some(frame)));
             }
-            let read = self
-                .reader
-                .read_buf(&mut self.buf)
-                .await
+            if self.buf.capacity() == self.buf.len() {
+                // Only while waiting for a frame header: bounded, whatever the peer says.
+                self.buf.reserve(READ_BUFFER);
+            }
+            let read = ready!(poll_read_buf(Pin::new(&mut self.reader), cx, &mut self.buf))
                 .map_err(|e| TransportError::io("read", e))?;
             if read == 0 {
                 self.decoder.finish(&self.buf)?;
-                return Ok(None);
+                return Poll::Ready(Ok(None));
             }
         }
     }

@@ -115,3 +115,68 @@ pub(crate) fn identity(remote: String, chain: Option<&[CertificateDer<'_>]>) -> 
         certificates,
     }
 }
+
+/// A throw-away certificate authority made at run time, for tests,
+/// benchmarks and demos (feature `dev-pki`). Production certificates come
+/// from the cloud's CA through the join flow.
+#[cfg(feature = "dev-pki")]
+pub struct DevPki {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+/// A certificate chain and its private key.
+pub type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+#[cfg(feature = "dev-pki")]
+impl DevPki {
+    /// A new CA whose certificate has the common name `name`.
+    pub fn new(name: &str) -> Result<DevPki, TransportError> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(|e| tls_error("CA", e))?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().map_err(|e| tls_error("CA key", e))?;
+        let issuer =
+            rcgen::CertifiedIssuer::self_signed(params, key).map_err(|e| tls_error("CA", e))?;
+        Ok(DevPki { issuer })
+    }
+
+    /// The CA certificate, to trust.
+    pub fn root(&self) -> CertificateDer<'static> {
+        self.issuer.der().clone()
+    }
+
+    fn leaf(
+        &self,
+        common_name: &str,
+        purpose: rcgen::ExtendedKeyUsagePurpose,
+    ) -> Result<Identity, TransportError> {
+        use rcgen::{CertificateParams, DnType, KeyPair};
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .map_err(|e| tls_error("certificate", e))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().map_err(|e| tls_error("key", e))?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| tls_error("sign", e))?;
+        Ok((
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        ))
+    }
+
+    /// A server certificate for `localhost` and 127.0.0.1, common name `name`.
+    pub fn server(&self, name: &str) -> Result<Identity, TransportError> {
+        self.leaf(name, rcgen::ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// A client certificate with common name `node`.
+    pub fn client(&self, node: &str) -> Result<Identity, TransportError> {
+        self.leaf(node, rcgen::ExtendedKeyUsagePurpose::ClientAuth)
+    }
+}

@@ -4,6 +4,7 @@
 //! limit from each frame's header, before reading its body.
 
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
@@ -65,18 +66,18 @@ struct WsSource<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSource<S> {
-    async fn next_frame(&mut self) -> Result<Option<Bytes>, TransportError> {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
         loop {
-            match self.stream.next().await {
-                Some(Ok(WsMessage::Binary(frame))) => return Ok(Some(frame)),
-                Some(Ok(WsMessage::Close(_))) | None => return Ok(None),
+            return Poll::Ready(match ready!(self.stream.poll_next_unpin(cx)) {
+                Some(Ok(WsMessage::Binary(frame))) => Ok(Some(frame)),
+                Some(Ok(WsMessage::Close(_))) | None => Ok(None),
                 Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => continue,
                 Some(Ok(WsMessage::Text(_))) => {
-                    return Err(FrameError::Protocol("text frame on a binary link".into()).into());
+                    Err(FrameError::Protocol("text frame on a binary link".into()).into())
                 }
-                Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => return Ok(None),
-                Some(Err(err)) => return Err(ws_error(err)),
-            }
+                Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => Ok(None),
+                Some(Err(err)) => Err(ws_error(err)),
+            });
         }
     }
 }

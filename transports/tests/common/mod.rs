@@ -6,59 +6,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use beehive::Message;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
-};
 use serde_json::json;
-use transports::tls::{self, CertificateDer, PrivateKeyDer};
+use transports::tls::{self, CertificateDer, DevPki, Identity};
 use transports::{DialOptions, Limits, Link, ListenOptions, Listener, Transport, TransportKind};
 
 /// A certificate authority made for one test.
-pub struct Pki {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate chain and its key.
-pub type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+pub struct Pki(DevPki);
 
 impl Pki {
     pub fn new(name: &str) -> Pki {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().expect("key");
-        Pki {
-            issuer: CertifiedIssuer::self_signed(params, key).expect("CA"),
-        }
+        Pki(DevPki::new(name).expect("CA"))
     }
-
     pub fn root(&self) -> CertificateDer<'static> {
-        self.issuer.der().clone()
+        self.0.root()
     }
-
-    fn leaf(&self, common_name: &str, purpose: ExtendedKeyUsagePurpose) -> Identity {
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-                .expect("params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        params.extended_key_usages = vec![purpose];
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.issuer).expect("sign");
-        (
-            vec![cert.der().clone()],
-            PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-    }
-
     pub fn server(&self) -> Identity {
-        self.leaf("cloud", ExtendedKeyUsagePurpose::ServerAuth)
+        self.0.server("cloud").expect("server certificate")
     }
-
     pub fn client(&self, node: &str) -> Identity {
-        self.leaf(node, ExtendedKeyUsagePurpose::ClientAuth)
+        self.0.client(node).expect("client certificate")
     }
 }
 

@@ -1,0 +1,316 @@
+//! `transport` scenarios: one connection per transport, 256 B and 64 KiB
+//! messages one way (msgs/s, MB/s) and round trips (p50/p99), each against
+//! a raw length-prefixed socket of the same family carrying the same bytes
+//! (TCP for ws and quic, Unix for uds). WebSocket and QUIC run with mutual
+//! TLS, as in production; the raw baseline has no TLS.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow};
+use beehive::Message;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use transports::tls::{self, DevPki};
+use transports::{DialOptions, Lane, Link, ListenOptions, Listener, Transport, TransportKind};
+
+use crate::Scale;
+use crate::report::{Report, quantile_us};
+
+/// The message sizes measured.
+const SIZES: [(usize, &str); 2] = [(256, "256B"), (64 * 1024, "64KiB")];
+
+/// A message whose encoded frame is `size` bytes (near enough).
+fn message_of(size: usize) -> Message {
+    let empty = Message::new().with_content(serde_json::json!(""));
+    let overhead = empty.to_bytes().map(|b| b.len()).unwrap_or(0) + 4;
+    Message::new().with_content(serde_json::json!("x".repeat(size.saturating_sub(overhead))))
+}
+
+struct Pair {
+    client: Link,
+    server: Link,
+    _listener: Listener,
+}
+
+async fn connect(kind: TransportKind, pki: &DevPki, socket_dir: &std::path::Path) -> Result<Pair> {
+    let transport: Box<dyn Transport> = kind.transport()?;
+    let (address, tls_server, tls_client) = match kind {
+        TransportKind::UnixSocket => (
+            socket_dir
+                .join(format!("bench-{}.sock", std::process::id()))
+                .to_string_lossy()
+                .into_owned(),
+            None,
+            None,
+        ),
+        _ => {
+            let (chain, key) = pki.server("cloud")?;
+            let server = tls::server_config(chain, key, Some(&[pki.root()]))?;
+            let client = tls::client_config(&[pki.root()], Some(pki.client("bench-node")?))?;
+            ("127.0.0.1:0".to_owned(), Some(server), Some(client))
+        }
+    };
+    let mut listen = ListenOptions::new(address);
+    listen.tls = tls_server;
+    let mut listener = transport.listen(&listen).await?;
+    let mut dial = DialOptions::new(listener.local_addr(), "localhost");
+    dial.tls = tls_client;
+    let client = transport.dial(&dial).await?;
+    let server = listener
+        .accept()
+        .await
+        .ok_or_else(|| anyhow!("listener stopped"))?;
+    Ok(Pair {
+        client,
+        server,
+        _listener: listener,
+    })
+}
+
+/// What one way carries: frames as they are, or messages through the codec.
+#[derive(Clone, Copy, PartialEq)]
+enum Carry {
+    Frames,
+    Messages,
+}
+
+/// One way through the transport: time for `n` frames or messages.
+async fn transport_one_way(
+    pair: &mut Pair,
+    msg: &Message,
+    n: usize,
+    carry: Carry,
+) -> Result<Duration> {
+    let sender = pair.client.sender.clone();
+    let msg = msg.clone();
+    let frame = bytes::Bytes::from(msg.to_bytes()?);
+    let start = Instant::now();
+    let sending = tokio::spawn(async move {
+        for _ in 0..n {
+            match carry {
+                Carry::Frames => sender.send_frame(frame.clone(), Lane::Ordered).await?,
+                Carry::Messages => sender.send(&msg).await?,
+            }
+        }
+        Ok::<_, transports::TransportError>(())
+    });
+    let receiver = &mut pair.server.receiver;
+    for _ in 0..n {
+        match carry {
+            Carry::Frames => drop(
+                receiver
+                    .recv_frame()
+                    .await
+                    .ok_or_else(|| anyhow!("link closed"))??,
+            ),
+            Carry::Messages => drop(
+                receiver
+                    .recv()
+                    .await
+                    .ok_or_else(|| anyhow!("link closed"))??,
+            ),
+        }
+    }
+    let elapsed = start.elapsed();
+    sending.await??;
+    Ok(elapsed)
+}
+
+/// Round trips through the transport, sorted nanoseconds.
+async fn transport_round_trips(pair: &mut Pair, msg: &Message, n: usize) -> Result<Vec<u64>> {
+    let echo_sender = pair.server.sender.clone();
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        pair.client.sender.send(msg).await?;
+        let got = pair
+            .server
+            .receiver
+            .recv()
+            .await
+            .ok_or_else(|| anyhow!("closed"))??;
+        echo_sender.send(&got).await?;
+        pair.client
+            .receiver
+            .recv()
+            .await
+            .ok_or_else(|| anyhow!("closed"))??;
+        times.push(start.elapsed().as_nanos() as u64);
+    }
+    times.sort_unstable();
+    Ok(times)
+}
+
+async fn raw_write<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(frame.len() as u32).to_be_bytes()).await?;
+    w.write_all(frame).await
+}
+
+async fn raw_read<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await?;
+    buf.resize(u32::from_be_bytes(len) as usize, 0);
+    r.read_exact(buf).await?;
+    Ok(())
+}
+
+/// A connected raw socket pair of the baseline's family.
+async fn raw_pair(
+    kind: TransportKind,
+    socket_dir: &std::path::Path,
+) -> Result<(Box<dyn RawStream>, Box<dyn RawStream>)> {
+    if kind == TransportKind::UnixSocket {
+        let path = socket_dir.join(format!("raw-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path)?;
+        let client = tokio::net::UnixStream::connect(&path).await?;
+        let (server, _) = listener.accept().await?;
+        Ok((Box::new(client), Box::new(server)))
+    } else {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+        let (server, _) = listener.accept().await?;
+        client.set_nodelay(true)?;
+        server.set_nodelay(true)?;
+        Ok((Box::new(client), Box::new(server)))
+    }
+}
+
+trait RawStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> RawStream for T {}
+
+async fn raw_one_way(
+    kind: TransportKind,
+    dir: &std::path::Path,
+    frame: &[u8],
+    n: usize,
+) -> Result<Duration> {
+    let (client, server) = raw_pair(kind, dir).await?;
+    let frame = frame.to_vec();
+    let start = Instant::now();
+    let writer = tokio::spawn(async move {
+        let mut w = BufWriter::with_capacity(64 * 1024, client);
+        for _ in 0..n {
+            raw_write(&mut w, &frame).await?;
+        }
+        w.flush().await?;
+        Ok::<_, std::io::Error>(w)
+    });
+    let mut r = BufReader::with_capacity(64 * 1024, server);
+    let mut buf = Vec::new();
+    for _ in 0..n {
+        raw_read(&mut r, &mut buf).await?;
+    }
+    let elapsed = start.elapsed();
+    drop(writer.await??);
+    Ok(elapsed)
+}
+
+async fn raw_round_trips(
+    kind: TransportKind,
+    dir: &std::path::Path,
+    frame: &[u8],
+    n: usize,
+) -> Result<Vec<u64>> {
+    let (mut client, mut server) = raw_pair(kind, dir).await?;
+    let echo = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        for _ in 0..n {
+            raw_read(&mut server, &mut buf).await?;
+            raw_write(&mut server, &buf).await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let mut buf = Vec::new();
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        raw_write(&mut client, frame).await?;
+        raw_read(&mut client, &mut buf).await?;
+        times.push(start.elapsed().as_nanos() as u64);
+    }
+    echo.await??;
+    times.sort_unstable();
+    Ok(times)
+}
+
+/// Runs the transport scenarios for `kinds` and adds their rows.
+pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let dir = std::env::temp_dir();
+    runtime.block_on(async {
+        let pki = DevPki::new("edgehive bench CA")?;
+        for &kind in kinds {
+            let baseline = if kind == TransportKind::UnixSocket {
+                "raw unix socket"
+            } else {
+                "raw tcp socket"
+            };
+            for (size, label) in SIZES {
+                let msg = message_of(size);
+                let frame = msg.to_bytes()?;
+                let n = (scale.messages / 4 * 256 / size).clamp(50, 200_000);
+                let rt =
+                    (scale.round_trips / 10).clamp(100, 20_000) / if size > 1024 { 10 } else { 1 };
+                let scenario = format!("transport/{kind}/{label}");
+
+                let mut pair = connect(kind, &pki, &dir)
+                    .await
+                    .with_context(|| format!("{kind} link"))?;
+                transport_one_way(&mut pair, &msg, n / 10 + 1, Carry::Frames).await?; // warm-up
+                let frames = transport_one_way(&mut pair, &msg, n, Carry::Frames).await?;
+                let messages = transport_one_way(&mut pair, &msg, n, Carry::Messages).await?;
+                let raw = raw_one_way(kind, &dir, &frame, n).await?;
+                let mb = |d: Duration| (n * frame.len()) as f64 / 1e6 / d.as_secs_f64();
+                let rate = |d: Duration| n as f64 / d.as_secs_f64();
+                report.with_baseline(
+                    &scenario,
+                    "one_way",
+                    rate(frames),
+                    "msgs/s",
+                    rate(raw),
+                    baseline,
+                );
+                report.with_baseline(
+                    &scenario,
+                    "one_way_bytes",
+                    mb(frames),
+                    "MB/s",
+                    mb(raw),
+                    baseline,
+                );
+                report.with_baseline(
+                    &scenario,
+                    "one_way_decoded",
+                    rate(messages),
+                    "msgs/s",
+                    rate(raw),
+                    baseline,
+                );
+
+                let ours = transport_round_trips(&mut pair, &msg, rt).await?;
+                let raw = raw_round_trips(kind, &dir, &frame, rt).await?;
+                report.with_baseline(
+                    &scenario,
+                    "rtt_p50",
+                    quantile_us(&ours, 0.5),
+                    "us",
+                    quantile_us(&raw, 0.5),
+                    baseline,
+                );
+                report.with_baseline(
+                    &scenario,
+                    "rtt_p99",
+                    quantile_us(&ours, 0.99),
+                    "us",
+                    quantile_us(&raw, 0.99),
+                    baseline,
+                );
+                pair.client.sender.close().await;
+            }
+        }
+        Ok(())
+    })
+}
