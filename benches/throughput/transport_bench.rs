@@ -31,7 +31,12 @@ struct Pair {
     _listener: Listener,
 }
 
-async fn connect(kind: TransportKind, pki: &DevPki, socket_dir: &std::path::Path) -> Result<Pair> {
+async fn connect(
+    kind: TransportKind,
+    tls_on: bool,
+    pki: &DevPki,
+    socket_dir: &std::path::Path,
+) -> Result<Pair> {
     let transport: Box<dyn Transport> = kind.transport()?;
     let (address, tls_server, tls_client) = match kind {
         TransportKind::UnixSocket => (
@@ -42,6 +47,7 @@ async fn connect(kind: TransportKind, pki: &DevPki, socket_dir: &std::path::Path
             None,
             None,
         ),
+        _ if !tls_on => ("127.0.0.1:0".to_owned(), None, None),
         _ => {
             let (chain, key) = pki.server("cloud")?;
             let server = tls::server_config(chain, key, Some(&[pki.root()]))?;
@@ -51,9 +57,11 @@ async fn connect(kind: TransportKind, pki: &DevPki, socket_dir: &std::path::Path
     };
     let mut listen = ListenOptions::new(address);
     listen.tls = tls_server;
+    listen.allow_plaintext = !tls_on;
     let mut listener = transport.listen(&listen).await?;
     let mut dial = DialOptions::new(listener.local_addr(), "localhost");
     dial.tls = tls_client;
+    dial.allow_plaintext = !tls_on;
     let client = transport.dial(&dial).await?;
     let server = listener
         .accept()
@@ -242,7 +250,15 @@ pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result
     let dir = std::env::temp_dir();
     runtime.block_on(async {
         let pki = DevPki::new("edgehive bench CA")?;
+        // WebSocket also without TLS, to show what TLS costs.
+        let mut variants = Vec::new();
         for &kind in kinds {
+            variants.push((kind, kind != TransportKind::UnixSocket, kind.to_string()));
+            if kind == TransportKind::WebSocket {
+                variants.push((kind, false, "ws-plain".to_owned()));
+            }
+        }
+        for (kind, tls_on, name) in variants {
             let baseline = if kind == TransportKind::UnixSocket {
                 "raw unix socket"
             } else {
@@ -254,11 +270,11 @@ pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result
                 let n = (scale.messages / 4 * 256 / size).clamp(50, 200_000);
                 let rt =
                     (scale.round_trips / 10).clamp(100, 20_000) / if size > 1024 { 10 } else { 1 };
-                let scenario = format!("transport/{kind}/{label}");
+                let scenario = format!("transport/{name}/{label}");
 
-                let mut pair = connect(kind, &pki, &dir)
+                let mut pair = connect(kind, tls_on, &pki, &dir)
                     .await
-                    .with_context(|| format!("{kind} link"))?;
+                    .with_context(|| format!("{name} link"))?;
                 transport_one_way(&mut pair, &msg, n / 10 + 1, Carry::Frames).await?; // warm-up
                 let frames = transport_one_way(&mut pair, &msg, n, Carry::Frames).await?;
                 let messages = transport_one_way(&mut pair, &msg, n, Carry::Messages).await?;
