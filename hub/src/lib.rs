@@ -1,5 +1,44 @@
-//! The hub links edge nodes to the cloud: `cloudhub` keeps one session per
-//! node with a reliable, resumable downstream queue; `edgehub` keeps the one
-//! link of an edge node alive and routes messages to the edge modules.
+//! The hub links edge nodes to the cloud over any [`transports`] transport.
 //!
-//! Status: arrives with the hub issue; until then this crate only reserves its name.
+//! - [`CloudHub`] listens on every configured transport at once and runs one
+//!   session actor per connected node. Each node has a downstream
+//!   [`NodeQueue`](queue::NodeQueue): every object is kept until the node
+//!   acknowledges it, only the newest version of an object is kept, a window
+//!   of objects is in flight (not stop-and-wait), and the queue persists in
+//!   redb, so a cloud restart loses nothing. After a reconnect it resends
+//!   from where the node left off. A node's identity is the common name of
+//!   its client certificate: a node can never send or receive for another.
+//! - [`EdgeHub`] keeps one link to the cloud. It reconnects with exponential
+//!   backoff and jitter, acknowledges an object only after the edge module
+//!   that keeps it has persisted it, and holds status reports while offline
+//!   (latest per object) until the link returns.
+//! - Both sides send keepalives; a link silent for two intervals is closed on
+//!   either side, so a half-open link is noticed within two keepalive
+//!   intervals instead of TCP's minutes.
+//! - Node connect and disconnect are beehive messages to the `nodeevents`
+//!   group.
+
+mod cloud;
+mod edge;
+pub mod protocol;
+pub mod queue;
+mod stats;
+pub mod store;
+
+pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
+pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
+pub use stats::{EdgeHubStats, HubStats};
+
+/// Why a hub could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// A transport could not listen.
+    #[error(transparent)]
+    Transport(#[from] transports::TransportError),
+    /// The queue store could not be opened.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The module could not start.
+    #[error(transparent)]
+    Hive(#[from] beehive::Error),
+}

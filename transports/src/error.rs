@@ -71,6 +71,9 @@ pub enum TransportError {
     /// The link is closed.
     #[error("link closed")]
     Closed,
+    /// The send queue is full (only from `try_send_frame`).
+    #[error("send queue full")]
+    QueueFull,
 }
 
 impl TransportError {

@@ -30,6 +30,12 @@
 //! # Ok(()) }
 //! ```
 
+// Built with no transport feature, the shared plumbing has no user.
+#![cfg_attr(
+    not(any(feature = "ws", feature = "quic", feature = "uds")),
+    allow(dead_code)
+)]
+
 use std::future::Future;
 use std::pin::Pin;
 

@@ -199,6 +199,38 @@ impl LinkSender {
         }
     }
 
+    /// Queues a frame without waiting: [`TransportError::QueueFull`] when the
+    /// send queue is full (for callers that cannot wait, such as actors).
+    pub fn try_send_frame(&self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
+        if frame.len() > self.max_frame {
+            return Err(FrameError::TooLarge {
+                len: frame.len(),
+                max: self.max_frame,
+            }
+            .into());
+        }
+        let outbox = &self.outbox.outbox;
+        let mut queued = outbox.lock();
+        if queued.closing || self.is_closed() {
+            return Err(TransportError::Closed);
+        }
+        if queued.frames.len() >= outbox.capacity {
+            return Err(TransportError::QueueFull);
+        }
+        queued.frames.push((frame, lane));
+        let first = queued.frames.len() == 1;
+        drop(queued);
+        if first {
+            outbox.wake_writer.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Frames queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.outbox.outbox.lock().frames.len()
+    }
+
     /// Closes the link after what is already queued has been written.
     pub async fn close(&self) {
         self.outbox.outbox.finish();

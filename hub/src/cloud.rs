@@ -1,0 +1,622 @@
+//! cloudhub: listens on every configured transport, runs one `NodeSession`
+//! actor per connected node, and keeps a reliable, coalescing, windowed and
+//! persisted downstream queue per node.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use beehive::constants::{group, module, operation};
+use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use tracing::{debug, info, warn};
+use transports::{Lane, Link, LinkSender, ListenOptions, Listener, TransportError, TransportKind};
+
+use crate::HubError;
+use crate::protocol::{self, Hello, Kind};
+use crate::queue::{AckOutcome, NodeQueue, PushOutcome};
+use crate::stats::HubStats;
+use crate::store::QueueStore;
+
+/// One address cloudhub listens on.
+#[derive(Clone)]
+pub struct CloudEndpoint {
+    /// Which transport.
+    pub kind: TransportKind,
+    /// Address, TLS and limits.
+    pub options: ListenOptions,
+    /// Accept the node name from the hello when the peer has no client
+    /// certificate. Only for links that are protected otherwise (a Unix
+    /// socket's file permissions); off by default.
+    pub trust_hello: bool,
+}
+
+/// How cloudhub runs.
+#[derive(Clone)]
+pub struct CloudHubConfig {
+    /// Where to listen; every endpoint at once.
+    pub endpoints: Vec<CloudEndpoint>,
+    /// Keepalive interval; a link silent for two intervals is closed.
+    pub keepalive: Duration,
+    /// Time a new link has to say hello.
+    pub hello_timeout: Duration,
+    /// Objects in flight per node before acks must come back.
+    pub window: usize,
+    /// Objects held per node at most; more are refused and counted.
+    pub max_objects_per_node: usize,
+    /// A disconnected node's queue leaves memory after this long (it stays
+    /// in the store and is loaded again when the node returns).
+    pub evict_after: Duration,
+    /// Where the queues persist; none keeps them in memory only.
+    pub store: Option<PathBuf>,
+}
+
+impl Default for CloudHubConfig {
+    fn default() -> Self {
+        CloudHubConfig {
+            endpoints: Vec::new(),
+            keepalive: Duration::from_secs(15),
+            hello_timeout: Duration::from_secs(10),
+            window: 512,
+            max_objects_per_node: 100_000,
+            evict_after: Duration::from_secs(3600),
+            store: None,
+        }
+    }
+}
+
+/// What a running cloudhub tells its owner.
+#[derive(Clone)]
+pub struct CloudHubHandle {
+    /// The bound address of each endpoint, in configuration order.
+    pub addresses: Vec<(TransportKind, String)>,
+    /// Counters.
+    pub stats: Arc<HubStats>,
+}
+
+struct Session {
+    id: u64,
+    sender: LinkSender,
+}
+
+/// The cloudhub module.
+pub struct CloudHub {
+    hive: Hive,
+    config: Arc<CloudHubConfig>,
+    listeners: Vec<(CloudEndpoint, Listener)>,
+    queues: HashMap<String, NodeQueue>,
+    sessions: HashMap<String, Session>,
+    /// When each disconnected node left.
+    gone_since: HashMap<String, Instant>,
+    store: Option<QueueStore>,
+    stats: Arc<HubStats>,
+    next_session: u64,
+}
+
+impl CloudHub {
+    /// Binds every endpoint, opens the queue store and starts the cloudhub
+    /// module in `hive`. Fails if an address cannot be bound.
+    pub async fn start(hive: &Hive, config: CloudHubConfig) -> Result<CloudHubHandle, HubError> {
+        let mut listeners = Vec::new();
+        let mut addresses = Vec::new();
+        for endpoint in &config.endpoints {
+            let transport = endpoint.kind.transport()?;
+            let listener = transport.listen(&endpoint.options).await?;
+            info!(kind = %endpoint.kind, address = listener.local_addr(), "cloudhub listening");
+            addresses.push((endpoint.kind, listener.local_addr().to_owned()));
+            listeners.push((endpoint.clone(), listener));
+        }
+        let store = match &config.store {
+            Some(path) => Some(QueueStore::open(path)?),
+            None => None,
+        };
+        let stats = Arc::new(HubStats::default());
+        let mut first = Some((listeners, store));
+        let config = Arc::new(config);
+        let hub_stats = stats.clone();
+        hive.start_module(move |hive| {
+            // The listeners and store go to the first instance; cloudhub
+            // is not restarted (its sockets would be gone).
+            let (listeners, store) = first.take().unwrap_or_default();
+            CloudHub {
+                hive: hive.clone(),
+                config: config.clone(),
+                listeners,
+                queues: HashMap::new(),
+                sessions: HashMap::new(),
+                gone_since: HashMap::new(),
+                store,
+                stats: hub_stats.clone(),
+                next_session: 0,
+            }
+        })?;
+        Ok(CloudHubHandle { addresses, stats })
+    }
+
+    fn queue(&mut self, node: &str) -> &mut NodeQueue {
+        let (window, max) = (self.config.window, self.config.max_objects_per_node);
+        self.queues
+            .entry(node.to_owned())
+            .or_insert_with(|| NodeQueue::new(window, max))
+    }
+
+    /// Puts as much of `node`'s queue on the wire as its window allows.
+    fn pump(&mut self, node: &str, ctx: &mut Context<Self>) {
+        let Some(session) = self.sessions.get(node) else {
+            return;
+        };
+        let sender = session.sender.clone();
+        let Some(queue) = self.queues.get_mut(node) else {
+            return;
+        };
+        let max = self
+            .config
+            .endpoints
+            .first()
+            .map_or(transports::frame::DEFAULT_MAX_FRAME, |e| {
+                e.options.limits.max_frame
+            });
+        for msg in queue.next_batch() {
+            let frame = match transports::frame::encode(&msg, max) {
+                Ok(frame) => frame,
+                Err(err) => {
+                    warn!(%node, resource = msg.resource(), error = %err, "object cannot be sent; dropped");
+                    queue.ack(msg.id());
+                    continue;
+                }
+            };
+            match sender.try_send_frame(frame, Lane::Ordered) {
+                Ok(()) => self.stats.count(&self.stats.downstream_sent),
+                Err(TransportError::QueueFull) => {
+                    // Back to the front of the queue; try again shortly.
+                    queue.requeue(msg.id());
+                    let node = node.to_owned();
+                    ctx.run_later(Duration::from_millis(5), move |hub, ctx| {
+                        hub.pump(&node, ctx)
+                    });
+                    return;
+                }
+                Err(_) => {
+                    // The session is going away; its SessionDown resends.
+                    queue.requeue(msg.id());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn node_event(&self, node: &str, op: &str) {
+        let hive = self.hive.clone();
+        let event = HiveMessage::new().build_router(
+            module::CLOUDHUB,
+            group::NODE_EVENTS,
+            format!("node/{node}"),
+            op,
+        );
+        actix::spawn(async move {
+            // Nobody may be watching; that is fine.
+            let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
+        });
+    }
+
+    /// Drops the in-memory queues of nodes gone longer than `evict_after`.
+    fn evict_gone(&mut self) {
+        let evict_after = self.config.evict_after;
+        let gone: Vec<String> = self
+            .gone_since
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= evict_after)
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in gone {
+            self.gone_since.remove(&node);
+            if self.store.is_some() {
+                // Still in the store; loaded again when the node returns.
+                self.queues.remove(&node);
+                info!(%node, "queue of a long-gone node evicted from memory");
+            }
+        }
+    }
+
+    fn load_from_store(&mut self, node: &str) {
+        let Some(store) = &self.store else { return };
+        if self.queues.contains_key(node) {
+            return;
+        }
+        match store.load_node(node) {
+            Ok(objects) => {
+                for msg in objects {
+                    self.queue(node).push(msg);
+                }
+            }
+            Err(err) => warn!(%node, error = %err, "could not load the node's queue"),
+        }
+    }
+}
+
+impl Actor for CloudHub {
+    type Context = Context<Self>;
+}
+
+impl Module for CloudHub {
+    fn name(&self) -> &str {
+        module::CLOUDHUB
+    }
+
+    fn group(&self) -> &str {
+        group::HUB
+    }
+
+    fn init(&mut self, ctx: &mut Context<Self>) {
+        if let Some(store) = &self.store {
+            match store.load() {
+                Ok(objects) => {
+                    let count = objects.len();
+                    for (node, msg) in objects {
+                        self.queue(&node).push(msg);
+                        self.gone_since.entry(node).or_insert_with(Instant::now);
+                    }
+                    info!(objects = count, "downstream queues loaded");
+                }
+                Err(err) => warn!(error = %err, "could not load downstream queues"),
+            }
+        }
+        for (endpoint, listener) in std::mem::take(&mut self.listeners) {
+            actix::spawn(accept_loop(
+                listener,
+                endpoint,
+                ctx.address(),
+                self.hive.clone(),
+                self.config.clone(),
+                self.stats.clone(),
+            ));
+        }
+        let evict_every = (self.config.evict_after / 4).max(Duration::from_secs(1));
+        ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
+    }
+
+    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        let Some((node, msg)) = protocol::to_edge(msg) else {
+            self.stats.count(&self.stats.unroutable);
+            debug!("downstream message without node/<node>/ in its resource; dropped");
+            return Ok(());
+        };
+        if !protocol::needs_ack(&msg) {
+            // Responses and events: now or never.
+            let sent = self.sessions.get(&node).is_some_and(|session| {
+                transports::frame::encode(&msg, transports::frame::DEFAULT_MAX_FRAME)
+                    .ok()
+                    .is_some_and(|frame| {
+                        session.sender.try_send_frame(frame, Lane::Ordered).is_ok()
+                    })
+            });
+            if !sent {
+                self.stats.count(&self.stats.unroutable);
+            }
+            return Ok(());
+        }
+        self.load_from_store(&node);
+        match self.queue(&node).push(msg.clone()) {
+            PushOutcome::Queued | PushOutcome::Coalesced => {
+                if let Some(store) = &self.store {
+                    store.put(&node, &msg);
+                }
+                self.pump(&node, ctx);
+            }
+            PushOutcome::Stale => self.stats.count(&self.stats.stale),
+            PushOutcome::Full => {
+                self.stats.count(&self.stats.queue_full);
+                warn!(%node, "node queue full; object refused (the node needs a resync)");
+            }
+        }
+        Ok(())
+    }
+
+    fn cleanup(&mut self, _ctx: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
+        let senders: Vec<LinkSender> = self.sessions.drain().map(|(_, s)| s.sender).collect();
+        let store = self.store.clone();
+        Box::pin(
+            async move {
+                for sender in senders {
+                    sender.close().await;
+                }
+                if let Some(store) = store {
+                    let _ = store.flush().await;
+                }
+            }
+            .into_actor(self),
+        )
+    }
+}
+
+/// A node's session is up.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SessionUp {
+    node: String,
+    id: u64,
+    sender: LinkSender,
+}
+
+/// A node's session ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SessionDown {
+    node: String,
+    id: u64,
+}
+
+/// A node acknowledged a message.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Acked {
+    node: String,
+    id: beehive::Uuid,
+}
+
+/// Asks for a fresh session id.
+#[derive(Message)]
+#[rtype(result = "u64")]
+struct NewSessionId;
+
+impl Handler<NewSessionId> for CloudHub {
+    type Result = u64;
+    fn handle(&mut self, _: NewSessionId, _: &mut Context<Self>) -> u64 {
+        self.next_session += 1;
+        self.next_session
+    }
+}
+
+impl Handler<SessionUp> for CloudHub {
+    type Result = ();
+    fn handle(&mut self, up: SessionUp, ctx: &mut Context<Self>) {
+        info!(node = %up.node, session = up.id, "node connected");
+        self.stats.count(&self.stats.sessions_opened);
+        if let Some(old) = self.sessions.insert(
+            up.node.clone(),
+            Session {
+                id: up.id,
+                sender: up.sender,
+            },
+        ) {
+            // A reconnect while the old link lingers: the new one wins.
+            actix::spawn(async move { old.sender.close().await });
+        }
+        self.gone_since.remove(&up.node);
+        self.load_from_store(&up.node);
+        self.queue(&up.node).link_lost();
+        self.pump(&up.node, ctx);
+        self.node_event(&up.node, operation::NODE_CONNECTED);
+        self.stats.set_connected(self.sessions.len());
+    }
+}
+
+impl Handler<SessionDown> for CloudHub {
+    type Result = ();
+    fn handle(&mut self, down: SessionDown, _: &mut Context<Self>) {
+        if self
+            .sessions
+            .get(&down.node)
+            .is_none_or(|s| s.id != down.id)
+        {
+            return;
+        }
+        info!(node = %down.node, session = down.id, "node disconnected");
+        self.sessions.remove(&down.node);
+        if let Some(queue) = self.queues.get_mut(&down.node) {
+            queue.link_lost();
+        }
+        self.gone_since.insert(down.node.clone(), Instant::now());
+        self.node_event(&down.node, operation::NODE_DISCONNECTED);
+        self.stats.set_connected(self.sessions.len());
+    }
+}
+
+impl Handler<Acked> for CloudHub {
+    type Result = ();
+    fn handle(&mut self, acked: Acked, ctx: &mut Context<Self>) {
+        let Some(queue) = self.queues.get_mut(&acked.node) else {
+            return;
+        };
+        match queue.ack(acked.id) {
+            AckOutcome::Delivered { resource } => {
+                self.stats.count(&self.stats.acked);
+                if let Some(store) = &self.store {
+                    store.remove(&acked.node, &resource);
+                }
+            }
+            AckOutcome::Superseded { .. } => self.stats.count(&self.stats.acked),
+            AckOutcome::Unknown => self.stats.count(&self.stats.duplicate_acks),
+        }
+        self.pump(&acked.node, ctx);
+    }
+}
+
+async fn accept_loop(
+    mut listener: Listener,
+    endpoint: CloudEndpoint,
+    hub: Addr<CloudHub>,
+    hive: Hive,
+    config: Arc<CloudHubConfig>,
+    stats: Arc<HubStats>,
+) {
+    while let Some(link) = listener.accept().await {
+        actix::spawn(open_session(
+            link,
+            endpoint.trust_hello,
+            hub.clone(),
+            hive.clone(),
+            config.clone(),
+            stats.clone(),
+        ));
+    }
+    warn!(kind = %endpoint.kind, "cloudhub listener stopped");
+}
+
+/// Takes the hello, checks the node's identity, starts its session.
+async fn open_session(
+    mut link: Link,
+    trust_hello: bool,
+    hub: Addr<CloudHub>,
+    hive: Hive,
+    config: Arc<CloudHubConfig>,
+    stats: Arc<HubStats>,
+) {
+    let remote = link.peer.remote.clone();
+    let first = tokio::time::timeout(config.hello_timeout, link.receiver.recv()).await;
+    let hello = match first {
+        Ok(Some(Ok(msg))) if protocol::kind(&msg) == Kind::Hello => msg.body::<Hello>().ok(),
+        _ => None,
+    };
+    let refusal = match (&hello, &link.peer.common_name) {
+        (None, _) => Some("no hello".to_owned()),
+        (Some(hello), _) if !valid_node_name(&hello.node) => {
+            Some(format!("invalid node name {:?}", hello.node))
+        }
+        (Some(hello), Some(certified)) if certified != &hello.node => Some(format!(
+            "certificate of node {certified:?} presented as node {:?}",
+            hello.node
+        )),
+        (Some(_), None) if !trust_hello => Some("no client certificate".to_owned()),
+        _ => None,
+    };
+    let node = match (refusal, hello) {
+        (None, Some(hello)) => hello.node,
+        (refusal, _) => {
+            warn!(%remote, reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
+            stats.count(&stats.refused_links);
+            link.sender.close().await;
+            return;
+        }
+    };
+    let Ok(id) = hub.send(NewSessionId).await else {
+        return;
+    };
+    let Link {
+        sender, receiver, ..
+    } = link;
+    let incoming = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|item| (item, receiver))
+    });
+    let session_sender = sender.clone();
+    let session_node = node.clone();
+    let session_hub = hub.clone();
+    NodeSession::create(move |ctx| {
+        ctx.add_stream(incoming);
+        NodeSession {
+            node: session_node,
+            id,
+            hub: session_hub,
+            hive,
+            sender: session_sender,
+            keepalive: config.keepalive,
+            last_seen: Instant::now(),
+            last_sent: Instant::now(),
+            stats,
+        }
+    });
+    // Sent before the session can report an ack: both come from this arbiter.
+    hub.do_send(SessionUp { node, id, sender });
+}
+
+/// Node names are DNS-1123 labels in practice; refuse anything that could
+/// change the meaning of a resource string.
+fn valid_node_name(node: &str) -> bool {
+    !node.is_empty() && node.len() <= 253 && !node.contains(['/', '\0', ' '])
+}
+
+/// The live link of one node.
+struct NodeSession {
+    node: String,
+    id: u64,
+    hub: Addr<CloudHub>,
+    hive: Hive,
+    sender: LinkSender,
+    keepalive: Duration,
+    last_seen: Instant,
+    last_sent: Instant,
+    stats: Arc<HubStats>,
+}
+
+impl Actor for NodeSession {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Checked four times an interval, so a link silent for 1.75
+        // intervals is closed within two.
+        ctx.run_interval(self.keepalive / 4, |session, ctx| {
+            if session.last_seen.elapsed() > session.keepalive * 7 / 4 {
+                warn!(node = %session.node, "no keepalive from the node; closing its link");
+                session.stats.count(&session.stats.keepalive_timeouts);
+                ctx.stop();
+                return;
+            }
+            if session.last_sent.elapsed() >= session.keepalive {
+                session.last_sent = Instant::now();
+                if let Ok(frame) =
+                    transports::frame::encode(&protocol::keepalive(module::CLOUDHUB), 1024)
+                {
+                    let _ = session.sender.try_send_frame(frame, Lane::Ordered);
+                }
+            }
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.hub.do_send(SessionDown {
+            node: self.node.clone(),
+            id: self.id,
+        });
+        let sender = self.sender.clone();
+        actix::spawn(async move { sender.close().await });
+    }
+}
+
+impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
+    fn handle(&mut self, item: Result<HiveMessage, TransportError>, ctx: &mut Context<Self>) {
+        let msg = match item {
+            Ok(msg) => msg,
+            Err(err) => {
+                warn!(node = %self.node, error = %err, "link failed");
+                ctx.stop();
+                return;
+            }
+        };
+        self.last_seen = Instant::now();
+        match protocol::kind(&msg) {
+            Kind::Keepalive => {}
+            Kind::Ack(id) => self.hub.do_send(Acked {
+                node: self.node.clone(),
+                id,
+            }),
+            Kind::Hello => debug!(node = %self.node, "second hello ignored"),
+            Kind::Payload => match protocol::to_cloud(&self.node, msg) {
+                Ok(msg) => {
+                    self.stats.count(&self.stats.upstream);
+                    let hive = self.hive.clone();
+                    let stats = self.stats.clone();
+                    let target = msg.group().to_owned();
+                    // In order, and the link waits while the cloud module is full.
+                    ctx.wait(
+                        async move {
+                            if hive.send_to_group(&target, msg).await.is_err() {
+                                stats.count(&stats.unroutable);
+                            }
+                        }
+                        .into_actor(self),
+                    );
+                }
+                Err(refusal) => {
+                    warn!(error = %refusal, "message refused");
+                    self.stats.count(&self.stats.foreign_messages);
+                }
+            },
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        debug!(node = %self.node, "link closed");
+        ctx.stop();
+    }
+}

@@ -1,0 +1,79 @@
+//! Counters of a hub, read by tests, benchmarks and /metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of cloudhub.
+#[derive(Debug, Default)]
+pub struct HubStats {
+    /// Sessions established.
+    pub sessions_opened: AtomicU64,
+    /// Nodes connected now.
+    pub connected: AtomicU64,
+    /// Links refused: no hello, no or a mismatching certificate, bad name.
+    pub refused_links: AtomicU64,
+    /// Messages refused because they named another node.
+    pub foreign_messages: AtomicU64,
+    /// Objects put on the wire (resends included).
+    pub downstream_sent: AtomicU64,
+    /// Acks that settled an object.
+    pub acked: AtomicU64,
+    /// Acks for nothing in flight (duplicates, late).
+    pub duplicate_acks: AtomicU64,
+    /// Messages from nodes passed to cloud modules.
+    pub upstream: AtomicU64,
+    /// Messages with nowhere to go (no node prefix, node offline for a
+    /// one-shot message, no module for a group).
+    pub unroutable: AtomicU64,
+    /// Objects older than the version held, ignored.
+    pub stale: AtomicU64,
+    /// Objects refused because a node's queue was full.
+    pub queue_full: AtomicU64,
+    /// Links closed for silence.
+    pub keepalive_timeouts: AtomicU64,
+}
+
+impl HubStats {
+    /// Adds one to `counter`.
+    pub fn count(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads `counter`.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_connected(&self, n: usize) {
+        self.connected.store(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Counters of edgehub.
+#[derive(Debug, Default)]
+pub struct EdgeHubStats {
+    /// Links established (the first one included).
+    pub connects: AtomicU64,
+    /// Failed dial attempts.
+    pub dial_failures: AtomicU64,
+    /// Objects from the cloud passed to edge modules.
+    pub downstream: AtomicU64,
+    /// Acks sent after a module persisted an object.
+    pub acks_sent: AtomicU64,
+    /// Objects a module did not confirm (the link is reset so they come again).
+    pub unconfirmed: AtomicU64,
+    /// Messages sent up.
+    pub upstream_sent: AtomicU64,
+    /// Messages kept while offline (latest per object).
+    pub offline_buffered: AtomicU64,
+    /// Messages dropped from a full offline buffer.
+    pub offline_dropped: AtomicU64,
+    /// Links closed for silence.
+    pub keepalive_timeouts: AtomicU64,
+}
+
+impl EdgeHubStats {
+    /// Adds one to `counter`.
+    pub fn count(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
