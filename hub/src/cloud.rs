@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use transports::{Lane, Link, LinkSender, ListenOptions, Listener, TransportError, TransportKind};
 
@@ -92,6 +93,10 @@ pub struct CloudHub {
     store: Option<QueueStore>,
     stats: Arc<HubStats>,
     next_session: u64,
+    pending_total: usize,
+    /// Tells the accept loops to stop and release their addresses.
+    stop_accepting: watch::Sender<bool>,
+    accepting: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl CloudHub {
@@ -129,6 +134,9 @@ impl CloudHub {
                 store,
                 stats: hub_stats.clone(),
                 next_session: 0,
+                pending_total: 0,
+                stop_accepting: watch::channel(false).0,
+                accepting: Vec::new(),
             }
         })?;
         Ok(CloudHubHandle { addresses, stats })
@@ -139,6 +147,17 @@ impl CloudHub {
         self.queues
             .entry(node.to_owned())
             .or_insert_with(|| NodeQueue::new(window, max))
+    }
+
+    /// Publishes the number of objects held in memory, kept up to date
+    /// from the queues' own lengths before and after each change.
+    fn adjust_pending(&mut self, before: usize, after: usize) {
+        self.pending_total = (self.pending_total + after).saturating_sub(before);
+        self.stats.set_pending(self.pending_total as u64);
+    }
+
+    fn queue_len(&self, node: &str) -> usize {
+        self.queues.get(node).map_or(0, NodeQueue::len)
     }
 
     /// Puts as much of `node`'s queue on the wire as its window allows.
@@ -213,7 +232,9 @@ impl CloudHub {
             self.gone_since.remove(&node);
             if self.store.is_some() {
                 // Still in the store; loaded again when the node returns.
+                let before = self.queue_len(&node);
                 self.queues.remove(&node);
+                self.adjust_pending(before, 0);
                 info!(%node, "queue of a long-gone node evicted from memory");
             }
         }
@@ -229,6 +250,8 @@ impl CloudHub {
                 for msg in objects {
                     self.queue(node).push(msg);
                 }
+                let after = self.queue_len(node);
+                self.adjust_pending(0, after);
             }
             Err(err) => warn!(%node, error = %err, "could not load the node's queue"),
         }
@@ -258,19 +281,22 @@ impl Module for CloudHub {
                         self.gone_since.entry(node).or_insert_with(Instant::now);
                     }
                     info!(objects = count, "downstream queues loaded");
+                    let held: usize = self.queues.values().map(NodeQueue::len).sum();
+                    self.adjust_pending(0, held);
                 }
                 Err(err) => warn!(error = %err, "could not load downstream queues"),
             }
         }
         for (endpoint, listener) in std::mem::take(&mut self.listeners) {
-            actix::spawn(accept_loop(
+            self.accepting.push(actix::spawn(accept_loop(
                 listener,
                 endpoint,
+                self.stop_accepting.subscribe(),
                 ctx.address(),
                 self.hive.clone(),
                 self.config.clone(),
                 self.stats.clone(),
-            ));
+            )));
         }
         let evict_every = (self.config.evict_after / 4).max(Duration::from_secs(1));
         ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
@@ -297,11 +323,14 @@ impl Module for CloudHub {
             return Ok(());
         }
         self.load_from_store(&node);
+        let before = self.queue_len(&node);
         match self.queue(&node).push(msg.clone()) {
             PushOutcome::Queued | PushOutcome::Coalesced => {
                 if let Some(store) = &self.store {
                     store.put(&node, &msg);
                 }
+                let after = self.queue_len(&node);
+                self.adjust_pending(before, after);
                 self.pump(&node, ctx);
             }
             PushOutcome::Stale => self.stats.count(&self.stats.stale),
@@ -315,14 +344,21 @@ impl Module for CloudHub {
 
     fn cleanup(&mut self, _ctx: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
         let senders: Vec<LinkSender> = self.sessions.drain().map(|(_, s)| s.sender).collect();
-        let store = self.store.clone();
+        let store = self.store.take();
+        self.stop_accepting.send_replace(true);
+        let accepting = std::mem::take(&mut self.accepting);
         Box::pin(
             async move {
+                for accept in accepting {
+                    let _ = accept.await;
+                }
                 for sender in senders {
                     sender.close().await;
                 }
                 if let Some(store) = store {
-                    let _ = store.flush().await;
+                    // Everything committed and the file released, so a new
+                    // cloudhub (a restart) can open it at once.
+                    store.close().await;
                 }
             }
             .into_actor(self),
@@ -416,6 +452,7 @@ impl Handler<SessionDown> for CloudHub {
 impl Handler<Acked> for CloudHub {
     type Result = ();
     fn handle(&mut self, acked: Acked, ctx: &mut Context<Self>) {
+        let before = self.queue_len(&acked.node);
         let Some(queue) = self.queues.get_mut(&acked.node) else {
             return;
         };
@@ -429,6 +466,8 @@ impl Handler<Acked> for CloudHub {
             AckOutcome::Superseded { .. } => self.stats.count(&self.stats.acked),
             AckOutcome::Unknown => self.stats.count(&self.stats.duplicate_acks),
         }
+        let after = self.queue_len(&acked.node);
+        self.adjust_pending(before, after);
         self.pump(&acked.node, ctx);
     }
 }
@@ -436,12 +475,21 @@ impl Handler<Acked> for CloudHub {
 async fn accept_loop(
     mut listener: Listener,
     endpoint: CloudEndpoint,
+    mut stop: watch::Receiver<bool>,
     hub: Addr<CloudHub>,
     hive: Hive,
     config: Arc<CloudHubConfig>,
     stats: Arc<HubStats>,
 ) {
-    while let Some(link) = listener.accept().await {
+    loop {
+        let link = tokio::select! {
+            link = listener.accept() => link,
+            _ = stop.wait_for(|stop| *stop) => {
+                listener.shutdown().await;
+                return;
+            }
+        };
+        let Some(link) = link else { break };
         actix::spawn(open_session(
             link,
             endpoint.trust_hello,

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use beehive::constants::{group, module};
+use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 use transports::{DialOptions, Lane, Link, LinkSender, TransportError, TransportKind};
 
@@ -146,6 +146,15 @@ pub struct EdgeHubHandle {
     pub stats: Arc<EdgeHubStats>,
     /// Whether the link to the cloud is up now.
     pub online: watch::Receiver<bool>,
+    cut: Arc<Notify>,
+}
+
+impl EdgeHubHandle {
+    /// Drops the current link at once, without a goodbye, as a network
+    /// failure would; edgehub then reconnects as usual. For fault injection.
+    pub fn cut_link(&self) {
+        self.cut.notify_one();
+    }
 }
 
 /// The edgehub module.
@@ -156,6 +165,7 @@ pub struct EdgeHub {
     offline: OfflineBuffer,
     stats: Arc<EdgeHubStats>,
     online: Arc<watch::Sender<bool>>,
+    cut: Arc<Notify>,
 }
 
 impl EdgeHub {
@@ -166,6 +176,8 @@ impl EdgeHub {
         let online = Arc::new(online);
         let config = Arc::new(config);
         let hub_stats = stats.clone();
+        let cut = Arc::new(Notify::new());
+        let hub_cut = cut.clone();
         hive.start_module(move |hive| EdgeHub {
             hive: hive.clone(),
             offline: OfflineBuffer::new(config.offline_buffer),
@@ -173,10 +185,12 @@ impl EdgeHub {
             link: None,
             stats: hub_stats.clone(),
             online: online.clone(),
+            cut: hub_cut.clone(),
         })?;
         Ok(EdgeHubHandle {
             stats,
             online: watch_online,
+            cut,
         })
     }
 
@@ -234,6 +248,7 @@ impl Module for EdgeHub {
             self.hive.clone(),
             self.config.clone(),
             self.stats.clone(),
+            self.cut.clone(),
         ));
     }
 
@@ -305,6 +320,7 @@ async fn connect_loop(
     hive: Hive,
     config: Arc<EdgeHubConfig>,
     stats: Arc<EdgeHubStats>,
+    cut: Arc<Notify>,
 ) {
     let transport = match config.transport.transport() {
         Ok(transport) => transport,
@@ -322,7 +338,7 @@ async fn connect_loop(
                 id += 1;
                 stats.count(&stats.connects);
                 info!(node = %config.node, address = %config.dial.address, "connected to the cloud");
-                run_link(link, id, &hub, &hive, &config, &stats).await;
+                run_link(link, id, &hub, &hive, &config, &stats, &cut).await;
                 hub.do_send(LinkDown { id });
                 info!(node = %config.node, "link to the cloud lost");
             }
@@ -347,6 +363,7 @@ async fn run_link(
     hive: &Hive,
     config: &Arc<EdgeHubConfig>,
     stats: &Arc<EdgeHubStats>,
+    cut: &Notify,
 ) {
     let Link {
         sender,
@@ -379,6 +396,10 @@ async fn run_link(
                 if protocol::kind(&msg) == Kind::Payload {
                     deliver(msg, &sender, hive, config, stats).await;
                 }
+            }
+            _ = cut.notified() => {
+                // Gone at once: nothing flushed, nothing said.
+                return;
             }
             _ = ticker.tick() => {
                 if last_seen.elapsed() > keepalive * 7 / 4 {
@@ -422,8 +443,21 @@ async fn deliver(
     let stats = stats.clone();
     let timeout = config.persist_timeout;
     actix::spawn(async move {
-        match hive.send_to_group_sync(&target, msg, timeout).await {
-            Ok(_) => {
+        let confirmed = hive
+            .send_to_group_sync(&target, msg, timeout)
+            .await
+            .map_err(|err| err.to_string())
+            .and_then(|responses| {
+                match responses
+                    .iter()
+                    .find(|(_, r)| r.operation() == operation::ERROR)
+                {
+                    Some((module, refusal)) => Err(format!("{module}: {}", refusal.content())),
+                    None => Ok(()),
+                }
+            });
+        match confirmed {
+            Ok(()) => {
                 if send_now(&sender, &ack, 1024).is_ok() || sender.send(&ack).await.is_ok() {
                     stats.count(&stats.acks_sent);
                 }

@@ -27,7 +27,7 @@ pub mod store;
 
 pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
 pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
-pub use stats::{EdgeHubStats, HubStats};
+pub use stats::{Changes, EdgeHubStats, HubStats};
 
 /// Why a hub could not start.
 #[derive(Debug, thiserror::Error)]

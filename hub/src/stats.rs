@@ -1,6 +1,36 @@
 //! Counters of a hub, read by tests, benchmarks and /metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// Wakes whoever waits for a counter to reach a value.
+#[derive(Debug, Default)]
+pub struct Changes {
+    notify: Notify,
+}
+
+impl Changes {
+    fn changed(&self) {
+        self.notify.notify_waiters();
+    }
+
+    /// Waits until `condition` holds, re-checking after every count, at
+    /// most `limit`; returns whether it holds.
+    pub async fn wait_for(&self, limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let changed = self.notify.notified();
+            if condition() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return condition();
+            }
+        }
+    }
+}
 
 /// Counters of cloudhub.
 #[derive(Debug, Default)]
@@ -30,12 +60,22 @@ pub struct HubStats {
     pub queue_full: AtomicU64,
     /// Links closed for silence.
     pub keepalive_timeouts: AtomicU64,
+    /// Objects held in node queues, not yet acknowledged.
+    pub pending: AtomicU64,
+    /// Wakes waiters on every change.
+    pub changes: Changes,
 }
 
 impl HubStats {
+    pub(crate) fn set_pending(&self, n: u64) {
+        self.pending.store(n, Ordering::Relaxed);
+        self.changes.changed();
+    }
+
     /// Adds one to `counter`.
     pub fn count(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+        self.changes.changed();
     }
 
     /// Reads `counter`.
@@ -45,6 +85,7 @@ impl HubStats {
 
     pub(crate) fn set_connected(&self, n: usize) {
         self.connected.store(n as u64, Ordering::Relaxed);
+        self.changes.changed();
     }
 }
 
@@ -69,11 +110,19 @@ pub struct EdgeHubStats {
     pub offline_dropped: AtomicU64,
     /// Links closed for silence.
     pub keepalive_timeouts: AtomicU64,
+    /// Wakes waiters on every change.
+    pub changes: Changes,
 }
 
 impl EdgeHubStats {
     /// Adds one to `counter`.
     pub fn count(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+        self.changes.changed();
+    }
+
+    /// Reads `counter`.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
     }
 }

@@ -1,5 +1,13 @@
-//! Metadata: the edge `metamanager` (a redb store of every object the edge
-//! holds, edge autonomy, MetaServer) and the cloud `edgecontroller` (desired
-//! state per node down, status up).
+//! Metadata: the edge `metamanager`, a redb store of every object the edge
+//! holds that keeps the edge running with the cloud gone, and (arriving with
+//! the meta issue) MetaServer and the cloud `edgecontroller`.
 //!
-//! Status: arrives with the meta issue; until then this crate only reserves its name.
+//! [`EdgeStore`] batches writes into transactions on its own thread and
+//! confirms each only after its commit; [`MetaManager`] is the beehive module
+//! on top of it.
+
+pub mod metamanager;
+pub mod store;
+
+pub use metamanager::MetaManager;
+pub use store::{EdgeStore, Record, StoreError, WriteOutcome};

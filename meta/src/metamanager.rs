@@ -1,0 +1,161 @@
+//! metamanager: the edge module that keeps every object the edge holds.
+//!
+//! Objects from the cloud (insert, update, patch, delete) are persisted,
+//! confirmed to the requester only after the commit (edgehub acknowledges
+//! to the cloud on that confirmation), and then passed to the module that
+//! acts on them (edged for pods and their objects, twin for devices). A
+//! stale version is confirmed and otherwise ignored, so a resent object is
+//! applied once. Queries from edge modules are answered from the store,
+//! with the cloud reachable or not: that is edge autonomy. Status reports
+//! from edge modules are stored and sent up through edgehub.
+
+use actix::prelude::*;
+use beehive::constants::{group, module, operation, resource_type};
+use beehive::resource::EdgeResource;
+use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use serde_json::{Value, json};
+use tracing::{debug, warn};
+
+use crate::store::{EdgeStore, WriteOutcome};
+
+/// The metamanager module.
+pub struct MetaManager {
+    hive: Hive,
+    store: EdgeStore,
+}
+
+impl MetaManager {
+    /// Starts metamanager in `hive` on `store`.
+    pub fn start(hive: &Hive, store: EdgeStore) -> Result<beehive::StartOutcome, beehive::Error> {
+        hive.start_module(move |hive| MetaManager {
+            hive: hive.clone(),
+            store: store.clone(),
+        })
+    }
+}
+
+/// The group of the module that acts on objects of `kind`, if any.
+pub fn acting_group(kind: &str) -> Option<&'static str> {
+    match kind {
+        resource_type::POD
+        | resource_type::CONFIGMAP
+        | resource_type::SECRET
+        | resource_type::SERVICE
+        | resource_type::ENDPOINTS
+        | resource_type::NODE => Some(group::EDGED),
+        resource_type::DEVICE
+        | resource_type::DEVICE_MODEL
+        | resource_type::TWIN
+        | resource_type::MEMBERSHIP => Some(group::TWIN),
+        _ => None,
+    }
+}
+
+fn is_status(kind: &str) -> bool {
+    kind.ends_with("status")
+}
+
+impl Actor for MetaManager {
+    type Context = Context<Self>;
+}
+
+impl Module for MetaManager {
+    fn name(&self) -> &str {
+        module::METAMANAGER
+    }
+
+    fn group(&self) -> &str {
+        group::META
+    }
+
+    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        let Ok(resource) = msg.resource().parse::<EdgeResource>() else {
+            warn!(resource = msg.resource(), "unreadable resource");
+            if msg.is_sync() {
+                self.hive
+                    .send_resp(msg.error_response(module::METAMANAGER, "unreadable resource"));
+            }
+            return Ok(());
+        };
+        match msg.operation() {
+            operation::INSERT
+            | operation::UPDATE
+            | operation::PATCH
+            | operation::DELETE
+            | operation::UPLOAD => {
+                let store = self.store.clone();
+                let hive = self.hive.clone();
+                // The write leaves in order now; its commit is awaited aside.
+                ctx.spawn(persist(store, hive, resource, msg).into_actor(self));
+            }
+            operation::QUERY => {
+                let answer = match self.answer(&resource) {
+                    Ok(answer) => msg.response(module::METAMANAGER, answer),
+                    Err(reason) => msg.error_response(module::METAMANAGER, reason),
+                };
+                self.hive.send_resp(answer);
+            }
+            other => debug!(operation = other, "operation ignored"),
+        }
+        Ok(())
+    }
+}
+
+impl MetaManager {
+    /// One object, or the list of a type in a namespace.
+    fn answer(&self, resource: &EdgeResource) -> Result<Value, String> {
+        let key = resource.to_string();
+        if resource.name.is_empty() {
+            let prefix = format!("{}/{}/", resource.namespace, resource.resource_type);
+            let objects = self.store.list(&prefix).map_err(|e| e.to_string())?;
+            return Ok(Value::Array(
+                objects.into_iter().filter_map(|(_, r)| r.object).collect(),
+            ));
+        }
+        match self.store.get(&key).map_err(|e| e.to_string())? {
+            Some(record) if !record.is_deleted() => Ok(record.object.unwrap_or(Value::Null)),
+            _ => Err(format!("{key} not found")),
+        }
+    }
+}
+
+async fn persist(store: EdgeStore, hive: Hive, resource: EdgeResource, msg: HiveMessage) {
+    let key = resource.to_string();
+    let status = is_status(&resource.resource_type);
+    // Status reports carry no version of their own: the newest report wins.
+    let version = if msg.resource_version().is_empty() {
+        msg.timestamp().to_string()
+    } else {
+        msg.resource_version().to_owned()
+    };
+    let written = if msg.operation() == operation::DELETE {
+        store.delete(&key, &version).await
+    } else {
+        store.put(&key, &version, msg.content().clone()).await
+    };
+    match written {
+        Ok(outcome) => {
+            if msg.is_sync() {
+                let applied = outcome == WriteOutcome::Applied;
+                hive.send_resp(msg.response(module::METAMANAGER, json!({ "applied": applied })));
+            }
+            if outcome == WriteOutcome::Stale {
+                return;
+            }
+            if status {
+                // Up to the cloud; edgehub keeps it while offline.
+                if let Err(err) = hive.send(module::EDGEHUB, msg).await {
+                    debug!(error = %err, "status not sent up");
+                }
+            } else if let Some(target) = acting_group(&resource.resource_type) {
+                let _ = hive.send_to_group(target, msg).await;
+            }
+        }
+        Err(err) => {
+            warn!(resource = %key, error = %err, "object not stored");
+            if msg.is_sync() {
+                hive.send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
+            }
+        }
+    }
+}

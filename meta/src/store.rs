@@ -1,0 +1,365 @@
+//! The edge's object store on redb: every object the edge holds, keyed by
+//! its resource (`<ns>/<type>/<name>`), with its resource version.
+//!
+//! Writes go to a writer thread that commits them in batches (one
+//! transaction for everything waiting), and each write is confirmed only
+//! after its commit: nothing blocks an actor thread, and nothing is
+//! confirmed that a crash could lose. A deletion leaves a tombstone with its
+//! version, so a late, older update cannot bring an object back.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tracing::error;
+
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+
+/// A failure of the edge store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// redb failed.
+    #[error("edge store: {0}")]
+    Redb(#[from] redb::Error),
+    /// A stored record could not be read back.
+    #[error("edge store record unreadable: {0}")]
+    Corrupt(String),
+    /// The write was not committed.
+    #[error("edge store write failed: {0}")]
+    Write(String),
+    /// The writer thread is gone.
+    #[error("edge store stopped")]
+    Stopped,
+}
+
+/// One stored object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Its resource version.
+    pub version: String,
+    /// The object (absent for a tombstone).
+    pub object: Option<serde_json::Value>,
+}
+
+impl Record {
+    /// Whether this is a deletion's tombstone.
+    pub fn is_deleted(&self) -> bool {
+        self.object.is_none()
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Stored (or deleted).
+    Applied,
+    /// Older than, or the same as, the version held: nothing changed.
+    Stale,
+}
+
+/// Whether version `new` should replace `held`: numeric comparison when both
+/// are numbers (as Kubernetes' are in practice), else the newer arrival wins.
+fn supersedes(new: &str, held: &str) -> bool {
+    match (new.parse::<u64>(), held.parse::<u64>()) {
+        (Ok(new), Ok(held)) => new > held,
+        _ => new != held,
+    }
+}
+
+enum Op {
+    Put {
+        resource: String,
+        record: Record,
+        done: oneshot::Sender<Result<WriteOutcome, StoreError>>,
+    },
+    Close(oneshot::Sender<()>),
+}
+
+/// Handle to the edge store; cheap to clone.
+#[derive(Clone)]
+pub struct EdgeStore {
+    ops: mpsc::UnboundedSender<Op>,
+    db: Arc<Database>,
+}
+
+impl EdgeStore {
+    /// Opens (or creates) the store at `path` and starts its writer thread.
+    pub fn open(path: &Path) -> Result<EdgeStore, StoreError> {
+        let db = Arc::new(Database::create(path).map_err(redb::Error::from)?);
+        let txn = db.begin_write().map_err(redb::Error::from)?;
+        txn.open_table(OBJECTS).map_err(redb::Error::from)?;
+        txn.commit().map_err(redb::Error::from)?;
+        let (ops, rx) = mpsc::unbounded_channel();
+        let writer = db.clone();
+        std::thread::Builder::new()
+            .name("edge-store".into())
+            .spawn(move || write_loop(writer, rx))
+            .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
+        Ok(EdgeStore { ops, db })
+    }
+
+    /// Stores `object` at `version` unless a newer version is held.
+    /// Completes after the commit.
+    pub async fn put(
+        &self,
+        resource: &str,
+        version: &str,
+        object: serde_json::Value,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.write(
+            resource,
+            Record {
+                version: version.to_owned(),
+                object: Some(object),
+            },
+        )
+        .await
+    }
+
+    /// Deletes the object (leaving a tombstone at `version`) unless a newer
+    /// version is held. Completes after the commit.
+    pub async fn delete(&self, resource: &str, version: &str) -> Result<WriteOutcome, StoreError> {
+        self.write(
+            resource,
+            Record {
+                version: version.to_owned(),
+                object: None,
+            },
+        )
+        .await
+    }
+
+    async fn write(&self, resource: &str, record: Record) -> Result<WriteOutcome, StoreError> {
+        let (done, committed) = oneshot::channel();
+        self.ops
+            .send(Op::Put {
+                resource: resource.to_owned(),
+                record,
+                done,
+            })
+            .map_err(|_| StoreError::Stopped)?;
+        committed.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    /// The record of one resource (tombstones included).
+    pub fn get(&self, resource: &str) -> Result<Option<Record>, StoreError> {
+        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let table = txn.open_table(OBJECTS).map_err(redb::Error::from)?;
+        let Some(value) = table.get(resource).map_err(redb::Error::from)? else {
+            return Ok(None);
+        };
+        decode(value.value()).map(Some)
+    }
+
+    /// Live objects whose resource starts with `prefix` (e.g. `default/pod/`
+    /// or `/pod/` style listing is done by the caller), with their versions.
+    pub fn list(&self, prefix: &str) -> Result<Vec<(String, Record)>, StoreError> {
+        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let table = txn.open_table(OBJECTS).map_err(redb::Error::from)?;
+        let mut out = Vec::new();
+        for entry in table.range(prefix..).map_err(redb::Error::from)? {
+            let (key, value) = entry.map_err(redb::Error::from)?;
+            if !key.value().starts_with(prefix) {
+                break;
+            }
+            let record = decode(value.value())?;
+            if !record.is_deleted() {
+                out.push((key.value().to_owned(), record));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Commits what is pending, stops the writer and releases the file
+    /// once every other handle is gone too.
+    pub async fn close(self) {
+        let (done, closed) = oneshot::channel();
+        if self.ops.send(Op::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
+    rmp_serde::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn write_loop(db: Arc<Database>, mut ops: mpsc::UnboundedReceiver<Op>) {
+    let mut closed = None;
+    while let Some(first) = ops.blocking_recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = ops.try_recv() {
+            batch.push(more);
+            if batch.len() >= 4096 {
+                break;
+            }
+        }
+        let (puts, close): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|op| matches!(op, Op::Put { .. }));
+        let mut waiting = Vec::new();
+        let result = (|| -> Result<(), redb::Error> {
+            let txn = db.begin_write()?;
+            {
+                let mut table = txn.open_table(OBJECTS)?;
+                for op in puts {
+                    let Op::Put {
+                        resource,
+                        record,
+                        done,
+                    } = op
+                    else {
+                        continue;
+                    };
+                    let held = match table.get(resource.as_str())? {
+                        Some(value) => decode(value.value()).ok(),
+                        None => None,
+                    };
+                    let apply = held
+                        .as_ref()
+                        .is_none_or(|held| supersedes(&record.version, &held.version));
+                    if apply {
+                        match rmp_serde::to_vec_named(&record) {
+                            Ok(bytes) => {
+                                table.insert(resource.as_str(), bytes.as_slice())?;
+                            }
+                            Err(err) => {
+                                let _ = done.send(Err(StoreError::Write(err.to_string())));
+                                continue;
+                            }
+                        }
+                    }
+                    waiting.push((
+                        done,
+                        if apply {
+                            WriteOutcome::Applied
+                        } else {
+                            WriteOutcome::Stale
+                        },
+                    ));
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                for (done, outcome) in waiting {
+                    let _ = done.send(Ok(outcome));
+                }
+            }
+            Err(err) => {
+                error!(error = %err, "edge store commit failed");
+                for (done, _) in waiting {
+                    let _ = done.send(Err(StoreError::Write(err.to_string())));
+                }
+            }
+        }
+        for op in close {
+            if let Op::Close(done) = op {
+                closed = Some(done);
+            }
+        }
+        if closed.is_some() {
+            break;
+        }
+    }
+    drop(ops);
+    drop(db);
+    if let Some(done) = closed {
+        let _ = done.send(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn newer_versions_win_and_tombstones_hold() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = EdgeStore::open(&dir.path().join("edge.redb")).expect("open");
+        assert_eq!(
+            store
+                .put("default/pod/a", "2", json!({"v": 2}))
+                .await
+                .expect("put"),
+            WriteOutcome::Applied
+        );
+        assert_eq!(
+            store
+                .put("default/pod/a", "1", json!({"v": 1}))
+                .await
+                .expect("put"),
+            WriteOutcome::Stale
+        );
+        assert_eq!(
+            store
+                .put("default/pod/a", "2", json!({"v": 2}))
+                .await
+                .expect("put"),
+            WriteOutcome::Stale
+        );
+        assert_eq!(
+            store
+                .get("default/pod/a")
+                .expect("get")
+                .and_then(|r| r.object),
+            Some(json!({"v": 2}))
+        );
+        assert_eq!(
+            store.delete("default/pod/a", "3").await.expect("delete"),
+            WriteOutcome::Applied
+        );
+        assert_eq!(
+            store
+                .put("default/pod/a", "2", json!({"v": 2}))
+                .await
+                .expect("put"),
+            WriteOutcome::Stale
+        );
+        assert!(
+            store
+                .get("default/pod/a")
+                .expect("get")
+                .is_some_and(|r| r.is_deleted())
+        );
+        store
+            .put("default/pod/b", "1", json!(1))
+            .await
+            .expect("put");
+        store
+            .put("default/configmap/c", "1", json!(1))
+            .await
+            .expect("put");
+        let pods = store.list("default/pod/").expect("list");
+        assert_eq!(
+            pods.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["default/pod/b"]
+        );
+    }
+
+    #[tokio::test]
+    async fn committed_objects_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("edge.redb");
+        let store = EdgeStore::open(&path).expect("open");
+        let writes: Vec<_> = (0..500)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(
+                    async move { store.put(&format!("default/pod/p{n}"), "1", json!(n)).await },
+                )
+            })
+            .collect();
+        for write in writes {
+            write.await.expect("join").expect("committed");
+        }
+        store.close().await;
+        let store = EdgeStore::open(&path).expect("reopen");
+        assert_eq!(store.list("default/pod/").expect("list").len(), 500);
+    }
+}
