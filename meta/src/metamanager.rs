@@ -14,14 +14,20 @@ use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::store::{EdgeStore, WriteOutcome};
+use crate::store::{Committed, EdgeStore, Record, WriteOutcome};
+
+/// A write on its way to the store, with what to do once it is committed.
+type Written = (HiveMessage, EdgeResource, Committed);
 
 /// The metamanager module.
 pub struct MetaManager {
     hive: Hive,
     store: EdgeStore,
+    /// Writes in submission order, confirmed and passed on in that order.
+    written: Option<mpsc::UnboundedSender<Written>>,
 }
 
 impl MetaManager {
@@ -30,6 +36,7 @@ impl MetaManager {
         hive.start_module(move |hive| MetaManager {
             hive: hive.clone(),
             store: store.clone(),
+            written: None,
         })
     }
 }
@@ -53,6 +60,15 @@ pub fn acting_group(kind: &str) -> Option<&'static str> {
 
 fn is_status(kind: &str) -> bool {
     kind.ends_with("status")
+}
+
+/// Status reports carry no version of their own: the newest report wins.
+fn version_of(msg: &HiveMessage) -> String {
+    if msg.resource_version().is_empty() {
+        msg.timestamp().to_string()
+    } else {
+        msg.resource_version().to_owned()
+    }
 }
 
 impl Actor for MetaManager {
@@ -82,12 +98,7 @@ impl Module for MetaManager {
             | operation::UPDATE
             | operation::PATCH
             | operation::DELETE
-            | operation::UPLOAD => {
-                let store = self.store.clone();
-                let hive = self.hive.clone();
-                // The write leaves in order now; its commit is awaited aside.
-                ctx.spawn(persist(store, hive, resource, msg).into_actor(self));
-            }
+            | operation::UPLOAD => self.write(msg, resource, ctx),
             operation::QUERY => {
                 let answer = match self.answer(&resource) {
                     Ok(answer) => msg.response(module::METAMANAGER, answer),
@@ -102,6 +113,35 @@ impl Module for MetaManager {
 }
 
 impl MetaManager {
+    /// Submits the write now, in mailbox order; one task confirms writes
+    /// after their commits in the same order, so two versions of an object
+    /// reach the acting module oldest first, and writes still batch.
+    fn write(&mut self, msg: HiveMessage, resource: EdgeResource, ctx: &mut Context<Self>) {
+        let record = Record {
+            version: version_of(&msg),
+            object: (msg.operation() != operation::DELETE).then(|| msg.content().clone()),
+        };
+        match self.store.submit(&resource.to_string(), record) {
+            Ok(committed) => {
+                if self.written.is_none() {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    ctx.spawn(confirm_in_order(self.hive.clone(), rx).into_actor(self));
+                    self.written = Some(tx);
+                }
+                if let Some(written) = &self.written {
+                    let _ = written.send((msg, resource, committed));
+                }
+            }
+            Err(err) => {
+                warn!(error = %err, "edge store unavailable");
+                if msg.is_sync() {
+                    self.hive
+                        .send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
+                }
+            }
+        }
+    }
+
     /// One object, or the list of a type in a namespace.
     fn answer(&self, resource: &EdgeResource) -> Result<Value, String> {
         let key = resource.to_string();
@@ -119,42 +159,34 @@ impl MetaManager {
     }
 }
 
-async fn persist(store: EdgeStore, hive: Hive, resource: EdgeResource, msg: HiveMessage) {
-    let key = resource.to_string();
-    let status = is_status(&resource.resource_type);
-    // Status reports carry no version of their own: the newest report wins.
-    let version = if msg.resource_version().is_empty() {
-        msg.timestamp().to_string()
-    } else {
-        msg.resource_version().to_owned()
-    };
-    let written = if msg.operation() == operation::DELETE {
-        store.delete(&key, &version).await
-    } else {
-        store.put(&key, &version, msg.content().clone()).await
-    };
-    match written {
-        Ok(outcome) => {
-            if msg.is_sync() {
-                let applied = outcome == WriteOutcome::Applied;
-                hive.send_resp(msg.response(module::METAMANAGER, json!({ "applied": applied })));
-            }
-            if outcome == WriteOutcome::Stale {
-                return;
-            }
-            if status {
-                // Up to the cloud; edgehub keeps it while offline.
-                if let Err(err) = hive.send(module::EDGEHUB, msg).await {
-                    debug!(error = %err, "status not sent up");
+/// Confirms each write after its commit and passes it on, in order.
+async fn confirm_in_order(hive: Hive, mut written: mpsc::UnboundedReceiver<Written>) {
+    while let Some((msg, resource, committed)) = written.recv().await {
+        match committed.await {
+            Ok(outcome) => {
+                if msg.is_sync() {
+                    let applied = outcome == WriteOutcome::Applied;
+                    hive.send_resp(
+                        msg.response(module::METAMANAGER, json!({ "applied": applied })),
+                    );
                 }
-            } else if let Some(target) = acting_group(&resource.resource_type) {
-                let _ = hive.send_to_group(target, msg).await;
+                if outcome == WriteOutcome::Stale {
+                    continue;
+                }
+                if is_status(&resource.resource_type) {
+                    // Up to the cloud; edgehub keeps it while offline.
+                    if let Err(err) = hive.send(module::EDGEHUB, msg).await {
+                        debug!(error = %err, "status not sent up");
+                    }
+                } else if let Some(target) = acting_group(&resource.resource_type) {
+                    let _ = hive.send_to_group(target, msg).await;
+                }
             }
-        }
-        Err(err) => {
-            warn!(resource = %key, error = %err, "object not stored");
-            if msg.is_sync() {
-                hive.send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
+            Err(err) => {
+                warn!(resource = %resource, error = %err, "object not stored");
+                if msg.is_sync() {
+                    hive.send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
+                }
             }
         }
     }

@@ -77,6 +77,23 @@ enum Op {
     Close(oneshot::Sender<()>),
 }
 
+/// A submitted write; completes after its commit.
+pub struct Committed {
+    committed: oneshot::Receiver<Result<WriteOutcome, StoreError>>,
+}
+
+impl std::future::Future for Committed {
+    type Output = Result<WriteOutcome, StoreError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.committed)
+            .poll(cx)
+            .map(|done| done.unwrap_or(Err(StoreError::Stopped)))
+    }
+}
+
 /// Handle to the edge store; cheap to clone.
 #[derive(Clone)]
 pub struct EdgeStore {
@@ -132,6 +149,12 @@ impl EdgeStore {
     }
 
     async fn write(&self, resource: &str, record: Record) -> Result<WriteOutcome, StoreError> {
+        self.submit(resource, record)?.await
+    }
+
+    /// Hands a write to the writer now and returns what completes after its
+    /// commit. Writes submitted in order are applied and confirmed in order.
+    pub fn submit(&self, resource: &str, record: Record) -> Result<Committed, StoreError> {
         let (done, committed) = oneshot::channel();
         self.ops
             .send(Op::Put {
@@ -140,7 +163,7 @@ impl EdgeStore {
                 done,
             })
             .map_err(|_| StoreError::Stopped)?;
-        committed.await.map_err(|_| StoreError::Stopped)?
+        Ok(Committed { committed })
     }
 
     /// The record of one resource (tombstones included).
