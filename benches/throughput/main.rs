@@ -7,6 +7,7 @@
 //! Numbers are printed, never asserted: these machines are shared and noisy.
 
 mod beehive_bench;
+mod hub_bench;
 mod report;
 mod transport_bench;
 
@@ -19,7 +20,7 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive or transport; all if omitted.
+    /// Scenario group to run: beehive, transport or hub; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -30,6 +31,15 @@ struct Args {
     /// Fewer iterations: a smoke run that shows every scenario works.
     #[arg(long)]
     quick: bool,
+    /// Simulated nodes for the hub scenarios (repeatable); 1000 and 10000 if omitted.
+    #[arg(long)]
+    nodes: Vec<usize>,
+    /// Child mode of the hub scenarios: where the cloud listens.
+    #[arg(long, hide = true)]
+    address: Option<String>,
+    /// Child mode of the hub scenarios: the nodes' certificates.
+    #[arg(long, hide = true)]
+    identities: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -46,10 +56,16 @@ pub struct Scale {
     pub runs: usize,
 }
 
-const GROUPS: &[&str] = &["beehive", "transport"];
+const GROUPS: &[&str] = &["beehive", "transport", "hub"];
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.group.as_deref() == Some("__hub-nodes") {
+        let kind = args.kind.unwrap_or(transports::TransportKind::UnixSocket);
+        let address = args.address.as_deref().unwrap_or_default();
+        let nodes = args.nodes.first().copied().unwrap_or(1);
+        return hub_bench::child_main(kind, address, nodes, args.identities.as_deref());
+    }
     let scale = if args.quick {
         Scale {
             messages: 20_000,
@@ -63,6 +79,11 @@ fn main() -> Result<()> {
             runs: 3,
         }
     };
+    if args.group.as_deref() == Some("__hub-cloud") {
+        let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
+        let nodes = args.nodes.first().copied().unwrap_or(1);
+        return hub_bench::cloud_main(scale, kind, nodes);
+    }
     let selected: Vec<&str> = match args.group.as_deref() {
         None | Some("all") => GROUPS.to_vec(),
         Some(group) if GROUPS.contains(&group) => vec![group],
@@ -78,6 +99,15 @@ fn main() -> Result<()> {
                     None => transports::TransportKind::ALL.to_vec(),
                 };
                 transport_bench::run(scale, &kinds, &mut report)?
+            }
+            "hub" => {
+                let nodes = match (args.nodes.is_empty(), args.quick) {
+                    (false, _) => args.nodes.clone(),
+                    (true, true) => vec![200],
+                    (true, false) => vec![1_000, 10_000],
+                };
+                let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
+                hub_bench::run(scale, kind, &nodes, args.quick, &mut report)?
             }
             _ => unreachable!("checked against GROUPS"),
         }

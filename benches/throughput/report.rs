@@ -46,6 +46,59 @@ impl Report {
         });
     }
 
+    /// Adds a figure that has no baseline of its own (a time, a size).
+    pub fn plain(&mut self, scenario: &str, metric: &str, value: f64, unit: &'static str) {
+        self.rows.push(Row {
+            scenario: scenario.to_owned(),
+            metric: metric.to_owned(),
+            value,
+            unit,
+            baseline: None,
+            baseline_name: "",
+        });
+    }
+
+    /// Prints each row as one JSON object, baseline inline (for a parent
+    /// process to read back with [`Report::add_json`]).
+    pub fn print_json_rows(&self) -> anyhow::Result<()> {
+        let mut out = std::io::stdout().lock();
+        for row in &self.rows {
+            let line = serde_json::json!({
+                "scenario": row.scenario, "metric": row.metric, "value": row.value,
+                "unit": row.unit, "baseline": row.baseline, "baseline_name": row.baseline_name,
+            });
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    }
+
+    /// Adds a row printed by [`Report::print_json_rows`].
+    pub fn add_json(&mut self, row: &serde_json::Value) -> anyhow::Result<()> {
+        let text = |key: &str| row[key].as_str().map(str::to_owned);
+        let unit: &'static str = match row["unit"].as_str() {
+            Some("s") => "s",
+            Some("ms") => "ms",
+            Some("KiB") => "KiB",
+            Some("objects/s") => "objects/s",
+            Some("msgs/s") => "msgs/s",
+            other => anyhow::bail!("unknown unit {other:?}"),
+        };
+        let baseline_name: &'static str = match row["baseline_name"].as_str() {
+            Some("raw unix socket") => "raw unix socket",
+            Some("raw tcp socket") => "raw tcp socket",
+            _ => "",
+        };
+        self.rows.push(Row {
+            scenario: text("scenario").unwrap_or_default(),
+            metric: text("metric").unwrap_or_default(),
+            value: row["value"].as_f64().unwrap_or_default(),
+            unit,
+            baseline: row["baseline"].as_f64(),
+            baseline_name,
+        });
+        Ok(())
+    }
+
     /// Prints the table.
     pub fn print_table(&self) {
         println!(

@@ -330,3 +330,15 @@ pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result
         Ok(())
     })
 }
+
+/// The raw one-way rate (frames/s) of the baseline socket family, for other
+/// scenarios that compare against it.
+pub async fn raw_one_way_rate(
+    kind: TransportKind,
+    dir: &std::path::Path,
+    frame: &[u8],
+    n: usize,
+) -> Result<f64> {
+    let elapsed = raw_one_way(kind, dir, frame, n).await?;
+    Ok(n as f64 / elapsed.as_secs_f64())
+}

@@ -43,7 +43,11 @@ impl Default for WebSocket {
 }
 
 fn config(limits: &Limits) -> WebSocketConfig {
+    // Small starting buffers: tungstenite's 128 KiB defaults would cost an
+    // idle node session more than everything else together.
     WebSocketConfig::default()
+        .read_buffer_size(8 * 1024)
+        .write_buffer_size(16 * 1024)
         .max_message_size(Some(limits.max_frame))
         .max_frame_size(Some(limits.max_frame))
 }
