@@ -18,6 +18,7 @@
 //! - Node connect and disconnect are beehive messages to the `nodeevents`
 //!   group.
 
+pub mod certs;
 mod cloud;
 mod edge;
 pub mod protocol;
@@ -41,4 +42,7 @@ pub enum HubError {
     /// The module could not start.
     #[error(transparent)]
     Hive(#[from] beehive::Error),
+    /// Certificates could not be made or loaded.
+    #[error(transparent)]
+    Certificate(#[from] certs::CertError),
 }

@@ -59,6 +59,94 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// A server configuration that asks for a client certificate signed by
+/// `client_roots` but also serves clients without one (the join endpoint:
+/// a node renews with its certificate, joins with a token).
+pub fn server_config_optional_client_auth(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    client_roots: &[CertificateDer<'static>],
+) -> Result<Arc<ServerConfig>, TransportError> {
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(root_store(client_roots)?),
+        provider(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| tls_error("client verifier", e))?;
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_error("protocol versions", e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|e| tls_error("server certificate", e))?;
+    Ok(Arc::new(config))
+}
+
+/// A client configuration that accepts any server certificate. Only for
+/// fetching a CA certificate that is checked afterwards against a hash the
+/// caller already trusts (the join token's); never for anything else.
+pub fn bootstrap_client_config() -> Result<Arc<ClientConfig>, TransportError> {
+    let provider = provider();
+    let config = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_error("protocol versions", e))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyServer(provider)))
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Accepts any server certificate, still checking that the server holds
+/// its key (the handshake signature).
+#[derive(Debug)]
+struct AcceptAnyServer(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 /// A client configuration trusting `roots`, presenting `identity` (a chain
 /// and its key) when given.
 pub fn client_config(

@@ -1,0 +1,317 @@
+//! The edge side of node identity: join with a token, keep the credentials
+//! on disk, renew the certificate with itself.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use rcgen::{CertificateParams, DnType, KeyPair};
+use rustls::ClientConfig;
+use tokio_rustls::TlsConnector;
+use transports::tls::{self, CertificateDer, PrivateKeyDer};
+
+use super::{sha256_hex, valid_node_name};
+
+/// Largest response body accepted from the certificate endpoints.
+const MAX_RESPONSE: usize = 64 * 1024;
+
+/// Why joining or renewing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The token is not `<ca hash>.<jwt>`.
+    #[error("the join token is malformed")]
+    BadToken,
+    /// The CA the cloud served does not match the token: someone is in the way.
+    #[error("the cloud's CA certificate does not match the join token")]
+    CaMismatch,
+    /// The node name is not a valid name.
+    #[error("invalid node name {0:?}")]
+    BadNodeName(String),
+    /// The cloud refused (bad or expired token, foreign node, ...).
+    #[error("the cloud refused: {status} {reason}")]
+    Refused {
+        /// HTTP status.
+        status: StatusCode,
+        /// The cloud's reason.
+        reason: String,
+    },
+    /// Talking to the certificate endpoints failed.
+    #[error("certificate endpoint: {0}")]
+    Http(String),
+    /// Reading or writing credential files failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// Which file.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A key, CSR or certificate could not be made or read.
+    #[error("certificate: {0}")]
+    Certificate(String),
+}
+
+fn http(e: impl std::fmt::Display) -> JoinError {
+    JoinError::Http(e.to_string())
+}
+
+fn certificate(e: impl std::fmt::Display) -> JoinError {
+    JoinError::Certificate(e.to_string())
+}
+
+/// A node's identity: its name, the cloud's CA, its certificate and key.
+pub struct NodeCredentials {
+    /// The node name (the certificate's common name).
+    pub node: String,
+    /// The cloud's CA certificate.
+    pub ca: CertificateDer<'static>,
+    /// The node's certificate.
+    pub cert: CertificateDer<'static>,
+    /// The node's private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for NodeCredentials {
+    fn clone(&self) -> Self {
+        NodeCredentials {
+            node: self.node.clone(),
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl NodeCredentials {
+    /// Loads `ca.crt`, `node.crt` and `node.key` (PEM) from `dir`, if a
+    /// join stored them there.
+    pub fn load(dir: &Path) -> Result<Option<NodeCredentials>, JoinError> {
+        let read = |name: &str| -> Result<Option<Vec<u8>>, JoinError> {
+            let path = dir.join(name);
+            match std::fs::read(&path) {
+                Ok(bytes) => Ok(Some(bytes)),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(JoinError::Io {
+                    context: path.display().to_string(),
+                    source,
+                }),
+            }
+        };
+        let (Some(ca), Some(cert), Some(key)) =
+            (read("ca.crt")?, read("node.crt")?, read("node.key")?)
+        else {
+            return Ok(None);
+        };
+        let first = |pem: &[u8]| -> Result<CertificateDer<'static>, JoinError> {
+            tls::certs_from_pem(pem)
+                .map_err(certificate)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| JoinError::Certificate("no certificate in file".into()))
+        };
+        let cert = first(&cert)?;
+        let node = tls::common_name(cert.as_ref())
+            .ok_or_else(|| JoinError::Certificate("no common name".into()))?;
+        Ok(Some(NodeCredentials {
+            node,
+            ca: first(&ca)?,
+            cert,
+            key: tls::key_from_pem(&key).map_err(certificate)?,
+        }))
+    }
+
+    /// Stores the credentials in `dir` (the key readable by its owner only).
+    pub fn save(&self, dir: &Path) -> Result<(), JoinError> {
+        let io = |path: &Path| {
+            let context = path.display().to_string();
+            move |source| JoinError::Io { context, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let pem = |label: &str, der: &[u8]| {
+            use base64::Engine as _;
+            let body = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = body
+                .as_bytes()
+                .chunks(64)
+                .map(|chunk| std::str::from_utf8(chunk).unwrap_or_default())
+                .collect();
+            format!(
+                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+                lines.join("\n")
+            )
+        };
+        let ca_path = dir.join("ca.crt");
+        std::fs::write(&ca_path, pem("CERTIFICATE", self.ca.as_ref())).map_err(io(&ca_path))?;
+        let cert_path = dir.join("node.crt");
+        std::fs::write(&cert_path, pem("CERTIFICATE", self.cert.as_ref()))
+            .map_err(io(&cert_path))?;
+        let key_path = dir.join("node.key");
+        super::write_private(&key_path, &pem("PRIVATE KEY", self.key.secret_der()))
+            .map_err(|e| JoinError::Certificate(e.to_string()))
+    }
+
+    /// A TLS client configuration for the hub: trusts the cloud's CA,
+    /// presents the node's certificate.
+    pub fn client_tls(&self) -> Result<Arc<ClientConfig>, JoinError> {
+        tls::client_config(
+            &[self.ca.clone()],
+            Some((vec![self.cert.clone()], self.key.clone_key())),
+        )
+        .map_err(certificate)
+    }
+
+    /// When the certificate stops being valid.
+    pub fn not_after(&self) -> Result<SystemTime, JoinError> {
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(self.cert.as_ref()).map_err(certificate)?;
+        let secs = cert.validity().not_after.timestamp();
+        Ok(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+    }
+}
+
+/// A fresh key and a CSR naming `node`.
+fn key_and_csr(node: &str) -> Result<(KeyPair, Vec<u8>), JoinError> {
+    let key = KeyPair::generate().map_err(certificate)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(certificate)?;
+    params.distinguished_name.push(DnType::CommonName, node);
+    let csr = params.serialize_request(&key).map_err(certificate)?;
+    Ok((key, csr.der().to_vec()))
+}
+
+/// One HTTPS request to the certificate endpoints.
+async fn request(
+    address: &str,
+    server_name: &str,
+    tls_config: Arc<ClientConfig>,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Vec<u8>,
+) -> Result<(StatusCode, Bytes), JoinError> {
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(http)?;
+        let name = tls::ServerName::try_from(server_name.to_owned()).map_err(http)?;
+        let stream = TlsConnector::from(tls_config)
+            .connect(name, tcp)
+            .await
+            .map_err(http)?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(http)?;
+        tokio::spawn(connection);
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, server_name);
+        if let Some(token) = token {
+            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder.body(Full::new(Bytes::from(body))).map_err(http)?;
+        let response = sender.send_request(request).await.map_err(http)?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(http)?
+            .to_bytes();
+        Ok((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .map_err(|_| JoinError::Http("timed out".into()))?
+}
+
+fn expect_ok(status: StatusCode, body: Bytes) -> Result<Bytes, JoinError> {
+    if status == StatusCode::OK {
+        Ok(body)
+    } else {
+        Err(JoinError::Refused {
+            status,
+            reason: String::from_utf8_lossy(&body).into_owned(),
+        })
+    }
+}
+
+/// Joins the cloud whose certificate endpoints listen at `address`: fetches
+/// its CA and checks it against the token, then gets a certificate for
+/// `node` with the token.
+pub async fn join(
+    address: &str,
+    server_name: &str,
+    token: &str,
+    node: &str,
+) -> Result<NodeCredentials, JoinError> {
+    if !valid_node_name(node) {
+        return Err(JoinError::BadNodeName(node.to_owned()));
+    }
+    let (ca_hash, _) = token.split_once('.').ok_or(JoinError::BadToken)?;
+    let bootstrap = tls::bootstrap_client_config().map_err(certificate)?;
+    let (status, ca) = request(
+        address,
+        server_name,
+        bootstrap,
+        Method::GET,
+        "/ca.crt",
+        None,
+        Vec::new(),
+    )
+    .await?;
+    let ca = expect_ok(status, ca)?;
+    if sha256_hex(&ca) != ca_hash {
+        return Err(JoinError::CaMismatch);
+    }
+    let ca = CertificateDer::from(ca.to_vec());
+    let trusting = tls::client_config(&[ca.clone()], None).map_err(certificate)?;
+    let (key, csr) = key_and_csr(node)?;
+    let (status, cert) = request(
+        address,
+        server_name,
+        trusting,
+        Method::POST,
+        "/edge.crt",
+        Some(token),
+        csr,
+    )
+    .await?;
+    let cert = CertificateDer::from(expect_ok(status, cert)?.to_vec());
+    Ok(NodeCredentials {
+        node: node.to_owned(),
+        ca,
+        cert,
+        key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    })
+}
+
+/// Renews a node's certificate (a new key too), authenticating with the
+/// current one.
+pub async fn renew(
+    address: &str,
+    server_name: &str,
+    current: &NodeCredentials,
+) -> Result<NodeCredentials, JoinError> {
+    let (key, csr) = key_and_csr(&current.node)?;
+    let (status, cert) = request(
+        address,
+        server_name,
+        current.client_tls()?,
+        Method::POST,
+        "/edge.crt",
+        None,
+        csr,
+    )
+    .await?;
+    let cert = CertificateDer::from(expect_ok(status, cert)?.to_vec());
+    Ok(NodeCredentials {
+        node: current.node.clone(),
+        ca: current.ca.clone(),
+        cert,
+        key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    })
+}

@@ -1,0 +1,370 @@
+//! Node identity: the cloud's certificate authority, join tokens, node
+//! certificates issued from a CSR, and their renewal.
+//!
+//! A join token is KubeEdge's: `hex(sha256(CA certificate))` + `.` + a JWT
+//! (HS256) whose key is derived from the CA's private key, carrying its
+//! expiry. A joining edge fetches the CA over HTTPS without trusting it yet
+//! and accepts it only if its hash matches the token; then it sends a CSR
+//! with the token and gets a certificate whose common name is its node name.
+//! From then on it connects with mutual TLS, and the hub binds every
+//! message on that link to that name.
+
+mod join;
+mod server;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType, DnValue,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use transports::tls::{CertificateDer, Identity, PrivateKeyDer};
+
+pub use join::{JoinError, NodeCredentials, join, renew};
+pub use server::{CertServer, CertServerConfig};
+
+/// Why a certificate operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// Reading or writing certificate files failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// Which file.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Making or parsing a certificate, key or CSR failed.
+    #[error("certificate: {0}")]
+    Certificate(String),
+    /// The token is not of the form `<ca hash>.<jwt>` or its signature is wrong.
+    #[error("invalid join token")]
+    InvalidToken,
+    /// The token names another certificate authority.
+    #[error("join token is for another CA")]
+    WrongCa,
+    /// The token has expired.
+    #[error("join token expired")]
+    ExpiredToken,
+    /// The CSR names no valid node.
+    #[error("CSR names no valid node: {0}")]
+    BadNodeName(String),
+    /// A node asked for a certificate of another node.
+    #[error("node {presented:?} asked for a certificate of node {requested:?}")]
+    ForeignNode {
+        /// The node of the presented certificate.
+        presented: String,
+        /// The node in the CSR.
+        requested: String,
+    },
+}
+
+fn cert_error(e: impl std::fmt::Display) -> CertError {
+    CertError::Certificate(e.to_string())
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> CertError {
+    let context = context.into();
+    move |source| CertError::Io { context, source }
+}
+
+/// Node names are DNS-1123 subdomains in practice; anything that could
+/// change the meaning of a resource string is refused.
+pub fn valid_node_name(node: &str) -> bool {
+    !node.is_empty()
+        && node.len() <= 253
+        && node
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn offset(at: SystemTime) -> time::OffsetDateTime {
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// Hex of the SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The cloud's certificate authority.
+pub struct CloudCa {
+    issuer: Issuer<'static, KeyPair>,
+    cert: CertificateDer<'static>,
+    token_key: ring::hmac::Key,
+}
+
+impl CloudCa {
+    /// Loads `ca.crt` and `ca.key` (PEM) from `dir`, or creates them (the
+    /// key readable by its owner only).
+    pub fn load_or_create(dir: &Path) -> Result<CloudCa, CertError> {
+        let (cert_path, key_path) = (dir.join("ca.crt"), dir.join("ca.key"));
+        if cert_path.exists() && key_path.exists() {
+            let cert_pem = std::fs::read_to_string(&cert_path)
+                .map_err(io_error(cert_path.display().to_string()))?;
+            let key_pem = std::fs::read_to_string(&key_path)
+                .map_err(io_error(key_path.display().to_string()))?;
+            return CloudCa::from_pem(&cert_pem, &key_pem);
+        }
+        std::fs::create_dir_all(dir).map_err(io_error(dir.display().to_string()))?;
+        let key = KeyPair::generate().map_err(cert_error)?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_error)?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "edgehive cloud CA");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
+        params.not_after = offset(SystemTime::now() + Duration::from_secs(10 * 365 * 24 * 3600));
+        let cert = params.self_signed(&key).map_err(cert_error)?;
+        std::fs::write(&cert_path, cert.pem())
+            .map_err(io_error(cert_path.display().to_string()))?;
+        write_private(&key_path, &key.serialize_pem())?;
+        CloudCa::from_pem(&cert.pem(), &key.serialize_pem())
+    }
+
+    /// A CA from its certificate and key in PEM.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<CloudCa, CertError> {
+        let key = KeyPair::from_pem(key_pem).map_err(cert_error)?;
+        let token_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.serialized_der());
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(cert_error)?;
+        let cert = transports::tls::certs_from_pem(cert_pem.as_bytes())
+            .map_err(cert_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| CertError::Certificate("no certificate in the CA file".into()))?;
+        Ok(CloudCa {
+            issuer,
+            cert,
+            token_key,
+        })
+    }
+
+    /// The CA certificate.
+    pub fn root(&self) -> CertificateDer<'static> {
+        self.cert.clone()
+    }
+
+    /// A server certificate for the cloud's `names` (host names or IPs).
+    pub fn issue_server(&self, names: &[String], ttl: Duration) -> Result<Identity, CertError> {
+        let key = KeyPair::generate().map_err(cert_error)?;
+        let mut params = CertificateParams::new(names.to_vec()).map_err(cert_error)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "edgehive cloudcore");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
+        params.not_after = offset(SystemTime::now() + ttl);
+        let cert = params.signed_by(&key, &self.issuer).map_err(cert_error)?;
+        Ok((
+            vec![cert.der().clone(), self.cert.clone()],
+            PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        ))
+    }
+
+    /// A join token valid for `ttl`.
+    pub fn issue_token(&self, ttl: Duration) -> String {
+        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        let payload =
+            URL_SAFE_NO_PAD.encode(format!(r#"{{"exp":{}}}"#, unix_now() + ttl.as_secs()));
+        let signed = format!("{header}.{payload}");
+        let signature =
+            URL_SAFE_NO_PAD.encode(ring::hmac::sign(&self.token_key, signed.as_bytes()));
+        format!("{}.{signed}.{signature}", sha256_hex(self.cert.as_ref()))
+    }
+
+    /// Checks a join token: this CA, a valid signature, not expired.
+    pub fn check_token(&self, token: &str) -> Result<(), CertError> {
+        let (ca_hash, jwt) = token.split_once('.').ok_or(CertError::InvalidToken)?;
+        if ca_hash != sha256_hex(self.cert.as_ref()) {
+            return Err(CertError::WrongCa);
+        }
+        let (signed, signature) = jwt.rsplit_once('.').ok_or(CertError::InvalidToken)?;
+        let signature = URL_SAFE_NO_PAD
+            .decode(signature)
+            .map_err(|_| CertError::InvalidToken)?;
+        ring::hmac::verify(&self.token_key, signed.as_bytes(), &signature)
+            .map_err(|_| CertError::InvalidToken)?;
+        let (_, payload) = signed.split_once('.').ok_or(CertError::InvalidToken)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| CertError::InvalidToken)?;
+        let claims: serde_json::Value =
+            serde_json::from_slice(&payload).map_err(|_| CertError::InvalidToken)?;
+        let exp = claims["exp"].as_u64().ok_or(CertError::InvalidToken)?;
+        if exp <= unix_now() {
+            return Err(CertError::ExpiredToken);
+        }
+        Ok(())
+    }
+
+    /// Issues a client certificate for the node a CSR (DER or PEM) names,
+    /// valid until `not_after`. With `presented`, the CSR must name that
+    /// node (a renewal by the node itself).
+    pub fn sign_csr(
+        &self,
+        csr: &[u8],
+        not_after: SystemTime,
+        presented: Option<&str>,
+    ) -> Result<(String, CertificateDer<'static>), CertError> {
+        let mut request = match std::str::from_utf8(csr) {
+            Ok(pem) if pem.contains("-----BEGIN") => CertificateSigningRequestParams::from_pem(pem),
+            _ => CertificateSigningRequestParams::from_der(&csr.to_vec().into()),
+        }
+        .map_err(cert_error)?;
+        let node = request
+            .params
+            .distinguished_name
+            .get(&DnType::CommonName)
+            .map(dn_text)
+            .unwrap_or_default();
+        if !valid_node_name(&node) {
+            return Err(CertError::BadNodeName(node));
+        }
+        if let Some(presented) = presented
+            && presented != node
+        {
+            return Err(CertError::ForeignNode {
+                presented: presented.to_owned(),
+                requested: node,
+            });
+        }
+        let params = &mut request.params;
+        params.is_ca = IsCa::NoCa;
+        params.subject_alt_names.clear();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, node.clone());
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
+        params.not_after = offset(not_after);
+        let cert = request.signed_by(&self.issuer).map_err(cert_error)?;
+        Ok((node, cert.der().clone()))
+    }
+}
+
+fn dn_text(value: &DnValue) -> String {
+    match value {
+        DnValue::Utf8String(s) => s.clone(),
+        DnValue::PrintableString(s) => s.as_str().to_owned(),
+        DnValue::Ia5String(s) => s.as_str().to_owned(),
+        DnValue::TeletexString(s) => s.as_str().to_owned(),
+        DnValue::BmpString(_) | DnValue::UniversalString(_) => String::new(),
+        _ => String::new(),
+    }
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), CertError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_error(path.display().to_string()))?;
+    file.write_all(contents.as_bytes())
+        .map_err(io_error(path.display().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca() -> (tempfile::TempDir, CloudCa) {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = CloudCa::load_or_create(dir.path()).expect("CA");
+        (dir, ca)
+    }
+
+    fn csr(node: &str) -> Vec<u8> {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, node);
+        params.serialize_request(&key).expect("csr").der().to_vec()
+    }
+
+    #[test]
+    fn a_ca_survives_a_reload() {
+        let (dir, ca) = ca();
+        let again = CloudCa::load_or_create(dir.path()).expect("reload");
+        assert_eq!(again.root(), ca.root());
+        let token = ca.issue_token(Duration::from_secs(60));
+        again.check_token(&token).expect("same CA, same token key");
+    }
+
+    #[test]
+    fn tokens_are_checked() {
+        let (_dir, ca) = ca();
+        let token = ca.issue_token(Duration::from_secs(60));
+        assert!(token.starts_with(&sha256_hex(ca.root().as_ref())));
+        ca.check_token(&token).expect("valid");
+        assert!(matches!(
+            ca.check_token(&ca.issue_token(Duration::ZERO)),
+            Err(CertError::ExpiredToken)
+        ));
+        let (_other_dir, other) = super::tests::ca();
+        assert!(matches!(other.check_token(&token), Err(CertError::WrongCa)));
+        let mut forged = token.clone();
+        forged.pop();
+        forged.push(if token.ends_with('A') { 'B' } else { 'A' });
+        assert!(matches!(
+            ca.check_token(&forged),
+            Err(CertError::InvalidToken)
+        ));
+        assert!(matches!(
+            ca.check_token("garbage"),
+            Err(CertError::InvalidToken)
+        ));
+        assert!(ca.check_token("").is_err());
+    }
+
+    #[test]
+    fn a_csr_becomes_a_certificate_for_its_node_only() {
+        let (_dir, ca) = ca();
+        let until = SystemTime::now() + Duration::from_secs(3600);
+        let (node, cert) = ca.sign_csr(&csr("edge-1"), until, None).expect("issued");
+        assert_eq!(node, "edge-1");
+        assert_eq!(
+            transports::tls::common_name(cert.as_ref()).as_deref(),
+            Some("edge-1")
+        );
+        assert!(
+            ca.sign_csr(&csr("edge-1"), until, Some("edge-1")).is_ok(),
+            "renewal by itself"
+        );
+        assert!(matches!(
+            ca.sign_csr(&csr("edge-2"), until, Some("edge-1")),
+            Err(CertError::ForeignNode { .. })
+        ));
+        assert!(matches!(
+            ca.sign_csr(&csr("bad/name"), until, None),
+            Err(CertError::BadNodeName(_))
+        ));
+        assert!(ca.sign_csr(b"not a csr", until, None).is_err());
+    }
+}

@@ -1,0 +1,229 @@
+//! Joining over real HTTPS: a node gets its certificate with a join token,
+//! stores it, and connects with mutual TLS from then on; bad, expired and
+//! foreign tokens are refused, as is a man in the middle serving another CA;
+//! a node renews its certificate for itself only; an expired certificate
+//! is refused by cloudhub.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use beehive::{Hive, HiveConfig};
+use common::{eventually, get, pod, start_edge};
+use hub::certs::{CertServer, CertServerConfig, CloudCa, JoinError, NodeCredentials, join, renew};
+use hub::{CloudEndpoint, CloudHub, CloudHubConfig, EdgeHubConfig};
+use hyper::StatusCode;
+use transports::{DialOptions, ListenOptions, TransportKind, tls};
+
+struct Cloud {
+    ca: Arc<CloudCa>,
+    certs: CertServer,
+    hive: Hive,
+    hub: hub::CloudHubHandle,
+    _dir: tempfile::TempDir,
+}
+
+async fn cloud() -> Cloud {
+    let dir = tempfile::tempdir().expect("dir");
+    let ca = Arc::new(CloudCa::load_or_create(&dir.path().join("ca")).expect("CA"));
+    let certs = CertServer::start(
+        ca.clone(),
+        CertServerConfig {
+            address: "127.0.0.1:0".into(),
+            server_names: vec!["localhost".into()],
+            cert_ttl: Duration::from_secs(3600),
+        },
+    )
+    .await
+    .expect("certificate endpoints");
+    let (chain, key) = ca
+        .issue_server(&["localhost".into()], Duration::from_secs(3600))
+        .expect("server certificate");
+    let server_tls = tls::server_config(chain, key, Some(&[ca.root()])).expect("tls");
+    let hive = Hive::new("cloud", HiveConfig::default());
+    let hub = CloudHub::start(
+        &hive,
+        CloudHubConfig {
+            endpoints: vec![CloudEndpoint {
+                kind: TransportKind::WebSocket,
+                options: ListenOptions::new("127.0.0.1:0").with_tls(server_tls),
+                trust_hello: false,
+            }],
+            ..CloudHubConfig::default()
+        },
+    )
+    .await
+    .expect("cloudhub");
+    Cloud {
+        ca,
+        certs,
+        hive,
+        hub,
+        _dir: dir,
+    }
+}
+
+fn edge_config(cloud: &Cloud, credentials: &NodeCredentials) -> EdgeHubConfig {
+    let dial = DialOptions::new(&cloud.hub.addresses[0].1, "localhost")
+        .with_tls(credentials.client_tls().expect("client tls"));
+    EdgeHubConfig {
+        reconnect_initial: Duration::from_millis(5),
+        reconnect_max: Duration::from_millis(100),
+        ..EdgeHubConfig::new(credentials.node.clone(), TransportKind::WebSocket, dial)
+    }
+}
+
+#[actix::test]
+async fn a_node_joins_with_a_token_and_then_starts_without_it() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let token = cloud.ca.issue_token(Duration::from_secs(600));
+    let joined = join(&address, "localhost", &token, "edge-7")
+        .await
+        .expect("joined");
+    assert_eq!(
+        tls::common_name(joined.cert.as_ref()).as_deref(),
+        Some("edge-7")
+    );
+
+    // Stored, and loaded again as a restarted edge would: no token needed.
+    let dir = tempfile::tempdir().expect("dir");
+    joined.save(&dir.path().join("pki")).expect("save");
+    let credentials = NodeCredentials::load(&dir.path().join("pki"))
+        .expect("load")
+        .expect("stored");
+    assert_eq!(credentials.node, "edge-7");
+    assert!(
+        credentials.not_after().expect("validity") > SystemTime::now() + Duration::from_secs(3000)
+    );
+
+    cloud
+        .hive
+        .send("cloudhub", pod("edge-7", "web", 1))
+        .await
+        .expect("queued");
+    let mut edge = start_edge(
+        edge_config(&cloud, &credentials),
+        &dir.path().join("edge.redb"),
+    );
+    let applied = tokio::time::timeout(Duration::from_secs(30), edge.applied.recv())
+        .await
+        .expect("delivered")
+        .expect("recorder");
+    assert_eq!(applied.resource(), "default/pod/web");
+    assert_eq!(get(&cloud.hub.stats.sessions_opened), 1);
+}
+
+#[actix::test]
+async fn bad_expired_and_foreign_tokens_are_refused() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+
+    let expired = cloud.ca.issue_token(Duration::ZERO);
+    match join(&address, "localhost", &expired, "edge-1").await {
+        Err(JoinError::Refused { status, reason }) => {
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+            assert!(reason.contains("expired"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|c| c.node)),
+    }
+
+    // Right CA hash, forged signature.
+    let valid = cloud.ca.issue_token(Duration::from_secs(600));
+    let forged = format!("{}x", &valid[..valid.len() - 1]);
+    assert!(matches!(
+        join(&address, "localhost", &forged, "edge-1").await,
+        Err(JoinError::Refused {
+            status: StatusCode::UNAUTHORIZED,
+            ..
+        })
+    ));
+    assert!(matches!(
+        join(&address, "localhost", "no-dot-at-all", "edge-1").await,
+        Err(JoinError::BadToken)
+    ));
+    assert!(matches!(
+        join(&address, "localhost", &valid, "Bad/Name").await,
+        Err(JoinError::BadNodeName(_))
+    ));
+
+    // A token from another cloud: the CA served here is not the one the
+    // token vouches for, so the edge stops before sending anything.
+    let other_dir = tempfile::tempdir().expect("dir");
+    let other = CloudCa::load_or_create(other_dir.path()).expect("other CA");
+    let foreign = other.issue_token(Duration::from_secs(600));
+    assert!(matches!(
+        join(&address, "localhost", &foreign, "edge-1").await,
+        Err(JoinError::CaMismatch)
+    ));
+}
+
+#[actix::test]
+async fn a_node_renews_its_own_certificate_and_no_other() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let token = cloud.ca.issue_token(Duration::from_secs(600));
+    let first = join(&address, "localhost", &token, "edge-1")
+        .await
+        .expect("joined");
+    let renewed = renew(&address, "localhost", &first).await.expect("renewed");
+    assert_eq!(renewed.node, "edge-1");
+    assert_ne!(renewed.cert, first.cert);
+    assert_eq!(
+        tls::common_name(renewed.cert.as_ref()).as_deref(),
+        Some("edge-1")
+    );
+
+    // edge-1's certificate asking for a certificate of edge-2.
+    let mut impostor = renewed.clone();
+    impostor.node = "edge-2".into();
+    assert!(matches!(
+        renew(&address, "localhost", &impostor).await,
+        Err(JoinError::Refused {
+            status: StatusCode::FORBIDDEN,
+            ..
+        })
+    ));
+}
+
+#[actix::test]
+async fn an_expired_certificate_is_refused_by_cloudhub() {
+    let cloud = cloud().await;
+    let token = cloud.ca.issue_token(Duration::from_secs(600));
+    let mut credentials = join(
+        &cloud.certs.address.to_string(),
+        "localhost",
+        &token,
+        "edge-1",
+    )
+    .await
+    .expect("joined");
+    // The same node, its certificate expired a minute ago.
+    let key = rcgen::KeyPair::from_der_and_sign_algo(
+        &rustls::pki_types::PrivateKeyDer::Pkcs8(credentials.key.secret_der().to_vec().into()),
+        &rcgen::PKCS_ECDSA_P256_SHA256,
+    )
+    .expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "edge-1");
+    let csr = params.serialize_request(&key).expect("csr").der().to_vec();
+    let (_, expired) = cloud
+        .ca
+        .sign_csr(&csr, SystemTime::now() - Duration::from_secs(60), None)
+        .expect("issued");
+    credentials.cert = expired;
+    let dir = tempfile::tempdir().expect("dir");
+    let edge = start_edge(
+        edge_config(&cloud, &credentials),
+        &dir.path().join("edge.redb"),
+    );
+    let stats = edge.handle.stats.clone();
+    eventually(&stats.changes, "three refused attempts", || {
+        get(&stats.dial_failures) + get(&stats.connects) >= 3
+    })
+    .await;
+    assert_eq!(get(&cloud.hub.stats.sessions_opened), 0);
+}
