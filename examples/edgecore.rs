@@ -1,0 +1,137 @@
+//! edgecore: the edge side of edgehive.
+//!
+//! `edgecore join` gets this node's certificate with a token from
+//! `cloudcore token`; `edgecore run` then keeps the node linked to the cloud
+//! (metamanager on redb, edgehub) until SIGINT or SIGTERM, needing no token.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use beehive::{Hive, HiveConfig};
+use clap::{Parser, Subcommand};
+use hub::certs::{NodeCredentials, join};
+use hub::{EdgeHub, EdgeHubConfig};
+use meta::{EdgeStore, MetaManager};
+use transports::{DialOptions, TransportKind};
+
+/// The edge side of edgehive.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Where the node's certificate and its object store live.
+    #[arg(
+        long,
+        env = "EDGEHIVE_EDGE_DIR",
+        default_value = "/var/lib/edgehive/edge"
+    )]
+    data_dir: PathBuf,
+    /// Log filter (RUST_LOG syntax); RUST_LOG wins when set.
+    #[arg(long, default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Joins the cloud: gets and stores this node's certificate.
+    Join {
+        /// The cloud's certificate endpoints, host:port.
+        #[arg(long)]
+        certs: String,
+        /// The cloud's name in its certificate.
+        #[arg(long, default_value = "localhost")]
+        server_name: String,
+        /// A token from `cloudcore token`.
+        #[arg(long, env = "EDGEHIVE_TOKEN")]
+        token: String,
+        /// This node's name.
+        #[arg(long)]
+        node: String,
+    },
+    /// Runs the edge.
+    Run {
+        /// The cloud's hub address (host:port, or a socket path for uds).
+        #[arg(long)]
+        cloud: String,
+        /// ws, quic or uds.
+        #[arg(long, default_value = "ws")]
+        transport: TransportKind,
+        /// The cloud's name in its certificate.
+        #[arg(long, default_value = "localhost")]
+        server_name: String,
+        /// This node's name, over uds (other transports take it from the certificate).
+        #[arg(long)]
+        node: Option<String>,
+        /// Keepalive interval in seconds; a silent link is closed after two.
+        #[arg(long, default_value_t = 15)]
+        keepalive_secs: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    let pki = args.data_dir.join("pki");
+    match args.command {
+        Command::Join {
+            certs,
+            server_name,
+            token,
+            node,
+        } => actix::System::new().block_on(async move {
+            let credentials = join(&certs, &server_name, &token, &node)
+                .await
+                .context("join")?;
+            credentials.save(&pki)?;
+            println!("joined as {node}; credentials in {}", pki.display());
+            Ok(())
+        }),
+        Command::Run {
+            cloud,
+            transport,
+            server_name,
+            node,
+            keepalive_secs,
+        } => {
+            let mut dial = DialOptions::new(&cloud, &server_name);
+            let node = if transport == TransportKind::UnixSocket {
+                node.context("--node is needed over uds")?
+            } else {
+                let Some(credentials) = NodeCredentials::load(&pki)? else {
+                    bail!(
+                        "no credentials in {}: run `edgecore join` first",
+                        pki.display()
+                    );
+                };
+                dial = dial.with_tls(credentials.client_tls()?);
+                credentials.node
+            };
+            let config = EdgeHubConfig {
+                keepalive: Duration::from_secs(keepalive_secs),
+                ..EdgeHubConfig::new(node, transport, dial)
+            };
+            actix::System::new().block_on(run(args.data_dir, config))
+        }
+    }
+}
+
+async fn run(data_dir: PathBuf, config: EdgeHubConfig) -> Result<()> {
+    std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
+    let hive = Hive::new("edge", HiveConfig::default());
+    let store = EdgeStore::open(&data_dir.join("edge.redb")).context("edge store")?;
+    MetaManager::start(&hive, store.clone())?;
+    let node = config.node.clone();
+    EdgeHub::start(&hive, config)?;
+    tracing::info!(%node, "edgecore running");
+    let report = hive.shutdown_on_signal().await?;
+    store.close().await;
+    tracing::info!(?report, "edgecore stopped");
+    Ok(())
+}
