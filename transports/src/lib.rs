@@ -190,16 +190,12 @@ impl ListenOptions {
         self
     }
 
-    #[allow(dead_code)]
-    pub(crate) fn refuse_tls(&self, transport: &str) -> Result<(), TransportError> {
+    /// Whether TLS is configured.
+    pub(crate) fn has_tls(&self) -> bool {
         #[cfg(feature = "tls")]
-        if self.tls.is_some() {
-            return Err(TransportError::Config(format!(
-                "{transport} carries no TLS; protect its socket file instead"
-            )));
-        }
-        let _ = transport;
-        Ok(())
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
     }
 }
 
@@ -245,17 +241,24 @@ impl DialOptions {
         self
     }
 
-    #[allow(dead_code)]
-    pub(crate) fn refuse_tls(&self, transport: &str) -> Result<(), TransportError> {
+    /// Whether TLS is configured.
+    pub(crate) fn has_tls(&self) -> bool {
         #[cfg(feature = "tls")]
-        if self.tls.is_some() {
-            return Err(TransportError::Config(format!(
-                "{transport} carries no TLS; protect its socket file instead"
-            )));
-        }
-        let _ = transport;
-        Ok(())
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
     }
+}
+
+/// Refuses TLS settings for a transport that carries none.
+#[allow(dead_code)]
+pub(crate) fn refuse_tls(has_tls: bool, transport: &str) -> Result<(), TransportError> {
+    if has_tls {
+        return Err(TransportError::Config(format!(
+            "{transport} carries no TLS; protect its socket file instead"
+        )));
+    }
+    Ok(())
 }
 
 /// Resolves `host:port` to the first address.

@@ -159,38 +159,14 @@ impl LinkSender {
 
     /// Sends an already encoded frame payload (encode once, send to many).
     pub async fn send_frame(&self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
-        if frame.len() > self.max_frame {
-            return Err(FrameError::TooLarge {
-                len: frame.len(),
-                max: self.max_frame,
-            }
-            .into());
-        }
-        let outbox = &self.outbox.outbox;
-        let mut frame = Some((frame, lane));
+        self.check_size(&frame)?;
+        let mut frame = (frame, lane);
         loop {
-            let room = outbox.room.notified();
+            let room = self.outbox.outbox.room.notified();
             let mut room = std::pin::pin!(room);
-            {
-                let mut queued = outbox.lock();
-                if queued.closing || self.is_closed() {
-                    return Err(TransportError::Closed);
-                }
-                if queued.frames.len() < outbox.capacity {
-                    if let Some(frame) = frame.take() {
-                        queued.frames.push(frame);
-                    }
-                    let first = queued.frames.len() == 1;
-                    drop(queued);
-                    if first {
-                        outbox.wake_writer.notify_one();
-                    }
-                    return Ok(());
-                }
-                // Full: be woken when the writer takes the batch. Enabled
-                // before the lock is released, so no wake-up is missed.
-                queued.waiting = true;
-                room.as_mut().enable();
+            match self.offer(frame, Some(room.as_mut()))? {
+                None => return Ok(()),
+                Some(back) => frame = back,
             }
             tokio::select! {
                 _ = &mut room => {}
@@ -202,6 +178,14 @@ impl LinkSender {
     /// Queues a frame without waiting: [`TransportError::QueueFull`] when the
     /// send queue is full (for callers that cannot wait, such as actors).
     pub fn try_send_frame(&self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
+        self.check_size(&frame)?;
+        match self.offer((frame, lane), None)? {
+            None => Ok(()),
+            Some(_) => Err(TransportError::QueueFull),
+        }
+    }
+
+    fn check_size(&self, frame: &Bytes) -> Result<(), TransportError> {
         if frame.len() > self.max_frame {
             return Err(FrameError::TooLarge {
                 len: frame.len(),
@@ -209,21 +193,36 @@ impl LinkSender {
             }
             .into());
         }
+        Ok(())
+    }
+
+    /// Queues the frame if there is room, else hands it back. A given
+    /// `room` waiter is enabled while the lock is held, so the writer's
+    /// wake-up after taking the batch cannot be missed.
+    fn offer(
+        &self,
+        frame: (Bytes, Lane),
+        room: Option<std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>>,
+    ) -> Result<Option<(Bytes, Lane)>, TransportError> {
         let outbox = &self.outbox.outbox;
         let mut queued = outbox.lock();
         if queued.closing || self.is_closed() {
             return Err(TransportError::Closed);
         }
         if queued.frames.len() >= outbox.capacity {
-            return Err(TransportError::QueueFull);
+            if let Some(room) = room {
+                queued.waiting = true;
+                room.enable();
+            }
+            return Ok(Some(frame));
         }
-        queued.frames.push((frame, lane));
+        queued.frames.push(frame);
         let first = queued.frames.len() == 1;
         drop(queued);
         if first {
             outbox.wake_writer.notify_one();
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Frames queued and not yet written.

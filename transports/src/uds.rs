@@ -14,7 +14,9 @@ use crate::error::{FrameError, TransportError};
 use crate::link::{Limits, Link, PeerIdentity, spawn_link};
 use crate::listener::Listener;
 use crate::stream::{StreamSink, StreamSource};
-use crate::{BoxFuture, DialOptions, ListenOptions, PREAMBLE, Transport, TransportKind};
+use crate::{
+    BoxFuture, DialOptions, ListenOptions, PREAMBLE, Transport, TransportKind, refuse_tls,
+};
 
 /// The Unix domain socket transport; the address is the socket's path.
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,7 +82,7 @@ impl Transport for UnixSocket {
         options: &'a ListenOptions,
     ) -> BoxFuture<'a, Result<Listener, TransportError>> {
         Box::pin(async move {
-            options.refuse_tls("uds")?;
+            refuse_tls(options.has_tls(), "uds")?;
             let path = PathBuf::from(&options.address);
             clear_stale_socket(&path)?;
             let socket = UnixListener::bind(&path)
@@ -117,7 +119,7 @@ impl Transport for UnixSocket {
 
     fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>> {
         Box::pin(async move {
-            options.refuse_tls("uds")?;
+            refuse_tls(options.has_tls(), "uds")?;
             let limits = options.limits;
             let mut stream = tokio::time::timeout(
                 limits.connect_timeout,
