@@ -10,10 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
-use hub::certs::{NodeCredentials, join};
+use hub::certs::{NodeCredentials, join, keep_renewed};
 use hub::{EdgeHub, EdgeHubConfig};
 use meta::{EdgeStore, MetaManager};
-use transports::{DialOptions, TransportKind};
+use transports::{DialOptions, TransportKind, tls};
 
 /// The edge side of edgehive.
 #[derive(Parser, Debug)]
@@ -67,6 +67,10 @@ enum Command {
         /// Keepalive interval in seconds; a silent link is closed after two.
         #[arg(long, default_value_t = 15)]
         keepalive_secs: u64,
+        /// The cloud's certificate endpoints (host:port): renew this node's
+        /// certificate there once two thirds of its lifetime have passed.
+        #[arg(long)]
+        certs: Option<String>,
     },
 }
 
@@ -99,8 +103,10 @@ fn main() -> Result<()> {
             server_name,
             node,
             keepalive_secs,
+            certs,
         } => {
             let mut dial = DialOptions::new(&cloud, &server_name);
+            let mut renewal = None;
             let node = if transport == TransportKind::UnixSocket {
                 node.context("--node is needed over uds")?
             } else {
@@ -110,14 +116,34 @@ fn main() -> Result<()> {
                         pki.display()
                     );
                 };
-                dial = dial.with_tls(credentials.client_tls()?);
-                credentials.node
+                // The identity is swapped in place when the certificate is
+                // renewed; the next link presents the new one.
+                let identity = credentials.reloadable()?;
+                let roots = [credentials.ca.clone()];
+                dial = dial.with_tls(tls::client_config_reloadable(&roots, identity.clone())?);
+                let node = credentials.node.clone();
+                if let Some(certs) = certs {
+                    let pki = pki.clone();
+                    renewal = Some(keep_renewed(
+                        certs,
+                        server_name.clone(),
+                        pki,
+                        credentials,
+                        identity,
+                    ));
+                }
+                node
             };
             let config = EdgeHubConfig {
                 keepalive: Duration::from_secs(keepalive_secs),
                 ..EdgeHubConfig::new(node, transport, dial)
             };
-            actix::System::new().block_on(run(args.data_dir, config))
+            actix::System::new().block_on(async move {
+                if let Some(renewal) = renewal {
+                    actix::spawn(renewal);
+                }
+                run(args.data_dir, config).await
+            })
         }
     }
 }

@@ -227,3 +227,48 @@ async fn an_expired_certificate_is_refused_by_cloudhub() {
     .await;
     assert_eq!(get(&cloud.hub.stats.sessions_opened), 0);
 }
+
+#[actix::test]
+async fn a_renewed_certificate_is_presented_on_the_next_link() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let token = cloud.ca.issue_token(Duration::from_secs(600));
+    let first = join(&address, "localhost", &token, "edge-1")
+        .await
+        .expect("joined");
+    // Issued for an hour, five minutes back-dated: due after two thirds.
+    let due = first
+        .renew_at()
+        .expect("due")
+        .duration_since(SystemTime::now())
+        .expect("future");
+    assert!((2_290..=2_310).contains(&due.as_secs()), "{due:?}");
+
+    // A listener that shows which certificate each client presents.
+    let (chain, key) = cloud
+        .ca
+        .issue_server(&["localhost".into()], Duration::from_secs(3600))
+        .expect("cert");
+    let server_tls = tls::server_config(chain, key, Some(&[cloud.ca.root()])).expect("tls");
+    let ws = TransportKind::WebSocket.transport().expect("ws");
+    let mut listener = ws
+        .listen(&ListenOptions::new("127.0.0.1:0").with_tls(server_tls))
+        .await
+        .expect("listen");
+    let identity = first.reloadable().expect("identity");
+    let dial = DialOptions::new(listener.local_addr(), "localhost").with_tls(
+        tls::client_config_reloadable(&[first.ca.clone()], identity.clone()).expect("tls"),
+    );
+    let _before = ws.dial(&dial).await.expect("dial");
+    let seen = listener.accept().await.expect("link");
+    assert_eq!(seen.peer.certificates[0], first.cert.as_ref());
+
+    let renewed = renew(&address, "localhost", &first).await.expect("renewed");
+    identity
+        .replace(vec![renewed.cert.clone()], renewed.key.clone_key())
+        .expect("replace");
+    let _after = ws.dial(&dial).await.expect("dial");
+    let seen = listener.accept().await.expect("link");
+    assert_eq!(seen.peer.certificates[0], renewed.cert.as_ref());
+    assert_eq!(seen.peer.common_name.as_deref(), Some("edge-1"));
+}

@@ -166,6 +166,96 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
+/// A client identity that can be replaced while in use (certificate
+/// renewal): links opened after [`ReloadableIdentity::replace`] present the
+/// new certificate; links already open keep theirs.
+#[derive(Debug, Clone)]
+pub struct ReloadableIdentity {
+    current: Arc<std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>>,
+}
+
+impl ReloadableIdentity {
+    /// An identity from a chain and its key.
+    pub fn new(
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<Self, TransportError> {
+        Ok(ReloadableIdentity {
+            current: Arc::new(std::sync::RwLock::new(certified(chain, key)?)),
+        })
+    }
+
+    /// Presents `chain` from now on.
+    pub fn replace(
+        &self,
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<(), TransportError> {
+        let next = certified(chain, key)?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        Ok(())
+    }
+
+    /// The certificate presented now (leaf first).
+    pub fn chain(&self) -> Vec<CertificateDer<'static>> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .cert
+            .clone()
+    }
+}
+
+fn certified(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::sign::CertifiedKey>, TransportError> {
+    let key = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| tls_error("client key", e))?;
+    Ok(Arc::new(rustls::sign::CertifiedKey::new(chain, key)))
+}
+
+impl rustls::client::ResolvesClientCert for ReloadableIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A client configuration trusting `roots` and presenting whatever
+/// `identity` holds at the time of each handshake.
+pub fn client_config_reloadable(
+    roots: &[CertificateDer<'static>],
+    identity: ReloadableIdentity,
+) -> Result<Arc<ClientConfig>, TransportError> {
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_error("protocol versions", e))?
+        .with_root_certificates(root_store(roots)?)
+        .with_client_cert_resolver(Arc::new(identity));
+    // A resumed session would keep presenting the certificate of the first
+    // handshake; every link does a full handshake with the current one.
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(Arc::new(config))
+}
+
 /// Certificates from PEM text.
 pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TransportError> {
     CertificateDer::pem_slice_iter(pem)

@@ -167,10 +167,72 @@ impl NodeCredentials {
 
     /// When the certificate stops being valid.
     pub fn not_after(&self) -> Result<SystemTime, JoinError> {
+        Ok(self.validity()?.1)
+    }
+
+    /// When the certificate starts and stops being valid.
+    pub fn validity(&self) -> Result<(SystemTime, SystemTime), JoinError> {
         let (_, cert) =
             x509_parser::parse_x509_certificate(self.cert.as_ref()).map_err(certificate)?;
-        let secs = cert.validity().not_after.timestamp();
-        Ok(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+        let at = |secs: i64| UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+        Ok((
+            at(cert.validity().not_before.timestamp()),
+            at(cert.validity().not_after.timestamp()),
+        ))
+    }
+
+    /// When to renew: once two thirds of the certificate's lifetime have
+    /// passed (kubelet and KubeEdge rotate at a similar point).
+    pub fn renew_at(&self) -> Result<SystemTime, JoinError> {
+        let (not_before, not_after) = self.validity()?;
+        let lifetime = not_after.duration_since(not_before).unwrap_or_default();
+        Ok(not_before + lifetime * 2 / 3)
+    }
+
+    /// The identity to present, replaceable on renewal.
+    pub fn reloadable(&self) -> Result<tls::ReloadableIdentity, JoinError> {
+        tls::ReloadableIdentity::new(vec![self.cert.clone()], self.key.clone_key())
+            .map_err(certificate)
+    }
+}
+
+/// Keeps a node's certificate fresh: sleeps until it is due, renews it with
+/// the cloud at `address`, stores it in `dir` and hands it to `identity`,
+/// so that every later link presents it. A failed attempt is retried a
+/// minute later. Runs until the task is dropped.
+pub async fn keep_renewed(
+    address: String,
+    server_name: String,
+    dir: std::path::PathBuf,
+    mut credentials: NodeCredentials,
+    identity: tls::ReloadableIdentity,
+) {
+    loop {
+        let due = credentials
+            .renew_at()
+            .unwrap_or_else(|_| SystemTime::now())
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::sleep(due).await;
+        match renew(&address, &server_name, &credentials).await {
+            Ok(renewed) => {
+                if let Err(err) = renewed.save(&dir) {
+                    tracing::warn!(error = %err, "renewed certificate not stored");
+                }
+                if let Err(err) =
+                    identity.replace(vec![renewed.cert.clone()], renewed.key.clone_key())
+                {
+                    tracing::warn!(error = %err, "renewed certificate not taken up");
+                } else {
+                    tracing::info!(node = %renewed.node, "certificate renewed");
+                }
+                credentials = renewed;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "certificate renewal failed; retrying in a minute");
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use rcgen::{
 };
 use transports::tls::{CertificateDer, Identity, PrivateKeyDer};
 
-pub use join::{JoinError, NodeCredentials, join, renew};
+pub use join::{JoinError, NodeCredentials, join, keep_renewed, renew};
 pub use server::{CertServer, CertServerConfig};
 
 /// Why a certificate operation failed.
