@@ -109,7 +109,6 @@ pub fn child_main(
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let transport: Arc<dyn transports::Transport> = Arc::from(kind.transport()?);
         let identities = match identities {
             Some(path) => Some(read_identities(path)?),
             None => None,
@@ -124,7 +123,9 @@ pub fn child_main(
             if let (Some(root), Some((cert, key))) = (&root, cert) {
                 dial = dial.with_tls(tls::client_config(std::slice::from_ref(root), Some((vec![cert], key)))?);
             }
-            let transport = transport.clone();
+            // Each node its own transport, as on a real fleet: over QUIC
+            // that is its own endpoint (UDP socket), not one shared by all.
+            let transport = kind.transport()?;
             let dialing = dialing.clone();
             tokio::spawn(async move {
                 let permit = dialing.acquire_owned().await;
@@ -193,7 +194,7 @@ fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
 /// process (so memory freed by one run cannot flatter the next), and adds
 /// their rows.
 pub fn run(
-    scale: Scale,
+    _scale: Scale,
     kind: TransportKind,
     node_counts: &[usize],
     quick: bool,
@@ -294,13 +295,22 @@ async fn one_run(
     }
     let started = Instant::now();
     let _child = ChildGuard(command.spawn().context("spawn the simulated nodes")?);
-    wait_until(
+    let progress = stats.clone();
+    let reporter = actix::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            eprintln!("hub/{kind}/{nodes}: {} connected", get(&progress.connected));
+        }
+    });
+    let connected = wait_until(
         &stats,
         Duration::from_secs(300),
         "all nodes connected",
         || get(&stats.connected) == nodes as u64,
     )
-    .await?;
+    .await;
+    reporter.abort();
+    connected?;
     let connect = started.elapsed();
     let rss_after = rss_bytes();
     report.plain(&scenario, "connect_all", connect.as_secs_f64(), "s");

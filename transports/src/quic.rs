@@ -43,8 +43,10 @@ fn quic_error(context: &str, err: impl std::fmt::Display) -> TransportError {
 
 fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig>, TransportError> {
     let mut config = quinn::TransportConfig::default();
-    config.max_concurrent_uni_streams(VarInt::from_u32(1024));
-    config.max_concurrent_bidi_streams(VarInt::from_u32(4));
+    config.max_concurrent_uni_streams(VarInt::from_u32(64));
+    config.max_concurrent_bidi_streams(VarInt::from_u32(1));
+    // No unreliable datagrams on this link: no buffer for them.
+    config.datagram_receive_buffer_size(None);
     let idle = idle.unwrap_or(Duration::from_secs(60));
     config.max_idle_timeout(Some(
         idle.try_into().map_err(|e| quic_error("idle timeout", e))?,
