@@ -205,6 +205,35 @@ impl CloudHub {
         }
     }
 
+    /// Answers a cloud module's `send_sync` once its object is durable.
+    fn confirm(&self, reply: HiveMessage, outcome: PushOutcome) {
+        let queued = matches!(outcome, PushOutcome::Queued | PushOutcome::Coalesced);
+        let verdict = match outcome {
+            PushOutcome::Queued => "queued",
+            PushOutcome::Coalesced => "coalesced",
+            PushOutcome::Stale => "stale",
+            PushOutcome::Full => "full",
+        };
+        let hive = self.hive.clone();
+        let store = self.store.clone().filter(|_| queued);
+        actix::spawn(async move {
+            let committed = match store {
+                Some(store) => store.flush().await.map_err(|e| e.to_string()),
+                None => Ok(()),
+            };
+            let mut reply = match committed {
+                Ok(()) => reply.with_content(serde_json::json!({ "outcome": verdict })),
+                Err(err) => {
+                    reply.with_content(serde_json::json!({ "outcome": verdict, "error": err }))
+                }
+            };
+            if outcome == PushOutcome::Full || reply.content().get("error").is_some() {
+                reply.router.operation = operation::ERROR.to_owned();
+            }
+            hive.send_resp(reply);
+        });
+    }
+
     fn node_event(&self, node: &str, op: &str) {
         let hive = self.hive.clone();
         let event = HiveMessage::new().build_router(
@@ -302,12 +331,27 @@ impl Module for CloudHub {
         ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
     }
 
+    /// A message for a node. An object (it carries a resource version) is
+    /// queued until the node acknowledges it; a cloud module that sent it
+    /// with `send_sync` is answered once the object is committed to the
+    /// queue store, so an answered object survives a crash of the cloud.
     fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
-        let Some((node, msg)) = protocol::to_edge(msg) else {
+        let reply = msg
+            .is_sync()
+            .then(|| msg.response(module::CLOUDHUB, serde_json::Value::Null));
+        let Some((node, mut msg)) = protocol::to_edge(msg) else {
             self.stats.count(&self.stats.unroutable);
             debug!("downstream message without node/<node>/ in its resource; dropped");
+            if let Some(reply) = reply {
+                self.hive.send_resp(
+                    reply.with_content(
+                        serde_json::json!({"error": "no node/<node>/ in the resource"}),
+                    ),
+                );
+            }
             return Ok(());
         };
+        msg.header.sync = false;
         if !protocol::needs_ack(&msg) {
             // Responses and events: now or never.
             let sent = self.sessions.get(&node).is_some_and(|session| {
@@ -320,11 +364,16 @@ impl Module for CloudHub {
             if !sent {
                 self.stats.count(&self.stats.unroutable);
             }
+            if let Some(reply) = reply {
+                self.hive
+                    .send_resp(reply.with_content(serde_json::json!({"sent": sent})));
+            }
             return Ok(());
         }
         self.load_from_store(&node);
         let before = self.queue_len(&node);
-        match self.queue(&node).push(msg.clone()) {
+        let outcome = self.queue(&node).push(msg.clone());
+        match outcome {
             PushOutcome::Queued | PushOutcome::Coalesced => {
                 if let Some(store) = &self.store {
                     store.put(&node, &msg);
@@ -338,6 +387,9 @@ impl Module for CloudHub {
                 self.stats.count(&self.stats.queue_full);
                 warn!(%node, "node queue full; object refused (the node needs a resync)");
             }
+        }
+        if let Some(reply) = reply {
+            self.confirm(reply, outcome);
         }
         Ok(())
     }

@@ -168,6 +168,42 @@ async fn edge_restart_mid_stream(kind: TransportKind) {
     .await;
 }
 
+/// A cloud module that sends with `send_sync` is answered only once the
+/// object is committed: a copy of the store file taken right after the
+/// answer (as a crash would leave it) already holds the object.
+#[actix::test]
+async fn an_answered_object_is_already_on_disk() {
+    let world = World::new(TransportKind::UnixSocket);
+    let queues = world.path("cloud.redb");
+    let cloud = start_cloud(&world, &world.any_address(), Some(&queues), KEEPALIVE).await;
+    for n in 0..20 {
+        let answer = cloud
+            .hive
+            .send_sync(
+                "cloudhub",
+                pod("n1", &format!("p{n}"), 1),
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("answered");
+        assert_eq!(answer.operation(), "response");
+        assert_eq!(answer.content()["outcome"], "queued");
+    }
+    let copy = world.path("copy.redb");
+    std::fs::copy(&queues, &copy).expect("copy");
+    let store = hub::store::QueueStore::open(&copy).expect("open the copy");
+    let mut held: Vec<String> = store
+        .load()
+        .expect("load")
+        .into_iter()
+        .map(|(_, m)| m.resource().to_owned())
+        .collect();
+    held.sort();
+    let mut expected: Vec<String> = (0..20).map(|n| format!("default/pod/p{n}")).collect();
+    expected.sort();
+    assert_eq!(held, expected);
+}
+
 macro_rules! per_transport {
     ($module:ident, $kind:expr) => {
         mod $module {
