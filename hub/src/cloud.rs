@@ -380,7 +380,14 @@ impl Module for CloudHub {
                 }
                 let after = self.queue_len(&node);
                 self.adjust_pending(before, after);
-                self.pump(&node, ctx);
+                if self.sessions.contains_key(&node) {
+                    self.pump(&node, ctx);
+                } else {
+                    // Absent (perhaps never seen): the gone-long policy applies.
+                    self.gone_since
+                        .entry(node.clone())
+                        .or_insert_with(Instant::now);
+                }
             }
             PushOutcome::Stale => self.stats.count(&self.stats.stale),
             PushOutcome::Full => {

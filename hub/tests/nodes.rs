@@ -1,0 +1,82 @@
+//! Node lifecycle as other cloud modules see it: connect and disconnect
+//! events, and a node gone long enough leaving memory but not the store.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use beehive::constants::{group, operation};
+use beehive::{Hive, HiveConfig};
+use common::{World, edge_config, eventually, get, pod, recorder, start_edge};
+use hub::{CloudHub, CloudHubConfig};
+use transports::TransportKind;
+
+const KEEPALIVE: Duration = Duration::from_secs(5);
+
+#[actix::test]
+async fn connects_and_disconnects_are_beehive_events() {
+    let world = World::new(TransportKind::WebSocket);
+    let cloud = common::start_cloud(&world, &world.any_address(), None, KEEPALIVE).await;
+    let mut events = recorder(&cloud.hive, "nodewatcher", group::NODE_EVENTS);
+    let edge = start_edge(
+        edge_config(&world, "n1", Some("n1"), &cloud.address, KEEPALIVE),
+        &world.path("edge.redb"),
+    );
+    let connected = tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .expect("event")
+        .expect("open");
+    assert_eq!(
+        (connected.operation(), connected.resource()),
+        (operation::NODE_CONNECTED, "node/n1")
+    );
+    edge.hive.shutdown().await;
+    let gone = tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .expect("event")
+        .expect("open");
+    assert_eq!(
+        (gone.operation(), gone.resource()),
+        (operation::NODE_DISCONNECTED, "node/n1")
+    );
+}
+
+#[actix::test]
+async fn a_long_gone_node_leaves_memory_and_gets_everything_when_it_returns() {
+    let world = World::new(TransportKind::UnixSocket);
+    let hive = Hive::new("cloud", HiveConfig::default());
+    let address = world.any_address();
+    let config = CloudHubConfig {
+        endpoints: vec![world.endpoint(&address)],
+        keepalive: KEEPALIVE,
+        // Checked every second (a quarter of this, at least a second).
+        evict_after: Duration::from_millis(100),
+        store: Some(world.path("cloud.redb")),
+        ..CloudHubConfig::default()
+    };
+    let handle = CloudHub::start(&hive, config).await.expect("cloudhub");
+    let stats = handle.stats.clone();
+    for n in 0..50 {
+        hive.send("cloudhub", pod("n1", &format!("p{n}"), 1))
+            .await
+            .expect("queued");
+    }
+    eventually(&stats.changes, "50 objects held", || {
+        get(&stats.pending) == 50
+    })
+    .await;
+    // n1 never came: its queue leaves memory (it stays in the store).
+    eventually(&stats.changes, "queue evicted", || get(&stats.pending) == 0).await;
+
+    let mut edge = start_edge(
+        edge_config(&world, "n1", None, &handle.addresses[0].1, KEEPALIVE),
+        Path::new(&world.path("edge.redb")),
+    );
+    let finals = (0..50).map(|n| (format!("default/pod/p{n}"), 1)).collect();
+    common::await_applied(&mut edge.applied, &finals).await;
+    eventually(&stats.changes, "all acknowledged", || {
+        get(&stats.pending) == 0 && get(&stats.acked) == 50
+    })
+    .await;
+}
