@@ -169,39 +169,48 @@ impl CloudHub {
         let Some(queue) = self.queues.get_mut(node) else {
             return;
         };
-        let max = self
-            .config
-            .endpoints
-            .first()
-            .map_or(transports::frame::DEFAULT_MAX_FRAME, |e| {
-                e.options.limits.max_frame
-            });
-        for msg in queue.next_batch() {
-            let frame = match transports::frame::encode(&msg, max) {
-                Ok(frame) => frame,
-                Err(err) => {
-                    warn!(%node, resource = msg.resource(), error = %err, "object cannot be sent; dropped");
-                    queue.ack(msg.id());
-                    continue;
-                }
-            };
-            match sender.try_send_frame(frame, Lane::Ordered) {
+        let mut batch = queue.next_batch().into_iter();
+        let mut dropped = Vec::new();
+        let mut retry = false;
+        while let Some(msg) = batch.next() {
+            // The session's own limit: endpoints may differ.
+            let sent = transports::frame::encode(&msg, sender.max_frame())
+                .map_err(TransportError::from)
+                .and_then(|frame| sender.try_send_frame(frame, Lane::Ordered));
+            match sent {
                 Ok(()) => self.stats.count(&self.stats.downstream_sent),
-                Err(TransportError::QueueFull) => {
-                    // Back to the front of the queue; try again shortly.
-                    queue.requeue(msg.id());
-                    let node = node.to_owned();
-                    ctx.run_later(Duration::from_millis(5), move |hub, ctx| {
-                        hub.pump(&node, ctx)
-                    });
-                    return;
+                Err(TransportError::Frame(err)) => {
+                    // It can never be sent: drop it rather than block the node.
+                    warn!(%node, resource = msg.resource(), error = %err, "object cannot be sent; dropped");
+                    if let AckOutcome::Delivered { resource } = queue.ack(msg.id()) {
+                        dropped.push(resource);
+                    }
                 }
-                Err(_) => {
-                    // The session is going away; its SessionDown resends.
-                    queue.requeue(msg.id());
-                    return;
+                Err(err) => {
+                    // No room (try again shortly) or the session is going away
+                    // (its SessionDown resends): this message and the rest of
+                    // the batch go back, in order.
+                    retry = matches!(err, TransportError::QueueFull);
+                    let unsent: Vec<_> = std::iter::once(msg).chain(batch.by_ref()).collect();
+                    for msg in unsent.iter().rev() {
+                        queue.requeue(msg.id());
+                    }
+                    break;
                 }
             }
+        }
+        for resource in dropped {
+            if let Some(store) = &self.store {
+                store.remove(node, &resource);
+            }
+            self.pending_total = self.pending_total.saturating_sub(1);
+            self.stats.set_pending(self.pending_total as u64);
+        }
+        if retry {
+            let node = node.to_owned();
+            ctx.run_later(Duration::from_millis(5), move |hub, ctx| {
+                hub.pump(&node, ctx)
+            });
         }
     }
 
@@ -468,6 +477,15 @@ impl Handler<SessionUp> for CloudHub {
     fn handle(&mut self, up: SessionUp, ctx: &mut Context<Self>) {
         info!(node = %up.node, session = up.id, "node connected");
         self.stats.count(&self.stats.sessions_opened);
+        if self
+            .sessions
+            .get(&up.node)
+            .is_some_and(|current| current.id > up.id)
+        {
+            // An older session reporting late: the newer one stays.
+            actix::spawn(async move { up.sender.close().await });
+            return;
+        }
         if let Some(old) = self.sessions.insert(
             up.node.clone(),
             Session {

@@ -166,6 +166,7 @@ pub struct EdgeHub {
     stats: Arc<EdgeHubStats>,
     online: Arc<watch::Sender<bool>>,
     cut: Arc<Notify>,
+    flush_scheduled: bool,
 }
 
 impl EdgeHub {
@@ -186,6 +187,7 @@ impl EdgeHub {
             stats: hub_stats.clone(),
             online: online.clone(),
             cut: hub_cut.clone(),
+            flush_scheduled: false,
         })?;
         Ok(EdgeHubHandle {
             stats,
@@ -205,10 +207,21 @@ impl EdgeHub {
                 Ok(()) => self.stats.count(&self.stats.upstream_sent),
                 Err(TransportError::QueueFull) => {
                     self.offline.unpop(msg);
-                    ctx.run_later(Duration::from_millis(5), |hub, ctx| hub.flush_offline(ctx));
+                    if !self.flush_scheduled {
+                        self.flush_scheduled = true;
+                        ctx.run_later(Duration::from_millis(5), |hub, ctx| {
+                            hub.flush_scheduled = false;
+                            hub.flush_offline(ctx);
+                        });
+                    }
                     return;
                 }
+                Err(TransportError::Frame(err)) => {
+                    // Can never be sent: dropped, not left to block the rest.
+                    warn!(error = %err, "message for the cloud refused");
+                }
                 Err(_) => {
+                    // The link is going; LinkUp flushes again.
                     self.offline.unpop(msg);
                     return;
                 }
@@ -253,15 +266,20 @@ impl Module for EdgeHub {
     }
 
     /// A message from an edge module, for the cloud.
-    fn handle(&mut self, msg: HiveMessage, _ctx: &mut Context<Self>) -> Result<(), ModuleError> {
-        let Some((_, sender)) = &self.link else {
+    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        // Behind anything still waiting, so the latest report goes up last.
+        let Some((_, sender)) = self.link.as_ref().filter(|_| self.offline.is_empty()) else {
             self.keep_offline(msg);
+            self.flush_offline(ctx);
             return Ok(());
         };
         match send_now(sender, &msg, self.config.dial.limits.max_frame) {
             Ok(()) => self.stats.count(&self.stats.upstream_sent),
             Err(TransportError::Frame(err)) => warn!(error = %err, "message for the cloud refused"),
-            Err(_) => self.keep_offline(msg),
+            Err(_) => {
+                self.keep_offline(msg);
+                self.flush_offline(ctx);
+            }
         }
         Ok(())
     }
@@ -401,6 +419,10 @@ async fn run_link(
                 // Gone at once: nothing flushed, nothing said.
                 return;
             }
+            _ = sender.closed() => {
+                // Closed here (edgehub stopping): take nothing more from it.
+                break;
+            }
             _ = ticker.tick() => {
                 if last_seen.elapsed() > keepalive * 7 / 4 {
                     warn!("no keepalive from the cloud; closing the link");
@@ -416,6 +438,17 @@ async fn run_link(
     }
     let closing = sender.clone();
     actix::spawn(async move { closing.close().await });
+}
+
+/// What became of an object handed to the edge modules.
+enum Confirmation {
+    /// Stored: acknowledge.
+    Persisted,
+    /// Refused for good (no such module, a module said no): acknowledge and
+    /// count, or the cloud would resend it forever.
+    Refused(String),
+    /// Not confirmed in time: the link is reset so it comes again.
+    NotYet(String),
 }
 
 /// Hands a cloud message to the edge modules. An object is acknowledged
@@ -443,27 +476,41 @@ async fn deliver(
     let stats = stats.clone();
     let timeout = config.persist_timeout;
     actix::spawn(async move {
-        let confirmed = hive
-            .send_to_group_sync(&target, msg, timeout)
-            .await
-            .map_err(|err| err.to_string())
-            .and_then(|responses| {
-                match responses
-                    .iter()
-                    .find(|(_, r)| r.operation() == operation::ERROR)
-                {
-                    Some((module, refusal)) => Err(format!("{module}: {}", refusal.content())),
-                    None => Ok(()),
+        let confirmed = match hive.send_to_group_sync(&target, msg, timeout).await {
+            Ok(responses) => match responses
+                .iter()
+                .find(|(_, r)| r.operation() == operation::ERROR)
+            {
+                // A module looked at it and said no: resending cannot help.
+                Some((module, refusal)) => {
+                    Confirmation::Refused(format!("{module}: {}", refusal.content()))
                 }
-            });
+                None => Confirmation::Persisted,
+            },
+            // No module of that group was ever started on this edge: nobody
+            // here takes this kind of object. (A group whose modules have
+            // stopped, as during shutdown, is not that: the object must come
+            // again.)
+            Err(err @ beehive::Error::UnknownGroup(_))
+                if hive.modules().iter().all(|module| module.group != target) =>
+            {
+                Confirmation::Refused(err.to_string())
+            }
+            Err(err) => Confirmation::NotYet(err.to_string()),
+        };
         match confirmed {
-            Ok(()) => {
+            Confirmation::Persisted | Confirmation::Refused(_) => {
+                if let Confirmation::Refused(reason) = &confirmed {
+                    warn!(%reason, "object refused by the edge; acknowledged so it is not resent forever");
+                    stats.count(&stats.refused);
+                }
                 if send_now(&sender, &ack, 1024).is_ok() || sender.send(&ack).await.is_ok() {
                     stats.count(&stats.acks_sent);
                 }
             }
-            Err(err) => {
-                warn!(error = %err, "object not confirmed by the edge modules; resetting the link");
+            Confirmation::NotYet(reason) => {
+                // Not stored in time: reset the link, the cloud sends it again.
+                warn!(%reason, "object not confirmed in time; resetting the link");
                 stats.count(&stats.unconfirmed);
                 sender.close().await;
             }

@@ -100,8 +100,10 @@ pub struct EdgeHubStats {
     pub downstream: AtomicU64,
     /// Acks sent after a module persisted an object.
     pub acks_sent: AtomicU64,
-    /// Objects a module did not confirm (the link is reset so they come again).
+    /// Objects a module did not confirm in time (the link is reset so they come again).
     pub unconfirmed: AtomicU64,
+    /// Objects refused for good on this edge (acknowledged, not applied).
+    pub refused: AtomicU64,
     /// Messages sent up.
     pub upstream_sent: AtomicU64,
     /// Messages kept while offline (latest per object).

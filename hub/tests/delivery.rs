@@ -85,10 +85,6 @@ async fn stream_with_200_link_cuts(kind: TransportKind) {
         get(&edge.handle.stats.connects) > 200,
         "the link was cut 200 times"
     );
-    assert!(
-        get(&hub.downstream_sent) >= (PODS * 4) as u64 / 4,
-        "objects were coalesced, not lost"
-    );
 }
 
 async fn cloud_restart_mid_stream(kind: TransportKind) {

@@ -80,3 +80,37 @@ async fn a_long_gone_node_leaves_memory_and_gets_everything_when_it_returns() {
     })
     .await;
 }
+
+#[actix::test]
+async fn an_object_no_edge_module_takes_is_acknowledged_not_resent_forever() {
+    let world = World::new(TransportKind::WebSocket);
+    let cloud = common::start_cloud(&world, &world.any_address(), None, KEEPALIVE).await;
+    let mut edge = start_edge(
+        edge_config(&world, "n1", Some("n1"), &cloud.address, KEEPALIVE),
+        &world.path("edge.redb"),
+    );
+    // A device twin for a node without a twin module, then a pod.
+    let twin = beehive::Message::new()
+        .build_router(
+            "devicecontroller",
+            group::TWIN,
+            "node/n1/default/device/sensor",
+            "update",
+        )
+        .with_resource_version("1");
+    cloud.hive.send("cloudhub", twin).await.expect("queued");
+    cloud
+        .hive
+        .send("cloudhub", pod("n1", "web", 1))
+        .await
+        .expect("queued");
+    let applied = tokio::time::timeout(Duration::from_secs(30), edge.applied.recv())
+        .await
+        .expect("the pod still arrives")
+        .expect("recorder");
+    assert_eq!(applied.resource(), "default/pod/web");
+    let (hub, stats) = (cloud.handle.stats.clone(), edge.handle.stats.clone());
+    eventually(&hub.changes, "both acknowledged", || get(&hub.pending) == 0).await;
+    assert_eq!(get(&stats.refused), 1);
+    assert_eq!(get(&stats.connects), 1, "the link was never reset for it");
+}

@@ -28,6 +28,8 @@ pub struct MetaManager {
     store: EdgeStore,
     /// Writes in submission order, confirmed and passed on in that order.
     written: Option<mpsc::UnboundedSender<Written>>,
+    /// The last version given to a status report.
+    last_status_version: u64,
 }
 
 impl MetaManager {
@@ -37,6 +39,7 @@ impl MetaManager {
             hive: hive.clone(),
             store: store.clone(),
             written: None,
+            last_status_version: 0,
         })
     }
 }
@@ -60,15 +63,6 @@ pub fn acting_group(kind: &str) -> Option<&'static str> {
 
 fn is_status(kind: &str) -> bool {
     kind.ends_with("status")
-}
-
-/// Status reports carry no version of their own: the newest report wins.
-fn version_of(msg: &HiveMessage) -> String {
-    if msg.resource_version().is_empty() {
-        msg.timestamp().to_string()
-    } else {
-        msg.resource_version().to_owned()
-    }
 }
 
 impl Actor for MetaManager {
@@ -106,7 +100,14 @@ impl Module for MetaManager {
                 };
                 self.hive.send_resp(answer);
             }
-            other => debug!(operation = other, "operation ignored"),
+            other => {
+                debug!(operation = other, "operation ignored");
+                if msg.is_sync() {
+                    let reason = format!("metamanager does not handle {other:?}");
+                    self.hive
+                        .send_resp(msg.error_response(module::METAMANAGER, reason));
+                }
+            }
         }
         Ok(())
     }
@@ -118,7 +119,7 @@ impl MetaManager {
     /// reach the acting module oldest first, and writes still batch.
     fn write(&mut self, msg: HiveMessage, resource: EdgeResource, ctx: &mut Context<Self>) {
         let record = Record {
-            version: version_of(&msg),
+            version: self.version_of(&msg),
             object: (msg.operation() != operation::DELETE).then(|| msg.content().clone()),
         };
         match self.store.submit(&resource.to_string(), record) {
@@ -142,6 +143,19 @@ impl MetaManager {
         }
     }
 
+    /// An object's own version; a status report, which has none, gets the
+    /// next of a strictly increasing sequence (milliseconds, or one more
+    /// than the last when the clock stands still or steps back), so the
+    /// newest report always wins.
+    fn version_of(&mut self, msg: &HiveMessage) -> String {
+        if !msg.resource_version().is_empty() {
+            return msg.resource_version().to_owned();
+        }
+        let now = u64::try_from(beehive::message::now_millis()).unwrap_or(0);
+        self.last_status_version = now.max(self.last_status_version + 1);
+        self.last_status_version.to_string()
+    }
+
     /// One object, or the list of a type in a namespace.
     fn answer(&self, resource: &EdgeResource) -> Result<Value, String> {
         let key = resource.to_string();
@@ -159,8 +173,12 @@ impl MetaManager {
     }
 }
 
-/// Confirms each write after its commit and passes it on, in order.
+/// Confirms each write right after its commit, in order, and queues it for
+/// the module that acts on it; a slow module never holds up confirmations
+/// (and so the cloud's acknowledgements).
 async fn confirm_in_order(hive: Hive, mut written: mpsc::UnboundedReceiver<Written>) {
+    let (pass_on, to_pass_on) = mpsc::unbounded_channel();
+    actix::spawn(pass_on_in_order(hive.clone(), to_pass_on));
     while let Some((msg, resource, committed)) = written.recv().await {
         match committed.await {
             Ok(outcome) => {
@@ -170,16 +188,8 @@ async fn confirm_in_order(hive: Hive, mut written: mpsc::UnboundedReceiver<Writt
                         msg.response(module::METAMANAGER, json!({ "applied": applied })),
                     );
                 }
-                if outcome == WriteOutcome::Stale {
-                    continue;
-                }
-                if is_status(&resource.resource_type) {
-                    // Up to the cloud; edgehub keeps it while offline.
-                    if let Err(err) = hive.send(module::EDGEHUB, msg).await {
-                        debug!(error = %err, "status not sent up");
-                    }
-                } else if let Some(target) = acting_group(&resource.resource_type) {
-                    let _ = hive.send_to_group(target, msg).await;
+                if outcome == WriteOutcome::Applied {
+                    let _ = pass_on.send((msg, resource));
                 }
             }
             Err(err) => {
@@ -188,6 +198,24 @@ async fn confirm_in_order(hive: Hive, mut written: mpsc::UnboundedReceiver<Writt
                     hive.send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
                 }
             }
+        }
+    }
+}
+
+/// Hands stored objects to the module that acts on them, and status
+/// reports up to edgehub, in commit order.
+async fn pass_on_in_order(
+    hive: Hive,
+    mut stored: mpsc::UnboundedReceiver<(HiveMessage, EdgeResource)>,
+) {
+    while let Some((msg, resource)) = stored.recv().await {
+        if is_status(&resource.resource_type) {
+            // Up to the cloud; edgehub keeps it while offline.
+            if let Err(err) = hive.send(module::EDGEHUB, msg).await {
+                debug!(error = %err, "status not sent up");
+            }
+        } else if let Some(target) = acting_group(&resource.resource_type) {
+            let _ = hive.send_to_group(target, msg).await;
         }
     }
 }

@@ -225,6 +225,11 @@ impl LinkSender {
         Ok(None)
     }
 
+    /// The largest frame this link sends.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
     /// Frames queued and not yet written.
     pub fn queued(&self) -> usize {
         self.outbox.outbox.lock().frames.len()
@@ -404,23 +409,30 @@ async fn write_loop<K: FrameSink>(
                 _ = closed.wait_for(|closed| *closed) => break,
             }
         }
-        let mut failed = None;
-        for (frame, lane) in batch.drain(..) {
-            if let Err(err) = sink.write_frame(frame, lane).await {
-                failed = Some(err);
-                break;
+        let write = async {
+            for (frame, lane) in batch.drain(..) {
+                sink.write_frame(frame, lane).await?;
             }
-        }
-        if failed.is_none() {
-            failed = sink.flush().await.err();
-        }
-        if let Some(err) = failed {
+            sink.flush().await
+        };
+        // A peer that stops reading must not keep this task (and its
+        // socket) once the link is closed for another reason.
+        let written = tokio::select! {
+            written = write => written,
+            _ = closed.wait_for(|closed| *closed) => break,
+        };
+        if let Err(err) = written {
             warn!(%peer, error = %err, "write failed, closing link");
             break;
         }
     }
+    batch.clear();
     outbox.lock().closing = true;
     outbox.room.notify_waiters();
-    sink.close().await;
     state.close();
+    // Best effort: a peer that reads nothing gets no more than this.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
 }
+
+/// How long a graceful close may take before the connection is dropped.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

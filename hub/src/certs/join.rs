@@ -88,8 +88,8 @@ impl Clone for NodeCredentials {
 }
 
 impl NodeCredentials {
-    /// Loads `ca.crt`, `node.crt` and `node.key` (PEM) from `dir`, if a
-    /// join stored them there.
+    /// Loads `ca.crt` and `node.pem` (certificate and key, PEM) from `dir`,
+    /// if a join stored them there.
     pub fn load(dir: &Path) -> Result<Option<NodeCredentials>, JoinError> {
         let read = |name: &str| -> Result<Option<Vec<u8>>, JoinError> {
             let path = dir.join(name);
@@ -102,11 +102,10 @@ impl NodeCredentials {
                 }),
             }
         };
-        let (Some(ca), Some(cert), Some(key)) =
-            (read("ca.crt")?, read("node.crt")?, read("node.key")?)
-        else {
+        let (Some(ca), Some(bundle)) = (read("ca.crt")?, read("node.pem")?) else {
             return Ok(None);
         };
+        let (cert, key) = (bundle.clone(), bundle);
         let first = |pem: &[u8]| -> Result<CertificateDer<'static>, JoinError> {
             tls::certs_from_pem(pem)
                 .map_err(certificate)?
@@ -125,7 +124,8 @@ impl NodeCredentials {
         }))
     }
 
-    /// Stores the credentials in `dir` (the key readable by its owner only).
+    /// Stores the credentials in `dir`: `ca.crt`, and `node.pem` with the
+    /// certificate and its key (readable by its owner only).
     pub fn save(&self, dir: &Path) -> Result<(), JoinError> {
         let io = |path: &Path| {
             let context = path.display().to_string();
@@ -145,14 +145,18 @@ impl NodeCredentials {
                 lines.join("\n")
             )
         };
-        let ca_path = dir.join("ca.crt");
-        std::fs::write(&ca_path, pem("CERTIFICATE", self.ca.as_ref())).map_err(io(&ca_path))?;
-        let cert_path = dir.join("node.crt");
-        std::fs::write(&cert_path, pem("CERTIFICATE", self.cert.as_ref()))
-            .map_err(io(&cert_path))?;
-        let key_path = dir.join("node.key");
-        super::write_private(&key_path, &pem("PRIVATE KEY", self.key.secret_der()))
-            .map_err(|e| JoinError::Certificate(e.to_string()))
+        // The certificate and its key go in one file, written aside and
+        // renamed into place: a crash leaves the old pair or the new one,
+        // never a certificate with the wrong key.
+        let bundle =
+            pem("CERTIFICATE", self.cert.as_ref()) + &pem("PRIVATE KEY", self.key.secret_der());
+        let bundle_tmp = dir.join("node.pem.tmp");
+        super::write_private(&bundle_tmp, &bundle)
+            .map_err(|e| JoinError::Certificate(e.to_string()))?;
+        let ca_tmp = dir.join("ca.crt.tmp");
+        std::fs::write(&ca_tmp, pem("CERTIFICATE", self.ca.as_ref())).map_err(io(&ca_tmp))?;
+        std::fs::rename(&ca_tmp, dir.join("ca.crt")).map_err(io(&ca_tmp))?;
+        std::fs::rename(&bundle_tmp, dir.join("node.pem")).map_err(io(&bundle_tmp))
     }
 
     /// A TLS client configuration for the hub: trusts the cloud's CA,

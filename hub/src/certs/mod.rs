@@ -287,6 +287,9 @@ fn write_private(path: &Path, contents: &str) -> Result<(), CertError> {
         .mode(0o600)
         .open(path)
         .map_err(io_error(path.display().to_string()))?;
+    // An existing file keeps its mode on open: make sure it is private.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io_error(path.display().to_string()))?;
     file.write_all(contents.as_bytes())
         .map_err(io_error(path.display().to_string()))
 }

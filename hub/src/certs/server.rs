@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
@@ -23,6 +23,9 @@ use super::{CertError, CloudCa};
 
 /// Largest CSR accepted.
 const MAX_CSR: usize = 64 * 1024;
+
+/// Connections served at once.
+const MAX_CONNECTIONS: usize = 256;
 
 /// How the certificate endpoints run.
 #[derive(Clone)]
@@ -89,6 +92,7 @@ async fn serve(
     cert_ttl: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -101,6 +105,10 @@ async fn serve(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        // At most this many connections at once; more wait to be served.
+        let Ok(permit) = connections.clone().acquire_owned().await else {
+            return;
         };
         let (acceptor, ca) = (acceptor.clone(), ca.clone());
         tokio::spawn(async move {
@@ -127,12 +135,21 @@ async fn serve(
                     )
                 }
             });
-            if let Err(err) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                warn!(%remote, error = %err, "certificate endpoint connection failed");
+            // Slow or idle clients are cut off: headers within 10 s, the
+            // whole connection within a minute, no keep-alive.
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(tls), service);
+            match tokio::time::timeout(Duration::from_secs(60), connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    warn!(%remote, error = %err, "certificate endpoint connection failed")
+                }
+                Err(_) => warn!(%remote, "certificate endpoint connection took too long; closed"),
             }
+            drop(permit);
         });
     }
 }

@@ -211,10 +211,23 @@ pub async fn await_applied(
     let mut newest: HashMap<String, u64> = HashMap::new();
     let mut seen = std::collections::HashSet::new();
     while finals.iter().any(|(pod, v)| newest.get(pod) != Some(v)) {
-        let msg = tokio::time::timeout(Duration::from_secs(60), applied.recv())
-            .await
-            .expect("objects stopped arriving")
-            .expect("recorder gone");
+        let Ok(next) = tokio::time::timeout(Duration::from_secs(20), applied.recv()).await else {
+            let missing: Vec<_> = finals
+                .iter()
+                .filter(|(pod, v)| newest.get(*pod) != Some(v))
+                .map(|(pod, v)| format!("{pod} v{v} (have {:?})", newest.get(pod)))
+                .take(5)
+                .collect();
+            panic!(
+                "objects stopped arriving; {} missing, e.g. {missing:?}",
+                finals.len()
+                    - finals
+                        .iter()
+                        .filter(|(p, v)| newest.get(*p) == Some(v))
+                        .count()
+            );
+        };
+        let msg = next.expect("recorder gone");
         let version: u64 = msg.resource_version().parse().expect("numeric version");
         let pod = msg.resource().to_owned();
         assert!(
