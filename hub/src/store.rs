@@ -3,11 +3,11 @@
 //! writer thread; nothing blocks an actor thread.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use beehive::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::sync::{mpsc, oneshot};
+use store::BatchWriter;
+use tokio::sync::oneshot;
 use tracing::error;
 
 /// node \0 resource -> MessagePack message.
@@ -38,37 +38,29 @@ enum Op {
     Put { node: String, msg: Message },
     Remove { node: String, resource: String },
     Flush(oneshot::Sender<Result<(), StoreError>>),
-    Close(oneshot::Sender<()>),
 }
 
 /// Handle to the queue store; cheap to clone.
 #[derive(Clone)]
 pub struct QueueStore {
-    ops: mpsc::UnboundedSender<Op>,
-    db: Arc<Database>,
+    writer: BatchWriter<Op>,
 }
 
 impl QueueStore {
     /// Opens (or creates) the store at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<QueueStore, StoreError> {
-        let db = Arc::new(Database::create(path).map_err(redb::Error::from)?);
-        {
-            let txn = db.begin_write().map_err(redb::Error::from)?;
-            txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
-            txn.commit().map_err(redb::Error::from)?;
-        }
-        let (ops, rx) = mpsc::unbounded_channel();
-        let writer_db = db.clone();
-        std::thread::Builder::new()
-            .name("hub-queue-store".into())
-            .spawn(move || write_loop(writer_db, rx))
+        let db = Database::create(path).map_err(redb::Error::from)?;
+        let txn = db.begin_write().map_err(redb::Error::from)?;
+        txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
+        txn.commit().map_err(redb::Error::from)?;
+        let writer = BatchWriter::start(db, "hub-queue-store", apply)
             .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
-        Ok(QueueStore { ops, db })
+        Ok(QueueStore { writer })
     }
 
     /// Records the newest version of an object for `node`.
     pub fn put(&self, node: &str, msg: &Message) {
-        let _ = self.ops.send(Op::Put {
+        self.writer.submit(Op::Put {
             node: node.to_owned(),
             msg: msg.clone(),
         });
@@ -76,7 +68,7 @@ impl QueueStore {
 
     /// Forgets an object `node` acknowledged.
     pub fn remove(&self, node: &str, resource: &str) {
-        let _ = self.ops.send(Op::Remove {
+        self.writer.submit(Op::Remove {
             node: node.to_owned(),
             resource: resource.to_owned(),
         });
@@ -85,24 +77,21 @@ impl QueueStore {
     /// Completes once everything sent before is committed.
     pub async fn flush(&self) -> Result<(), StoreError> {
         let (done, committed) = oneshot::channel();
-        self.ops
-            .send(Op::Flush(done))
-            .map_err(|_| StoreError::Stopped)?;
+        if !self.writer.submit(Op::Flush(done)) {
+            return Err(StoreError::Stopped);
+        }
         committed.await.map_err(|_| StoreError::Stopped)?
     }
 
     /// Commits what is pending, stops the writer and releases the file once
     /// every other handle is gone too.
     pub async fn close(self) {
-        let (done, closed) = oneshot::channel();
-        if self.ops.send(Op::Close(done)).is_ok() {
-            let _ = closed.await;
-        }
+        self.writer.close().await;
     }
 
     /// Every stored object of one node.
     pub fn load_node(&self, node: &str) -> Result<Vec<Message>, StoreError> {
-        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let txn = self.writer.db().begin_read().map_err(redb::Error::from)?;
         let table = txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
         let start = format!("{node}\0");
         let end = format!("{node}\u{1}");
@@ -119,7 +108,7 @@ impl QueueStore {
 
     /// Every stored object, by node.
     pub fn load(&self) -> Result<Vec<(String, Message)>, StoreError> {
-        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let txn = self.writer.db().begin_read().map_err(redb::Error::from)?;
         let table = txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(redb::Error::from)? {
@@ -136,47 +125,25 @@ impl QueueStore {
     }
 }
 
-fn write_loop(db: Arc<Database>, mut ops: mpsc::UnboundedReceiver<Op>) {
-    let mut closed = None;
-    while let Some(first) = ops.blocking_recv() {
-        let mut batch = vec![first];
-        while let Ok(more) = ops.try_recv() {
-            batch.push(more);
-            if batch.len() >= 4096 {
-                break;
-            }
-        }
-        let result = apply(&db, &batch);
-        if let Err(err) = &result {
-            error!(error = %err, "queue store write failed");
-        }
-        for op in batch {
-            match op {
-                Op::Flush(done) => {
-                    let _ = done.send(
-                        result
-                            .as_ref()
-                            .map(|_| ())
-                            .map_err(|e| StoreError::Write(e.to_string())),
-                    );
-                }
-                Op::Close(done) => closed = Some(done),
-                _ => {}
-            }
-        }
-        if closed.is_some() {
-            break;
-        }
+/// Commits a batch in one transaction, then answers the flushes in it.
+fn apply(db: &Database, batch: Vec<Op>) {
+    let committed = commit(db, &batch);
+    if let Err(err) = &committed {
+        error!(error = %err, "queue store write failed");
     }
-    drop(ops);
-    // The database handle goes before the closer hears back.
-    drop(db);
-    if let Some(done) = closed {
-        let _ = done.send(());
+    for op in batch {
+        if let Op::Flush(done) = op {
+            let _ = done.send(
+                committed
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| StoreError::Write(e.to_string())),
+            );
+        }
     }
 }
 
-fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
+fn commit(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
     let txn = db.begin_write()?;
     {
         let mut table = txn.open_table(DOWNSTREAM)?;
@@ -191,7 +158,7 @@ fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
                 Op::Remove { node, resource } => {
                     table.remove(key(node, resource).as_str())?;
                 }
-                Op::Flush(_) | Op::Close(_) => {}
+                Op::Flush(_) => {}
             }
         }
     }

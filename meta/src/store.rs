@@ -8,11 +8,11 @@
 //! version, so a late, older update cannot bring an object back.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use store::BatchWriter;
+use tokio::sync::oneshot;
 use tracing::error;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -68,13 +68,11 @@ fn supersedes(new: &str, held: &str) -> bool {
     }
 }
 
-enum Op {
-    Put {
-        resource: String,
-        record: Record,
-        done: oneshot::Sender<Result<WriteOutcome, StoreError>>,
-    },
-    Close(oneshot::Sender<()>),
+/// A write waiting for the writer thread.
+struct Put {
+    resource: String,
+    record: Record,
+    done: oneshot::Sender<Result<WriteOutcome, StoreError>>,
 }
 
 /// A submitted write; completes after its commit.
@@ -97,24 +95,19 @@ impl std::future::Future for Committed {
 /// Handle to the edge store; cheap to clone.
 #[derive(Clone)]
 pub struct EdgeStore {
-    ops: mpsc::UnboundedSender<Op>,
-    db: Arc<Database>,
+    writer: BatchWriter<Put>,
 }
 
 impl EdgeStore {
     /// Opens (or creates) the store at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<EdgeStore, StoreError> {
-        let db = Arc::new(Database::create(path).map_err(redb::Error::from)?);
+        let db = Database::create(path).map_err(redb::Error::from)?;
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(OBJECTS).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
-        let (ops, rx) = mpsc::unbounded_channel();
-        let writer = db.clone();
-        std::thread::Builder::new()
-            .name("edge-store".into())
-            .spawn(move || write_loop(writer, rx))
+        let writer = BatchWriter::start(db, "edge-store", apply)
             .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
-        Ok(EdgeStore { ops, db })
+        Ok(EdgeStore { writer })
     }
 
     /// Stores `object` at `version` unless a newer version is held.
@@ -156,19 +149,20 @@ impl EdgeStore {
     /// commit. Writes submitted in order are applied and confirmed in order.
     pub fn submit(&self, resource: &str, record: Record) -> Result<Committed, StoreError> {
         let (done, committed) = oneshot::channel();
-        self.ops
-            .send(Op::Put {
-                resource: resource.to_owned(),
-                record,
-                done,
-            })
-            .map_err(|_| StoreError::Stopped)?;
+        let submitted = self.writer.submit(Put {
+            resource: resource.to_owned(),
+            record,
+            done,
+        });
+        if !submitted {
+            return Err(StoreError::Stopped);
+        }
         Ok(Committed { committed })
     }
 
     /// The record of one resource (tombstones included).
     pub fn get(&self, resource: &str) -> Result<Option<Record>, StoreError> {
-        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let txn = self.writer.db().begin_read().map_err(redb::Error::from)?;
         let table = txn.open_table(OBJECTS).map_err(redb::Error::from)?;
         let Some(value) = table.get(resource).map_err(redb::Error::from)? else {
             return Ok(None);
@@ -179,7 +173,7 @@ impl EdgeStore {
     /// Live objects whose resource starts with `prefix` (e.g. `default/pod/`
     /// or `/pod/` style listing is done by the caller), with their versions.
     pub fn list(&self, prefix: &str) -> Result<Vec<(String, Record)>, StoreError> {
-        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let txn = self.writer.db().begin_read().map_err(redb::Error::from)?;
         let table = txn.open_table(OBJECTS).map_err(redb::Error::from)?;
         let mut out = Vec::new();
         for entry in table.range(prefix..).map_err(redb::Error::from)? {
@@ -198,10 +192,7 @@ impl EdgeStore {
     /// Commits what is pending, stops the writer and releases the file
     /// once every other handle is gone too.
     pub async fn close(self) {
-        let (done, closed) = oneshot::channel();
-        if self.ops.send(Op::Close(done)).is_ok() {
-            let _ = closed.await;
-        }
+        self.writer.close().await;
     }
 }
 
@@ -209,90 +200,61 @@ fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
     rmp_serde::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-fn write_loop(db: Arc<Database>, mut ops: mpsc::UnboundedReceiver<Op>) {
-    let mut closed = None;
-    while let Some(first) = ops.blocking_recv() {
-        let mut batch = vec![first];
-        while let Ok(more) = ops.try_recv() {
-            batch.push(more);
-            if batch.len() >= 4096 {
-                break;
-            }
-        }
-        let (puts, close): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .partition(|op| matches!(op, Op::Put { .. }));
-        let mut waiting = Vec::new();
-        let result = (|| -> Result<(), redb::Error> {
-            let txn = db.begin_write()?;
+/// Applies a batch in one transaction (a write older than the version held
+/// is stale and changes nothing), then confirms each write.
+fn apply(db: &Database, batch: Vec<Put>) {
+    let mut waiting = Vec::with_capacity(batch.len());
+    let committed = (|| -> Result<(), redb::Error> {
+        let txn = db.begin_write()?;
+        {
+            let mut table = txn.open_table(OBJECTS)?;
+            for Put {
+                resource,
+                record,
+                done,
+            } in batch
             {
-                let mut table = txn.open_table(OBJECTS)?;
-                for op in puts {
-                    let Op::Put {
-                        resource,
-                        record,
-                        done,
-                    } = op
-                    else {
-                        continue;
-                    };
-                    let held = match table.get(resource.as_str())? {
-                        Some(value) => decode(value.value()).ok(),
-                        None => None,
-                    };
-                    let apply = held
-                        .as_ref()
-                        .is_none_or(|held| supersedes(&record.version, &held.version));
-                    if apply {
-                        match rmp_serde::to_vec_named(&record) {
-                            Ok(bytes) => {
-                                table.insert(resource.as_str(), bytes.as_slice())?;
-                            }
-                            Err(err) => {
-                                let _ = done.send(Err(StoreError::Write(err.to_string())));
-                                continue;
-                            }
+                let held = match table.get(resource.as_str())? {
+                    Some(value) => decode(value.value()).ok(),
+                    None => None,
+                };
+                let fresh = held
+                    .as_ref()
+                    .is_none_or(|held| supersedes(&record.version, &held.version));
+                if fresh {
+                    match rmp_serde::to_vec_named(&record) {
+                        Ok(bytes) => {
+                            table.insert(resource.as_str(), bytes.as_slice())?;
+                        }
+                        Err(err) => {
+                            let _ = done.send(Err(StoreError::Write(err.to_string())));
+                            continue;
                         }
                     }
-                    waiting.push((
-                        done,
-                        if apply {
-                            WriteOutcome::Applied
-                        } else {
-                            WriteOutcome::Stale
-                        },
-                    ));
                 }
-            }
-            txn.commit()?;
-            Ok(())
-        })();
-        match result {
-            Ok(()) => {
-                for (done, outcome) in waiting {
-                    let _ = done.send(Ok(outcome));
-                }
-            }
-            Err(err) => {
-                error!(error = %err, "edge store commit failed");
-                for (done, _) in waiting {
-                    let _ = done.send(Err(StoreError::Write(err.to_string())));
-                }
+                let outcome = if fresh {
+                    WriteOutcome::Applied
+                } else {
+                    WriteOutcome::Stale
+                };
+                waiting.push((done, outcome));
             }
         }
-        for op in close {
-            if let Op::Close(done) = op {
-                closed = Some(done);
+        txn.commit()?;
+        Ok(())
+    })();
+    match committed {
+        Ok(()) => {
+            for (done, outcome) in waiting {
+                let _ = done.send(Ok(outcome));
             }
         }
-        if closed.is_some() {
-            break;
+        Err(err) => {
+            error!(error = %err, "edge store commit failed");
+            for (done, _) in waiting {
+                let _ = done.send(Err(StoreError::Write(err.to_string())));
+            }
         }
-    }
-    drop(ops);
-    drop(db);
-    if let Some(done) = closed {
-        let _ = done.send(());
     }
 }
 
