@@ -173,11 +173,8 @@ impl CloudHub {
         let mut dropped = Vec::new();
         let mut retry = false;
         while let Some(msg) = batch.next() {
-            // The session's own limit: endpoints may differ.
-            let sent = transports::frame::encode(&msg, sender.max_frame())
-                .map_err(TransportError::from)
-                .and_then(|frame| sender.try_send_frame(frame, Lane::Ordered));
-            match sent {
+            // Within the session's own limit: endpoints may differ.
+            match sender.try_send(&msg, Lane::Ordered) {
                 Ok(()) => self.stats.count(&self.stats.downstream_sent),
                 Err(TransportError::Frame(err)) => {
                     // It can never be sent: drop it rather than block the node.
@@ -363,13 +360,10 @@ impl Module for CloudHub {
         msg.header.sync = false;
         if !protocol::needs_ack(&msg) {
             // Responses and events: now or never.
-            let sent = self.sessions.get(&node).is_some_and(|session| {
-                transports::frame::encode(&msg, transports::frame::DEFAULT_MAX_FRAME)
-                    .ok()
-                    .is_some_and(|frame| {
-                        session.sender.try_send_frame(frame, Lane::Ordered).is_ok()
-                    })
-            });
+            let sent = self
+                .sessions
+                .get(&node)
+                .is_some_and(|session| session.sender.try_send(&msg, Lane::Ordered).is_ok());
             if !sent {
                 self.stats.count(&self.stats.unroutable);
             }
@@ -596,7 +590,7 @@ async fn open_session(
     };
     let refusal = match (&hello, &link.peer.common_name) {
         (None, _) => Some("no hello".to_owned()),
-        (Some(hello), _) if !valid_node_name(&hello.node) => {
+        (Some(hello), _) if !crate::certs::valid_node_name(&hello.node) => {
             Some(format!("invalid node name {:?}", hello.node))
         }
         (Some(hello), Some(certified)) if certified != &hello.node => Some(format!(
@@ -645,12 +639,6 @@ async fn open_session(
     hub.do_send(SessionUp { node, id, sender });
 }
 
-/// Node names are DNS-1123 labels in practice; refuse anything that could
-/// change the meaning of a resource string.
-fn valid_node_name(node: &str) -> bool {
-    !node.is_empty() && node.len() <= 253 && !node.contains(['/', '\0', ' '])
-}
-
 /// The live link of one node.
 struct NodeSession {
     node: String,
@@ -679,11 +667,9 @@ impl Actor for NodeSession {
             }
             if session.last_sent.elapsed() >= session.keepalive {
                 session.last_sent = Instant::now();
-                if let Ok(frame) =
-                    transports::frame::encode(&protocol::keepalive(module::CLOUDHUB), 1024)
-                {
-                    let _ = session.sender.try_send_frame(frame, Lane::Ordered);
-                }
+                let _ = session
+                    .sender
+                    .try_send(&protocol::keepalive(module::CLOUDHUB), Lane::Ordered);
             }
         });
     }

@@ -203,7 +203,7 @@ impl EdgeHub {
         };
         let sender = sender.clone();
         while let Some(msg) = self.offline.pop() {
-            match send_now(&sender, &msg, self.config.dial.limits.max_frame) {
+            match sender.try_send(&msg, Lane::Ordered) {
                 Ok(()) => self.stats.count(&self.stats.upstream_sent),
                 Err(TransportError::QueueFull) => {
                     self.offline.unpop(msg);
@@ -237,11 +237,6 @@ impl EdgeHub {
     }
 }
 
-fn send_now(sender: &LinkSender, msg: &HiveMessage, max: usize) -> Result<(), TransportError> {
-    let frame = transports::frame::encode(msg, max)?;
-    sender.try_send_frame(frame, Lane::Ordered)
-}
-
 impl Actor for EdgeHub {
     type Context = Context<Self>;
 }
@@ -273,7 +268,7 @@ impl Module for EdgeHub {
             self.flush_offline(ctx);
             return Ok(());
         };
-        match send_now(sender, &msg, self.config.dial.limits.max_frame) {
+        match sender.try_send(&msg, Lane::Ordered) {
             Ok(()) => self.stats.count(&self.stats.upstream_sent),
             Err(TransportError::Frame(err)) => warn!(error = %err, "message for the cloud refused"),
             Err(_) => {
@@ -431,7 +426,7 @@ async fn run_link(
                 }
                 if last_sent.elapsed() >= keepalive {
                     last_sent = Instant::now();
-                    let _ = send_now(&sender, &protocol::keepalive(module::EDGEHUB), 1024);
+                    let _ = sender.try_send(&protocol::keepalive(module::EDGEHUB), Lane::Ordered);
                 }
             }
         }
@@ -504,7 +499,7 @@ async fn deliver(
                     warn!(%reason, "object refused by the edge; acknowledged so it is not resent forever");
                     stats.count(&stats.refused);
                 }
-                if send_now(&sender, &ack, 1024).is_ok() || sender.send(&ack).await.is_ok() {
+                if sender.try_send(&ack, Lane::Ordered).is_ok() || sender.send(&ack).await.is_ok() {
                     stats.count(&stats.acks_sent);
                 }
             }

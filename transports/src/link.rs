@@ -175,6 +175,13 @@ impl LinkSender {
         }
     }
 
+    /// Queues a message without waiting (encoded within this link's frame
+    /// limit): [`TransportError::QueueFull`] when the send queue is full.
+    pub fn try_send(&self, msg: &Message, lane: Lane) -> Result<(), TransportError> {
+        let frame = frame::encode(msg, self.max_frame)?;
+        self.try_send_frame(frame, lane)
+    }
+
     /// Queues a frame without waiting: [`TransportError::QueueFull`] when the
     /// send queue is full (for callers that cannot wait, such as actors).
     pub fn try_send_frame(&self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
