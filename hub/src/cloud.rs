@@ -703,6 +703,9 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             }),
             Kind::Hello => debug!(node = %self.node, "second hello ignored"),
             Kind::Payload => match protocol::to_cloud(&self.node, msg) {
+                Ok(msg) if crate::edge::is_answer(&self.hive, &msg) => {
+                    self.hive.send_resp(msg);
+                }
                 Ok(msg) => {
                     self.stats.count(&self.stats.upstream);
                     let hive = self.hive.clone();

@@ -139,6 +139,12 @@ pub fn route(cloud_group: &str) -> &str {
     }
 }
 
+/// Whether `msg` from the other side answers a request still waiting here.
+pub(crate) fn is_answer(hive: &Hive, msg: &HiveMessage) -> bool {
+    matches!(msg.operation(), operation::RESPONSE | operation::ERROR)
+        && msg.parent_id().is_some_and(|parent| hive.is_pending(parent))
+}
+
 /// What a running edgehub tells its owner.
 #[derive(Clone)]
 pub struct EdgeHubHandle {
@@ -262,6 +268,13 @@ impl Module for EdgeHub {
 
     /// A message from an edge module, for the cloud.
     fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        if msg.operation() == operation::QUERY && msg.is_sync() && self.link.is_none() {
+            // A question is worth nothing later: say so now.
+            self.hive.send_resp(
+                msg.error_response(module::EDGEHUB, "the cloud is unreachable"),
+            );
+            return Ok(());
+        }
         // Behind anything still waiting, so the latest report goes up last.
         let Some((_, sender)) = self.link.as_ref().filter(|_| self.offline.is_empty()) else {
             self.keep_offline(msg);
@@ -458,6 +471,10 @@ async fn deliver(
     stats: &Arc<EdgeHubStats>,
 ) {
     stats.count(&stats.downstream);
+    if is_answer(hive, &msg) {
+        hive.send_resp(msg);
+        return;
+    }
     let target = route(msg.group()).to_owned();
     if !protocol::needs_ack(&msg) {
         if let Err(err) = hive.send_to_group(&target, msg).await {

@@ -1,13 +1,23 @@
-//! Metadata: the edge `metamanager`, a redb store of every object the edge
-//! holds that keeps the edge running with the cloud gone, and (arriving with
-//! the meta issue) MetaServer and the cloud `edgecontroller`.
+//! Metadata, both halves.
 //!
-//! [`EdgeStore`] batches writes into transactions on its own thread and
-//! confirms each only after its commit; [`MetaManager`] is the beehive module
-//! on top of it.
+//! Edge: [`MetaManager`] keeps every object the edge holds in [`EdgeStore`]
+//! (redb; writes batched on a thread of their own and confirmed only after
+//! their commit), so the edge keeps running with the cloud gone, and
+//! [`MetaServer`] serves those objects to local applications as a
+//! Kubernetes-shaped API.
+//!
+//! Cloud: [`controller::EdgeController`] holds the desired state behind
+//! [`controller::DesiredStore`], sends each node what it needs and takes
+//! its status; [`controller::AdminApi`] takes Kubernetes manifests.
 
+pub mod api;
+pub mod controller;
+pub mod kinds;
 pub mod metamanager;
+pub mod metaserver;
 pub mod store;
 
+pub use kinds::{Kind, ObjectKey};
 pub use metamanager::MetaManager;
-pub use store::{EdgeStore, Record, StoreError, WriteOutcome};
+pub use metaserver::{MetaServer, MetaServerHandle};
+pub use store::{EdgeStore, Record, StoreChange, StoreError, WriteOutcome};

@@ -93,13 +93,17 @@ impl Module for MetaManager {
             | operation::PATCH
             | operation::DELETE
             | operation::UPLOAD => self.write(msg, resource, ctx),
-            operation::QUERY => {
-                let answer = match self.answer(&resource) {
-                    Ok(answer) => msg.response(module::METAMANAGER, answer),
-                    Err(reason) => msg.error_response(module::METAMANAGER, reason),
-                };
-                self.hive.send_resp(answer);
-            }
+            operation::QUERY => match self.answer(&resource) {
+                Ok(Some(answer)) => {
+                    self.hive
+                        .send_resp(msg.response(module::METAMANAGER, answer));
+                }
+                Ok(None) => self.ask_the_cloud(msg, &resource),
+                Err(reason) => {
+                    self.hive
+                        .send_resp(msg.error_response(module::METAMANAGER, reason));
+                }
+            },
             other => {
                 debug!(operation = other, "operation ignored");
                 if msg.is_sync() {
@@ -156,22 +160,56 @@ impl MetaManager {
         self.last_status_version.to_string()
     }
 
-    /// One object, or the list of a type in a namespace.
-    fn answer(&self, resource: &EdgeResource) -> Result<Value, String> {
+    /// One object, or the list of a type in a namespace; `None` for an
+    /// object the edge does not hold.
+    fn answer(&self, resource: &EdgeResource) -> Result<Option<Value>, String> {
         let key = resource.to_string();
         if resource.name.is_empty() {
             let prefix = format!("{}/{}/", resource.namespace, resource.resource_type);
             let objects = self.store.list(&prefix).map_err(|e| e.to_string())?;
-            return Ok(Value::Array(
+            return Ok(Some(Value::Array(
                 objects.into_iter().filter_map(|(_, r)| r.object).collect(),
-            ));
+            )));
         }
         match self.store.get(&key).map_err(|e| e.to_string())? {
-            Some(record) if !record.is_deleted() => Ok(record.object.unwrap_or(Value::Null)),
-            _ => Err(format!("{key} not found")),
+            Some(record) if !record.is_deleted() => Ok(Some(record.object.unwrap_or(Value::Null))),
+            _ => Ok(None),
         }
     }
+
+    /// Forwards a query for an object the edge does not hold to the cloud
+    /// (edgehub answers at once when the link is down) and answers the
+    /// asker with what comes back.
+    fn ask_the_cloud(&self, msg: HiveMessage, resource: &EdgeResource) {
+        let hive = self.hive.clone();
+        let query = HiveMessage::new().build_router(
+            module::METAMANAGER,
+            group::RESOURCE,
+            resource.to_string(),
+            operation::QUERY,
+        );
+        let not_held = format!("{resource} not found");
+        actix::spawn(async move {
+            let answer = match hive
+                .send_sync(module::EDGEHUB, query, CLOUD_QUERY_TIMEOUT)
+                .await
+            {
+                Ok(reply) if reply.operation() != operation::ERROR => {
+                    msg.response(module::METAMANAGER, reply.content().clone())
+                }
+                Ok(reply) => {
+                    let reason = reply.content().as_str().unwrap_or("refused").to_owned();
+                    msg.error_response(module::METAMANAGER, format!("{not_held}: {reason}"))
+                }
+                Err(err) => msg.error_response(module::METAMANAGER, format!("{not_held}: {err}")),
+            };
+            hive.send_resp(answer);
+        });
+    }
 }
+
+/// How long a query forwarded to the cloud may take.
+const CLOUD_QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Confirms each write right after its commit, in order, and queues it for
 /// the module that acts on it; a slow module never holds up confirmations
@@ -210,7 +248,12 @@ async fn pass_on_in_order(
 ) {
     while let Some((msg, resource)) = stored.recv().await {
         if is_status(&resource.resource_type) {
-            // Up to the cloud; edgehub keeps it while offline.
+            // Up to the cloud (its edgecontroller takes the resource
+            // group); edgehub keeps it while offline. Its asker has been
+            // answered here already.
+            let mut msg = msg;
+            msg.router.group = group::RESOURCE.to_owned();
+            msg.header.sync = false;
             if let Err(err) = hive.send(module::EDGEHUB, msg).await {
                 debug!(error = %err, "status not sent up");
             }

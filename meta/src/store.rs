@@ -12,7 +12,7 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use store::BatchWriter;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 use tracing::error;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -92,10 +92,25 @@ impl std::future::Future for Committed {
     }
 }
 
+/// A committed change to one object, as watchers see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreChange {
+    /// The object's resource (`<ns>/<type>/<name>`).
+    pub resource: String,
+    /// The record now held (a tombstone for a deletion).
+    pub record: Record,
+    /// The record held before, if any (tombstones included).
+    pub previous: Option<Record>,
+}
+
+/// Changes kept for a slow watcher before it is told it fell behind.
+const CHANGE_BACKLOG: usize = 4096;
+
 /// Handle to the edge store; cheap to clone.
 #[derive(Clone)]
 pub struct EdgeStore {
     writer: BatchWriter<Put>,
+    changes: broadcast::Sender<StoreChange>,
 }
 
 impl EdgeStore {
@@ -105,9 +120,13 @@ impl EdgeStore {
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(OBJECTS).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
-        let writer = BatchWriter::start(db, "edge-store", apply)
-            .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
-        Ok(EdgeStore { writer })
+        let (changes, _) = broadcast::channel(CHANGE_BACKLOG);
+        let feed = changes.clone();
+        let writer = BatchWriter::start(db, "edge-store", move |db, batch| {
+            apply(db, batch, &feed);
+        })
+        .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
+        Ok(EdgeStore { writer, changes })
     }
 
     /// Stores `object` at `version` unless a newer version is held.
@@ -189,6 +208,26 @@ impl EdgeStore {
         Ok(out)
     }
 
+    /// Live objects of one resource type, in one namespace or in all.
+    pub fn list_type(
+        &self,
+        namespace: Option<&str>,
+        resource_type: &str,
+    ) -> Result<Vec<(String, Record)>, StoreError> {
+        if let Some(namespace) = namespace {
+            return self.list(&format!("{namespace}/{resource_type}/"));
+        }
+        let mut all = self.list("")?;
+        all.retain(|(key, _)| key.split('/').nth(1) == Some(resource_type));
+        Ok(all)
+    }
+
+    /// Committed changes from now on, in commit order. A receiver that
+    /// falls more than a few thousand changes behind is told it lagged.
+    pub fn subscribe(&self) -> broadcast::Receiver<StoreChange> {
+        self.changes.subscribe()
+    }
+
     /// Commits what is pending, stops the writer and releases the file
     /// once every other handle is gone too.
     pub async fn close(self) {
@@ -202,8 +241,10 @@ fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
 
 /// Applies a batch in one transaction (a write older than the version held
 /// is stale and changes nothing), then confirms each write.
-fn apply(db: &Database, batch: Vec<Put>) {
+fn apply(db: &Database, batch: Vec<Put>, feed: &broadcast::Sender<StoreChange>) {
+    let watched = feed.receiver_count() > 0;
     let mut waiting = Vec::with_capacity(batch.len());
+    let mut changed = Vec::new();
     let committed = (|| -> Result<(), redb::Error> {
         let txn = db.begin_write()?;
         {
@@ -225,6 +266,13 @@ fn apply(db: &Database, batch: Vec<Put>) {
                     match rmp_serde::to_vec_named(&record) {
                         Ok(bytes) => {
                             table.insert(resource.as_str(), bytes.as_slice())?;
+                            if watched {
+                                changed.push(StoreChange {
+                                    resource: resource.clone(),
+                                    record: record.clone(),
+                                    previous: held.clone(),
+                                });
+                            }
                         }
                         Err(err) => {
                             let _ = done.send(Err(StoreError::Write(err.to_string())));
@@ -245,6 +293,9 @@ fn apply(db: &Database, batch: Vec<Put>) {
     })();
     match committed {
         Ok(()) => {
+            for change in changed {
+                let _ = feed.send(change);
+            }
             for (done, outcome) in waiting {
                 let _ = done.send(Ok(outcome));
             }

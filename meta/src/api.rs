@@ -1,0 +1,227 @@
+//! The read side of a Kubernetes-shaped HTTP API, shared by the edge's
+//! MetaServer and the cloud's admin API: list, get and (where the source
+//! can) watch, at the paths Kubernetes uses (`/api/v1/namespaces/{ns}/pods`,
+//! `/api/v1/nodes/{name}`, ...). Errors are Kubernetes `Status` objects.
+
+use actix_web::http::StatusCode;
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpResponse, ResponseError};
+use futures_util::stream::BoxStream;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::kinds::{Kind, ObjectKey};
+
+/// A failed API request; answered as a Kubernetes `Status`.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request cannot be read (400, `BadRequest`).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The object is not acceptable (422, `Invalid`).
+    #[error("{0}")]
+    Invalid(String),
+    /// No such object (404, `NotFound`).
+    #[error("{0} not found")]
+    NotFound(ObjectKey),
+    /// No such resource type here (404, `NotFound`).
+    #[error("the server could not find the requested resource {0:?}")]
+    UnknownResource(String),
+    /// The request conflicts with what is stored (409, `Conflict`).
+    #[error("{0}")]
+    Conflict(String),
+    /// This server cannot do that (405, `MethodNotAllowed`).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// Something behind the API failed (503, `ServiceUnavailable`).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ApiError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Invalid(_) => "Invalid",
+            ApiError::NotFound(_) | ApiError::UnknownResource(_) => "NotFound",
+            ApiError::Conflict(_) => "Conflict",
+            ApiError::NotAllowed(_) => "MethodNotAllowed",
+            ApiError::Unavailable(_) => "ServiceUnavailable",
+        }
+    }
+
+    /// The Kubernetes `Status` that reports this error.
+    pub fn status(&self) -> Status {
+        Status {
+            code: Some(i32::from(self.status_code().as_u16())),
+            message: Some(self.to_string()),
+            reason: Some(self.reason().to_owned()),
+            status: Some("Failure".to_owned()),
+            ..Status::default()
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotFound(_) | ApiError::UnknownResource(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::NotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code()).json(self.status())
+    }
+}
+
+/// Watch events as newline-delimited JSON, one event per line.
+pub type EventStream = BoxStream<'static, Bytes>;
+
+/// Where an API's objects come from.
+pub trait ObjectSource: Send + Sync + 'static {
+    /// One object.
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError>;
+
+    /// The objects of `kind` (in `namespace`, or in all), and the resource
+    /// version the list is current at.
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError>;
+
+    /// Changes to objects of `kind` after `since` (a resource version from
+    /// a list), or, without it, every current object as `ADDED` and then
+    /// the changes.
+    fn watch(
+        &self,
+        kind: Kind,
+        namespace: Option<String>,
+        since: Option<u64>,
+    ) -> Result<EventStream, ApiError> {
+        let _ = (kind, namespace, since);
+        Err(ApiError::NotAllowed("this server does not watch".to_owned()))
+    }
+}
+
+/// Query parameters of a list.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    /// Stream changes instead of listing.
+    #[serde(default)]
+    pub watch: Option<String>,
+    /// Start the watch after this version.
+    #[serde(default)]
+    pub resource_version: Option<String>,
+}
+
+impl ListQuery {
+    fn watching(&self) -> bool {
+        matches!(self.watch.as_deref(), Some("true" | "1"))
+    }
+}
+
+/// Registers the read routes for `S`, which must be in the app's data as
+/// `web::Data<S>`.
+pub fn read_routes<S: ObjectSource>(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/api/v1/namespaces/{namespace}/{plural}",
+        web::get().to(list_namespaced::<S>),
+    )
+    .route(
+        "/api/v1/namespaces/{namespace}/{plural}/{name}",
+        web::get().to(get_namespaced::<S>),
+    )
+    .route("/api/v1/{plural}", web::get().to(list_everywhere::<S>))
+    .route("/api/v1/{plural}/{name}", web::get().to(get_cluster::<S>))
+    .route("/healthz", web::get().to(|| async { "ok" }));
+}
+
+/// The kind served at `plural`, checked for the scope of the path.
+pub fn kind_at(plural: &str, namespaced_path: bool) -> Result<Kind, ApiError> {
+    match Kind::from_plural(plural) {
+        Some(kind) if kind.namespaced() || !namespaced_path => Ok(kind),
+        _ => Err(ApiError::UnknownResource(plural.to_owned())),
+    }
+}
+
+async fn list_namespaced<S: ObjectSource>(
+    source: web::Data<S>,
+    path: web::Path<(String, String)>,
+    query: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (namespace, plural) = path.into_inner();
+    let kind = kind_at(&plural, true)?;
+    list(source.get_ref(), kind, Some(namespace), &query)
+}
+
+async fn list_everywhere<S: ObjectSource>(
+    source: web::Data<S>,
+    path: web::Path<String>,
+    query: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let kind = kind_at(&path.into_inner(), false)?;
+    list(source.get_ref(), kind, None, &query)
+}
+
+fn list<S: ObjectSource>(
+    source: &S,
+    kind: Kind,
+    namespace: Option<String>,
+    query: &ListQuery,
+) -> Result<HttpResponse, ApiError> {
+    if query.watching() {
+        let since = match query.resource_version.as_deref() {
+            None | Some("" | "0") => None,
+            Some(version) => Some(version.parse::<u64>().map_err(|_| {
+                ApiError::BadRequest(format!("resourceVersion {version:?} is not a number"))
+            })?),
+        };
+        let events = source.watch(kind, namespace, since)?;
+        return Ok(HttpResponse::Ok()
+            .content_type("application/json")
+            .streaming(futures_util::StreamExt::map(events, Ok::<_, ApiError>)));
+    }
+    let (items, version) = source.list(kind, namespace.as_deref())?;
+    let list = kind
+        .list(items, version)
+        .map_err(|err| ApiError::Unavailable(err.to_string()))?;
+    Ok(HttpResponse::Ok().json(list))
+}
+
+async fn get_namespaced<S: ObjectSource>(
+    source: web::Data<S>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (namespace, plural, name) = path.into_inner();
+    let kind = kind_at(&plural, true)?;
+    get(source.get_ref(), ObjectKey::new(kind, namespace, name))
+}
+
+async fn get_cluster<S: ObjectSource>(
+    source: web::Data<S>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (plural, name) = path.into_inner();
+    match Kind::from_plural(&plural) {
+        Some(kind) if !kind.namespaced() => get(source.get_ref(), ObjectKey::new(kind, "", name)),
+        _ => Err(ApiError::UnknownResource(plural)),
+    }
+}
+
+fn get<S: ObjectSource>(source: &S, key: ObjectKey) -> Result<HttpResponse, ApiError> {
+    match source.get(&key)? {
+        Some(object) => Ok(HttpResponse::Ok().json(object)),
+        None => Err(ApiError::NotFound(key)),
+    }
+}
+
+/// One watch event as a line of the stream.
+pub fn event_line(event: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(event).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}

@@ -1,0 +1,208 @@
+//! The admin API: Kubernetes manifests in, Kubernetes objects out.
+//!
+//! - `POST /apis/edgehive.io/v1/apply` and `.../delete` take manifests (YAML
+//!   with one or more documents, or JSON; a `List` too) and answer with one
+//!   result per object. Every object is checked before any is applied, so a
+//!   bad manifest changes nothing and gets a 4xx `Status` saying why.
+//! - `GET /api/v1/namespaces/{ns}/{pods|configmaps|secrets|services|endpoints}[/{name}]`,
+//!   `GET /api/v1/{plural}` (all namespaces) and `GET /api/v1/nodes[/{name}]`
+//!   list and get, with status.
+//! - `DELETE` on an object's path deletes it.
+//!
+//! It listens on 127.0.0.1 unless told otherwise: whoever reaches it
+//! controls every node.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::dev::ServerHandle;
+use actix_web::web::{self, Bytes};
+use actix_web::{App, HttpResponse, HttpServer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::{Applied, ControllerHandle, DesiredStore};
+use crate::api::{self, ApiError, ObjectSource};
+use crate::kinds::{Kind, ObjectKey};
+use crate::controller::manifest;
+
+/// The admin API's default address.
+pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10003";
+
+/// Manifests larger than this are refused before they are read whole.
+pub const MAX_MANIFEST_BYTES: usize = 8 << 20;
+
+/// Path of the apply endpoint.
+pub const APPLY_PATH: &str = "/apis/edgehive.io/v1/apply";
+/// Path of the delete-by-manifest endpoint.
+pub const DELETE_PATH: &str = "/apis/edgehive.io/v1/delete";
+
+/// What became of one object of a manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectResult {
+    /// Its kind.
+    pub kind: String,
+    /// Its namespace (empty for nodes).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// `created`, `configured`, `unchanged`, `deleted` or `not found`.
+    pub result: String,
+}
+
+/// The answer to an apply or a delete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestResults {
+    /// One entry per object, in manifest order.
+    pub results: Vec<ObjectResult>,
+}
+
+/// A running admin API.
+pub struct AdminApiHandle {
+    /// The bound address.
+    pub address: SocketAddr,
+    server: ServerHandle,
+}
+
+impl AdminApiHandle {
+    /// Stops serving.
+    pub async fn stop(self) {
+        self.server.stop(true).await;
+    }
+}
+
+/// The admin API server.
+pub struct AdminApi;
+
+impl AdminApi {
+    /// Serves the controller behind `handle` on `address` (inside an
+    /// actix System).
+    pub fn start(handle: ControllerHandle, address: &str) -> std::io::Result<AdminApiHandle> {
+        let objects = web::Data::new(DesiredObjects(handle.store().clone()));
+        let controller = web::Data::new(handle);
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(objects.clone())
+                .app_data(controller.clone())
+                .app_data(web::PayloadConfig::new(MAX_MANIFEST_BYTES))
+                .route(APPLY_PATH, web::post().to(apply))
+                .route(DELETE_PATH, web::post().to(delete_manifest))
+                .route(
+                    "/api/v1/namespaces/{namespace}/{plural}/{name}",
+                    web::delete().to(delete_namespaced),
+                )
+                .route("/api/v1/{plural}/{name}", web::delete().to(delete_cluster))
+                .configure(api::read_routes::<DesiredObjects>)
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(2)
+        .bind(address)?;
+        let address = server.addrs().first().copied().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address bound")
+        })?;
+        let server = server.run();
+        let handle = server.handle();
+        actix::spawn(async move {
+            if let Err(err) = server.await {
+                warn!(error = %err, "admin API stopped");
+            }
+        });
+        info!(%address, "admin API listening");
+        Ok(AdminApiHandle {
+            address,
+            server: handle,
+        })
+    }
+}
+
+/// The desired state seen as Kubernetes objects.
+struct DesiredObjects(Arc<dyn DesiredStore>);
+
+impl ObjectSource for DesiredObjects {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError> {
+        self.0
+            .get(key)
+            .map_err(|err| ApiError::Unavailable(err.to_string()))
+    }
+
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError> {
+        let (items, revision) = self
+            .0
+            .list(kind, namespace)
+            .map_err(|err| ApiError::Unavailable(err.to_string()))?;
+        Ok((items, revision.to_string()))
+    }
+}
+
+fn result(key: &ObjectKey, result: &str) -> ObjectResult {
+    ObjectResult {
+        kind: key.kind.name().to_owned(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        result: result.to_owned(),
+    }
+}
+
+async fn apply(
+    controller: web::Data<ControllerHandle>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let objects = manifest::parse(&body)?;
+    let mut results = Vec::with_capacity(objects.len());
+    for (key, object) in objects {
+        let applied: Applied = controller.apply(key.clone(), object).await?;
+        results.push(result(&key, applied.verb()));
+    }
+    Ok(HttpResponse::Ok().json(ManifestResults { results }))
+}
+
+async fn delete_manifest(
+    controller: web::Data<ControllerHandle>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let objects = manifest::parse(&body)?;
+    let mut results = Vec::with_capacity(objects.len());
+    for (key, _) in objects {
+        let deleted = controller.delete(key.clone()).await?;
+        results.push(result(
+            &key,
+            if deleted.is_some() {
+                "deleted"
+            } else {
+                "not found"
+            },
+        ));
+    }
+    Ok(HttpResponse::Ok().json(ManifestResults { results }))
+}
+
+async fn delete_namespaced(
+    controller: web::Data<ControllerHandle>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (namespace, plural, name) = path.into_inner();
+    let kind = api::kind_at(&plural, true)?;
+    delete_one(&controller, ObjectKey::new(kind, namespace, name)).await
+}
+
+async fn delete_cluster(
+    controller: web::Data<ControllerHandle>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (plural, name) = path.into_inner();
+    match Kind::from_plural(&plural) {
+        Some(kind) if !kind.namespaced() => {
+            delete_one(&controller, ObjectKey::new(kind, "", name)).await
+        }
+        _ => Err(ApiError::UnknownResource(plural)),
+    }
+}
+
+async fn delete_one(controller: &ControllerHandle, key: ObjectKey) -> Result<HttpResponse, ApiError> {
+    match controller.delete(key.clone()).await? {
+        Some(object) => Ok(HttpResponse::Ok().json(object)),
+        None => Err(ApiError::NotFound(key)),
+    }
+}

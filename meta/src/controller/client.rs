@@ -1,0 +1,220 @@
+//! A small HTTP client for the admin API and MetaServer: what the CLI uses,
+//! and what tests use to read both the way an application would.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::{self, BoxStream};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use super::admin::{APPLY_PATH, DELETE_PATH, ManifestResults};
+
+/// Time to connect and get an answer (a watch's stream is not limited).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What went wrong talking to a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No connection, or it broke.
+    #[error("cannot reach {address}: {reason}")]
+    Unreachable {
+        /// The server's address.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server said no; its own words.
+    #[error("Error from server ({reason}): {message}")]
+    Server {
+        /// HTTP status code.
+        code: u16,
+        /// The Status reason (e.g. `NotFound`, `Invalid`).
+        reason: String,
+        /// The Status message.
+        message: String,
+    },
+    /// The answer is not what the API gives.
+    #[error("unexpected answer from the server: {0}")]
+    Unexpected(String),
+}
+
+/// A client of one server, by `host:port`.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    address: String,
+}
+
+impl AdminClient {
+    /// A client of the server at `address` (`host:port`, an `http://`
+    /// prefix is allowed).
+    pub fn new(address: &str) -> Self {
+        let address = address
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        AdminClient { address }
+    }
+
+    /// Applies the manifests in `body` (YAML or JSON).
+    pub async fn apply(&self, body: Vec<u8>) -> Result<ManifestResults, ClientError> {
+        let answer = self.call(Method::POST, APPLY_PATH, Some(body)).await?;
+        serde_json::from_value(answer).map_err(|e| ClientError::Unexpected(e.to_string()))
+    }
+
+    /// Deletes the objects the manifests in `body` name.
+    pub async fn delete_manifest(&self, body: Vec<u8>) -> Result<ManifestResults, ClientError> {
+        let answer = self.call(Method::POST, DELETE_PATH, Some(body)).await?;
+        serde_json::from_value(answer).map_err(|e| ClientError::Unexpected(e.to_string()))
+    }
+
+    /// `GET path` as JSON.
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, None).await
+    }
+
+    /// `DELETE path`; the deleted object.
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    /// A raw request: the status code and the body, whatever they are.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Bytes), ClientError> {
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            let response = self.send(method, path, body).await?;
+            let status = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| self.unreachable(e))?
+                .to_bytes();
+            Ok::<_, ClientError>((status, body))
+        })
+        .await
+        .map_err(|_| self.unreachable("no answer in time"))??;
+        Ok(response)
+    }
+
+    /// Watches `path` (a list path; `watch=true` is added): each item is
+    /// one watch event, as the server sent it.
+    pub async fn watch(
+        &self,
+        path: &str,
+    ) -> Result<BoxStream<'static, Result<Value, ClientError>>, ClientError> {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let path = format!("{path}{separator}watch=true");
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, &path, None))
+            .await
+            .map_err(|_| self.unreachable("no answer in time"))??;
+        if !response.status().is_success() {
+            let status = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| self.unreachable(e))?
+                .to_bytes();
+            return Err(server_error(status, &body));
+        }
+        let address = self.address.clone();
+        let lines = stream::unfold(
+            (response.into_body(), Vec::<u8>::new(), address),
+            |(mut body, mut buffer, address)| async move {
+                loop {
+                    if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..=end).collect();
+                        let event = serde_json::from_slice(&line)
+                            .map_err(|e| ClientError::Unexpected(e.to_string()));
+                        return Some((event, (body, buffer, address)));
+                    }
+                    match body.frame().await {
+                        Some(Ok(frame)) => {
+                            if let Some(data) = frame.data_ref() {
+                                buffer.extend_from_slice(data);
+                            }
+                        }
+                        Some(Err(err)) => {
+                            let err = ClientError::Unreachable {
+                                address: address.clone(),
+                                reason: err.to_string(),
+                            };
+                            return Some((Err(err), (body, Vec::new(), address)));
+                        }
+                        None => return None,
+                    }
+                }
+            },
+        );
+        Ok(lines.boxed())
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Value, ClientError> {
+        let (status, body) = self.raw(method, path, body).await?;
+        if !(200..300).contains(&status) {
+            return Err(server_error(status, &body));
+        }
+        serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected(e.to_string()))
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let stream = tokio::net::TcpStream::connect(&self.address)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, &self.address)
+            .header(CONTENT_TYPE, "application/yaml")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| ClientError::Unexpected(e.to_string()))?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.unreachable(e))
+    }
+
+    fn unreachable(&self, reason: impl ToString) -> ClientError {
+        ClientError::Unreachable {
+            address: self.address.clone(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// The server's `Status` as an error (or the body as it is).
+fn server_error(code: u16, body: &[u8]) -> ClientError {
+    let status: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let field = |name: &str| status.get(name).and_then(Value::as_str).map(str::to_owned);
+    ClientError::Server {
+        code,
+        reason: field("reason").unwrap_or_else(|| code.to_string()),
+        message: field("message").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned()),
+    }
+}

@@ -1,0 +1,174 @@
+//! Reading Kubernetes manifests: YAML (one or more documents) or JSON, a
+//! single object or a `List`. Every object is checked before any is used,
+//! so a bad manifest changes nothing.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::api::ApiError;
+use crate::kinds::{Kind, ObjectKey, valid_label, valid_name};
+
+/// Kinds a manifest may carry (nodes join; they are not applied).
+pub const APPLICABLE: [Kind; 5] = [
+    Kind::Pod,
+    Kind::ConfigMap,
+    Kind::Secret,
+    Kind::Service,
+    Kind::Endpoints,
+];
+
+/// The objects in `body`, each checked, with namespaces defaulted.
+pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::BadRequest("the manifest is not UTF-8 text".to_owned()))?;
+    let mut documents = Vec::new();
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(document).map_err(|err| {
+            ApiError::BadRequest(format!("document {}: {err}", index + 1))
+        })?;
+        match value {
+            Value::Null => {}
+            Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+                let Some(Value::Array(items)) = map.get("items") else {
+                    return Err(ApiError::Invalid(format!(
+                        "document {}: a List needs items",
+                        index + 1
+                    )));
+                };
+                documents.extend(items.iter().cloned());
+            }
+            other => documents.push(other),
+        }
+    }
+    if documents.is_empty() {
+        return Err(ApiError::BadRequest("the manifest holds no object".to_owned()));
+    }
+    documents
+        .into_iter()
+        .enumerate()
+        .map(|(index, object)| {
+            check(object).map_err(|reason| match reason {
+                ApiError::Invalid(reason) => {
+                    ApiError::Invalid(format!("object {}: {reason}", index + 1))
+                }
+                other => other,
+            })
+        })
+        .collect()
+}
+
+/// Checks one object and fills in its namespace.
+pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
+    let invalid = |reason: String| ApiError::Invalid(reason);
+    let Some(map) = object.as_object() else {
+        return Err(invalid("not an object".to_owned()));
+    };
+    let kind_name = map.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let kind = Kind::from_name(kind_name)
+        .filter(|kind| APPLICABLE.contains(kind))
+        .ok_or_else(|| {
+            invalid(format!(
+                "kind {kind_name:?} is not one of Pod, ConfigMap, Secret, Service, Endpoints"
+            ))
+        })?;
+    let api_version = map.get("apiVersion").and_then(Value::as_str);
+    if api_version != Some("v1") {
+        return Err(invalid(format!(
+            "{kind}: apiVersion must be \"v1\", not {api_version:?}"
+        )));
+    }
+    let name = map
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let name_ok = if kind == Kind::Service {
+        valid_label(&name) && name.starts_with(|c: char| c.is_ascii_lowercase())
+    } else {
+        valid_name(&name)
+    };
+    if !name_ok {
+        return Err(invalid(format!(
+            "{kind}: metadata.name {name:?} is not a valid name (lower-case letters, digits, '-' and '.')"
+        )));
+    }
+    let namespace = map
+        .get("metadata")
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_owned();
+    if !valid_label(&namespace) {
+        return Err(invalid(format!(
+            "{kind} {name}: metadata.namespace {namespace:?} is not a valid namespace"
+        )));
+    }
+    kind.check(&object)
+        .map_err(|err| invalid(format!("{kind} {name}: {}", err.reason)))?;
+    if kind == Kind::Pod {
+        check_pod(&name, &object)?;
+    }
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("namespace".to_owned(), Value::String(namespace.clone()));
+    }
+    Ok((ObjectKey::new(kind, namespace, name), object))
+}
+
+fn check_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
+    let containers = pod
+        .get("spec")
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| ApiError::Invalid(format!("Pod {name}: spec.containers must not be empty")))?;
+    for (index, container) in containers.iter().enumerate() {
+        let field = |f: &str| container.get(f).and_then(Value::as_str).unwrap_or_default();
+        if !valid_label(field("name")) {
+            return Err(ApiError::Invalid(format!(
+                "Pod {name}: spec.containers[{index}].name {:?} is not a valid name",
+                field("name")
+            )));
+        }
+        if field("image").is_empty() {
+            return Err(ApiError::Invalid(format!(
+                "Pod {name}: spec.containers[{index}].image is required"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_documents_and_json_lists_are_read() {
+        let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n---\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox\n";
+        let objects = parse(yaml).expect("parse");
+        let keys: Vec<String> = objects.iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(keys, ["configmaps/default/a", "pods/shop/web"]);
+        assert_eq!(objects[0].1["metadata"]["namespace"], "default");
+        let json = br#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}]}"#;
+        assert_eq!(parse(json).expect("parse")[0].0.to_string(), "secrets/default/s");
+    }
+
+    #[test]
+    fn bad_manifests_say_what_is_wrong() {
+        let cases: [(&[u8], &str); 8] = [
+            (b"kind: [", "document 1"),
+            (b"", "no object"),
+            (b"apiVersion: v1\nkind: Deployment\nmetadata: {name: a}\n", "Deployment"),
+            (b"apiVersion: v2\nkind: Pod\nmetadata: {name: a}\n", "apiVersion"),
+            (b"apiVersion: v1\nkind: Pod\nmetadata: {name: Web}\nspec: {containers: [{name: c, image: i}]}\n", "metadata.name"),
+            (b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: []}\n", "spec.containers"),
+            (b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c}]}\n", "image"),
+            (b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: 3}\n", "Pod web"),
+        ];
+        for (body, expected) in cases {
+            let err = parse(body).expect_err(expected).to_string();
+            assert!(err.contains(expected), "{err:?} should mention {expected:?}");
+        }
+    }
+}

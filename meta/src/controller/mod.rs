@@ -1,0 +1,786 @@
+//! The cloud's edgecontroller: it holds the desired state (through
+//! [`DesiredStore`]), sends each node what it needs and nothing else, and
+//! takes the nodes' status.
+//!
+//! Downstream: a pod with `spec.nodeName` goes to that node; a configmap or
+//! secret goes to every node that runs a pod referencing it, and is
+//! withdrawn from a node when no pod there references it any more;
+//! deletions go down too. Every message carries a revision of the store as
+//! its resource version, so the edge applies each once and in order.
+//!
+//! Upstream: pod status (only from the node the pod is bound to) and node
+//! status land in the store; a node's `Ready` condition follows its link
+//! (cloudhub's connect and keepalive events) and what the node reports.
+//!
+//! All of it runs in one task that takes, in arrival order, beehive
+//! messages (through the `edgecontroller` module and a relay for node
+//! events) and the admin API's requests, so every change to the desired
+//! state is made by one writer, in one order.
+
+pub mod admin;
+pub mod client;
+pub mod desired;
+pub mod manifest;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use beehive::constants::{group, module, operation, resource_type};
+use beehive::resource::{CloudResource, EdgeResource};
+use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, info, warn};
+
+pub use admin::{AdminApi, AdminApiHandle};
+pub use client::AdminClient;
+pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
+
+use crate::api::ApiError;
+use crate::kinds::{Kind, ObjectKey, pod_references};
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// How long cloudhub may take to queue (and persist) one message for a
+    /// node before the controller logs it as not sent.
+    pub send_timeout: Duration,
+    /// Requests waiting for the controller before callers wait for room.
+    pub inbox: usize,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            send_timeout: Duration::from_secs(10),
+            inbox: 1024,
+        }
+    }
+}
+
+/// What the controller has done, for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControllerCounts {
+    /// Messages queued for nodes.
+    pub sent: u64,
+    /// Messages cloudhub did not take.
+    pub send_failures: u64,
+    /// Status reports stored.
+    pub status_applied: u64,
+    /// Status reports refused (a node speaking for another, unknown pods).
+    pub status_refused: u64,
+    /// Queries from nodes answered.
+    pub queries: u64,
+    /// Node link events seen.
+    pub node_events: u64,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// A new object, as stored.
+    Created(Value),
+    /// A changed object, as stored.
+    Configured(Value),
+    /// Nothing changed; the object as held.
+    Unchanged(Value),
+}
+
+impl Applied {
+    /// kubectl's word for it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Applied::Created(_) => "created",
+            Applied::Configured(_) => "configured",
+            Applied::Unchanged(_) => "unchanged",
+        }
+    }
+}
+
+enum Input {
+    Hive(HiveMessage),
+    Apply(ObjectKey, Value, oneshot::Sender<Result<Applied, ApiError>>),
+    Delete(ObjectKey, oneshot::Sender<Result<Option<Value>, ApiError>>),
+}
+
+/// A handle to a running controller: apply and delete go through it, reads
+/// go to the store.
+#[derive(Clone)]
+pub struct ControllerHandle {
+    inbox: mpsc::Sender<Input>,
+    store: Arc<dyn DesiredStore>,
+    /// What the controller has done so far.
+    pub counts: watch::Receiver<ControllerCounts>,
+}
+
+impl ControllerHandle {
+    /// Creates or replaces an object (status is the nodes' to set and is
+    /// kept) and sends it where it must go.
+    pub async fn apply(&self, key: ObjectKey, object: Value) -> Result<Applied, ApiError> {
+        let (done, result) = oneshot::channel();
+        self.inbox
+            .send(Input::Apply(key, object, done))
+            .await
+            .map_err(|_| stopped())?;
+        result.await.map_err(|_| stopped())?
+    }
+
+    /// Deletes an object; `None` if there was none.
+    pub async fn delete(&self, key: ObjectKey) -> Result<Option<Value>, ApiError> {
+        let (done, result) = oneshot::channel();
+        self.inbox
+            .send(Input::Delete(key, done))
+            .await
+            .map_err(|_| stopped())?;
+        result.await.map_err(|_| stopped())?
+    }
+
+    /// The desired-state store, for reads.
+    pub fn store(&self) -> &Arc<dyn DesiredStore> {
+        &self.store
+    }
+}
+
+fn stopped() -> ApiError {
+    ApiError::Unavailable("the edgecontroller has stopped".to_owned())
+}
+
+fn unavailable(err: DesiredError) -> ApiError {
+    ApiError::Unavailable(err.to_string())
+}
+
+/// The edgecontroller.
+pub struct EdgeController;
+
+impl EdgeController {
+    /// Starts the controller on `store` in `hive` (inside an actix System):
+    /// the `edgecontroller` module in the `resource` group, where nodes'
+    /// messages arrive, and a relay in the `nodeevents` group for
+    /// cloudhub's connect and disconnect events.
+    pub fn start(
+        hive: &Hive,
+        store: Arc<dyn DesiredStore>,
+        config: ControllerConfig,
+    ) -> Result<ControllerHandle, beehive::Error> {
+        let (inbox, requests) = mpsc::channel(config.inbox.max(1));
+        let (counts_tx, counts) = watch::channel(ControllerCounts::default());
+        let controller = Controller {
+            hive: hive.clone(),
+            store: store.clone(),
+            config,
+            pods: HashMap::new(),
+            held: HashMap::new(),
+            connected: HashSet::new(),
+            reported_ready: HashMap::new(),
+            counts: counts_tx,
+        };
+        actix::spawn(controller.run(requests));
+        for (name, member_of) in [
+            (module::EDGECONTROLLER, group::RESOURCE),
+            (NODE_EVENT_RELAY, group::NODE_EVENTS),
+        ] {
+            let inbox = inbox.clone();
+            hive.start_module(move |_| ControllerDoor {
+                name,
+                group: member_of,
+                inbox: inbox.clone(),
+            })?;
+        }
+        Ok(ControllerHandle {
+            inbox,
+            store,
+            counts,
+        })
+    }
+}
+
+/// Name of the module that relays cloudhub's node events to the controller.
+pub const NODE_EVENT_RELAY: &str = "edgecontroller-nodeevents";
+
+/// A module that hands what it receives to the controller's task, in
+/// order, waiting while the controller is busy (its mailbox then fills and
+/// senders wait: backpressure).
+struct ControllerDoor {
+    name: &'static str,
+    group: &'static str,
+    inbox: mpsc::Sender<Input>,
+}
+
+impl Actor for ControllerDoor {
+    type Context = Context<Self>;
+}
+
+impl Module for ControllerDoor {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn group(&self) -> &str {
+        self.group
+    }
+
+    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        let inbox = self.inbox.clone();
+        ctx.wait(
+            async move {
+                if inbox.send(Input::Hive(msg)).await.is_err() {
+                    warn!("edgecontroller stopped; message dropped");
+                }
+            }
+            .into_actor(self),
+        );
+        Ok(())
+    }
+}
+
+/// The controller's state, owned by its task.
+struct Controller {
+    hive: Hive,
+    store: Arc<dyn DesiredStore>,
+    config: ControllerConfig,
+    /// Pods bound to a node: the node and the objects the pod references.
+    pods: HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>,
+    /// Configmaps and secrets each node holds.
+    held: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Nodes whose link is up.
+    connected: HashSet<String>,
+    /// The `Ready` condition each node last reported itself.
+    reported_ready: HashMap<String, NodeCondition>,
+    counts: watch::Sender<ControllerCounts>,
+}
+
+fn node_name(pod: &Value) -> Option<String> {
+    pod.get("spec")
+        .and_then(|s| s.get("nodeName"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+}
+
+fn now() -> Time {
+    let now = jiff::Timestamp::now();
+    Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// The part of an object a user sets: everything but status and the
+/// metadata the system manages.
+fn desired_part(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+        if let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+            for managed in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "managedFields",
+            ] {
+                metadata.remove(managed);
+            }
+        }
+    }
+    object
+}
+
+impl Controller {
+    async fn run(mut self, mut requests: mpsc::Receiver<Input>) {
+        if let Err(err) = self.load().await {
+            warn!(error = %err, "edgecontroller could not read the desired state");
+        }
+        while let Some(input) = requests.recv().await {
+            match input {
+                Input::Hive(msg) => self.on_message(msg).await,
+                Input::Apply(key, object, done) => {
+                    let _ = done.send(self.apply(key, object).await);
+                }
+                Input::Delete(key, done) => {
+                    let _ = done.send(self.delete(key).await);
+                }
+            }
+        }
+        debug!("edgecontroller stopped");
+    }
+
+    /// Rebuilds what each node holds from the desired state, and marks
+    /// every node's readiness unknown until its link comes up again.
+    async fn load(&mut self) -> Result<(), DesiredError> {
+        let (pods, _) = self.store.list(Kind::Pod, None)?;
+        for pod in &pods {
+            let (Some(key), Some(node)) = (ObjectKey::of(pod), node_name(pod)) else {
+                continue;
+            };
+            let refs = pod_references(&key.namespace, pod);
+            self.pods.insert(key, (node, refs));
+        }
+        let nodes: BTreeSet<String> = self.pods.values().map(|(n, _)| n.clone()).collect();
+        for node in nodes {
+            let wanted = self.wanted(&node);
+            let mut held = BTreeSet::new();
+            for key in wanted {
+                if self.store.get(&key)?.is_some() {
+                    held.insert(key);
+                }
+            }
+            self.held.insert(node, held);
+        }
+        let (nodes, _) = self.store.list(Kind::Node, None)?;
+        for node in nodes {
+            if let Some(key) = ObjectKey::of(&node) {
+                self.update_node(&key.name, None).await;
+            }
+        }
+        info!(pods = self.pods.len(), "edgecontroller ready");
+        Ok(())
+    }
+
+    fn count(&self, change: impl FnOnce(&mut ControllerCounts)) {
+        self.counts.send_modify(change);
+    }
+
+    // ----- the admin API's requests -----
+
+    async fn apply(&mut self, key: ObjectKey, mut object: Value) -> Result<Applied, ApiError> {
+        let existing = self.store.get(&key).map_err(unavailable)?;
+        let created = existing.is_none();
+        match &existing {
+            Some(old) => {
+                if key.kind == Kind::Pod
+                    && let Some(bound) = node_name(old)
+                    && node_name(&object).as_deref() != Some(bound.as_str())
+                {
+                    return Err(ApiError::Invalid(format!(
+                        "{key}: spec.nodeName is immutable once set (bound to {bound})"
+                    )));
+                }
+                if desired_part(old) == desired_part(&object) {
+                    return Ok(Applied::Unchanged(old.clone()));
+                }
+                // The system's metadata and the nodes' status stay.
+                for field in ["uid", "creationTimestamp"] {
+                    if let Some(value) = old["metadata"].get(field) {
+                        object["metadata"][field] = value.clone();
+                    }
+                }
+                if let Some(status) = old.get("status") {
+                    object["status"] = status.clone();
+                } else if let Some(map) = object.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+            None => {
+                object["metadata"]["uid"] = json!(uuid_v4());
+                object["metadata"]["creationTimestamp"] = json!(now());
+                if let Some(map) = object.as_object_mut() {
+                    map.remove("status");
+                }
+                if key.kind == Kind::Pod {
+                    object["status"] = json!({ "phase": "Pending" });
+                }
+            }
+        }
+        let (stored, revision) = self
+            .store
+            .put(key.clone(), object)
+            .await
+            .map_err(unavailable)?;
+        self.send_after_write(&key, &stored, revision, created || existing.as_ref().is_some_and(|old| node_name(old).is_none()))
+            .await;
+        Ok(if created {
+            Applied::Created(stored)
+        } else {
+            Applied::Configured(stored)
+        })
+    }
+
+    /// Sends a written object where it must go. `new_to_nodes` says
+    /// whether a pod reaches its node for the first time.
+    async fn send_after_write(
+        &mut self,
+        key: &ObjectKey,
+        stored: &Value,
+        revision: u64,
+        new_to_nodes: bool,
+    ) {
+        match key.kind {
+            Kind::Pod => {
+                let Some(node) = node_name(stored) else {
+                    // Not bound to a node: it waits (there is no scheduler).
+                    return;
+                };
+                let refs = pod_references(&key.namespace, stored);
+                self.pods.insert(key.clone(), (node.clone(), refs));
+                let op = if new_to_nodes {
+                    operation::INSERT
+                } else {
+                    operation::UPDATE
+                };
+                // Referenced objects first, so the pod finds them at the edge.
+                self.refresh_node(&node, revision).await;
+                self.send(&node, op, key, stored, revision).await;
+            }
+            Kind::ConfigMap | Kind::Secret => {
+                let nodes: Vec<String> = self
+                    .nodes_wanting(key)
+                    .into_iter()
+                    .collect();
+                for node in nodes {
+                    let held = self.held.entry(node.clone()).or_default();
+                    let op = if held.insert(key.clone()) {
+                        operation::INSERT
+                    } else {
+                        operation::UPDATE
+                    };
+                    self.send(&node, op, key, stored, revision).await;
+                }
+            }
+            Kind::Service | Kind::Endpoints | Kind::Node => {}
+        }
+    }
+
+    async fn delete(&mut self, key: ObjectKey) -> Result<Option<Value>, ApiError> {
+        let Some((removed, revision)) = self
+            .store
+            .delete(key.clone())
+            .await
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        match key.kind {
+            Kind::Pod => {
+                if let Some((node, _)) = self.pods.remove(&key) {
+                    self.send(&node, operation::DELETE, &key, &removed, revision)
+                        .await;
+                    self.refresh_node(&node, revision).await;
+                }
+            }
+            Kind::ConfigMap | Kind::Secret => {
+                let holders: Vec<String> = self
+                    .held
+                    .iter_mut()
+                    .filter_map(|(node, held)| held.remove(&key).then(|| node.clone()))
+                    .collect();
+                for node in holders {
+                    self.send(&node, operation::DELETE, &key, &removed, revision)
+                        .await;
+                }
+            }
+            Kind::Node => {
+                self.reported_ready.remove(&key.name);
+            }
+            Kind::Service | Kind::Endpoints => {}
+        }
+        Ok(Some(removed))
+    }
+
+    // ----- what each node needs -----
+
+    /// Configmaps and secrets the pods on `node` reference.
+    fn wanted(&self, node: &str) -> BTreeSet<ObjectKey> {
+        self.pods
+            .values()
+            .filter(|(bound, _)| bound == node)
+            .flat_map(|(_, refs)| refs.iter().cloned())
+            .collect()
+    }
+
+    fn nodes_wanting(&self, key: &ObjectKey) -> BTreeSet<String> {
+        self.pods
+            .values()
+            .filter(|(_, refs)| refs.contains(key))
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
+    /// Sends `node` the referenced objects it lacks and withdraws the ones
+    /// no pod there references any more, at `revision`.
+    async fn refresh_node(&mut self, node: &str, revision: u64) {
+        let wanted = self.wanted(node);
+        let held = self.held.get(node).cloned().unwrap_or_default();
+        for key in wanted.difference(&held) {
+            match self.store.get(key) {
+                Ok(Some(object)) => {
+                    self.held
+                        .entry(node.to_owned())
+                        .or_default()
+                        .insert(key.clone());
+                    self.send(node, operation::INSERT, key, &object, revision)
+                        .await;
+                }
+                Ok(None) => {} // Sent when it is created.
+                Err(err) => warn!(%key, error = %err, "referenced object unreadable"),
+            }
+        }
+        for key in held.difference(&wanted) {
+            if let Some(held) = self.held.get_mut(node) {
+                held.remove(key);
+            }
+            let object = self
+                .store
+                .get(key)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| stub(key));
+            self.send(node, operation::DELETE, key, &object, revision)
+                .await;
+        }
+        if self.held.get(node).is_some_and(BTreeSet::is_empty) {
+            self.held.remove(node);
+        }
+    }
+
+    /// Queues `object` for `node` through cloudhub, which answers once the
+    /// message is persisted in the node's queue.
+    async fn send(&self, node: &str, op: &str, key: &ObjectKey, object: &Value, revision: u64) {
+        let resource = key.edge_resource().on_node(node).to_string();
+        let msg = HiveMessage::new()
+            .build_router(module::EDGECONTROLLER, group::RESOURCE, resource, op)
+            .with_resource_version(revision.to_string())
+            .with_content(object.clone());
+        let refused = match self
+            .hive
+            .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
+            .await
+        {
+            Ok(reply) if reply.operation() == operation::ERROR => Some(reply.content().to_string()),
+            Ok(_) => None,
+            Err(err) => Some(err.to_string()),
+        };
+        match refused {
+            None => {
+                debug!(%node, %key, op, revision, "sent to the node");
+                self.count(|c| c.sent += 1);
+            }
+            Some(reason) => {
+                warn!(%node, %key, op, %reason, "cloudhub did not take a message for a node");
+                self.count(|c| c.send_failures += 1);
+            }
+        }
+    }
+
+    // ----- what nodes say -----
+
+    async fn on_message(&mut self, msg: HiveMessage) {
+        if msg.group() == group::NODE_EVENTS {
+            let Some(node) = msg.resource().strip_prefix("node/") else {
+                return;
+            };
+            let node = node.to_owned();
+            self.count(|c| c.node_events += 1);
+            match msg.operation() {
+                operation::NODE_CONNECTED => {
+                    self.connected.insert(node.clone());
+                }
+                operation::NODE_DISCONNECTED => {
+                    self.connected.remove(&node);
+                }
+                _ => return,
+            }
+            self.update_node(&node, None).await;
+            return;
+        }
+        let Ok(resource) = msg.resource().parse::<CloudResource>() else {
+            debug!(resource = msg.resource(), "message without a node; ignored");
+            self.refuse_sync(&msg, "no node/<node>/ in the resource");
+            return;
+        };
+        let node = resource.node.clone();
+        let edge = resource.resource;
+        match (msg.operation(), edge.resource_type.as_str()) {
+            (operation::QUERY, _) => self.answer_query(&node, &edge, &msg),
+            (
+                operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
+                resource_type::POD_STATUS,
+            ) => self.pod_status(&node, &edge, msg.content()).await,
+            (
+                operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
+                resource_type::NODE_STATUS,
+            ) => self.node_status(&node, &edge, msg.content()).await,
+            (op, kind) => {
+                debug!(%node, op, kind, "not for the edgecontroller; ignored");
+                self.refuse_sync(&msg, "the edgecontroller does not take this");
+            }
+        }
+    }
+
+    fn refuse_sync(&self, msg: &HiveMessage, reason: &str) {
+        if msg.is_sync() {
+            self.hive
+                .send_resp(msg.error_response(module::EDGECONTROLLER, reason));
+        }
+    }
+
+    fn refuse_status(&self, node: &str, what: &EdgeResource, reason: &str) {
+        warn!(%node, resource = %what, reason, "status refused");
+        self.count(|c| c.status_refused += 1);
+    }
+
+    async fn pod_status(&mut self, node: &str, what: &EdgeResource, status: &Value) {
+        let key = ObjectKey::new(Kind::Pod, what.namespace.as_str(), what.name.as_str());
+        let pod = match self.store.get(&key) {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return self.refuse_status(node, what, "no such pod"),
+            Err(err) => return self.refuse_status(node, what, &err.to_string()),
+        };
+        if node_name(&pod).as_deref() != Some(node) {
+            return self.refuse_status(node, what, "the pod is not bound to this node");
+        }
+        if PodStatus::deserialize(status).is_err() || !status.is_object() {
+            return self.refuse_status(node, what, "not a PodStatus");
+        }
+        if pod.get("status") == Some(status) {
+            return;
+        }
+        let mut pod = pod;
+        pod["status"] = status.clone();
+        match self.store.put(key, pod).await {
+            Ok(_) => self.count(|c| c.status_applied += 1),
+            Err(err) => warn!(%node, error = %err, "pod status not stored"),
+        }
+    }
+
+    async fn node_status(&mut self, node: &str, what: &EdgeResource, status: &Value) {
+        if what.name != node {
+            return self.refuse_status(node, what, "a node reports only its own status");
+        }
+        let Ok(reported) = NodeStatus::deserialize(status) else {
+            return self.refuse_status(node, what, "not a NodeStatus");
+        };
+        if let Some(ready) = reported
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+        {
+            self.reported_ready.insert(node.to_owned(), ready.clone());
+        }
+        self.update_node(node, Some(reported)).await;
+        self.count(|c| c.status_applied += 1);
+    }
+
+    /// Writes the node's object: its reported status if given, and its
+    /// `Ready` condition from the link and the node's own report.
+    async fn update_node(&mut self, node: &str, reported: Option<NodeStatus>) {
+        let key = ObjectKey::new(Kind::Node, "", node);
+        let existing = match self.store.get(&key) {
+            Ok(existing) => existing,
+            Err(err) => return warn!(%node, error = %err, "node unreadable"),
+        };
+        let mut object = existing.clone().unwrap_or_else(|| {
+            json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node,
+                    "uid": uuid_v4(),
+                    "creationTimestamp": now(),
+                    "labels": { "node-role.kubernetes.io/edge": "" },
+                },
+            })
+        });
+        let mut status = match reported {
+            Some(reported) => reported,
+            None => object
+                .get("status")
+                .and_then(|s| NodeStatus::deserialize(s).ok())
+                .unwrap_or_default(),
+        };
+        let ready = self.ready_condition(node);
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        let previous = conditions.iter().position(|c| c.type_ == "Ready");
+        let ready = match previous.map(|i| conditions.remove(i)) {
+            // The transition time moves only when the status does.
+            Some(old) if old.status == ready.status => NodeCondition {
+                last_transition_time: old.last_transition_time,
+                ..ready
+            },
+            _ => ready,
+        };
+        conditions.insert(0, ready);
+        match serde_json::to_value(&status) {
+            Ok(status) => object["status"] = status,
+            Err(err) => return warn!(%node, error = %err, "node status unwritable"),
+        }
+        if existing.as_ref() == Some(&object) {
+            return;
+        }
+        if let Err(err) = self.store.put(key, object).await {
+            warn!(%node, error = %err, "node not stored");
+        }
+    }
+
+    fn ready_condition(&self, node: &str) -> NodeCondition {
+        let time = Some(now());
+        if !self.connected.contains(node) {
+            return NodeCondition {
+                type_: "Ready".to_owned(),
+                status: "Unknown".to_owned(),
+                reason: Some("EdgeLinkDown".to_owned()),
+                message: Some("the node's link to the cloud is down".to_owned()),
+                last_heartbeat_time: time.clone(),
+                last_transition_time: time,
+            };
+        }
+        match self.reported_ready.get(node) {
+            Some(reported) => NodeCondition {
+                last_heartbeat_time: time,
+                ..reported.clone()
+            },
+            None => NodeCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                reason: Some("EdgeConnected".to_owned()),
+                message: Some("the node is linked to the cloud".to_owned()),
+                last_heartbeat_time: time.clone(),
+                last_transition_time: time,
+            },
+        }
+    }
+
+    /// Answers a node's query with an object it is entitled to: its pods,
+    /// what they reference, services and endpoints, and its own Node.
+    fn answer_query(&self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
+        self.count(|c| c.queries += 1);
+        let entitled = ObjectKey::from_edge_resource(what).filter(|key| match key.kind {
+            Kind::Pod => self.pods.get(key).is_some_and(|(bound, _)| bound == node),
+            Kind::ConfigMap | Kind::Secret => self.wanted(node).contains(key),
+            Kind::Service | Kind::Endpoints => true,
+            Kind::Node => key.name == node,
+        });
+        let found = entitled.and_then(|key| self.store.get(&key).ok().flatten());
+        let mut answer = match found {
+            Some(object) => msg.response(module::EDGECONTROLLER, object),
+            None => msg.error_response(
+                module::EDGECONTROLLER,
+                format!("{what} not found for node {node}"),
+            ),
+        };
+        // An answer is not an object to acknowledge.
+        answer.header.resource_version.clear();
+        let hive = self.hive.clone();
+        actix::spawn(async move {
+            if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
+                debug!(error = %err, "query answer not sent");
+            }
+        });
+    }
+}
+
+/// A minimal object naming `key`, for a deletion whose object is gone.
+fn stub(key: &ObjectKey) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": key.kind.name(),
+        "metadata": { "name": key.name, "namespace": key.namespace },
+    })
+}
+
+fn uuid_v4() -> String {
+    beehive::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,485 @@
+//! The Kubernetes kinds edgehive carries between cloud and edge, and what
+//! the rest of the crate needs to know of each: its URL plural, its beehive
+//! resource type, whether it is namespaced, and its k8s-openapi type (for
+//! validation, lists and watch events, so no Kubernetes shape is written by
+//! hand here).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Pod, PodSpec, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, WatchEvent};
+use k8s_openapi::{List, Resource};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize as _, Serialize};
+use serde_json::Value;
+
+use beehive::constants::resource_type;
+use beehive::resource::EdgeResource;
+
+/// A kind of Kubernetes object edgehive stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `Pod`.
+    Pod,
+    /// `ConfigMap`.
+    ConfigMap,
+    /// `Secret`.
+    Secret,
+    /// `Service`.
+    Service,
+    /// `Endpoints`.
+    Endpoints,
+    /// `Node` (cluster-scoped).
+    Node,
+}
+
+/// Runs `$body` with `$t` standing for the k8s-openapi type of `$kind`.
+macro_rules! typed {
+    ($kind:expr, $t:ident => $body:expr) => {
+        match $kind {
+            Kind::Pod => {
+                type $t = Pod;
+                $body
+            }
+            Kind::ConfigMap => {
+                type $t = ConfigMap;
+                $body
+            }
+            Kind::Secret => {
+                type $t = Secret;
+                $body
+            }
+            Kind::Service => {
+                type $t = Service;
+                $body
+            }
+            Kind::Endpoints => {
+                type $t = Endpoints;
+                $body
+            }
+            Kind::Node => {
+                type $t = Node;
+                $body
+            }
+        }
+    };
+}
+
+/// An object that is not a valid instance of its kind.
+#[derive(Debug, thiserror::Error)]
+#[error("not a valid {kind}: {reason}")]
+pub struct InvalidObject {
+    /// The kind it claimed to be.
+    pub kind: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 6] = [
+        Kind::Pod,
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::Service,
+        Kind::Endpoints,
+        Kind::Node,
+    ];
+
+    /// The `kind` field, e.g. `Pod`.
+    pub fn name(self) -> &'static str {
+        typed!(self, T => <T as Resource>::KIND)
+    }
+
+    /// The URL plural, e.g. `pods`.
+    pub fn plural(self) -> &'static str {
+        typed!(self, T => <T as Resource>::URL_PATH_SEGMENT)
+    }
+
+    /// The beehive resource type, e.g. `pod`.
+    pub fn resource_type(self) -> &'static str {
+        match self {
+            Kind::Pod => resource_type::POD,
+            Kind::ConfigMap => resource_type::CONFIGMAP,
+            Kind::Secret => resource_type::SECRET,
+            Kind::Service => resource_type::SERVICE,
+            Kind::Endpoints => resource_type::ENDPOINTS,
+            Kind::Node => resource_type::NODE,
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        self != Kind::Node
+    }
+
+    /// The kind whose `kind` field is `name`.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The kind a user means by `word`: plural, singular, kind or kubectl's
+    /// short name (`po`, `cm`, `svc`, `ep`, `no`), any case.
+    pub fn from_user(word: &str) -> Option<Kind> {
+        let word = word.to_ascii_lowercase();
+        let short = match word.as_str() {
+            "po" => Some(Kind::Pod),
+            "cm" => Some(Kind::ConfigMap),
+            "svc" => Some(Kind::Service),
+            "ep" => Some(Kind::Endpoints),
+            "no" => Some(Kind::Node),
+            _ => None,
+        };
+        short.or_else(|| {
+            Kind::ALL.into_iter().find(|k| {
+                k.plural() == word || k.resource_type() == word || k.name().to_lowercase() == word
+            })
+        })
+    }
+
+    /// The kind whose URL plural is `plural`.
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    /// The kind whose beehive resource type is `resource_type`.
+    pub fn from_resource_type(resource_type: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.resource_type() == resource_type)
+    }
+
+    /// Checks that `object` is a valid instance of this kind (it reads as
+    /// the k8s-openapi type).
+    pub fn check(self, object: &Value) -> Result<(), InvalidObject> {
+        typed!(self, T => parse::<T>(self, object).map(drop))
+    }
+
+    /// A Kubernetes list (`PodList`, ...) of `items` at `resource_version`.
+    pub fn list(self, items: Vec<Value>, resource_version: String) -> Result<Value, InvalidObject> {
+        typed!(self, T => {
+            let items = items
+                .iter()
+                .map(|item| parse::<T>(self, item))
+                .collect::<Result<Vec<T>, _>>()?;
+            to_value(self, &List::<T> {
+                items,
+                metadata: ListMeta {
+                    resource_version: Some(resource_version),
+                    ..ListMeta::default()
+                },
+            })
+        })
+    }
+
+    /// A Kubernetes watch event of `change` to `object`.
+    pub fn watch_event(self, change: Change, object: &Value) -> Result<Value, InvalidObject> {
+        typed!(self, T => {
+            let object = parse::<T>(self, object)?;
+            let event = match change {
+                Change::Added => WatchEvent::Added(object),
+                Change::Modified => WatchEvent::Modified(object),
+                Change::Deleted => WatchEvent::Deleted(object),
+            };
+            to_value(self, &event)
+        })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The watch event that tells a watcher its watch has expired (410) and
+/// it must list again, as Kubernetes does.
+pub fn expired_event(message: &str) -> Value {
+    let status = Status {
+        code: Some(410),
+        message: Some(message.to_owned()),
+        reason: Some("Expired".to_owned()),
+        status: Some("Failure".to_owned()),
+        ..Status::default()
+    };
+    serde_json::to_value(WatchEvent::<Pod>::ErrorStatus(status)).unwrap_or(Value::Null)
+}
+
+fn parse<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<T, InvalidObject> {
+    T::deserialize(object).map_err(|err| InvalidObject {
+        kind: kind.name(),
+        reason: err.to_string(),
+    })
+}
+
+fn to_value<T: Serialize>(kind: Kind, value: &T) -> Result<Value, InvalidObject> {
+    serde_json::to_value(value).map_err(|err| InvalidObject {
+        kind: kind.name(),
+        reason: err.to_string(),
+    })
+}
+
+/// What happened to a watched object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// It appeared.
+    Added,
+    /// It changed.
+    Modified,
+    /// It went away.
+    Deleted,
+}
+
+/// Which object: kind, namespace (empty for cluster-scoped kinds) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its namespace; empty for a node.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// The namespace the edge's resource strings use for cluster-scoped objects
+/// (a resource string always has one).
+pub const CLUSTER_NAMESPACE: &str = "default";
+
+impl ObjectKey {
+    /// A key from its parts; the namespace is dropped for cluster-scoped kinds.
+    pub fn new(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        let namespace = if kind.namespaced() {
+            namespace.into()
+        } else {
+            String::new()
+        };
+        ObjectKey {
+            kind,
+            namespace,
+            name: name.into(),
+        }
+    }
+
+    /// The key of `object`, read from its `kind` and `metadata`.
+    pub fn of(object: &Value) -> Option<ObjectKey> {
+        let kind = Kind::from_name(object.get("kind")?.as_str()?)?;
+        let metadata = object.get("metadata")?;
+        let name = metadata.get("name")?.as_str()?;
+        let namespace = metadata
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        Some(ObjectKey::new(kind, namespace, name))
+    }
+
+    /// The edge-side resource of this object (`<ns>/<type>/<name>`).
+    pub fn edge_resource(&self) -> EdgeResource {
+        let namespace = if self.kind.namespaced() {
+            self.namespace.as_str()
+        } else {
+            CLUSTER_NAMESPACE
+        };
+        EdgeResource::new(namespace, self.kind.resource_type(), self.name.as_str())
+    }
+
+    /// The key of an edge-side resource, if it names an object of a known kind.
+    pub fn from_edge_resource(resource: &EdgeResource) -> Option<ObjectKey> {
+        let kind = Kind::from_resource_type(&resource.resource_type)?;
+        if resource.name.is_empty() {
+            return None;
+        }
+        Some(ObjectKey::new(
+            kind,
+            resource.namespace.as_str(),
+            resource.name.as_str(),
+        ))
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}/{}", self.kind.plural(), self.name)
+        } else {
+            write!(
+                f,
+                "{}/{}/{}",
+                self.kind.plural(),
+                self.namespace,
+                self.name
+            )
+        }
+    }
+}
+
+/// The configmaps and secrets a pod uses: volumes (also projected ones),
+/// environment variables, `envFrom`, and image pull secrets.
+pub fn pod_references(namespace: &str, pod: &Value) -> BTreeSet<ObjectKey> {
+    let mut refs = BTreeSet::new();
+    let Some(spec) = pod
+        .get("spec")
+        .and_then(|spec| PodSpec::deserialize(spec).ok())
+    else {
+        return refs;
+    };
+    let mut add = |kind: Kind, name: Option<&String>| {
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            refs.insert(ObjectKey::new(kind, namespace, name.as_str()));
+        }
+    };
+    for secret in spec.image_pull_secrets.iter().flatten() {
+        add(Kind::Secret, Some(&secret.name));
+    }
+    for volume in spec.volumes.iter().flatten() {
+        add(
+            Kind::ConfigMap,
+            volume.config_map.as_ref().map(|cm| &cm.name),
+        );
+        add(
+            Kind::Secret,
+            volume.secret.as_ref().and_then(|s| s.secret_name.as_ref()),
+        );
+        let projected = volume.projected.as_ref().and_then(|p| p.sources.as_ref());
+        for source in projected.into_iter().flatten() {
+            add(
+                Kind::ConfigMap,
+                source.config_map.as_ref().map(|cm| &cm.name),
+            );
+            add(Kind::Secret, source.secret.as_ref().map(|s| &s.name));
+        }
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for container in containers {
+        for env in container.env.iter().flatten() {
+            let from = env.value_from.as_ref();
+            add(
+                Kind::ConfigMap,
+                from.and_then(|f| f.config_map_key_ref.as_ref())
+                    .map(|r| &r.name),
+            );
+            add(
+                Kind::Secret,
+                from.and_then(|f| f.secret_key_ref.as_ref()).map(|r| &r.name),
+            );
+        }
+        for source in container.env_from.iter().flatten() {
+            add(
+                Kind::ConfigMap,
+                source.config_map_ref.as_ref().map(|r| &r.name),
+            );
+            add(Kind::Secret, source.secret_ref.as_ref().map(|r| &r.name));
+        }
+    }
+    refs
+}
+
+/// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of most
+/// object names.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(valid_label)
+}
+
+/// Whether `label` is a DNS-1123 label, as Kubernetes requires of namespaces
+/// and service names.
+pub fn valid_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn kinds_know_their_names() {
+        assert_eq!(Kind::Pod.plural(), "pods");
+        assert_eq!(Kind::ConfigMap.name(), "ConfigMap");
+        assert_eq!(Kind::from_user("cm"), Some(Kind::ConfigMap));
+        assert_eq!(Kind::from_user("Pods"), Some(Kind::Pod));
+        assert_eq!(Kind::from_user("node"), Some(Kind::Node));
+        assert_eq!(Kind::from_plural("endpoints"), Some(Kind::Endpoints));
+        assert_eq!(Kind::from_user("deployments"), None);
+    }
+
+    #[test]
+    fn keys_map_to_edge_resources() {
+        let pod = json!({"kind": "Pod", "metadata": {"name": "web"}});
+        let key = ObjectKey::of(&pod).expect("key");
+        assert_eq!(key.edge_resource().to_string(), "default/pod/web");
+        assert_eq!(ObjectKey::from_edge_resource(&key.edge_resource()), Some(key));
+        let node = json!({"kind": "Node", "metadata": {"name": "n1", "namespace": "x"}});
+        let key = ObjectKey::of(&node).expect("key");
+        assert_eq!(key.namespace, "");
+        assert_eq!(key.edge_resource().to_string(), "default/node/n1");
+    }
+
+    #[test]
+    fn lists_and_events_are_kubernetes_shaped() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}});
+        let list = Kind::Pod.list(vec![pod.clone()], "7".into()).expect("list");
+        assert_eq!(list["kind"], "PodList");
+        assert_eq!(list["metadata"]["resourceVersion"], "7");
+        assert_eq!(list["items"][0]["metadata"]["name"], "web");
+        let event = Kind::Pod.watch_event(Change::Modified, &pod).expect("event");
+        assert_eq!(event["type"], "MODIFIED");
+        assert_eq!(event["object"]["kind"], "Pod");
+        assert!(Kind::Pod.check(&json!({"spec": {"containers": 5}})).is_err());
+    }
+
+    #[test]
+    fn references_are_found_everywhere_a_pod_can_name_them() {
+        let pod = json!({"spec": {
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [
+                {"name": "a", "configMap": {"name": "cm-vol"}},
+                {"name": "b", "secret": {"secretName": "s-vol"}},
+                {"name": "c", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}]}}
+            ],
+            "containers": [{"name": "c", "env": [
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "k"}}},
+                {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}}
+            ], "envFrom": [{"configMapRef": {"name": "cm-from"}}]}],
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "s-init"}}]}]
+        }});
+        let names: Vec<String> = pod_references("ns", &pod)
+            .into_iter()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "configmaps/ns/cm-env",
+                "configmaps/ns/cm-from",
+                "configmaps/ns/cm-proj",
+                "configmaps/ns/cm-vol",
+                "secrets/ns/pull",
+                "secrets/ns/s-env",
+                "secrets/ns/s-init",
+                "secrets/ns/s-vol",
+            ]
+        );
+    }
+
+    #[test]
+    fn names_follow_dns_rules() {
+        assert!(valid_name("web-1.example"));
+        assert!(!valid_name("Web"));
+        assert!(!valid_name("-web"));
+        assert!(!valid_name(""));
+        assert!(valid_label("default"));
+        assert!(!valid_label("a.b"));
+    }
+}

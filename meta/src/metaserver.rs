@@ -1,0 +1,213 @@
+//! MetaServer: a local, Kubernetes-shaped HTTP API over the edge store, for
+//! applications on the edge node. It lists, gets and watches pods,
+//! configmaps, secrets, services, endpoints and nodes from what the edge
+//! holds, so it answers with the cloud unreachable. It listens on
+//! 127.0.0.1 unless told otherwise: it serves secrets, and anything that can
+//! reach it can read them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use actix_web::dev::ServerHandle;
+use actix_web::web::Bytes;
+use actix_web::{App, HttpServer, web};
+use futures_util::StreamExt;
+use futures_util::stream;
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+use tracing::{info, warn};
+
+use crate::api::{self, ApiError, EventStream, ObjectSource};
+use crate::kinds::{Change, Kind, ObjectKey};
+use crate::store::{EdgeStore, StoreChange, StoreError};
+
+/// The address MetaServer listens on by default (KubeEdge's port).
+pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10550";
+
+/// A running MetaServer.
+pub struct MetaServerHandle {
+    /// The bound address.
+    pub address: SocketAddr,
+    server: ServerHandle,
+}
+
+impl MetaServerHandle {
+    /// Stops serving; open watches end.
+    pub async fn stop(self) {
+        self.server.stop(false).await;
+    }
+}
+
+/// The edge's local API.
+pub struct MetaServer;
+
+impl MetaServer {
+    /// Serves `store` on `address` (e.g. [`DEFAULT_ADDRESS`]); must run
+    /// inside an actix System.
+    pub fn start(store: EdgeStore, address: &str) -> std::io::Result<MetaServerHandle> {
+        let objects = web::Data::new(EdgeObjects(store));
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(objects.clone())
+                .configure(api::read_routes::<EdgeObjects>)
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(address)?;
+        let bound = server.addrs();
+        let address = bound.first().copied().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address bound")
+        })?;
+        let server = server.run();
+        let handle = server.handle();
+        actix::spawn(async move {
+            if let Err(err) = server.await {
+                warn!(error = %err, "metaserver stopped");
+            }
+        });
+        info!(%address, "metaserver listening");
+        Ok(MetaServerHandle {
+            address,
+            server: handle,
+        })
+    }
+}
+
+/// The edge store seen as Kubernetes objects.
+struct EdgeObjects(EdgeStore);
+
+fn unavailable(err: StoreError) -> ApiError {
+    ApiError::Unavailable(err.to_string())
+}
+
+/// A stored version as a number (versions from Kubernetes are numbers in
+/// practice; anything else counts as 0).
+fn version_number(version: &str) -> u64 {
+    version.parse().unwrap_or(0)
+}
+
+impl ObjectSource for EdgeObjects {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError> {
+        let record = self
+            .0
+            .get(&key.edge_resource().to_string())
+            .map_err(unavailable)?;
+        Ok(record.and_then(|record| record.object))
+    }
+
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError> {
+        let records = self
+            .0
+            .list_type(namespace, kind.resource_type())
+            .map_err(unavailable)?;
+        let version = records
+            .iter()
+            .map(|(_, record)| version_number(&record.version))
+            .max()
+            .unwrap_or(0);
+        let items = records.into_iter().filter_map(|(_, r)| r.object).collect();
+        Ok((items, version.to_string()))
+    }
+
+    fn watch(
+        &self,
+        kind: Kind,
+        namespace: Option<String>,
+        since: Option<u64>,
+    ) -> Result<EventStream, ApiError> {
+        // Subscribed before listing, so nothing falls between the two.
+        let changes = self.0.subscribe();
+        let mut seen = HashMap::new();
+        let mut initial = Vec::new();
+        if since.is_none() {
+            let listed = self
+                .0
+                .list_type(namespace.as_deref(), kind.resource_type())
+                .map_err(unavailable)?;
+            for (resource, record) in listed {
+                seen.insert(resource, version_number(&record.version));
+                if let Some(object) = &record.object {
+                    push_event(&mut initial, kind, Change::Added, object);
+                }
+            }
+        }
+        let watch = Watch {
+            kind,
+            namespace,
+            floor: since.unwrap_or(0),
+            seen,
+        };
+        let tail = stream::unfold(
+            (changes, watch, false),
+            |(mut changes, mut watch, ended)| async move {
+                if ended {
+                    return None;
+                }
+                loop {
+                    match changes.recv().await {
+                        Ok(change) => {
+                            if let Some(line) = watch.event(&change) {
+                                return Some((line, (changes, watch, false)));
+                            }
+                        }
+                        Err(RecvError::Lagged(missed)) => {
+                            warn!(missed, "a watcher fell behind; its watch ends");
+                            let line = api::event_line(&crate::kinds::expired_event(
+                                "the watch fell behind; list again",
+                            ));
+                            return Some((line, (changes, watch, true)));
+                        }
+                        Err(RecvError::Closed) => return None,
+                    }
+                }
+            },
+        );
+        Ok(stream::iter(initial).chain(tail).boxed())
+    }
+}
+
+/// What one watch is looking at.
+struct Watch {
+    kind: Kind,
+    namespace: Option<String>,
+    /// Changes at or below this version are already known to the watcher.
+    floor: u64,
+    /// Versions the watcher got in the initial list.
+    seen: HashMap<String, u64>,
+}
+
+impl Watch {
+    /// The event line for `change`, if the watcher wants it.
+    fn event(&mut self, change: &StoreChange) -> Option<Bytes> {
+        let mut parts = change.resource.splitn(3, '/');
+        let (namespace, resource_type) = (parts.next()?, parts.next()?);
+        if resource_type != self.kind.resource_type()
+            || self.namespace.as_deref().is_some_and(|ns| ns != namespace)
+        {
+            return None;
+        }
+        let version = version_number(&change.record.version);
+        let known = self.seen.get(&change.resource).copied().unwrap_or(0);
+        if version <= self.floor || version <= known {
+            return None;
+        }
+        let previous = change.previous.as_ref().and_then(|p| p.object.as_ref());
+        let (what, object) = match (&change.record.object, previous) {
+            (Some(object), None) => (Change::Added, object),
+            (Some(object), Some(_)) => (Change::Modified, object),
+            (None, Some(previous)) => (Change::Deleted, previous),
+            (None, None) => return None,
+        };
+        let mut lines = Vec::with_capacity(1);
+        push_event(&mut lines, self.kind, what, object);
+        lines.pop()
+    }
+}
+
+fn push_event(lines: &mut Vec<Bytes>, kind: Kind, change: Change, object: &Value) {
+    match kind.watch_event(change, object) {
+        Ok(event) => lines.push(api::event_line(&event)),
+        Err(err) => warn!(error = %err, "stored object skipped in a watch"),
+    }
+}
