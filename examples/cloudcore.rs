@@ -1,8 +1,9 @@
 //! cloudcore: the cloud side of edgehive.
 //!
 //! `cloudcore token` prints a join token (creating the CA on first use);
-//! `cloudcore run` serves the certificate endpoints and cloudhub on every
-//! transport asked for, until SIGINT or SIGTERM.
+//! `cloudcore run` serves the certificate endpoints, cloudhub on every
+//! transport asked for, the edgecontroller on its desired-state store and
+//! the admin API (for `edgehivectl`), until SIGINT or SIGTERM.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig};
+use meta::controller::{AdminApi, ControllerConfig, EdgeController, RedbDesiredStore};
 use transports::{ListenOptions, TransportKind, tls};
 
 /// The cloud side of edgehive.
@@ -68,6 +70,10 @@ struct Run {
     /// Lifetime of node certificates, in days.
     #[arg(long, default_value_t = 365)]
     cert_days: u64,
+    /// Admin API listen address (manifests in, objects out; no
+    /// authentication, so keep it on loopback).
+    #[arg(long, default_value = meta::controller::admin::DEFAULT_ADDRESS)]
+    admin: String,
 }
 
 fn logging(filter: &str) {
@@ -130,6 +136,11 @@ async fn serve(data_dir: PathBuf, ca: Arc<CloudCa>, run: Run) -> Result<()> {
         "give at least one of --ws, --quic, --uds"
     );
     let hive = Hive::new("cloud", HiveConfig::default());
+    // The controller first: it must hear cloudhub's first node events.
+    let desired = RedbDesiredStore::open(&data_dir.join("desired.redb"))
+        .context("desired-state store")?;
+    let controller = EdgeController::start(&hive, desired.clone().shared(), ControllerConfig::default())?;
+    let admin = AdminApi::start(controller, &run.admin).context("admin API")?;
     let hub = CloudHub::start(
         &hive,
         CloudHubConfig {
@@ -145,8 +156,11 @@ async fn serve(data_dir: PathBuf, ca: Arc<CloudCa>, run: Run) -> Result<()> {
         tracing::info!(%kind, %address, "cloudhub ready");
     }
     tracing::info!(address = %certs.address, "certificate endpoints ready");
+    tracing::info!(address = %admin.address, "admin API ready");
     let report = hive.shutdown_on_signal().await?;
+    admin.stop().await;
     certs.stop().await;
+    desired.close().await;
     tracing::info!(?report, "cloudcore stopped");
     Ok(())
 }

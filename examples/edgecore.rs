@@ -2,7 +2,8 @@
 //!
 //! `edgecore join` gets this node's certificate with a token from
 //! `cloudcore token`; `edgecore run` then keeps the node linked to the cloud
-//! (metamanager on redb, edgehub) until SIGINT or SIGTERM, needing no token.
+//! (metamanager on redb, edgehub, MetaServer for local applications) until
+//! SIGINT or SIGTERM, needing no token.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
 use hub::certs::{NodeCredentials, join, keep_renewed};
 use hub::{EdgeHub, EdgeHubConfig};
-use meta::{EdgeStore, MetaManager};
+use meta::{EdgeStore, MetaManager, MetaServer};
 use transports::{DialOptions, TransportKind, tls};
 
 /// The edge side of edgehive.
@@ -71,6 +72,11 @@ enum Command {
         /// certificate there once two thirds of its lifetime have passed.
         #[arg(long)]
         certs: Option<String>,
+        /// MetaServer listen address (the edge's objects for local
+        /// applications, secrets included: keep it on loopback); "off"
+        /// turns it off.
+        #[arg(long, default_value = meta::metaserver::DEFAULT_ADDRESS)]
+        metaserver: String,
     },
 }
 
@@ -104,6 +110,7 @@ fn main() -> Result<()> {
             node,
             keepalive_secs,
             certs,
+            metaserver,
         } => {
             let mut dial = DialOptions::new(&cloud, &server_name);
             let mut renewal = None;
@@ -142,21 +149,32 @@ fn main() -> Result<()> {
                 if let Some(renewal) = renewal {
                     actix::spawn(renewal);
                 }
-                run(args.data_dir, config).await
+                run(args.data_dir, config, metaserver).await
             })
         }
     }
 }
 
-async fn run(data_dir: PathBuf, config: EdgeHubConfig) -> Result<()> {
+async fn run(data_dir: PathBuf, config: EdgeHubConfig, metaserver: String) -> Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
     let hive = Hive::new("edge", HiveConfig::default());
     let store = EdgeStore::open(&data_dir.join("edge.redb")).context("edge store")?;
     MetaManager::start(&hive, store.clone())?;
+    let metaserver = match metaserver.as_str() {
+        "off" => None,
+        address => {
+            let server = MetaServer::start(store.clone(), address).context("metaserver")?;
+            tracing::info!(address = %server.address, "metaserver ready");
+            Some(server)
+        }
+    };
     let node = config.node.clone();
     EdgeHub::start(&hive, config)?;
     tracing::info!(%node, "edgecore running");
     let report = hive.shutdown_on_signal().await?;
+    if let Some(server) = metaserver {
+        server.stop().await;
+    }
     store.close().await;
     tracing::info!(?report, "edgecore stopped");
     Ok(())

@@ -106,6 +106,8 @@ enum Input {
     Hive(HiveMessage),
     Apply(ObjectKey, Value, oneshot::Sender<Result<Applied, ApiError>>),
     Delete(ObjectKey, oneshot::Sender<Result<Option<Value>, ApiError>>),
+    /// Ends the task (dropping its store handle), then answers.
+    Stop(oneshot::Sender<()>),
 }
 
 /// A handle to a running controller: apply and delete go through it, reads
@@ -189,6 +191,7 @@ impl EdgeController {
                 name,
                 group: member_of,
                 inbox: inbox.clone(),
+                stops_controller: name == module::EDGECONTROLLER,
             })?;
         }
         Ok(ControllerHandle {
@@ -209,6 +212,9 @@ struct ControllerDoor {
     name: &'static str,
     group: &'static str,
     inbox: mpsc::Sender<Input>,
+    /// Whether stopping this module ends the controller (the main door
+    /// does, so a hive's shutdown releases the store).
+    stops_controller: bool,
 }
 
 impl Actor for ControllerDoor {
@@ -235,6 +241,21 @@ impl Module for ControllerDoor {
             .into_actor(self),
         );
         Ok(())
+    }
+
+    fn cleanup(&mut self, _: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
+        let inbox = self.stops_controller.then(|| self.inbox.clone());
+        Box::pin(
+            async move {
+                if let Some(inbox) = inbox {
+                    let (done, stopped) = oneshot::channel();
+                    if inbox.send(Input::Stop(done)).await.is_ok() {
+                        let _ = stopped.await;
+                    }
+                }
+            }
+            .into_actor(self),
+        )
     }
 }
 
@@ -301,6 +322,12 @@ impl Controller {
                 }
                 Input::Delete(key, done) => {
                     let _ = done.send(self.delete(key).await);
+                }
+                Input::Stop(done) => {
+                    drop(self);
+                    debug!("edgecontroller stopped");
+                    let _ = done.send(());
+                    return;
                 }
             }
         }

@@ -1,0 +1,512 @@
+//! edgehivectl: kubectl for an edgehive cloud, over its admin API.
+//!
+//! ```text
+//! edgehivectl apply -f pod.yaml          # also -f dir/, -f - (stdin), repeatable
+//! edgehivectl delete -f pod.yaml
+//! edgehivectl delete pod web -n default
+//! edgehivectl get pods [-A | -n NS] [NAME] [-o wide|yaml|json]
+//! edgehivectl get nodes
+//! edgehivectl describe pod web
+//! ```
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use meta::controller::AdminClient;
+use meta::kinds::Kind;
+use serde_json::Value;
+
+/// kubectl for an edgehive cloud.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The admin API of cloudcore, host:port.
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEHIVE_ADMIN",
+        default_value = meta::controller::admin::DEFAULT_ADDRESS
+    )]
+    server: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Creates or updates the objects in manifests (YAML or JSON).
+    Apply {
+        /// A manifest file, a directory of them, or - for stdin (repeatable).
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Deletes the objects in manifests, or one object by kind and name.
+    Delete {
+        /// A manifest file, a directory of them, or - for stdin (repeatable).
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// Kind (pod, configmap, secret, service, endpoints, node).
+        kind: Option<String>,
+        /// Name.
+        name: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
+    /// Lists objects of a kind, or shows one.
+    Get {
+        /// Kind (pods, nodes, configmaps, secrets, services, endpoints; short names work).
+        kind: String,
+        /// Name (all when left out).
+        name: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Output format.
+        #[arg(short, long, value_enum)]
+        output: Option<Output>,
+    },
+    /// Shows one object in detail.
+    Describe {
+        /// Kind.
+        kind: String,
+        /// Name.
+        name: String,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Output {
+    /// The table with more columns.
+    Wide,
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("runtime")
+        .and_then(|runtime| runtime.block_on(run(args)));
+    if let Err(err) = result {
+        eprintln!("{err:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let client = AdminClient::new(&args.server);
+    match args.command {
+        Command::Apply { files } => {
+            let results = client.apply(read_manifests(&files)?).await?;
+            for r in results.results {
+                println!("{}/{} {}", r.kind.to_lowercase(), r.name, r.result);
+            }
+        }
+        Command::Delete {
+            files,
+            kind,
+            name,
+            namespace,
+        } => match (files.is_empty(), kind, name) {
+            (false, None, None) => {
+                let results = client.delete_manifest(read_manifests(&files)?).await?;
+                for r in results.results {
+                    println!("{}/{} {}", r.kind.to_lowercase(), r.name, r.result);
+                }
+            }
+            (true, Some(kind), Some(name)) => {
+                let kind = kind_of(&kind)?;
+                client.delete(&object_path(kind, &namespace, &name)).await?;
+                println!("{}/{name} deleted", kind.name().to_lowercase());
+            }
+            _ => bail!("give either -f FILE or KIND NAME"),
+        },
+        Command::Get {
+            kind,
+            name,
+            namespace,
+            all_namespaces,
+            output,
+        } => {
+            let kind = kind_of(&kind)?;
+            let items = match &name {
+                Some(name) => vec![client.get(&object_path(kind, &namespace, name)).await?],
+                None => {
+                    let path = if all_namespaces || !kind.namespaced() {
+                        format!("/api/v1/{}", kind.plural())
+                    } else {
+                        format!("/api/v1/namespaces/{namespace}/{}", kind.plural())
+                    };
+                    let list = client.get(&path).await?;
+                    list.get("items")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default()
+                }
+            };
+            let single = name.is_some();
+            match output {
+                Some(Output::Json) => {
+                    let value = if single { items[0].clone() } else { list_of(kind, items) };
+                    println!("{}", serde_json::to_string_pretty(&value)?);
+                }
+                Some(Output::Yaml) => {
+                    let value = if single { items[0].clone() } else { list_of(kind, items) };
+                    print!("{}", serde_yaml_ng::to_string(&value)?);
+                }
+                Some(Output::Wide) => print_table(kind, &items, all_namespaces, true),
+                None => {
+                    if items.is_empty() {
+                        eprintln!("No resources found.");
+                    } else {
+                        print_table(kind, &items, all_namespaces, false);
+                    }
+                }
+            }
+        }
+        Command::Describe {
+            kind,
+            name,
+            namespace,
+        } => {
+            let kind = kind_of(&kind)?;
+            let object = client.get(&object_path(kind, &namespace, &name)).await?;
+            print!("{}", describe(kind, &object));
+        }
+    }
+    Ok(())
+}
+
+fn kind_of(word: &str) -> Result<Kind> {
+    Kind::from_user(word).with_context(|| {
+        format!("the server doesn't have a resource type {word:?} (pods, nodes, configmaps, secrets, services, endpoints)")
+    })
+}
+
+fn object_path(kind: Kind, namespace: &str, name: &str) -> String {
+    if kind.namespaced() {
+        format!("/api/v1/namespaces/{namespace}/{}/{name}", kind.plural())
+    } else {
+        format!("/api/v1/{}/{name}", kind.plural())
+    }
+}
+
+fn list_of(kind: Kind, items: Vec<Value>) -> Value {
+    kind.list(items, String::new()).unwrap_or(Value::Null)
+}
+
+/// The manifests in `files`, one YAML stream.
+fn read_manifests(files: &[PathBuf]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for file in files {
+        if file == Path::new("-") {
+            let mut text = Vec::new();
+            std::io::stdin().read_to_end(&mut text)?;
+            push_document(&mut out, &text);
+        } else if file.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(file)
+                .with_context(|| file.display().to_string())?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    matches!(
+                        p.extension().and_then(|e| e.to_str()),
+                        Some("yaml" | "yml" | "json")
+                    )
+                })
+                .collect();
+            entries.sort();
+            for entry in entries {
+                let text = std::fs::read(&entry).with_context(|| entry.display().to_string())?;
+                push_document(&mut out, &text);
+            }
+        } else {
+            let text = std::fs::read(file).with_context(|| file.display().to_string())?;
+            push_document(&mut out, &text);
+        }
+    }
+    Ok(out)
+}
+
+fn push_document(out: &mut Vec<u8>, text: &[u8]) {
+    if !out.is_empty() {
+        out.extend_from_slice(b"\n---\n");
+    }
+    out.extend_from_slice(text);
+}
+
+fn str_at<'a>(value: &'a Value, path: &[&str]) -> &'a str {
+    let mut at = value;
+    for key in path {
+        at = &at[*key];
+    }
+    at.as_str().unwrap_or("")
+}
+
+fn age(object: &Value) -> String {
+    let created = str_at(object, &["metadata", "creationTimestamp"]);
+    let Ok(created) = created.parse::<jiff::Timestamp>() else {
+        return "<unknown>".to_owned();
+    };
+    let secs = (jiff::Timestamp::now().as_second() - created.as_second()).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+fn ready_status(node: &Value) -> String {
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| str_at(c, &["status"]).to_owned());
+    match ready.as_deref() {
+        Some("True") => "Ready".to_owned(),
+        Some("False") => "NotReady".to_owned(),
+        _ => "Unknown".to_owned(),
+    }
+}
+
+fn pod_columns(pod: &Value) -> (String, String, u64) {
+    let statuses = pod["status"]["containerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let total = pod["spec"]["containers"].as_array().map_or(0, Vec::len);
+    let ready = statuses.iter().filter(|s| s["ready"] == true).count();
+    let restarts = statuses
+        .iter()
+        .filter_map(|s| s["restartCount"].as_u64())
+        .sum();
+    let waiting = statuses
+        .iter()
+        .find_map(|s| s["state"]["waiting"]["reason"].as_str());
+    let phase = waiting
+        .or_else(|| pod["status"]["phase"].as_str())
+        .unwrap_or("Unknown");
+    (format!("{ready}/{total}"), phase.to_owned(), restarts)
+}
+
+fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
+    let mut header: Vec<&str> = Vec::new();
+    if with_namespace && kind.namespaced() {
+        header.push("NAMESPACE");
+    }
+    header.push("NAME");
+    let extra: &[&str] = match kind {
+        Kind::Pod if wide => &["READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"],
+        Kind::Pod => &["READY", "STATUS", "RESTARTS", "AGE", "NODE"],
+        Kind::Node if wide => &["STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "OS-IMAGE"],
+        Kind::Node => &["STATUS", "ROLES", "AGE", "VERSION"],
+        Kind::ConfigMap => &["DATA", "AGE"],
+        Kind::Secret => &["TYPE", "DATA", "AGE"],
+        Kind::Service => &["TYPE", "CLUSTER-IP", "PORT(S)", "AGE"],
+        Kind::Endpoints => &["ENDPOINTS", "AGE"],
+    };
+    header.extend_from_slice(extra);
+    let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    for item in items {
+        let mut row = Vec::new();
+        if with_namespace && kind.namespaced() {
+            row.push(str_at(item, &["metadata", "namespace"]).to_owned());
+        }
+        row.push(str_at(item, &["metadata", "name"]).to_owned());
+        match kind {
+            Kind::Pod => {
+                let (ready, status, restarts) = pod_columns(item);
+                row.extend([ready, status, restarts.to_string(), age(item)]);
+                if wide {
+                    row.push(or_none(str_at(item, &["status", "podIP"])));
+                }
+                row.push(or_none(str_at(item, &["spec", "nodeName"])));
+            }
+            Kind::Node => {
+                row.extend([
+                    ready_status(item),
+                    "edge".to_owned(),
+                    age(item),
+                    or_none(str_at(item, &["status", "nodeInfo", "kubeletVersion"])),
+                ]);
+                if wide {
+                    let ip = item["status"]["addresses"]
+                        .as_array()
+                        .and_then(|a| a.iter().find(|a| a["type"] == "InternalIP"))
+                        .map(|a| str_at(a, &["address"]).to_owned())
+                        .unwrap_or_default();
+                    row.push(or_none(&ip));
+                    row.push(or_none(str_at(item, &["status", "nodeInfo", "osImage"])));
+                }
+            }
+            Kind::ConfigMap => {
+                let data = count(&item["data"]) + count(&item["binaryData"]);
+                row.extend([data.to_string(), age(item)]);
+            }
+            Kind::Secret => {
+                let kind = str_at(item, &["type"]);
+                row.extend([
+                    if kind.is_empty() { "Opaque" } else { kind }.to_owned(),
+                    (count(&item["data"]) + count(&item["stringData"])).to_string(),
+                    age(item),
+                ]);
+            }
+            Kind::Service => {
+                let kind = str_at(item, &["spec", "type"]);
+                let ports: Vec<String> = item["spec"]["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        let protocol = p["protocol"].as_str().unwrap_or("TCP");
+                        format!("{}/{protocol}", p["port"])
+                    })
+                    .collect();
+                row.extend([
+                    if kind.is_empty() { "ClusterIP" } else { kind }.to_owned(),
+                    or_none(str_at(item, &["spec", "clusterIP"])),
+                    or_none(&ports.join(",")),
+                    age(item),
+                ]);
+            }
+            Kind::Endpoints => {
+                let mut addresses = Vec::new();
+                for subset in item["subsets"].as_array().into_iter().flatten() {
+                    for address in subset["addresses"].as_array().into_iter().flatten() {
+                        for port in subset["ports"].as_array().into_iter().flatten() {
+                            addresses.push(format!("{}:{}", str_at(address, &["ip"]), port["port"]));
+                        }
+                    }
+                }
+                row.extend([or_none(&addresses.join(",")), age(item)]);
+            }
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r.get(c).map_or(0, String::len)).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", line.join("   ").trim_end());
+    }
+}
+
+fn count(value: &Value) -> usize {
+    value.as_object().map_or(0, serde_json::Map::len)
+}
+
+fn or_none(text: &str) -> String {
+    if text.is_empty() {
+        "<none>".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+fn labels(object: &Value) -> String {
+    let labels: Vec<String> = object["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    or_none(&labels.join(","))
+}
+
+/// kubectl-style detail: the fields people look for first, then the
+/// conditions.
+fn describe(kind: Kind, object: &Value) -> String {
+    let mut out = String::new();
+    let mut line = |key: &str, value: String| out.push_str(&format!("{key:<16}{value}\n"));
+    line("Name:", str_at(object, &["metadata", "name"]).to_owned());
+    if kind.namespaced() {
+        line("Namespace:", str_at(object, &["metadata", "namespace"]).to_owned());
+    }
+    line("Labels:", labels(object));
+    line(
+        "Created:",
+        or_none(str_at(object, &["metadata", "creationTimestamp"])),
+    );
+    line(
+        "Version:",
+        str_at(object, &["metadata", "resourceVersion"]).to_owned(),
+    );
+    match kind {
+        Kind::Pod => {
+            line("Node:", or_none(str_at(object, &["spec", "nodeName"])));
+            line("Status:", or_none(str_at(object, &["status", "phase"])));
+            line("IP:", or_none(str_at(object, &["status", "podIP"])));
+            line("Containers:", String::new());
+            let statuses = object["status"]["containerStatuses"].as_array();
+            for container in object["spec"]["containers"].as_array().into_iter().flatten() {
+                let name = str_at(container, &["name"]);
+                line(&format!("  {name}:"), String::new());
+                line("    Image:", str_at(container, &["image"]).to_owned());
+                let status = statuses
+                    .into_iter()
+                    .flatten()
+                    .find(|s| s["name"] == name);
+                if let Some(status) = status {
+                    let state = status["state"]
+                        .as_object()
+                        .and_then(|s| s.keys().next().cloned())
+                        .unwrap_or_default();
+                    line("    State:", or_none(&state));
+                    line("    Ready:", status["ready"].to_string());
+                    line("    Restarts:", status["restartCount"].to_string());
+                }
+            }
+        }
+        Kind::Node => {
+            line("Status:", ready_status(object));
+            for address in object["status"]["addresses"].as_array().into_iter().flatten() {
+                line(
+                    &format!("{}:", str_at(address, &["type"])),
+                    str_at(address, &["address"]).to_owned(),
+                );
+            }
+        }
+        Kind::ConfigMap | Kind::Secret => {
+            let keys: Vec<&String> = object["data"].as_object().into_iter().flatten().map(|(k, _)| k).collect();
+            line("Data keys:", or_none(&keys.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        Kind::Service | Kind::Endpoints => {
+            if let Ok(spec) = serde_yaml_ng::to_string(&object["spec"]) {
+                line("Spec:", String::new());
+                for spec_line in spec.lines() {
+                    line("", format!("  {spec_line}"));
+                }
+            }
+        }
+    }
+    if let Some(conditions) = object["status"]["conditions"].as_array() {
+        out.push_str("Conditions:\n  TYPE              STATUS    REASON            MESSAGE\n");
+        for c in conditions {
+            out.push_str(&format!(
+                "  {:<18}{:<10}{:<18}{}\n",
+                str_at(c, &["type"]),
+                str_at(c, &["status"]),
+                str_at(c, &["reason"]),
+                str_at(c, &["message"]),
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,229 @@
+//! Real parts for meta's tests: a cloud (cloudhub, edgecontroller on redb,
+//! admin API) and edges (edgehub, metamanager on redb, MetaServer) linked
+//! over WebSocket with mutual TLS, each in its own hive in this process.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use actix::{Actor, Context};
+use beehive::constants::{group, module};
+use beehive::{Hive, HiveConfig, Message, Module, ModuleError};
+use hub::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle};
+use meta::controller::{
+    AdminApi, AdminApiHandle, AdminClient, ControllerConfig, ControllerCounts, ControllerHandle,
+    EdgeController, RedbDesiredStore,
+};
+use meta::{EdgeStore, MetaManager, MetaServer, MetaServerHandle};
+use tokio::sync::{mpsc, watch};
+use transports::tls::{self, DevPki};
+use transports::{DialOptions, ListenOptions, TransportKind};
+
+/// Passes every message it gets to a channel.
+pub struct Recorder {
+    name: String,
+    group: String,
+    seen: mpsc::UnboundedSender<Message>,
+}
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+impl Module for Recorder {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn handle(&mut self, msg: Message, _: &mut Context<Self>) -> Result<(), ModuleError> {
+        let _ = self.seen.send(msg);
+        Ok(())
+    }
+}
+
+/// Starts a recorder module; what it gets comes out of the receiver.
+pub fn recorder(hive: &Hive, name: &str, group: &str) -> mpsc::UnboundedReceiver<Message> {
+    let (seen, rx) = mpsc::unbounded_channel();
+    let (name, group) = (name.to_owned(), group.to_owned());
+    hive.start_module(move |_| Recorder {
+        name: name.clone(),
+        group: group.clone(),
+        seen: seen.clone(),
+    })
+    .expect("recorder");
+    rx
+}
+
+/// The next message, or a failure naming what was awaited.
+pub async fn next(rx: &mut mpsc::UnboundedReceiver<Message>, what: &str) -> Message {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        .unwrap_or_else(|| panic!("recorder gone while waiting for {what}"))
+}
+
+pub struct Cloud {
+    pub pki: DevPki,
+    pub hive: Hive,
+    pub hub: CloudHubHandle,
+    pub controller: ControllerHandle,
+    pub admin: AdminApiHandle,
+    pub client: AdminClient,
+    pub address: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cloud {
+    /// A cloud on fresh ports with a fresh data directory.
+    pub async fn start() -> Cloud {
+        let dir = tempfile::tempdir().expect("dir");
+        let pki = DevPki::new("meta test CA").expect("CA");
+        let hive = Hive::new("cloud", HiveConfig::default());
+        let store = RedbDesiredStore::open(&dir.path().join("desired.redb")).expect("desired");
+        let controller =
+            EdgeController::start(&hive, store.shared(), ControllerConfig::default()).expect("controller");
+        let (chain, key) = pki.server("localhost").expect("server cert");
+        let options = ListenOptions::new("127.0.0.1:0")
+            .with_tls(tls::server_config(chain, key, Some(&[pki.root()])).expect("tls"));
+        let hub = CloudHub::start(
+            &hive,
+            CloudHubConfig {
+                endpoints: vec![CloudEndpoint {
+                    kind: TransportKind::WebSocket,
+                    options,
+                    trust_hello: false,
+                }],
+                keepalive: Duration::from_secs(2),
+                store: Some(dir.path().join("queues.redb")),
+                ..CloudHubConfig::default()
+            },
+        )
+        .await
+        .expect("cloudhub");
+        let address = hub.addresses[0].1.clone();
+        let admin = AdminApi::start(controller.clone(), "127.0.0.1:0").expect("admin API");
+        let client = AdminClient::new(&admin.address.to_string());
+        Cloud {
+            pki,
+            hive,
+            hub,
+            controller,
+            admin,
+            client,
+            address,
+            dir,
+        }
+    }
+
+    /// Waits until the controller's counts satisfy `condition`.
+    pub async fn counts(&self, what: &str, condition: impl FnMut(&ControllerCounts) -> bool) -> ControllerCounts {
+        let mut counts: watch::Receiver<ControllerCounts> = self.controller.counts.clone();
+        *tokio::time::timeout(Duration::from_secs(30), counts.wait_for(condition))
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+            .expect("controller gone")
+    }
+
+    pub async fn apply(&self, manifest: &str) -> Vec<String> {
+        self.client
+            .apply(manifest.as_bytes().to_vec())
+            .await
+            .expect("apply")
+            .results
+            .into_iter()
+            .map(|r| format!("{}/{} {}", r.kind, r.name, r.result))
+            .collect()
+    }
+
+    pub async fn shutdown(self) {
+        self.admin.stop().await;
+        let _ = self.hive.shutdown().await;
+    }
+}
+
+pub struct Edge {
+    pub node: String,
+    pub hive: Hive,
+    pub hub: EdgeHubHandle,
+    pub store: EdgeStore,
+    /// What metamanager passed on to edged, after storing it.
+    pub edged: mpsc::UnboundedReceiver<Message>,
+    pub metaserver: MetaServerHandle,
+    pub dir: tempfile::TempDir,
+}
+
+impl Edge {
+    /// An edge for `node`, linked to `cloud` with a certificate for `node`.
+    pub async fn start(cloud: &Cloud, node: &str) -> Edge {
+        let dir = tempfile::tempdir().expect("dir");
+        let hive = Hive::new("edge", HiveConfig::default());
+        let store = EdgeStore::open(&dir.path().join("edge.redb")).expect("edge store");
+        MetaManager::start(&hive, store.clone()).expect("metamanager");
+        let edged = recorder(&hive, module::EDGED, group::EDGED);
+        let identity = cloud.pki.client(node).expect("client cert");
+        let dial = DialOptions::new(&cloud.address, "localhost")
+            .with_tls(tls::client_config(&[cloud.pki.root()], Some(identity)).expect("tls"));
+        let config = EdgeHubConfig {
+            keepalive: Duration::from_secs(2),
+            reconnect_initial: Duration::from_millis(20),
+            reconnect_max: Duration::from_millis(200),
+            ..EdgeHubConfig::new(node, TransportKind::WebSocket, dial)
+        };
+        let hub = EdgeHub::start(&hive, config).expect("edgehub");
+        let metaserver = MetaServer::start(store.clone(), "127.0.0.1:0").expect("metaserver");
+        let mut online = hub.online.clone();
+        tokio::time::timeout(Duration::from_secs(30), online.wait_for(|up| *up))
+            .await
+            .expect("edge never connected")
+            .expect("edgehub gone");
+        Edge {
+            node: node.to_owned(),
+            hive,
+            hub,
+            store,
+            edged,
+            metaserver,
+            dir,
+        }
+    }
+
+    /// Reports a status (pod or node) as edged would: to metamanager, which
+    /// stores it and sends it up.
+    pub async fn report(&self, resource: &str, status: serde_json::Value) {
+        let msg = Message::new()
+            .build_router(module::EDGED, group::META, resource, beehive::constants::operation::UPDATE)
+            .with_content(status);
+        let reply = self
+            .hive
+            .send_sync(module::METAMANAGER, msg, Duration::from_secs(10))
+            .await
+            .expect("status stored");
+        assert_ne!(reply.operation(), "error", "{reply:?}");
+    }
+
+    pub async fn shutdown(self) {
+        self.metaserver.stop().await;
+        let _ = self.hive.shutdown().await;
+        self.store.close().await;
+    }
+}
+
+/// A pod manifest for `node` using the given configmaps by volume.
+pub fn pod_yaml(name: &str, node: &str, configmaps: &[&str]) -> String {
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {node}\n  containers:\n  - name: main\n    image: 127.0.0.1:5000/busybox:latest\n"
+    );
+    if !configmaps.is_empty() {
+        yaml.push_str("  volumes:\n");
+        for cm in configmaps {
+            yaml.push_str(&format!("  - name: {cm}\n    configMap:\n      name: {cm}\n"));
+        }
+    }
+    yaml
+}
+
+/// A configmap manifest.
+pub fn configmap_yaml(name: &str, value: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  key: \"{value}\"\n")
+}
