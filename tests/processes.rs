@@ -1,6 +1,8 @@
-//! cloudcore and edgecore as separate processes: join with a token, connect
-//! with mutual TLS, a frozen edgecore (SIGSTOP) dropped by the cloud within
-//! two keepalive intervals, reconnect after SIGCONT, clean SIGTERM.
+//! cloudcore, edgecore and edgehivectl as separate processes: join with a
+//! token, connect with mutual TLS, a frozen edgecore (SIGSTOP) dropped by
+//! the cloud within two keepalive intervals, reconnect after SIGCONT, clean
+//! SIGTERM; a manifest applied with edgehivectl reaching the edge's
+//! MetaServer, and its deletion too.
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
@@ -78,15 +80,25 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-#[test]
-fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
+/// A cloud and a joined edge, each its own process.
+struct Pair {
+    cloud: Process,
+    edge: Process,
+    admin: String,
+    metaserver: String,
+    dir: String,
+}
+
+fn start_pair(name: &str) -> Pair {
     let cloudcore = env!("CARGO_BIN_EXE_cloudcore");
     let edgecore = env!("CARGO_BIN_EXE_edgecore");
-    let dir = tempfile_dir();
+    let dir = tempfile_dir(name);
     let cloud_dir = format!("{dir}/cloud");
     let edge_dir = format!("{dir}/edge");
     let hub = format!("127.0.0.1:{}", free_port());
     let certs = format!("127.0.0.1:{}", free_port());
+    let admin = format!("127.0.0.1:{}", free_port());
+    let metaserver = format!("127.0.0.1:{}", free_port());
     let keepalive = KEEPALIVE_SECS.to_string();
 
     let cloud = Process::start(
@@ -99,6 +111,8 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
             &hub,
             "--certs",
             &certs,
+            "--admin",
+            &admin,
             "--keepalive-secs",
             &keepalive,
         ],
@@ -138,11 +152,26 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
             "run",
             "--cloud",
             &hub,
+            "--metaserver",
+            &metaserver,
             "--keepalive-secs",
             &keepalive,
         ],
     );
     cloud.wait_for("node connected node=edge-1", Duration::from_secs(30));
+    edge.wait_for("metaserver ready", Duration::from_secs(30));
+    Pair {
+        cloud,
+        edge,
+        admin,
+        metaserver,
+        dir,
+    }
+}
+
+#[test]
+fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
+    let Pair { cloud, edge, .. } = start_pair("frozen");
 
     edge.signal("-STOP");
     let frozen = Instant::now();
@@ -162,9 +191,100 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
     cloud.stop();
 }
 
-fn tempfile_dir() -> String {
-    let dir = std::env::temp_dir().join(format!("edgehive-processes-{}", std::process::id()));
+fn tempfile_dir(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "edgehive-processes-{name}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     dir.to_string_lossy().into_owned()
+}
+
+/// Runs edgehivectl; its exit status, stdout and stderr.
+fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .arg("--server")
+        .arg(admin)
+        .args(args)
+        .output()
+        .expect("edgehivectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
+    use futures_util::StreamExt;
+    let pair = start_pair("ctl");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Watch the edge's own API first, so the pod's arrival is an event.
+    let metaserver = meta::controller::AdminClient::new(&pair.metaserver);
+    let mut events = runtime
+        .block_on(metaserver.watch("/api/v1/namespaces/default/pods"))
+        .expect("watch");
+
+    let manifest = format!("{}/web.yaml", pair.dir);
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-conf\ndata:\n  greeting: hello\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: edge-1\n  containers:\n  - name: web\n    image: 127.0.0.1:5000/busybox:latest\n    envFrom:\n    - configMapRef:\n        name: web-conf\n",
+    )
+    .expect("manifest");
+    let (ok, out, err) = ctl(&pair.admin, &["apply", "-f", &manifest]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "configmap/web-conf created\npod/web created\n");
+
+    let next = |events: &mut futures_util::stream::BoxStream<'static, _>| {
+        runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(30), events.next()).await })
+            .expect("an event in time")
+            .expect("the watch goes on")
+    };
+    let event: serde_json::Value = next(&mut events).expect("json");
+    assert_eq!(event["type"], "ADDED");
+    assert_eq!(event["object"]["spec"]["nodeName"], "edge-1");
+    let cm = runtime
+        .block_on(metaserver.get("/api/v1/namespaces/default/configmaps/web-conf"))
+        .expect("the configmap came with the pod");
+    assert_eq!(cm["data"]["greeting"], "hello");
+
+    let (ok, out, _) = ctl(&pair.admin, &["get", "pods"]);
+    assert!(ok);
+    let row = out.lines().nth(1).unwrap_or_default().to_owned();
+    assert!(out.starts_with("NAME") && row.starts_with("web ") && row.ends_with("edge-1"), "{out}");
+    let (ok, out, _) = ctl(&pair.admin, &["get", "nodes"]);
+    assert!(ok && out.contains("edge-1") && out.contains("Ready"), "{out}");
+    let (ok, out, _) = ctl(&pair.admin, &["get", "pod", "web", "-o", "json"]);
+    let pod: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(ok);
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let (ok, out, _) = ctl(&pair.admin, &["get", "cm", "-o", "yaml"]);
+    assert!(ok && out.contains("kind: ConfigMapList") && out.contains("greeting: hello"), "{out}");
+    let (ok, out, _) = ctl(&pair.admin, &["describe", "pod", "web"]);
+    assert!(ok && out.contains("Node:") && out.contains("edge-1"), "{out}");
+
+    // The server's refusal is shown as it is, and the exit status says so.
+    let bad = format!("{}/bad.yaml", pair.dir);
+    std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Bad\n").expect("bad");
+    let (ok, _, err) = ctl(&pair.admin, &["apply", "-f", &bad]);
+    assert!(!ok);
+    assert!(err.starts_with("Error from server (Invalid):") && err.contains("metadata.name"), "{err}");
+    let (ok, _, err) = ctl(&pair.admin, &["get", "pod", "nope"]);
+    assert!(!ok && err.contains("(NotFound)"), "{err}");
+
+    let (ok, out, err) = ctl(&pair.admin, &["delete", "-f", &manifest]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "configmap/web-conf deleted\npod/web deleted\n");
+    let event: serde_json::Value = next(&mut events).expect("json");
+    assert_eq!(event["type"], "DELETED");
+    assert_eq!(event["object"]["metadata"]["name"], "web");
+
+    pair.edge.stop();
+    pair.cloud.stop();
 }
