@@ -24,7 +24,7 @@ use crate::report::Report;
 
 const KEEPALIVE: Duration = Duration::from_secs(60);
 
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())

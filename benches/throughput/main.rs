@@ -8,6 +8,7 @@
 
 mod beehive_bench;
 mod hub_bench;
+mod meta_bench;
 mod report;
 mod transport_bench;
 
@@ -20,7 +21,7 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive, transport or hub; all if omitted.
+    /// Scenario group to run: beehive, transport, hub or meta; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -40,6 +41,9 @@ struct Args {
     /// Child mode of the hub scenarios: the nodes' certificates.
     #[arg(long, hide = true)]
     identities: Option<std::path::PathBuf>,
+    /// Child mode of the meta memory scenario: which store to fill.
+    #[arg(long, hide = true)]
+    mode: Option<String>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -56,7 +60,7 @@ pub struct Scale {
     pub runs: usize,
 }
 
-const GROUPS: &[&str] = &["beehive", "transport", "hub"];
+const GROUPS: &[&str] = &["beehive", "transport", "hub", "meta"];
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -65,6 +69,10 @@ fn main() -> Result<()> {
         let address = args.address.as_deref().unwrap_or_default();
         let nodes = args.nodes.first().copied().unwrap_or(1);
         return hub_bench::child_main(kind, address, nodes, args.identities.as_deref());
+    }
+    if args.group.as_deref() == Some("__meta-rss") {
+        let path = args.address.as_deref().unwrap_or("meta-rss.redb");
+        return meta_bench::rss_child(std::path::Path::new(path), args.mode.as_deref().unwrap_or("edgehive"));
     }
     let scale = if args.quick {
         Scale {
@@ -109,6 +117,7 @@ fn main() -> Result<()> {
                 let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
                 hub_bench::run(scale, kind, &nodes, args.quick, &mut report)?
             }
+            "meta" => meta_bench::run(scale, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }
     }
