@@ -137,9 +137,10 @@ async fn serve(data_dir: PathBuf, ca: Arc<CloudCa>, run: Run) -> Result<()> {
     );
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
-    let desired = RedbDesiredStore::open(&data_dir.join("desired.redb"))
-        .context("desired-state store")?;
-    let controller = EdgeController::start(&hive, desired.clone().shared(), ControllerConfig::default())?;
+    let desired =
+        RedbDesiredStore::open(&data_dir.join("desired.redb")).context("desired-state store")?;
+    let controller =
+        EdgeController::start(&hive, desired.clone().shared(), ControllerConfig::default())?;
     let admin = AdminApi::start(controller, &run.admin).context("admin API")?;
     let hub = CloudHub::start(
         &hive,

@@ -160,11 +160,19 @@ async fn run(args: Args) -> Result<()> {
             let single = name.is_some();
             match output {
                 Some(Output::Json) => {
-                    let value = if single { items[0].clone() } else { list_of(kind, items) };
+                    let value = if single {
+                        items[0].clone()
+                    } else {
+                        list_of(kind, items)
+                    };
                     println!("{}", serde_json::to_string_pretty(&value)?);
                 }
                 Some(Output::Yaml) => {
-                    let value = if single { items[0].clone() } else { list_of(kind, items) };
+                    let value = if single {
+                        items[0].clone()
+                    } else {
+                        list_of(kind, items)
+                    };
                     print!("{}", serde_yaml_ng::to_string(&value)?);
                 }
                 Some(Output::Wide) => print_table(kind, &items, all_namespaces, true),
@@ -310,7 +318,14 @@ fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
     let extra: &[&str] = match kind {
         Kind::Pod if wide => &["READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"],
         Kind::Pod => &["READY", "STATUS", "RESTARTS", "AGE", "NODE"],
-        Kind::Node if wide => &["STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "OS-IMAGE"],
+        Kind::Node if wide => &[
+            "STATUS",
+            "ROLES",
+            "AGE",
+            "VERSION",
+            "INTERNAL-IP",
+            "OS-IMAGE",
+        ],
         Kind::Node => &["STATUS", "ROLES", "AGE", "VERSION"],
         Kind::ConfigMap => &["DATA", "AGE"],
         Kind::Secret => &["TYPE", "DATA", "AGE"],
@@ -386,7 +401,11 @@ fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
                 for subset in item["subsets"].as_array().into_iter().flatten() {
                     for address in subset["addresses"].as_array().into_iter().flatten() {
                         for port in subset["ports"].as_array().into_iter().flatten() {
-                            addresses.push(format!("{}:{}", str_at(address, &["ip"]), port["port"]));
+                            addresses.push(format!(
+                                "{}:{}",
+                                str_at(address, &["ip"]),
+                                port["port"]
+                            ));
                         }
                     }
                 }
@@ -396,7 +415,12 @@ fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
         rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r.get(c).map_or(0, String::len)).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, String::len))
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for row in rows {
         let line: Vec<String> = row
@@ -437,7 +461,10 @@ fn describe(kind: Kind, object: &Value) -> String {
     let mut line = |key: &str, value: String| out.push_str(&format!("{key:<16}{value}\n"));
     line("Name:", str_at(object, &["metadata", "name"]).to_owned());
     if kind.namespaced() {
-        line("Namespace:", str_at(object, &["metadata", "namespace"]).to_owned());
+        line(
+            "Namespace:",
+            str_at(object, &["metadata", "namespace"]).to_owned(),
+        );
     }
     line("Labels:", labels(object));
     line(
@@ -455,14 +482,15 @@ fn describe(kind: Kind, object: &Value) -> String {
             line("IP:", or_none(str_at(object, &["status", "podIP"])));
             line("Containers:", String::new());
             let statuses = object["status"]["containerStatuses"].as_array();
-            for container in object["spec"]["containers"].as_array().into_iter().flatten() {
+            for container in object["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 let name = str_at(container, &["name"]);
                 line(&format!("  {name}:"), String::new());
                 line("    Image:", str_at(container, &["image"]).to_owned());
-                let status = statuses
-                    .into_iter()
-                    .flatten()
-                    .find(|s| s["name"] == name);
+                let status = statuses.into_iter().flatten().find(|s| s["name"] == name);
                 if let Some(status) = status {
                     let state = status["state"]
                         .as_object()
@@ -476,7 +504,11 @@ fn describe(kind: Kind, object: &Value) -> String {
         }
         Kind::Node => {
             line("Status:", ready_status(object));
-            for address in object["status"]["addresses"].as_array().into_iter().flatten() {
+            for address in object["status"]["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 line(
                     &format!("{}:", str_at(address, &["type"])),
                     str_at(address, &["address"]).to_owned(),
@@ -484,8 +516,22 @@ fn describe(kind: Kind, object: &Value) -> String {
             }
         }
         Kind::ConfigMap | Kind::Secret => {
-            let keys: Vec<&String> = object["data"].as_object().into_iter().flatten().map(|(k, _)| k).collect();
-            line("Data keys:", or_none(&keys.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")));
+            let keys: Vec<&String> = object["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+                .collect();
+            line(
+                "Data keys:",
+                or_none(
+                    &keys
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+            );
         }
         Kind::Service | Kind::Endpoints => {
             if let Ok(spec) = serde_yaml_ng::to_string(&object["spec"]) {

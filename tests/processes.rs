@@ -192,10 +192,8 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
 }
 
 fn tempfile_dir(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!(
-        "edgehive-processes-{name}-{}",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("edgehive-processes-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     dir.to_string_lossy().into_owned()
@@ -257,24 +255,39 @@ fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
     let (ok, out, _) = ctl(&pair.admin, &["get", "pods"]);
     assert!(ok);
     let row = out.lines().nth(1).unwrap_or_default().to_owned();
-    assert!(out.starts_with("NAME") && row.starts_with("web ") && row.ends_with("edge-1"), "{out}");
+    assert!(
+        out.starts_with("NAME") && row.starts_with("web ") && row.ends_with("edge-1"),
+        "{out}"
+    );
     let (ok, out, _) = ctl(&pair.admin, &["get", "nodes"]);
-    assert!(ok && out.contains("edge-1") && out.contains("Ready"), "{out}");
+    assert!(
+        ok && out.contains("edge-1") && out.contains("Ready"),
+        "{out}"
+    );
     let (ok, out, _) = ctl(&pair.admin, &["get", "pod", "web", "-o", "json"]);
     let pod: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert!(ok);
     assert_eq!(pod["status"]["phase"], "Pending");
     let (ok, out, _) = ctl(&pair.admin, &["get", "cm", "-o", "yaml"]);
-    assert!(ok && out.contains("kind: ConfigMapList") && out.contains("greeting: hello"), "{out}");
+    assert!(
+        ok && out.contains("kind: ConfigMapList") && out.contains("greeting: hello"),
+        "{out}"
+    );
     let (ok, out, _) = ctl(&pair.admin, &["describe", "pod", "web"]);
-    assert!(ok && out.contains("Node:") && out.contains("edge-1"), "{out}");
+    assert!(
+        ok && out.contains("Node:") && out.contains("edge-1"),
+        "{out}"
+    );
 
     // The server's refusal is shown as it is, and the exit status says so.
     let bad = format!("{}/bad.yaml", pair.dir);
     std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Bad\n").expect("bad");
     let (ok, _, err) = ctl(&pair.admin, &["apply", "-f", &bad]);
     assert!(!ok);
-    assert!(err.starts_with("Error from server (Invalid):") && err.contains("metadata.name"), "{err}");
+    assert!(
+        err.starts_with("Error from server (Invalid):") && err.contains("metadata.name"),
+        "{err}"
+    );
     let (ok, _, err) = ctl(&pair.admin, &["get", "pod", "nope"]);
     assert!(!ok && err.contains("(NotFound)"), "{err}");
 

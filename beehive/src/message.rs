@@ -191,6 +191,20 @@ impl Message {
         resp
     }
 
+    /// An error response that says the request may succeed if made again
+    /// (a store that failed to commit, say), unlike a refusal, which is
+    /// final: content `{"reason": ..., "retryable": true}`.
+    pub fn retryable_error(&self, source: impl Into<String>, reason: impl Into<String>) -> Message {
+        let reason = reason.into();
+        self.error_response(source, reason.clone())
+            .with_content(serde_json::json!({ "reason": reason, "retryable": true }))
+    }
+
+    /// Whether this (error) response says the request may be made again.
+    pub fn is_retryable(&self) -> bool {
+        self.content.get("retryable") == Some(&Value::Bool(true))
+    }
+
     /// This message's id.
     pub fn id(&self) -> Uuid {
         self.header.id

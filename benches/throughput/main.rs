@@ -72,7 +72,10 @@ fn main() -> Result<()> {
     }
     if args.group.as_deref() == Some("__meta-rss") {
         let path = args.address.as_deref().unwrap_or("meta-rss.redb");
-        return meta_bench::rss_child(std::path::Path::new(path), args.mode.as_deref().unwrap_or("edgehive"));
+        return meta_bench::rss_child(
+            std::path::Path::new(path),
+            args.mode.as_deref().unwrap_or("edgehive"),
+        );
     }
     let scale = if args.quick {
         Scale {

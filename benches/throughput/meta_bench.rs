@@ -61,7 +61,8 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
         let started = Instant::now();
         for (n, value) in bytes.iter().take(one_by_one).enumerate() {
             let txn = db.begin_write()?;
-            txn.open_table(TABLE)?.insert(key(n).as_str(), value.as_slice())?;
+            txn.open_table(TABLE)?
+                .insert(key(n).as_str(), value.as_slice())?;
             txn.commit()?;
         }
         one_by_one as f64 / started.elapsed().as_secs_f64()
@@ -199,7 +200,11 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
             .arg(dir.path().join(format!("{mode}.redb")))
             .args(["--mode", mode])
             .output()?;
-        anyhow::ensure!(out.status.success(), "memory child failed: {}", String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success(),
+            "memory child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout)
             .trim()
             .parse::<f64>()
@@ -252,11 +257,19 @@ pub fn rss_child(path: &Path, mode: &str) -> Result<()> {
                 for window in (0..OBJECTS_FOR_MEMORY).collect::<Vec<_>>().chunks(512) {
                     let writes = window.iter().map(|&n| {
                         let msg = Message::new()
-                            .build_router(module::EDGEHUB, group::RESOURCE, key(n), operation::INSERT)
+                            .build_router(
+                                module::EDGEHUB,
+                                group::RESOURCE,
+                                key(n),
+                                operation::INSERT,
+                            )
                             .with_resource_version("1")
                             .with_content(payload(n));
                         let hive = hive.clone();
-                        async move { hive.send_sync(module::METAMANAGER, msg, Duration::from_secs(60)).await }
+                        async move {
+                            hive.send_sync(module::METAMANAGER, msg, Duration::from_secs(60))
+                                .await
+                        }
                     });
                     for write in futures_util::future::join_all(writes).await {
                         write?;

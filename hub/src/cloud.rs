@@ -359,7 +359,7 @@ impl Module for CloudHub {
         };
         msg.header.sync = false;
         if !protocol::needs_ack(&msg) {
-            // Responses and events: now or never.
+            // Responses, events and queries: now or never.
             let sent = self
                 .sessions
                 .get(&node)
@@ -368,6 +368,18 @@ impl Module for CloudHub {
                 self.stats.count(&self.stats.unroutable);
             }
             if let Some(reply) = reply {
+                if msg.operation() == operation::QUERY {
+                    // The node answers a query it got; one it did not get
+                    // is answered here, at once.
+                    if !sent {
+                        let mut refusal = reply.with_content(serde_json::json!(format!(
+                            "node {node} is not connected"
+                        )));
+                        refusal.router.operation = operation::ERROR.to_owned();
+                        self.hive.send_resp(refusal);
+                    }
+                    return Ok(());
+                }
                 self.hive
                     .send_resp(reply.with_content(serde_json::json!({"sent": sent})));
             }
@@ -705,6 +717,11 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             Kind::Payload => match protocol::to_cloud(&self.node, msg) {
                 Ok(msg) if crate::edge::is_answer(&self.hive, &msg) => {
                     self.hive.send_resp(msg);
+                }
+                // The hub's own groups are the cloud's to speak in.
+                Ok(msg) if matches!(msg.group(), group::HUB | group::NODE_EVENTS) => {
+                    warn!(node = %self.node, group = msg.group(), "message to a reserved group refused");
+                    self.stats.count(&self.stats.foreign_messages);
                 }
                 Ok(msg) => {
                     self.stats.count(&self.stats.upstream);

@@ -142,7 +142,9 @@ pub fn route(cloud_group: &str) -> &str {
 /// Whether `msg` from the other side answers a request still waiting here.
 pub(crate) fn is_answer(hive: &Hive, msg: &HiveMessage) -> bool {
     matches!(msg.operation(), operation::RESPONSE | operation::ERROR)
-        && msg.parent_id().is_some_and(|parent| hive.is_pending(parent))
+        && msg
+            .parent_id()
+            .is_some_and(|parent| hive.is_pending(parent))
 }
 
 /// What a running edgehub tells its owner.
@@ -268,11 +270,19 @@ impl Module for EdgeHub {
 
     /// A message from an edge module, for the cloud.
     fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
-        if msg.operation() == operation::QUERY && msg.is_sync() && self.link.is_none() {
-            // A question is worth nothing later: say so now.
-            self.hive.send_resp(
-                msg.error_response(module::EDGEHUB, "the cloud is unreachable"),
-            );
+        if msg.operation() == operation::QUERY && msg.is_sync() {
+            // A question is worth nothing later: it goes now, ahead of any
+            // backlog, or is answered at once; it never waits offline.
+            let sent = self
+                .link
+                .as_ref()
+                .is_some_and(|(_, sender)| sender.try_send(&msg, Lane::Ordered).is_ok());
+            if sent {
+                self.stats.count(&self.stats.upstream_sent);
+            } else {
+                self.hive
+                    .send_resp(msg.error_response(module::EDGEHUB, "the cloud is unreachable"));
+            }
             return Ok(());
         }
         // Behind anything still waiting, so the latest report goes up last.
@@ -476,6 +486,25 @@ async fn deliver(
         return;
     }
     let target = route(msg.group()).to_owned();
+    if msg.operation() == operation::QUERY {
+        // The cloud asks: the module that knows answers, and the answer
+        // goes back up the link.
+        let (hive, sender, timeout) = (hive.clone(), sender.clone(), config.persist_timeout);
+        actix::spawn(async move {
+            let mut answer = match hive.send_to_group_sync(&target, msg.clone(), timeout).await {
+                Ok(mut answers) if !answers.is_empty() => answers.swap_remove(0).1,
+                Ok(_) => msg.error_response(module::EDGEHUB, "nobody here answers that"),
+                Err(err) => msg.error_response(module::EDGEHUB, err.to_string()),
+            };
+            // Group members answer copies with ids of their own; the cloud
+            // waits for an answer to its question's id.
+            answer.header.parent_id = Some(msg.id());
+            if sender.try_send(&answer, Lane::Ordered).is_err() {
+                debug!("answer to the cloud not sent");
+            }
+        });
+        return;
+    }
     if !protocol::needs_ack(&msg) {
         if let Err(err) = hive.send_to_group(&target, msg).await {
             debug!(error = %err, "cloud message not delivered");
@@ -493,6 +522,10 @@ async fn deliver(
                 .iter()
                 .find(|(_, r)| r.operation() == operation::ERROR)
             {
+                // Not stored, but it may be next time: do not acknowledge.
+                Some((module, failure)) if failure.is_retryable() => {
+                    Confirmation::NotYet(format!("{module}: {}", failure.content()))
+                }
                 // A module looked at it and said no: resending cannot help.
                 Some((module, refusal)) => {
                     Confirmation::Refused(format!("{module}: {}", refusal.content()))

@@ -102,7 +102,9 @@ pub trait ObjectSource: Send + Sync + 'static {
         since: Option<u64>,
     ) -> Result<EventStream, ApiError> {
         let _ = (kind, namespace, since);
-        Err(ApiError::NotAllowed("this server does not watch".to_owned()))
+        Err(ApiError::NotAllowed(
+            "this server does not watch".to_owned(),
+        ))
     }
 }
 

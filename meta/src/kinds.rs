@@ -159,10 +159,17 @@ impl Kind {
     /// A Kubernetes list (`PodList`, ...) of `items` at `resource_version`.
     pub fn list(self, items: Vec<Value>, resource_version: String) -> Result<Value, InvalidObject> {
         typed!(self, T => {
+            // One unreadable object must not hide the others.
             let items = items
                 .iter()
-                .map(|item| parse::<T>(self, item))
-                .collect::<Result<Vec<T>, _>>()?;
+                .filter_map(|item| match parse::<T>(self, item) {
+                    Ok(item) => Some(item),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "object left out of a list");
+                        None
+                    }
+                })
+                .collect::<Vec<T>>();
             to_value(self, &List::<T> {
                 items,
                 metadata: ListMeta {
@@ -302,13 +309,7 @@ impl fmt::Display for ObjectKey {
         if self.namespace.is_empty() {
             write!(f, "{}/{}", self.kind.plural(), self.name)
         } else {
-            write!(
-                f,
-                "{}/{}/{}",
-                self.kind.plural(),
-                self.namespace,
-                self.name
-            )
+            write!(f, "{}/{}/{}", self.kind.plural(), self.namespace, self.name)
         }
     }
 }
@@ -363,7 +364,8 @@ pub fn pod_references(namespace: &str, pod: &Value) -> BTreeSet<ObjectKey> {
             );
             add(
                 Kind::Secret,
-                from.and_then(|f| f.secret_key_ref.as_ref()).map(|r| &r.name),
+                from.and_then(|f| f.secret_key_ref.as_ref())
+                    .map(|r| &r.name),
             );
         }
         for source in container.env_from.iter().flatten() {
@@ -380,9 +382,7 @@ pub fn pod_references(namespace: &str, pod: &Value) -> BTreeSet<ObjectKey> {
 /// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of most
 /// object names.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(valid_label)
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(valid_label)
 }
 
 /// Whether `label` is a DNS-1123 label, as Kubernetes requires of namespaces
@@ -419,7 +419,10 @@ mod tests {
         let pod = json!({"kind": "Pod", "metadata": {"name": "web"}});
         let key = ObjectKey::of(&pod).expect("key");
         assert_eq!(key.edge_resource().to_string(), "default/pod/web");
-        assert_eq!(ObjectKey::from_edge_resource(&key.edge_resource()), Some(key));
+        assert_eq!(
+            ObjectKey::from_edge_resource(&key.edge_resource()),
+            Some(key)
+        );
         let node = json!({"kind": "Node", "metadata": {"name": "n1", "namespace": "x"}});
         let key = ObjectKey::of(&node).expect("key");
         assert_eq!(key.namespace, "");
@@ -433,10 +436,16 @@ mod tests {
         assert_eq!(list["kind"], "PodList");
         assert_eq!(list["metadata"]["resourceVersion"], "7");
         assert_eq!(list["items"][0]["metadata"]["name"], "web");
-        let event = Kind::Pod.watch_event(Change::Modified, &pod).expect("event");
+        let event = Kind::Pod
+            .watch_event(Change::Modified, &pod)
+            .expect("event");
         assert_eq!(event["type"], "MODIFIED");
         assert_eq!(event["object"]["kind"], "Pod");
-        assert!(Kind::Pod.check(&json!({"spec": {"containers": 5}})).is_err());
+        assert!(
+            Kind::Pod
+                .check(&json!({"spec": {"containers": 5}}))
+                .is_err()
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::store::{Committed, EdgeStore, Record, WriteOutcome};
+use crate::store::{Committed, EdgeStore, Record, StoreError, WriteOutcome};
 
 /// A write on its way to the store, with what to do once it is committed.
 type Written = (HiveMessage, EdgeResource, Committed);
@@ -122,6 +122,17 @@ impl MetaManager {
     /// after their commits in the same order, so two versions of an object
     /// reach the acting module oldest first, and writes still batch.
     fn write(&mut self, msg: HiveMessage, resource: EdgeResource, ctx: &mut Context<Self>) {
+        if msg.resource_version().is_empty() && !is_status(&resource.resource_type) {
+            // Only status reports get versions here; an object without one
+            // could shadow every version the cloud sends later.
+            warn!(resource = %resource, "object without a resource version refused");
+            if msg.is_sync() {
+                self.hive.send_resp(
+                    msg.error_response(module::METAMANAGER, "an object needs a resource version"),
+                );
+            }
+            return;
+        }
         let record = Record {
             version: self.version_of(&msg),
             object: (msg.operation() != operation::DELETE).then(|| msg.content().clone()),
@@ -140,8 +151,7 @@ impl MetaManager {
             Err(err) => {
                 warn!(error = %err, "edge store unavailable");
                 if msg.is_sync() {
-                    self.hive
-                        .send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
+                    self.hive.send_resp(not_stored(&msg, &err));
                 }
             }
         }
@@ -164,6 +174,19 @@ impl MetaManager {
     /// object the edge does not hold.
     fn answer(&self, resource: &EdgeResource) -> Result<Option<Value>, String> {
         let key = resource.to_string();
+        if key == INVENTORY {
+            let mut held = serde_json::Map::new();
+            for kind in CONTROLLED {
+                for (key, record) in self
+                    .store
+                    .list_type(None, kind)
+                    .map_err(|e| e.to_string())?
+                {
+                    held.insert(key, Value::String(record.version));
+                }
+            }
+            return Ok(Some(Value::Object(held)));
+        }
         if resource.name.is_empty() {
             let prefix = format!("{}/{}/", resource.namespace, resource.resource_type);
             let objects = self.store.list(&prefix).map_err(|e| e.to_string())?;
@@ -211,6 +234,24 @@ impl MetaManager {
 /// How long a query forwarded to the cloud may take.
 const CLOUD_QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The answer to a write the store could not commit: it may succeed if
+/// tried again, so edgehub does not acknowledge it and the cloud resends.
+fn not_stored(msg: &HiveMessage, err: &StoreError) -> HiveMessage {
+    msg.retryable_error(module::METAMANAGER, err.to_string())
+}
+
+/// Resource types the cloud's edgecontroller keeps in step on each node
+/// (reported by an inventory query).
+const CONTROLLED: [&str; 3] = [
+    resource_type::POD,
+    resource_type::CONFIGMAP,
+    resource_type::SECRET,
+];
+
+/// The resource of an inventory query: every controlled object the edge
+/// holds, with its version (`{"<ns>/<type>/<name>": "<version>"}`).
+pub const INVENTORY: &str = "*/inventory";
+
 /// Confirms each write right after its commit, in order, and queues it for
 /// the module that acts on it; a slow module never holds up confirmations
 /// (and so the cloud's acknowledgements).
@@ -233,7 +274,7 @@ async fn confirm_in_order(hive: Hive, mut written: mpsc::UnboundedReceiver<Writt
             Err(err) => {
                 warn!(resource = %resource, error = %err, "object not stored");
                 if msg.is_sync() {
-                    hive.send_resp(msg.error_response(module::METAMANAGER, err.to_string()));
+                    hive.send_resp(not_stored(&msg, &err));
                 }
             }
         }

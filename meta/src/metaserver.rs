@@ -120,15 +120,26 @@ impl ObjectSource for EdgeObjects {
         let changes = self.0.subscribe();
         let mut seen = HashMap::new();
         let mut initial = Vec::new();
-        if since.is_none() {
-            let listed = self
-                .0
-                .list_type(namespace.as_deref(), kind.resource_type())
-                .map_err(unavailable)?;
-            for (resource, record) in listed {
-                seen.insert(resource, version_number(&record.version));
-                if let Some(object) = &record.object {
-                    push_event(&mut initial, kind, Change::Added, object);
+        // Without a version: everything there, as ADDED. From a version:
+        // what changed after it (deletions too), so nothing between the
+        // watcher's list and this watch is lost.
+        let records = self
+            .0
+            .records_of_type(namespace.as_deref(), kind.resource_type(), since.is_some())
+            .map_err(unavailable)?;
+        for (resource, record) in records {
+            let version = version_number(&record.version);
+            if since.is_some_and(|since| version <= since) {
+                continue;
+            }
+            seen.insert(resource.clone(), version);
+            match (&record.object, since) {
+                (Some(object), None) => push_event(&mut initial, kind, Change::Added, object),
+                (Some(object), Some(_)) => push_event(&mut initial, kind, Change::Modified, object),
+                (None, _) => {
+                    if let Some(stub) = stub_of(kind, &resource) {
+                        push_event(&mut initial, kind, Change::Deleted, &stub);
+                    }
                 }
             }
         }
@@ -203,6 +214,18 @@ impl Watch {
         push_event(&mut lines, self.kind, what, object);
         lines.pop()
     }
+}
+
+/// A minimal object naming the deleted `resource` (a tombstone keeps only
+/// its version).
+fn stub_of(kind: Kind, resource: &str) -> Option<Value> {
+    let mut parts = resource.splitn(3, '/');
+    let (namespace, _, name) = (parts.next()?, parts.next()?, parts.next()?);
+    let mut metadata = serde_json::json!({ "name": name });
+    if kind.namespaced() {
+        metadata["namespace"] = Value::String(namespace.to_owned());
+    }
+    Some(serde_json::json!({ "apiVersion": "v1", "kind": kind.name(), "metadata": metadata }))
 }
 
 fn push_event(lines: &mut Vec<Bytes>, kind: Kind, change: Change, object: &Value) {

@@ -189,23 +189,10 @@ impl EdgeStore {
         decode(value.value()).map(Some)
     }
 
-    /// Live objects whose resource starts with `prefix` (e.g. `default/pod/`
-    /// or `/pod/` style listing is done by the caller), with their versions.
+    /// Live objects whose resource starts with `prefix` (e.g.
+    /// `default/pod/`), with their versions.
     pub fn list(&self, prefix: &str) -> Result<Vec<(String, Record)>, StoreError> {
-        let txn = self.writer.db().begin_read().map_err(redb::Error::from)?;
-        let table = txn.open_table(OBJECTS).map_err(redb::Error::from)?;
-        let mut out = Vec::new();
-        for entry in table.range(prefix..).map_err(redb::Error::from)? {
-            let (key, value) = entry.map_err(redb::Error::from)?;
-            if !key.value().starts_with(prefix) {
-                break;
-            }
-            let record = decode(value.value())?;
-            if !record.is_deleted() {
-                out.push((key.value().to_owned(), record));
-            }
-        }
-        Ok(out)
+        self.scan(prefix, |_| true, false)
     }
 
     /// Live objects of one resource type, in one namespace or in all.
@@ -214,12 +201,55 @@ impl EdgeStore {
         namespace: Option<&str>,
         resource_type: &str,
     ) -> Result<Vec<(String, Record)>, StoreError> {
-        if let Some(namespace) = namespace {
-            return self.list(&format!("{namespace}/{resource_type}/"));
+        self.records_of_type(namespace, resource_type, false)
+    }
+
+    /// Records of one resource type, in one namespace or in all; with
+    /// `tombstones`, deletions too.
+    pub fn records_of_type(
+        &self,
+        namespace: Option<&str>,
+        resource_type: &str,
+        tombstones: bool,
+    ) -> Result<Vec<(String, Record)>, StoreError> {
+        match namespace {
+            Some(namespace) => self.scan(
+                &format!("{namespace}/{resource_type}/"),
+                |_| true,
+                tombstones,
+            ),
+            None => self.scan(
+                "",
+                |key| key.split('/').nth(1) == Some(resource_type),
+                tombstones,
+            ),
         }
-        let mut all = self.list("")?;
-        all.retain(|(key, _)| key.split('/').nth(1) == Some(resource_type));
-        Ok(all)
+    }
+
+    fn scan(
+        &self,
+        prefix: &str,
+        wanted: impl Fn(&str) -> bool,
+        tombstones: bool,
+    ) -> Result<Vec<(String, Record)>, StoreError> {
+        let txn = self.writer.db().begin_read().map_err(redb::Error::from)?;
+        let table = txn.open_table(OBJECTS).map_err(redb::Error::from)?;
+        let mut out = Vec::new();
+        for entry in table.range(prefix..).map_err(redb::Error::from)? {
+            let (key, value) = entry.map_err(redb::Error::from)?;
+            let key = key.value();
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if !wanted(key) {
+                continue;
+            }
+            let record = decode(value.value())?;
+            if tombstones || !record.is_deleted() {
+                out.push((key.to_owned(), record));
+            }
+        }
+        Ok(out)
     }
 
     /// Committed changes from now on, in commit order. A receiver that
@@ -242,7 +272,6 @@ fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
 /// Applies a batch in one transaction (a write older than the version held
 /// is stale and changes nothing), then confirms each write.
 fn apply(db: &Database, batch: Vec<Put>, feed: &broadcast::Sender<StoreChange>) {
-    let watched = feed.receiver_count() > 0;
     let mut waiting = Vec::with_capacity(batch.len());
     let mut changed = Vec::new();
     let committed = (|| -> Result<(), redb::Error> {
@@ -266,13 +295,13 @@ fn apply(db: &Database, batch: Vec<Put>, feed: &broadcast::Sender<StoreChange>) 
                     match rmp_serde::to_vec_named(&record) {
                         Ok(bytes) => {
                             table.insert(resource.as_str(), bytes.as_slice())?;
-                            if watched {
-                                changed.push(StoreChange {
-                                    resource: resource.clone(),
-                                    record: record.clone(),
-                                    previous: held.clone(),
-                                });
-                            }
+                            // Kept whether or not anyone watches yet: a
+                            // watcher may subscribe before this commit.
+                            changed.push(StoreChange {
+                                resource,
+                                record,
+                                previous: held,
+                            });
                         }
                         Err(err) => {
                             let _ = done.send(Err(StoreError::Write(err.to_string())));
@@ -293,8 +322,10 @@ fn apply(db: &Database, batch: Vec<Put>, feed: &broadcast::Sender<StoreChange>) 
     })();
     match committed {
         Ok(()) => {
-            for change in changed {
-                let _ = feed.send(change);
+            if feed.receiver_count() > 0 {
+                for change in changed {
+                    let _ = feed.send(change);
+                }
             }
             for (done, outcome) in waiting {
                 let _ = done.send(Ok(outcome));

@@ -23,7 +23,12 @@ fn seen(msg: &Message) -> String {
 async fn nothing_else_for(cloud: &Cloud, edge: &mut Edge, marker: &str) {
     cloud.apply(&pod_yaml(marker, &edge.node, &[])).await;
     let msg = next(&mut edge.edged, marker).await;
-    assert_eq!(seen(&msg), format!("insert default/pod/{marker}"), "{} got something else first", edge.node);
+    assert_eq!(
+        seen(&msg),
+        format!("insert default/pod/{marker}"),
+        "{} got something else first",
+        edge.node
+    );
 }
 
 async fn drain(rx: &mut UnboundedReceiver<Message>, n: usize, what: &str) -> Vec<String> {
@@ -47,12 +52,20 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
     assert_eq!(seen(&got), "insert default/pod/web");
     assert_eq!(got.content()["spec"]["nodeName"], "node-a");
     // Stored at the edge before edged heard of it.
-    assert!(a.store.get("default/pod/web").expect("read").is_some_and(|r| !r.is_deleted()));
+    assert!(
+        a.store
+            .get("default/pod/web")
+            .expect("read")
+            .is_some_and(|r| !r.is_deleted())
+    );
     nothing_else_for(&cloud, &mut b, "b-marker").await;
     assert!(b.store.get("default/pod/web").expect("read").is_none());
 
     // The same manifest again changes nothing and sends nothing.
-    assert_eq!(cloud.apply(&pod_yaml("web", "node-a", &[])).await, ["Pod/web unchanged"]);
+    assert_eq!(
+        cloud.apply(&pod_yaml("web", "node-a", &[])).await,
+        ["Pod/web unchanged"]
+    );
 
     // Status from node-a lands in the cloud and shows through the admin API.
     a.report(
@@ -62,15 +75,28 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
         ]}),
     )
     .await;
-    cloud.counts("pod status applied", |c| c.status_applied >= 1).await;
-    let pod = cloud.client.get("/api/v1/namespaces/default/pods/web").await.expect("get");
+    cloud
+        .counts("pod status applied", |c| c.status_applied >= 1)
+        .await;
+    let pod = cloud
+        .client
+        .get("/api/v1/namespaces/default/pods/web")
+        .await
+        .expect("get");
     assert_eq!(pod["status"]["phase"], "Running");
     assert_eq!(pod["status"]["podIP"], "10.88.0.7");
 
     // node-b cannot speak for node-a's pod.
-    b.report("default/podstatus/web", json!({"phase": "Failed"})).await;
-    cloud.counts("foreign status refused", |c| c.status_refused >= 1).await;
-    let pod = cloud.client.get("/api/v1/namespaces/default/pods/web").await.expect("get");
+    b.report("default/podstatus/web", json!({"phase": "Failed"}))
+        .await;
+    cloud
+        .counts("foreign status refused", |c| c.status_refused >= 1)
+        .await;
+    let pod = cloud
+        .client
+        .get("/api/v1/namespaces/default/pods/web")
+        .await
+        .expect("get");
     assert_eq!(pod["status"]["phase"], "Running");
 
     // Node status lands on the Node, which joined on connect and is Ready.
@@ -80,8 +106,14 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
                "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]}),
     )
     .await;
-    cloud.counts("node status applied", |c| c.status_applied >= 2).await;
-    let node = cloud.client.get("/api/v1/nodes/node-a").await.expect("node");
+    cloud
+        .counts("node status applied", |c| c.status_applied >= 2)
+        .await;
+    let node = cloud
+        .client
+        .get("/api/v1/nodes/node-a")
+        .await
+        .expect("node");
     assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "edgehive-0.1");
     assert_eq!(ready(&node), "True");
     let nodes = cloud.client.get("/api/v1/nodes").await.expect("nodes");
@@ -91,17 +123,38 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
     // A node whose link goes down turns Unknown.
     let events = cloud.controller.counts.borrow().node_events;
     b.shutdown().await;
-    cloud.counts("node-b's disconnect", |c| c.node_events > events).await;
-    let node = cloud.client.get("/api/v1/nodes/node-b").await.expect("node");
+    cloud
+        .counts("node-b's disconnect", |c| c.node_events > events)
+        .await;
+    let node = cloud
+        .client
+        .get("/api/v1/nodes/node-b")
+        .await
+        .expect("node");
     assert_eq!(ready(&node), "Unknown");
 
     // Deletion reaches the edge, which deletes its copy.
-    cloud.client.delete("/api/v1/namespaces/default/pods/web").await.expect("delete");
+    cloud
+        .client
+        .delete("/api/v1/namespaces/default/pods/web")
+        .await
+        .expect("delete");
     let got = next(&mut a.edged, "the deletion").await;
     assert_eq!(seen(&got), "delete default/pod/web");
-    assert!(a.store.get("default/pod/web").expect("read").is_some_and(|r| r.is_deleted()));
-    let gone = cloud.client.get("/api/v1/namespaces/default/pods/web").await;
-    assert!(matches!(gone, Err(ClientError::Server { code: 404, .. })), "{gone:?}");
+    assert!(
+        a.store
+            .get("default/pod/web")
+            .expect("read")
+            .is_some_and(|r| r.is_deleted())
+    );
+    let gone = cloud
+        .client
+        .get("/api/v1/namespaces/default/pods/web")
+        .await;
+    assert!(
+        matches!(gone, Err(ClientError::Server { code: 404, .. })),
+        "{gone:?}"
+    );
 
     a.shutdown().await;
     cloud.shutdown().await;
@@ -126,8 +179,14 @@ async fn a_configmap_reaches_the_nodes_that_use_it_and_only_them() {
     // Pods first: the configmap does not exist yet, so only pods go down.
     cloud.apply(&pod_yaml("app-a", "node-a", &["conf"])).await;
     cloud.apply(&pod_yaml("app-b", "node-b", &["conf"])).await;
-    assert_eq!(seen(&next(&mut a.edged, "app-a").await), "insert default/pod/app-a");
-    assert_eq!(seen(&next(&mut b.edged, "app-b").await), "insert default/pod/app-b");
+    assert_eq!(
+        seen(&next(&mut a.edged, "app-a").await),
+        "insert default/pod/app-a"
+    );
+    assert_eq!(
+        seen(&next(&mut b.edged, "app-b").await),
+        "insert default/pod/app-b"
+    );
 
     // Created: to both users.
     cloud.apply(&configmap_yaml("conf", "v1")).await;
@@ -144,7 +203,12 @@ async fn a_configmap_reaches_the_nodes_that_use_it_and_only_them() {
         assert_eq!(got.content()["data"]["key"], "v2");
     }
     nothing_else_for(&cloud, &mut c, "c-marker").await;
-    assert!(c.store.get("default/configmap/conf").expect("read").is_none());
+    assert!(
+        c.store
+            .get("default/configmap/conf")
+            .expect("read")
+            .is_none()
+    );
 
     // A pod that references an existing configmap brings it along, first.
     cloud.apply(&pod_yaml("app-c", "node-c", &["conf"])).await;
@@ -154,17 +218,33 @@ async fn a_configmap_reaches_the_nodes_that_use_it_and_only_them() {
     );
 
     // node-b's last user goes: the pod and the configmap are withdrawn.
-    cloud.client.delete("/api/v1/namespaces/default/pods/app-b").await.expect("delete");
+    cloud
+        .client
+        .delete("/api/v1/namespaces/default/pods/app-b")
+        .await
+        .expect("delete");
     assert_eq!(
         drain(&mut b.edged, 2, "the withdrawal").await,
         ["delete default/configmap/conf", "delete default/pod/app-b"]
     );
-    assert!(b.store.get("default/configmap/conf").expect("read").is_some_and(|r| r.is_deleted()));
+    assert!(
+        b.store
+            .get("default/configmap/conf")
+            .expect("read")
+            .is_some_and(|r| r.is_deleted())
+    );
 
     // Deleting the configmap reaches the nodes that still hold it.
-    cloud.client.delete("/api/v1/namespaces/default/configmaps/conf").await.expect("delete");
+    cloud
+        .client
+        .delete("/api/v1/namespaces/default/configmaps/conf")
+        .await
+        .expect("delete");
     for edge in [&mut a, &mut c] {
-        assert_eq!(seen(&next(&mut edge.edged, "the deletion").await), "delete default/configmap/conf");
+        assert_eq!(
+            seen(&next(&mut edge.edged, "the deletion").await),
+            "delete default/configmap/conf"
+        );
     }
     // Re-created later: the users get it again (newer than the deletion).
     cloud.apply(&configmap_yaml("conf", "v3")).await;
@@ -196,9 +276,14 @@ async fn malformed_manifests_are_refused_and_change_nothing() {
     ];
     for (manifest, code, reason) in cases {
         match cloud.client.apply(manifest.into_bytes()).await {
-            Err(ClientError::Server { code: got, message, .. }) => {
+            Err(ClientError::Server {
+                code: got, message, ..
+            }) => {
                 assert_eq!(got, code, "{message}");
-                assert!(message.contains(reason), "{message:?} should say {reason:?}");
+                assert!(
+                    message.contains(reason),
+                    "{message:?} should say {reason:?}"
+                );
             }
             other => panic!("expected a {code}, got {other:?}"),
         }
@@ -207,7 +292,11 @@ async fn malformed_manifests_are_refused_and_change_nothing() {
     let huge = vec![b'#'; meta::controller::admin::MAX_MANIFEST_BYTES + 1];
     let (code, _) = cloud
         .client
-        .raw(hyper::Method::POST, meta::controller::admin::APPLY_PATH, Some(huge))
+        .raw(
+            hyper::Method::POST,
+            meta::controller::admin::APPLY_PATH,
+            Some(huge),
+        )
         .await
         .expect("answer");
     assert_eq!(code, 413);
@@ -219,9 +308,18 @@ async fn malformed_manifests_are_refused_and_change_nothing() {
 
     // A pod cannot move to another node.
     cloud.apply(&good).await;
-    assert_eq!(seen(&next(&mut a.edged, "the good pod").await), "insert default/pod/ok");
-    match cloud.client.apply(pod_yaml("ok", "node-b", &[]).into_bytes()).await {
-        Err(ClientError::Server { code: 422, message, .. }) => assert!(message.contains("immutable"), "{message}"),
+    assert_eq!(
+        seen(&next(&mut a.edged, "the good pod").await),
+        "insert default/pod/ok"
+    );
+    match cloud
+        .client
+        .apply(pod_yaml("ok", "node-b", &[]).into_bytes())
+        .await
+    {
+        Err(ClientError::Server {
+            code: 422, message, ..
+        }) => assert!(message.contains("immutable"), "{message}"),
         other => panic!("expected a 422, got {other:?}"),
     }
     a.shutdown().await;
@@ -240,7 +338,11 @@ async fn an_edge_asks_the_cloud_for_what_it_does_not_hold() {
     };
     let answer = a
         .hive
-        .send_sync(module::METAMANAGER, query("default/service/shop"), Duration::from_secs(20))
+        .send_sync(
+            module::METAMANAGER,
+            query("default/service/shop"),
+            Duration::from_secs(20),
+        )
         .await
         .expect("answer");
     assert_eq!(answer.operation(), operation::RESPONSE, "{answer:?}");
@@ -248,11 +350,22 @@ async fn an_edge_asks_the_cloud_for_what_it_does_not_hold() {
     // A secret no pod of this node uses is not this node's to read.
     let answer = a
         .hive
-        .send_sync(module::METAMANAGER, query("default/secret/private"), Duration::from_secs(20))
+        .send_sync(
+            module::METAMANAGER,
+            query("default/secret/private"),
+            Duration::from_secs(20),
+        )
         .await
         .expect("answer");
     assert_eq!(answer.operation(), operation::ERROR, "{answer:?}");
-    assert!(answer.content().as_str().unwrap_or("").contains("not found"), "{answer:?}");
+    assert!(
+        answer
+            .content()
+            .as_str()
+            .unwrap_or("")
+            .contains("not found"),
+        "{answer:?}"
+    );
     a.shutdown().await;
     cloud.shutdown().await;
 }
@@ -264,21 +377,73 @@ async fn the_desired_state_survives_a_cloud_restart() {
     {
         let hive = beehive::Hive::new("cloud", beehive::HiveConfig::default());
         let store = meta::controller::RedbDesiredStore::open(&path).expect("open");
-        let controller = meta::controller::EdgeController::start(&hive, store.clone().shared(), Default::default()).expect("start");
-        let (key, object) = meta::controller::manifest::check(
-            serde_yaml_ng::from_str(&configmap_yaml("kept", "1")).expect("yaml"),
+        let controller = meta::controller::EdgeController::start(
+            &hive,
+            store.clone().shared(),
+            Default::default(),
         )
-        .expect("valid");
-        controller.apply(key, object).await.expect("applied");
+        .expect("start");
+        let object = serde_yaml_ng::from_str(&configmap_yaml("kept", "1")).expect("yaml");
+        controller.apply(vec![object]).await.expect("applied");
         let _ = hive.shutdown().await;
         drop(controller);
         store.close().await;
     }
     let hive = beehive::Hive::new("cloud", beehive::HiveConfig::default());
     let store = meta::controller::RedbDesiredStore::open(&path).expect("reopen");
-    let controller = meta::controller::EdgeController::start(&hive, store.shared(), Default::default()).expect("start");
-    let (items, _) = controller.store().list(meta::Kind::ConfigMap, Some("default")).expect("list");
+    let controller =
+        meta::controller::EdgeController::start(&hive, store.shared(), Default::default())
+            .expect("start");
+    let (items, _) = controller
+        .store()
+        .list(meta::Kind::ConfigMap, Some("default"))
+        .expect("list");
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["data"]["key"], "1");
     let _ = hive.shutdown().await;
+}
+
+#[actix::test]
+async fn a_connecting_node_is_brought_in_step_with_the_desired_state() {
+    let cloud = Cloud::start().await;
+    // What a node holds after the cloud lost track (say, a crash between
+    // the desired-state commit and the queue commit): a pod the cloud no
+    // longer has, and an old version of one it does.
+    let dir = tempfile::tempdir().expect("dir");
+    {
+        let store = meta::EdgeStore::open(&dir.path().join("edge.redb")).expect("store");
+        store
+            .put(
+                "default/pod/ghost",
+                "1",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ghost"}}),
+            )
+            .await
+            .expect("put");
+        store.close().await;
+    }
+    cloud.apply(&pod_yaml("kept", "node-a", &[])).await;
+    let mut a = Edge::start_in(&cloud, "node-a", dir).await;
+    let mut saw = Vec::new();
+    while !saw.iter().any(|s| s == "delete default/pod/ghost") {
+        saw.push(seen(&next(&mut a.edged, "the ghost's withdrawal").await));
+    }
+    assert!(
+        saw.contains(&"insert default/pod/kept".to_owned()),
+        "{saw:?}"
+    );
+    assert!(
+        a.store
+            .get("default/pod/ghost")
+            .expect("read")
+            .is_some_and(|r| r.is_deleted())
+    );
+    assert!(
+        a.store
+            .get("default/pod/kept")
+            .expect("read")
+            .is_some_and(|r| !r.is_deleted())
+    );
+    a.shutdown().await;
+    cloud.shutdown().await;
 }

@@ -56,47 +56,119 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
     let applied = json!({"applied": true});
     let stale = json!({"applied": false});
     let r = "default/pod/web";
-    assert_eq!(write(&hive, object(operation::INSERT, r, 1, pod("web", 1, "a"))).await, applied);
-    assert_eq!(write(&hive, object(operation::UPDATE, r, 3, pod("web", 3, "b"))).await, applied);
+    assert_eq!(
+        write(&hive, object(operation::INSERT, r, 1, pod("web", 1, "a"))).await,
+        applied
+    );
+    assert_eq!(
+        write(&hive, object(operation::UPDATE, r, 3, pod("web", 3, "b"))).await,
+        applied
+    );
     // Older and equal versions are confirmed and change nothing.
-    assert_eq!(write(&hive, object(operation::UPDATE, r, 2, pod("web", 2, "old"))).await, stale);
-    assert_eq!(write(&hive, object(operation::PATCH, r, 3, pod("web", 3, "same"))).await, stale);
-    assert_eq!(write(&hive, object(operation::PATCH, r, 4, pod("web", 4, "c"))).await, applied);
-    assert_eq!(store.get(r).expect("get").and_then(|r| r.object).map(|o| o["spec"]["containers"][0]["image"].clone()), Some(json!("c")));
+    assert_eq!(
+        write(&hive, object(operation::UPDATE, r, 2, pod("web", 2, "old"))).await,
+        stale
+    );
+    assert_eq!(
+        write(&hive, object(operation::PATCH, r, 3, pod("web", 3, "same"))).await,
+        stale
+    );
+    assert_eq!(
+        write(&hive, object(operation::PATCH, r, 4, pod("web", 4, "c"))).await,
+        applied
+    );
+    assert_eq!(
+        store
+            .get(r)
+            .expect("get")
+            .and_then(|r| r.object)
+            .map(|o| o["spec"]["containers"][0]["image"].clone()),
+        Some(json!("c"))
+    );
     // Each applied write reached edged once, in order; the stale ones never.
-    for (op, version) in [(operation::INSERT, "1"), (operation::UPDATE, "3"), (operation::PATCH, "4")] {
+    for (op, version) in [
+        (operation::INSERT, "1"),
+        (operation::UPDATE, "3"),
+        (operation::PATCH, "4"),
+    ] {
         let msg = next(&mut edged, op).await;
         assert_eq!((msg.operation(), msg.resource_version()), (op, version));
     }
     // A device goes to twin, not edged.
-    write(&hive, object(operation::INSERT, "default/device/thermo", 5, json!({"name": "thermo"}))).await;
-    assert_eq!(next(&mut twin, "device").await.resource(), "default/device/thermo");
+    write(
+        &hive,
+        object(
+            operation::INSERT,
+            "default/device/thermo",
+            5,
+            json!({"name": "thermo"}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        next(&mut twin, "device").await.resource(),
+        "default/device/thermo"
+    );
 
     // Queries are answered from the store: one object, and a list.
-    let query = |resource: &str| Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY);
-    let one = hive.send_sync(module::METAMANAGER, query(r), WAIT).await.expect("answer");
+    let query = |resource: &str| {
+        Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY)
+    };
+    let one = hive
+        .send_sync(module::METAMANAGER, query(r), WAIT)
+        .await
+        .expect("answer");
     assert_eq!(one.content()["metadata"]["name"], "web");
-    write(&hive, object(operation::INSERT, "default/pod/db", 6, pod("db", 6, "d"))).await;
-    let list = hive.send_sync(module::METAMANAGER, query("default/pod"), WAIT).await.expect("answer");
+    write(
+        &hive,
+        object(operation::INSERT, "default/pod/db", 6, pod("db", 6, "d")),
+    )
+    .await;
+    let list = hive
+        .send_sync(module::METAMANAGER, query("default/pod"), WAIT)
+        .await
+        .expect("answer");
     assert_eq!(list.content().as_array().map(Vec::len), Some(2));
 
     // Delete leaves a tombstone; an older update cannot bring it back.
-    assert_eq!(write(&hive, object(operation::DELETE, r, 7, pod("web", 4, "c"))).await, applied);
-    assert_eq!(write(&hive, object(operation::UPDATE, r, 5, pod("web", 5, "zombie"))).await, stale);
+    assert_eq!(
+        write(&hive, object(operation::DELETE, r, 7, pod("web", 4, "c"))).await,
+        applied
+    );
+    assert_eq!(
+        write(
+            &hive,
+            object(operation::UPDATE, r, 5, pod("web", 5, "zombie"))
+        )
+        .await,
+        stale
+    );
     assert!(store.get(r).expect("get").is_some_and(|r| r.is_deleted()));
 
     // A status report is stored and goes up for the cloud's edgecontroller.
     let status = Message::new()
-        .build_router(module::EDGED, group::META, "default/podstatus/db", operation::UPDATE)
+        .build_router(
+            module::EDGED,
+            group::META,
+            "default/podstatus/db",
+            operation::UPDATE,
+        )
         .with_content(json!({"phase": "Running"}));
     write(&hive, status).await;
     assert!(store.get("default/podstatus/db").expect("get").is_some());
     let up = next(&mut cloud, "status going up").await;
-    assert_eq!((up.group(), up.resource(), up.is_sync()), (group::RESOURCE, "default/podstatus/db", false));
+    assert_eq!(
+        (up.group(), up.resource(), up.is_sync()),
+        (group::RESOURCE, "default/podstatus/db", false)
+    );
 
     // An unreadable resource is refused, not dropped silently.
-    let bad = Message::new().build_router(module::EDGED, group::META, "nonsense", operation::INSERT);
-    let reply = hive.send_sync(module::METAMANAGER, bad, WAIT).await.expect("answer");
+    let bad =
+        Message::new().build_router(module::EDGED, group::META, "nonsense", operation::INSERT);
+    let reply = hive
+        .send_sync(module::METAMANAGER, bad, WAIT)
+        .await
+        .expect("answer");
     assert_eq!(reply.operation(), operation::ERROR);
     let _ = hive.shutdown().await;
     store.close().await;
@@ -116,20 +188,42 @@ async fn queries_are_answered_with_the_cloud_unreachable() {
     MetaManager::start(&hive, store.clone()).expect("metamanager");
     let mut dial = DialOptions::new(dead_address(), "localhost");
     dial.allow_plaintext = true;
-    let hub = EdgeHub::start(&hive, EdgeHubConfig::new("n1", TransportKind::WebSocket, dial)).expect("edgehub");
+    let hub = EdgeHub::start(
+        &hive,
+        EdgeHubConfig::new("n1", TransportKind::WebSocket, dial),
+    )
+    .expect("edgehub");
     assert!(!*hub.online.borrow());
-    write(&hive, object(operation::INSERT, "default/pod/web", 1, pod("web", 1, "a"))).await;
+    write(
+        &hive,
+        object(operation::INSERT, "default/pod/web", 1, pod("web", 1, "a")),
+    )
+    .await;
 
-    let query = |resource: &str| Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY);
-    let held = hive.send_sync(module::METAMANAGER, query("default/pod/web"), WAIT).await.expect("answer");
+    let query = |resource: &str| {
+        Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY)
+    };
+    let held = hive
+        .send_sync(module::METAMANAGER, query("default/pod/web"), WAIT)
+        .await
+        .expect("answer");
     assert_eq!(held.content()["metadata"]["name"], "web");
     // Not held, and no cloud to ask: a prompt, clear no.
     let asked = std::time::Instant::now();
-    let missing = hive.send_sync(module::METAMANAGER, query("default/configmap/x"), WAIT).await.expect("answer");
+    let missing = hive
+        .send_sync(module::METAMANAGER, query("default/configmap/x"), WAIT)
+        .await
+        .expect("answer");
     assert_eq!(missing.operation(), operation::ERROR);
     let reason = missing.content().as_str().unwrap_or_default().to_owned();
-    assert!(reason.contains("not found") && reason.contains("unreachable"), "{reason}");
-    assert!(asked.elapsed() < WAIT / 2, "the answer waited for a timeout");
+    assert!(
+        reason.contains("not found") && reason.contains("unreachable"),
+        "{reason}"
+    );
+    assert!(
+        asked.elapsed() < WAIT / 2,
+        "the answer waited for a timeout"
+    );
     let _ = hive.shutdown().await;
     store.close().await;
 }
@@ -143,17 +237,40 @@ async fn metaserver_lists_gets_and_watches() {
     let server = MetaServer::start(store.clone(), "127.0.0.1:0").expect("metaserver");
     let client = AdminClient::new(&server.address.to_string());
 
-    write(&hive, object(operation::INSERT, "default/pod/web", 10, pod("web", 10, "a"))).await;
-    write(&hive, object(operation::INSERT, "shop/pod/cart", 11, pod("cart", 11, "a"))).await;
+    write(
+        &hive,
+        object(
+            operation::INSERT,
+            "default/pod/web",
+            10,
+            pod("web", 10, "a"),
+        ),
+    )
+    .await;
+    write(
+        &hive,
+        object(operation::INSERT, "shop/pod/cart", 11, pod("cart", 11, "a")),
+    )
+    .await;
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
-    write(&hive, object(operation::INSERT, "default/node/n1", 12, node)).await;
+    write(
+        &hive,
+        object(operation::INSERT, "default/node/n1", 12, node),
+    )
+    .await;
 
-    let list = client.get("/api/v1/namespaces/default/pods").await.expect("list");
+    let list = client
+        .get("/api/v1/namespaces/default/pods")
+        .await
+        .expect("list");
     assert_eq!(list["kind"], "PodList");
     assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
     let all = client.get("/api/v1/pods").await.expect("list");
     assert_eq!(all["items"].as_array().map(Vec::len), Some(2));
-    let one = client.get("/api/v1/namespaces/shop/pods/cart").await.expect("get");
+    let one = client
+        .get("/api/v1/namespaces/shop/pods/cart")
+        .await
+        .expect("get");
     assert_eq!(one["metadata"]["name"], "cart");
     let nodes = client.get("/api/v1/nodes/n1").await.expect("node");
     assert_eq!(nodes["kind"], "Node");
@@ -163,7 +280,9 @@ async fn metaserver_lists_gets_and_watches() {
         ("/api/v1/namespaces/default/nodes", 404),
     ] {
         match client.get(path).await {
-            Err(ClientError::Server { code: got, reason, .. }) => {
+            Err(ClientError::Server {
+                code: got, reason, ..
+            }) => {
                 assert_eq!((got, reason.as_str()), (code, "NotFound"), "{path}");
             }
             other => panic!("{path}: {other:?}"),
@@ -171,31 +290,93 @@ async fn metaserver_lists_gets_and_watches() {
     }
 
     // A watch starts with what is there, then sees changes as they commit.
-    let mut events = client.watch("/api/v1/namespaces/default/pods").await.expect("watch");
+    let mut events = client
+        .watch("/api/v1/namespaces/default/pods")
+        .await
+        .expect("watch");
     let first = events.next().await.expect("event").expect("json");
-    assert_eq!((first["type"].as_str(), first["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("web")));
-    write(&hive, object(operation::UPDATE, "default/pod/web", 13, pod("web", 13, "b"))).await;
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("web"))
+    );
+    write(
+        &hive,
+        object(
+            operation::UPDATE,
+            "default/pod/web",
+            13,
+            pod("web", 13, "b"),
+        ),
+    )
+    .await;
     // Another namespace's change is not this watch's business.
-    write(&hive, object(operation::UPDATE, "shop/pod/cart", 14, pod("cart", 14, "b"))).await;
-    write(&hive, object(operation::INSERT, "default/pod/db", 15, pod("db", 15, "a"))).await;
-    write(&hive, object(operation::DELETE, "default/pod/web", 16, pod("web", 13, "b"))).await;
+    write(
+        &hive,
+        object(operation::UPDATE, "shop/pod/cart", 14, pod("cart", 14, "b")),
+    )
+    .await;
+    write(
+        &hive,
+        object(operation::INSERT, "default/pod/db", 15, pod("db", 15, "a")),
+    )
+    .await;
+    write(
+        &hive,
+        object(
+            operation::DELETE,
+            "default/pod/web",
+            16,
+            pod("web", 13, "b"),
+        ),
+    )
+    .await;
     let mut got = Vec::new();
     for _ in 0..3 {
-        let event = tokio::time::timeout(WAIT, events.next()).await.expect("in time").expect("event").expect("json");
+        let event = tokio::time::timeout(WAIT, events.next())
+            .await
+            .expect("in time")
+            .expect("event")
+            .expect("json");
         got.push(format!(
             "{} {} {}",
             event["type"].as_str().unwrap_or(""),
             event["object"]["metadata"]["name"].as_str().unwrap_or(""),
-            event["object"]["spec"]["containers"][0]["image"].as_str().unwrap_or("")
+            event["object"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap_or("")
         ));
     }
     assert_eq!(got, ["MODIFIED web b", "ADDED db a", "DELETED web b"]);
 
-    // A watch from a list's version sees only what came after it.
-    let mut resumed = client.watch("/api/v1/namespaces/default/pods?resourceVersion=15").await.expect("watch");
-    write(&hive, object(operation::UPDATE, "default/pod/db", 17, pod("db", 17, "z"))).await;
-    let event = tokio::time::timeout(WAIT, resumed.next()).await.expect("in time").expect("event").expect("json");
-    assert_eq!((event["type"].as_str(), event["object"]["spec"]["containers"][0]["image"].as_str()), (Some("MODIFIED"), Some("z")));
+    // A watch from a list's version sees what came after it, also what
+    // committed before the watch began (web's deletion at 16), then what
+    // comes next.
+    let mut resumed = client
+        .watch("/api/v1/namespaces/default/pods?resourceVersion=15")
+        .await
+        .expect("watch");
+    write(
+        &hive,
+        object(operation::UPDATE, "default/pod/db", 17, pod("db", 17, "z")),
+    )
+    .await;
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let event = tokio::time::timeout(WAIT, resumed.next())
+            .await
+            .expect("in time")
+            .expect("event")
+            .expect("json");
+        got.push(format!(
+            "{} {}",
+            event["type"].as_str().unwrap_or(""),
+            event["object"]["metadata"]["name"].as_str().unwrap_or("")
+        ));
+    }
+    assert_eq!(got, ["DELETED web", "MODIFIED db"]);
 
     server.stop().await;
     let _ = hive.shutdown().await;
@@ -220,7 +401,12 @@ async fn write_storm_child() {
         actix::spawn(async move {
             for n in 0.. {
                 let id = writer * 1_000_000 + n;
-                let msg = object(operation::INSERT, &format!("default/configmap/c{id}"), id + 1, json!({"pad": "x".repeat(1024)}));
+                let msg = object(
+                    operation::INSERT,
+                    &format!("default/configmap/c{id}"),
+                    id + 1,
+                    json!({"pad": "x".repeat(1024)}),
+                );
                 if hive.send_sync(module::METAMANAGER, msg, WAIT).await.is_ok() {
                     let _ = tx.send(id);
                 }
@@ -240,7 +426,13 @@ fn sigkill_during_a_write_storm_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("edge.redb");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["write_storm_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "write_storm_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("EDGEHIVE_STORM_STORE", &path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -255,20 +447,35 @@ fn sigkill_during_a_write_storm_loses_nothing_acknowledged() {
         }
         if acked.len() == 3000 {
             // Mid-storm: writes are queued and a commit is likely under way.
-            let _ = Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &child.id().to_string()])
+                .status();
             break;
         }
     }
     let _ = child.wait();
     assert_eq!(acked.len(), 3000, "the child stopped before the kill");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
     rt.block_on(async {
         let store = EdgeStore::open(&path).expect("reopen after SIGKILL");
         let held = store.list("default/configmap/").expect("list");
         for id in &acked {
-            let record = store.get(&format!("default/configmap/c{id}")).expect("read").unwrap_or_else(|| panic!("acknowledged c{id} lost"));
+            let record = store
+                .get(&format!("default/configmap/c{id}"))
+                .expect("read")
+                .unwrap_or_else(|| panic!("acknowledged c{id} lost"));
             assert_eq!(record.version, (id + 1).to_string());
-            assert_eq!(record.object.as_ref().and_then(|o| o["pad"].as_str()).map(str::len), Some(1024));
+            assert_eq!(
+                record
+                    .object
+                    .as_ref()
+                    .and_then(|o| o["pad"].as_str())
+                    .map(str::len),
+                Some(1024)
+            );
         }
         assert!(held.len() >= acked.len());
         store.close().await;

@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::{Applied, ControllerHandle, DesiredStore};
+use super::{ControllerHandle, DesiredStore};
 use crate::api::{self, ApiError, ObjectSource};
-use crate::kinds::{Kind, ObjectKey};
 use crate::controller::manifest;
+use crate::kinds::{Kind, ObjectKey};
 
 /// The admin API's default address.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10003";
@@ -150,11 +150,13 @@ async fn apply(
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let objects = manifest::parse(&body)?;
-    let mut results = Vec::with_capacity(objects.len());
-    for (key, object) in objects {
-        let applied: Applied = controller.apply(key.clone(), object).await?;
-        results.push(result(&key, applied.verb()));
-    }
+    let applied = controller
+        .apply(objects.into_iter().map(|(_, object)| object).collect())
+        .await?;
+    let results = applied
+        .iter()
+        .map(|(key, applied)| result(key, applied.verb()))
+        .collect();
     Ok(HttpResponse::Ok().json(ManifestResults { results }))
 }
 
@@ -200,7 +202,10 @@ async fn delete_cluster(
     }
 }
 
-async fn delete_one(controller: &ControllerHandle, key: ObjectKey) -> Result<HttpResponse, ApiError> {
+async fn delete_one(
+    controller: &ControllerHandle,
+    key: ObjectKey,
+) -> Result<HttpResponse, ApiError> {
     match controller.delete(key.clone()).await? {
         Some(object) => Ok(HttpResponse::Ok().json(object)),
         None => Err(ApiError::NotFound(key)),

@@ -59,6 +59,10 @@ pub trait DesiredStore: Send + Sync + 'static {
     /// object removed and the revision of the removal, or `None` if there
     /// was none.
     fn delete(&self, key: ObjectKey) -> StoreFuture<Option<(Value, u64)>>;
+
+    /// Takes the next revision without writing an object (for messages
+    /// that must supersede whatever a node holds, such as a withdrawal).
+    fn next_revision(&self) -> StoreFuture<u64>;
 }
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -74,6 +78,9 @@ enum Write {
     Delete {
         key: ObjectKey,
         done: oneshot::Sender<Result<Option<(Value, u64)>, DesiredError>>,
+    },
+    Bump {
+        done: oneshot::Sender<Result<u64, DesiredError>>,
     },
 }
 
@@ -95,7 +102,17 @@ impl RedbDesiredStore {
         let db = Database::create(path).map_err(backend)?;
         let txn = db.begin_write().map_err(backend)?;
         txn.open_table(OBJECTS).map_err(backend)?;
-        txn.open_table(COUNTERS).map_err(backend)?;
+        {
+            let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
+            if counters.get(REVISION).map_err(backend)?.is_none() {
+                // A new store starts from the clock (in microseconds), not
+                // from 0, so a cloud whose store was lost and re-created
+                // still issues revisions above what its nodes hold.
+                counters
+                    .insert(REVISION, first_revision())
+                    .map_err(backend)?;
+            }
+        }
         txn.commit().map_err(backend)?;
         let writer = BatchWriter::start(db, "desired-store", apply)
             .map_err(|err| DesiredError::Backend(err.to_string()))?;
@@ -121,6 +138,14 @@ impl RedbDesiredStore {
             .map_err(backend)?
             .map_or(0, |v| v.value()))
     }
+}
+
+fn first_revision() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX / 2)
+        })
 }
 
 fn storage_key(key: &ObjectKey) -> String {
@@ -186,6 +211,17 @@ impl DesiredStore for RedbDesiredStore {
             committed.await.unwrap_or(Err(DesiredError::Stopped))
         })
     }
+
+    fn next_revision(&self) -> StoreFuture<u64> {
+        let (done, committed) = oneshot::channel();
+        let submitted = self.writer.submit(Write::Bump { done });
+        Box::pin(async move {
+            if !submitted {
+                return Err(DesiredError::Stopped);
+            }
+            committed.await.unwrap_or(Err(DesiredError::Stopped))
+        })
+    }
 }
 
 /// A write's answer, sent once the batch is committed.
@@ -198,6 +234,7 @@ enum Answer {
         oneshot::Sender<Result<Option<(Value, u64)>, DesiredError>>,
         Result<Option<(Value, u64)>, DesiredError>,
     ),
+    Bump(oneshot::Sender<Result<u64, DesiredError>>, u64),
 }
 
 /// Applies a batch in one transaction, giving each write the next
@@ -253,6 +290,10 @@ fn apply(db: &Database, batch: Vec<Write>) {
                         };
                         answers.push(Answer::Delete(done, answer));
                     }
+                    Write::Bump { done } => {
+                        revision += 1;
+                        answers.push(Answer::Bump(done, revision));
+                    }
                 }
             }
             counters.insert(REVISION, revision)?;
@@ -276,6 +317,12 @@ fn apply(db: &Database, batch: Vec<Write>) {
                 let _ = done.send(match &failure {
                     Some(err) => Err(err.clone()),
                     None => answer,
+                });
+            }
+            Answer::Bump(done, revision) => {
+                let _ = done.send(match &failure {
+                    Some(err) => Err(err.clone()),
+                    None => Ok(revision),
                 });
             }
         }
@@ -308,13 +355,22 @@ mod tests {
         store.put(b.clone(), object).await.expect("put");
         let cm = ObjectKey::new(Kind::ConfigMap, "default", "a");
         store
-            .put(cm.clone(), json!({"kind": "ConfigMap", "metadata": {"name": "a"}}))
+            .put(
+                cm.clone(),
+                json!({"kind": "ConfigMap", "metadata": {"name": "a"}}),
+            )
             .await
             .expect("put");
         let (pods, at) = store.list(Kind::Pod, Some("default")).expect("list");
         assert_eq!(pods.len(), 2);
-        let (_, removal) = store.delete(a.clone()).await.expect("delete").expect("held");
+        let (_, removal) = store
+            .delete(a.clone())
+            .await
+            .expect("delete")
+            .expect("held");
         assert!(removal > at);
+        let bumped = store.next_revision().await.expect("bump");
+        assert_eq!(bumped, removal + 1);
         assert!(store.delete(a.clone()).await.expect("delete").is_none());
         assert!(store.get(&a).expect("get").is_none());
         store.close().await;
@@ -322,8 +378,12 @@ mod tests {
         let store = RedbDesiredStore::open(&path).expect("reopen");
         let (pods, at) = store.list(Kind::Pod, None).expect("list");
         assert_eq!(pods.len(), 1);
-        assert_eq!(at, removal);
+        assert_eq!(at, bumped);
         let (_, next) = store.put(a, pod("a").1).await.expect("put");
-        assert_eq!(next, removal + 1);
+        assert_eq!(next, bumped + 1);
+        // A store made anew later starts above what the old one issued.
+        let fresh = RedbDesiredStore::open(&dir.path().join("fresh.redb")).expect("fresh");
+        let (_, first_of_fresh) = fresh.put(pod("z").0, pod("z").1).await.expect("put");
+        assert!(first_of_fresh > first, "{first_of_fresh} <= {first}");
     }
 }

@@ -23,9 +23,8 @@ pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
         .map_err(|_| ApiError::BadRequest("the manifest is not UTF-8 text".to_owned()))?;
     let mut documents = Vec::new();
     for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(document).map_err(|err| {
-            ApiError::BadRequest(format!("document {}: {err}", index + 1))
-        })?;
+        let value = Value::deserialize(document)
+            .map_err(|err| ApiError::BadRequest(format!("document {}: {err}", index + 1)))?;
         match value {
             Value::Null => {}
             Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -41,7 +40,9 @@ pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
         }
     }
     if documents.is_empty() {
-        return Err(ApiError::BadRequest("the manifest holds no object".to_owned()));
+        return Err(ApiError::BadRequest(
+            "the manifest holds no object".to_owned(),
+        ));
     }
     documents
         .into_iter()
@@ -116,12 +117,22 @@ pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
 }
 
 fn check_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
+    if let Some(node) = pod.get("spec").and_then(|s| s.get("nodeName")) {
+        let node = node.as_str().unwrap_or_default();
+        if !node.is_empty() && !valid_name(node) {
+            return Err(ApiError::Invalid(format!(
+                "Pod {name}: spec.nodeName {node:?} is not a valid node name"
+            )));
+        }
+    }
     let containers = pod
         .get("spec")
         .and_then(|s| s.get("containers"))
         .and_then(Value::as_array)
         .filter(|c| !c.is_empty())
-        .ok_or_else(|| ApiError::Invalid(format!("Pod {name}: spec.containers must not be empty")))?;
+        .ok_or_else(|| {
+            ApiError::Invalid(format!("Pod {name}: spec.containers must not be empty"))
+        })?;
     for (index, container) in containers.iter().enumerate() {
         let field = |f: &str| container.get(f).and_then(Value::as_str).unwrap_or_default();
         if !valid_label(field("name")) {
@@ -151,12 +162,16 @@ mod tests {
         assert_eq!(keys, ["configmaps/default/a", "pods/shop/web"]);
         assert_eq!(objects[0].1["metadata"]["namespace"], "default");
         let json = br#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}]}"#;
-        assert_eq!(parse(json).expect("parse")[0].0.to_string(), "secrets/default/s");
+        assert_eq!(
+            parse(json).expect("parse")[0].0.to_string(),
+            "secrets/default/s"
+        );
     }
 
     #[test]
     fn bad_manifests_say_what_is_wrong() {
-        let cases: [(&[u8], &str); 8] = [
+        let cases: [(&[u8], &str); 9] = [
+            (b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {nodeName: a/b, containers: [{name: c, image: i}]}\n", "spec.nodeName"),
             (b"kind: [", "document 1"),
             (b"", "no object"),
             (b"apiVersion: v1\nkind: Deployment\nmetadata: {name: a}\n", "Deployment"),
@@ -168,7 +183,10 @@ mod tests {
         ];
         for (body, expected) in cases {
             let err = parse(body).expect_err(expected).to_string();
-            assert!(err.contains(expected), "{err:?} should mention {expected:?}");
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
         }
     }
 }

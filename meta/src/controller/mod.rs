@@ -22,7 +22,7 @@ pub mod client;
 pub mod desired;
 pub mod manifest;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ pub use client::AdminClient;
 pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
 
 use crate::api::ApiError;
-use crate::kinds::{Kind, ObjectKey, pod_references};
+use crate::kinds::{Kind, ObjectKey, pod_references, valid_name};
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -52,6 +52,8 @@ pub struct ControllerConfig {
     pub send_timeout: Duration,
     /// Requests waiting for the controller before callers wait for room.
     pub inbox: usize,
+    /// How often nodes that missed a message are reconciled.
+    pub retry_every: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -59,6 +61,7 @@ impl Default for ControllerConfig {
         ControllerConfig {
             send_timeout: Duration::from_secs(10),
             inbox: 1024,
+            retry_every: Duration::from_secs(10),
         }
     }
 }
@@ -104,8 +107,13 @@ impl Applied {
 
 enum Input {
     Hive(HiveMessage),
-    Apply(ObjectKey, Value, oneshot::Sender<Result<Applied, ApiError>>),
+    Apply(
+        Vec<(ObjectKey, Value)>,
+        oneshot::Sender<Result<Vec<Applied>, ApiError>>,
+    ),
     Delete(ObjectKey, oneshot::Sender<Result<Option<Value>, ApiError>>),
+    /// What a node reported holding, for its reconciliation.
+    Inventory(String, Result<BTreeMap<String, String>, String>),
     /// Ends the task (dropping its store handle), then answers.
     Stop(oneshot::Sender<()>),
 }
@@ -121,15 +129,23 @@ pub struct ControllerHandle {
 }
 
 impl ControllerHandle {
-    /// Creates or replaces an object (status is the nodes' to set and is
-    /// kept) and sends it where it must go.
-    pub async fn apply(&self, key: ObjectKey, object: Value) -> Result<Applied, ApiError> {
+    /// Creates or replaces objects (status is the nodes' to set and is
+    /// kept) and sends each where it must go. Every object is checked first,
+    /// against its kind and against what is stored; if one fails, none is
+    /// applied.
+    pub async fn apply(&self, objects: Vec<Value>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
+        let checked = objects
+            .into_iter()
+            .map(manifest::check)
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<ObjectKey> = checked.iter().map(|(key, _)| key.clone()).collect();
         let (done, result) = oneshot::channel();
         self.inbox
-            .send(Input::Apply(key, object, done))
+            .send(Input::Apply(checked, done))
             .await
             .map_err(|_| stopped())?;
-        result.await.map_err(|_| stopped())?
+        let applied = result.await.map_err(|_| stopped())??;
+        Ok(keys.into_iter().zip(applied).collect())
     }
 
     /// Deletes an object; `None` if there was none.
@@ -175,10 +191,13 @@ impl EdgeController {
             hive: hive.clone(),
             store: store.clone(),
             config,
+            inbox: inbox.clone(),
             pods: HashMap::new(),
             held: HashMap::new(),
             connected: HashSet::new(),
             reported_ready: HashMap::new(),
+            out_of_step: BTreeSet::new(),
+            sent_since_asked: HashMap::new(),
             counts: counts_tx,
         };
         actix::spawn(controller.run(requests));
@@ -264,6 +283,8 @@ struct Controller {
     hive: Hive,
     store: Arc<dyn DesiredStore>,
     config: ControllerConfig,
+    /// Its own inbox, for answers that arrive from spawned tasks.
+    inbox: mpsc::Sender<Input>,
     /// Pods bound to a node: the node and the objects the pod references.
     pods: HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>,
     /// Configmaps and secrets each node holds.
@@ -272,6 +293,12 @@ struct Controller {
     connected: HashSet<String>,
     /// The `Ready` condition each node last reported itself.
     reported_ready: HashMap<String, NodeCondition>,
+    /// Nodes a message could not be queued for: reconciled on the next
+    /// retry tick while connected.
+    out_of_step: BTreeSet<String>,
+    /// For each node whose inventory has been asked for, the resources
+    /// sent to it since (in flight, so its inventory may lack them).
+    sent_since_asked: HashMap<String, BTreeSet<String>>,
     counts: watch::Sender<ControllerCounts>,
 }
 
@@ -314,12 +341,23 @@ impl Controller {
         if let Err(err) = self.load().await {
             warn!(error = %err, "edgecontroller could not read the desired state");
         }
-        while let Some(input) = requests.recv().await {
+        let mut retry = tokio::time::interval(self.config.retry_every);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let input = tokio::select! {
+                input = requests.recv() => input,
+                _ = retry.tick() => {
+                    self.retry_out_of_step();
+                    continue;
+                }
+            };
+            let Some(input) = input else { break };
             match input {
                 Input::Hive(msg) => self.on_message(msg).await,
-                Input::Apply(key, object, done) => {
-                    let _ = done.send(self.apply(key, object).await);
+                Input::Apply(objects, done) => {
+                    let _ = done.send(self.apply_all(objects).await);
                 }
+                Input::Inventory(node, inventory) => self.reconcile(&node, inventory).await,
                 Input::Delete(key, done) => {
                     let _ = done.send(self.delete(key).await);
                 }
@@ -372,19 +410,34 @@ impl Controller {
 
     // ----- the admin API's requests -----
 
+    /// Checks every object against what is stored, then applies each.
+    async fn apply_all(
+        &mut self,
+        objects: Vec<(ObjectKey, Value)>,
+    ) -> Result<Vec<Applied>, ApiError> {
+        for (key, object) in &objects {
+            let existing = self.store.get(key).map_err(unavailable)?;
+            if key.kind == Kind::Pod
+                && let Some(bound) = existing.as_ref().and_then(node_name)
+                && node_name(object).as_deref() != Some(bound.as_str())
+            {
+                return Err(ApiError::Invalid(format!(
+                    "{key}: spec.nodeName is immutable once set (bound to {bound})"
+                )));
+            }
+        }
+        let mut applied = Vec::with_capacity(objects.len());
+        for (key, object) in objects {
+            applied.push(self.apply(key, object).await?);
+        }
+        Ok(applied)
+    }
+
     async fn apply(&mut self, key: ObjectKey, mut object: Value) -> Result<Applied, ApiError> {
         let existing = self.store.get(&key).map_err(unavailable)?;
         let created = existing.is_none();
         match &existing {
             Some(old) => {
-                if key.kind == Kind::Pod
-                    && let Some(bound) = node_name(old)
-                    && node_name(&object).as_deref() != Some(bound.as_str())
-                {
-                    return Err(ApiError::Invalid(format!(
-                        "{key}: spec.nodeName is immutable once set (bound to {bound})"
-                    )));
-                }
                 if desired_part(old) == desired_part(&object) {
                     return Ok(Applied::Unchanged(old.clone()));
                 }
@@ -416,8 +469,16 @@ impl Controller {
             .put(key.clone(), object)
             .await
             .map_err(unavailable)?;
-        self.send_after_write(&key, &stored, revision, created || existing.as_ref().is_some_and(|old| node_name(old).is_none()))
-            .await;
+        self.send_after_write(
+            &key,
+            &stored,
+            revision,
+            created
+                || existing
+                    .as_ref()
+                    .is_some_and(|old| node_name(old).is_none()),
+        )
+        .await;
         Ok(if created {
             Applied::Created(stored)
         } else {
@@ -452,18 +513,17 @@ impl Controller {
                 self.send(&node, op, key, stored, revision).await;
             }
             Kind::ConfigMap | Kind::Secret => {
-                let nodes: Vec<String> = self
-                    .nodes_wanting(key)
-                    .into_iter()
-                    .collect();
+                let nodes: Vec<String> = self.nodes_wanting(key).into_iter().collect();
                 for node in nodes {
-                    let held = self.held.entry(node.clone()).or_default();
-                    let op = if held.insert(key.clone()) {
-                        operation::INSERT
-                    } else {
+                    let holds = self.held.get(&node).is_some_and(|held| held.contains(key));
+                    let op = if holds {
                         operation::UPDATE
+                    } else {
+                        operation::INSERT
                     };
-                    self.send(&node, op, key, stored, revision).await;
+                    if self.send(&node, op, key, stored, revision).await {
+                        self.held.entry(node).or_default().insert(key.clone());
+                    }
                 }
             }
             Kind::Service | Kind::Endpoints | Kind::Node => {}
@@ -471,11 +531,8 @@ impl Controller {
     }
 
     async fn delete(&mut self, key: ObjectKey) -> Result<Option<Value>, ApiError> {
-        let Some((removed, revision)) = self
-            .store
-            .delete(key.clone())
-            .await
-            .map_err(unavailable)?
+        let Some((removed, revision)) =
+            self.store.delete(key.clone()).await.map_err(unavailable)?
         else {
             return Ok(None);
         };
@@ -490,12 +547,18 @@ impl Controller {
             Kind::ConfigMap | Kind::Secret => {
                 let holders: Vec<String> = self
                     .held
-                    .iter_mut()
-                    .filter_map(|(node, held)| held.remove(&key).then(|| node.clone()))
+                    .iter()
+                    .filter(|(_, held)| held.contains(&key))
+                    .map(|(node, _)| node.clone())
                     .collect();
                 for node in holders {
-                    self.send(&node, operation::DELETE, &key, &removed, revision)
-                        .await;
+                    if self
+                        .send(&node, operation::DELETE, &key, &removed, revision)
+                        .await
+                        && let Some(held) = self.held.get_mut(&node)
+                    {
+                        held.remove(&key);
+                    }
                 }
             }
             Kind::Node => {
@@ -533,29 +596,34 @@ impl Controller {
         for key in wanted.difference(&held) {
             match self.store.get(key) {
                 Ok(Some(object)) => {
-                    self.held
-                        .entry(node.to_owned())
-                        .or_default()
-                        .insert(key.clone());
-                    self.send(node, operation::INSERT, key, &object, revision)
-                        .await;
+                    if self
+                        .send(node, operation::INSERT, key, &object, revision)
+                        .await
+                    {
+                        self.held
+                            .entry(node.to_owned())
+                            .or_default()
+                            .insert(key.clone());
+                    }
                 }
                 Ok(None) => {} // Sent when it is created.
                 Err(err) => warn!(%key, error = %err, "referenced object unreadable"),
             }
         }
         for key in held.difference(&wanted) {
-            if let Some(held) = self.held.get_mut(node) {
-                held.remove(key);
-            }
             let object = self
                 .store
                 .get(key)
                 .ok()
                 .flatten()
                 .unwrap_or_else(|| stub(key));
-            self.send(node, operation::DELETE, key, &object, revision)
-                .await;
+            if self
+                .send(node, operation::DELETE, key, &object, revision)
+                .await
+                && let Some(held) = self.held.get_mut(node)
+            {
+                held.remove(key);
+            }
         }
         if self.held.get(node).is_some_and(BTreeSet::is_empty) {
             self.held.remove(node);
@@ -563,8 +631,16 @@ impl Controller {
     }
 
     /// Queues `object` for `node` through cloudhub, which answers once the
-    /// message is persisted in the node's queue.
-    async fn send(&self, node: &str, op: &str, key: &ObjectKey, object: &Value, revision: u64) {
+    /// message is persisted in the node's queue; whether it was queued. A
+    /// node that missed a message is reconciled later.
+    async fn send(
+        &mut self,
+        node: &str,
+        op: &str,
+        key: &ObjectKey,
+        object: &Value,
+        revision: u64,
+    ) -> bool {
         let resource = key.edge_resource().on_node(node).to_string();
         let msg = HiveMessage::new()
             .build_router(module::EDGECONTROLLER, group::RESOURCE, resource, op)
@@ -583,12 +659,183 @@ impl Controller {
             None => {
                 debug!(%node, %key, op, revision, "sent to the node");
                 self.count(|c| c.sent += 1);
+                if let Some(sent) = self.sent_since_asked.get_mut(node) {
+                    sent.insert(key.edge_resource().to_string());
+                }
+                true
             }
             Some(reason) => {
                 warn!(%node, %key, op, %reason, "cloudhub did not take a message for a node");
                 self.count(|c| c.send_failures += 1);
+                self.out_of_step.insert(node.to_owned());
+                false
             }
         }
+    }
+
+    // ----- keeping nodes in step -----
+
+    fn retry_out_of_step(&mut self) {
+        let due: Vec<String> = self
+            .out_of_step
+            .iter()
+            .filter(|node| self.connected.contains(*node))
+            .cloned()
+            .collect();
+        for node in due {
+            self.out_of_step.remove(&node);
+            self.ask_inventory(&node);
+        }
+    }
+
+    /// Asks `node` what it holds; the answer comes back as an
+    /// [`Input::Inventory`].
+    fn ask_inventory(&mut self, node: &str) {
+        self.sent_since_asked
+            .insert(node.to_owned(), BTreeSet::new());
+        let query = HiveMessage::new().build_router(
+            module::EDGECONTROLLER,
+            group::RESOURCE,
+            format!("node/{node}/{}", crate::metamanager::INVENTORY),
+            operation::QUERY,
+        );
+        let (hive, inbox, timeout) = (
+            self.hive.clone(),
+            self.inbox.clone(),
+            self.config.send_timeout,
+        );
+        let node = node.to_owned();
+        actix::spawn(async move {
+            let inventory = match hive.send_sync(module::CLOUDHUB, query, timeout).await {
+                Ok(answer) if answer.operation() != operation::ERROR => {
+                    BTreeMap::<String, String>::deserialize(answer.content())
+                        .map_err(|err| format!("unreadable inventory: {err}"))
+                }
+                Ok(answer) => Err(answer.content().to_string()),
+                Err(err) => Err(err.to_string()),
+            };
+            let _ = inbox.send(Input::Inventory(node, inventory)).await;
+        });
+    }
+
+    /// Brings `node` in step with the desired state from what it reports
+    /// holding: what it lacks or holds in an older version is sent, what it
+    /// should not hold is withdrawn. Whatever was sent to it since it was
+    /// asked is in flight and left alone. This repairs what a cloud crash
+    /// between the desired-state commit and the queue commit, or a failed
+    /// send, left behind.
+    async fn reconcile(&mut self, node: &str, inventory: Result<BTreeMap<String, String>, String>) {
+        let in_flight = self.sent_since_asked.remove(node).unwrap_or_default();
+        let inventory = match inventory {
+            Ok(inventory) => inventory,
+            Err(reason) => {
+                debug!(%node, %reason, "no inventory; trying again later");
+                self.out_of_step.insert(node.to_owned());
+                return;
+            }
+        };
+        let mut desired: BTreeMap<String, (ObjectKey, Value)> = BTreeMap::new();
+        let mut keys: Vec<ObjectKey> = self
+            .pods
+            .iter()
+            .filter(|(_, (bound, _))| bound == node)
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.extend(self.wanted(node));
+        for key in keys {
+            match self.store.get(&key) {
+                Ok(Some(object)) => {
+                    desired.insert(key.edge_resource().to_string(), (key, object));
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    warn!(%key, error = %err, "unreadable; reconciliation postponed");
+                    self.out_of_step.insert(node.to_owned());
+                    return;
+                }
+            }
+        }
+        let mut fresh = None;
+        let mut changes = 0;
+        for (resource, held_version) in &inventory {
+            if desired.contains_key(resource) || in_flight.contains(resource) {
+                continue;
+            }
+            let Some(key) = resource
+                .parse()
+                .ok()
+                .as_ref()
+                .and_then(ObjectKey::from_edge_resource)
+            else {
+                continue;
+            };
+            let Some(revision) = self.fresh_revision(&mut fresh).await else {
+                return;
+            };
+            debug!(%node, %resource, held_version, "withdrawn: not desired any more");
+            self.send(node, operation::DELETE, &key, &stub(&key), revision)
+                .await;
+            changes += 1;
+        }
+        let mut held = BTreeSet::new();
+        for (resource, (key, object)) in &desired {
+            if key.kind != Kind::Pod {
+                held.insert(key.clone());
+            }
+            if in_flight.contains(resource) {
+                continue;
+            }
+            let version = object["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            let sent = match inventory
+                .get(resource)
+                .map(|v| v.parse::<u64>().unwrap_or(0))
+            {
+                Some(held) if held >= version => continue,
+                // Older there: this version supersedes it.
+                Some(_) => {
+                    self.send(node, operation::UPDATE, key, object, version)
+                        .await
+                }
+                // Missing (perhaps withdrawn at a later revision): a fresh
+                // revision supersedes any tombstone.
+                None => {
+                    let Some(revision) = self.fresh_revision(&mut fresh).await else {
+                        return;
+                    };
+                    self.send(node, operation::INSERT, key, object, revision)
+                        .await
+                }
+            };
+            if !sent {
+                held.remove(key);
+            }
+            changes += 1;
+        }
+        if changes > 0 {
+            info!(%node, changes, "node brought in step");
+        }
+        if held.is_empty() {
+            self.held.remove(node);
+        } else {
+            self.held.insert(node.to_owned(), held);
+        }
+    }
+
+    /// One fresh revision per reconciliation, taken when first needed.
+    async fn fresh_revision(&mut self, fresh: &mut Option<u64>) -> Option<u64> {
+        if fresh.is_none() {
+            match self.store.next_revision().await {
+                Ok(revision) => *fresh = Some(revision),
+                Err(err) => {
+                    warn!(error = %err, "no revision; reconciliation postponed");
+                    return None;
+                }
+            }
+        }
+        *fresh
     }
 
     // ----- what nodes say -----
@@ -598,11 +845,16 @@ impl Controller {
             let Some(node) = msg.resource().strip_prefix("node/") else {
                 return;
             };
+            if !valid_name(node) {
+                warn!(node, "node event for an invalid node name ignored");
+                return;
+            }
             let node = node.to_owned();
             self.count(|c| c.node_events += 1);
             match msg.operation() {
                 operation::NODE_CONNECTED => {
                     self.connected.insert(node.clone());
+                    self.ask_inventory(&node);
                 }
                 operation::NODE_DISCONNECTED => {
                     self.connected.remove(&node);
@@ -638,8 +890,10 @@ impl Controller {
 
     fn refuse_sync(&self, msg: &HiveMessage, reason: &str) {
         if msg.is_sync() {
-            self.hive
-                .send_resp(msg.error_response(module::EDGECONTROLLER, reason));
+            let mut refusal = msg.error_response(module::EDGECONTROLLER, reason);
+            // A refusal is not an object to acknowledge.
+            refusal.header.resource_version.clear();
+            self.hive.send_resp(refusal);
         }
     }
 

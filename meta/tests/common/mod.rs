@@ -8,7 +8,9 @@ use std::time::Duration;
 use actix::{Actor, Context};
 use beehive::constants::{group, module};
 use beehive::{Hive, HiveConfig, Message, Module, ModuleError};
-use hub::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle};
+use hub::{
+    CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle,
+};
 use meta::controller::{
     AdminApi, AdminApiHandle, AdminClient, ControllerConfig, ControllerCounts, ControllerHandle,
     EdgeController, RedbDesiredStore,
@@ -81,8 +83,8 @@ impl Cloud {
         let pki = DevPki::new("meta test CA").expect("CA");
         let hive = Hive::new("cloud", HiveConfig::default());
         let store = RedbDesiredStore::open(&dir.path().join("desired.redb")).expect("desired");
-        let controller =
-            EdgeController::start(&hive, store.shared(), ControllerConfig::default()).expect("controller");
+        let controller = EdgeController::start(&hive, store.shared(), ControllerConfig::default())
+            .expect("controller");
         let (chain, key) = pki.server("localhost").expect("server cert");
         let options = ListenOptions::new("127.0.0.1:0")
             .with_tls(tls::server_config(chain, key, Some(&[pki.root()])).expect("tls"));
@@ -117,7 +119,11 @@ impl Cloud {
     }
 
     /// Waits until the controller's counts satisfy `condition`.
-    pub async fn counts(&self, what: &str, condition: impl FnMut(&ControllerCounts) -> bool) -> ControllerCounts {
+    pub async fn counts(
+        &self,
+        what: &str,
+        condition: impl FnMut(&ControllerCounts) -> bool,
+    ) -> ControllerCounts {
         let mut counts: watch::Receiver<ControllerCounts> = self.controller.counts.clone();
         *tokio::time::timeout(Duration::from_secs(30), counts.wait_for(condition))
             .await
@@ -156,7 +162,12 @@ pub struct Edge {
 impl Edge {
     /// An edge for `node`, linked to `cloud` with a certificate for `node`.
     pub async fn start(cloud: &Cloud, node: &str) -> Edge {
-        let dir = tempfile::tempdir().expect("dir");
+        Edge::start_in(cloud, node, tempfile::tempdir().expect("dir")).await
+    }
+
+    /// Like [`Edge::start`], with the edge store in `dir` (`edge.redb`),
+    /// which may hold objects already.
+    pub async fn start_in(cloud: &Cloud, node: &str, dir: tempfile::TempDir) -> Edge {
         let hive = Hive::new("edge", HiveConfig::default());
         let store = EdgeStore::open(&dir.path().join("edge.redb")).expect("edge store");
         MetaManager::start(&hive, store.clone()).expect("metamanager");
@@ -192,7 +203,12 @@ impl Edge {
     /// stores it and sends it up.
     pub async fn report(&self, resource: &str, status: serde_json::Value) {
         let msg = Message::new()
-            .build_router(module::EDGED, group::META, resource, beehive::constants::operation::UPDATE)
+            .build_router(
+                module::EDGED,
+                group::META,
+                resource,
+                beehive::constants::operation::UPDATE,
+            )
             .with_content(status);
         let reply = self
             .hive
@@ -217,7 +233,9 @@ pub fn pod_yaml(name: &str, node: &str, configmaps: &[&str]) -> String {
     if !configmaps.is_empty() {
         yaml.push_str("  volumes:\n");
         for cm in configmaps {
-            yaml.push_str(&format!("  - name: {cm}\n    configMap:\n      name: {cm}\n"));
+            yaml.push_str(&format!(
+                "  - name: {cm}\n    configMap:\n      name: {cm}\n"
+            ));
         }
     }
     yaml
@@ -225,5 +243,7 @@ pub fn pod_yaml(name: &str, node: &str, configmaps: &[&str]) -> String {
 
 /// A configmap manifest.
 pub fn configmap_yaml(name: &str, value: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  key: \"{value}\"\n")
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  key: \"{value}\"\n"
+    )
 }
