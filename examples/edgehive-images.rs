@@ -93,7 +93,9 @@ fn which(candidates: &[&str]) -> Result<String> {
         .iter()
         .find(|path| Path::new(path).exists())
         .map(|path| (*path).to_owned())
-        .with_context(|| format!("none of {candidates:?} exists (install catatonit and busybox-static)"))
+        .with_context(|| {
+            format!("none of {candidates:?} exists (install catatonit and busybox-static)")
+        })
 }
 
 /// A blob of the image: its media type and bytes.
@@ -128,7 +130,10 @@ fn build(recipe: &Recipe) -> Result<(Blob, Blob, Blob)> {
     tar.mode(tar::HeaderMode::Deterministic);
     let mut dirs = std::collections::BTreeSet::new();
     for (path, _, _) in &recipe.files {
-        if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             dirs.insert(parent.to_path_buf());
         }
     }
@@ -167,8 +172,8 @@ fn build(recipe: &Recipe) -> Result<(Blob, Blob, Blob)> {
         "aarch64" => Arch::ARM64,
         other => bail!("no image architecture for {other}"),
     };
-    let mut config = ConfigBuilder::default()
-        .env(vec!["PATH=/bin:/usr/bin:/sbin:/usr/sbin".to_owned()]);
+    let mut config =
+        ConfigBuilder::default().env(vec!["PATH=/bin:/usr/bin:/sbin:/usr/sbin".to_owned()]);
     if !recipe.entrypoint.is_empty() {
         config = config.entrypoint(recipe.entrypoint.clone());
     }
@@ -218,7 +223,10 @@ fn write_layout(dir: &Path, tag: &str, blobs: &[&Blob]) -> Result<()> {
         .to_file(dir.join("oci-layout"))?;
     let manifest = blobs.last().context("a manifest")?;
     let mut annotations = std::collections::HashMap::new();
-    annotations.insert("org.opencontainers.image.ref.name".to_owned(), tag.to_owned());
+    annotations.insert(
+        "org.opencontainers.image.ref.name".to_owned(),
+        tag.to_owned(),
+    );
     let entry = DescriptorBuilder::default()
         .media_type(MediaType::ImageManifest)
         .size(manifest.bytes.len() as u64)
@@ -280,13 +288,23 @@ impl Registry {
     async fn push_blob(&self, repository: &str, blob: &Blob) -> Result<()> {
         let digest = blob.digest();
         let (status, _) = self
-            .call(Method::HEAD, &format!("/v2/{repository}/blobs/{digest}"), None, Vec::new())
+            .call(
+                Method::HEAD,
+                &format!("/v2/{repository}/blobs/{digest}"),
+                None,
+                Vec::new(),
+            )
             .await?;
         if status.is_success() {
             return Ok(());
         }
         let (_, location) = self
-            .call(Method::POST, &format!("/v2/{repository}/blobs/uploads/"), None, Vec::new())
+            .call(
+                Method::POST,
+                &format!("/v2/{repository}/blobs/uploads/"),
+                None,
+                Vec::new(),
+            )
             .await?;
         let location = location.context("the registry gave no upload location")?;
         // The location may be absolute; the path is what matters.
@@ -305,7 +323,13 @@ impl Registry {
         Ok(())
     }
 
-    async fn push(&self, reference: &str, layer: &Blob, config: &Blob, manifest: &Blob) -> Result<()> {
+    async fn push(
+        &self,
+        reference: &str,
+        layer: &Blob,
+        config: &Blob,
+        manifest: &Blob,
+    ) -> Result<()> {
         let (repository, tag) = reference
             .rsplit_once(':')
             .with_context(|| format!("{reference} needs a tag"))?;
@@ -339,7 +363,11 @@ fn main() -> Result<()> {
             Some(reference) => vec![reference.clone()],
             None => recipe.tags.iter().map(|t| (*t).to_owned()).collect(),
         };
-        write_layout(&args.layouts.join(recipe.name), &tags[0], &[&layer, &config, &manifest])?;
+        write_layout(
+            &args.layouts.join(recipe.name),
+            &tags[0],
+            &[&layer, &config, &manifest],
+        )?;
         for tag in &tags {
             runtime.block_on(registry.push(tag, &layer, &config, &manifest))?;
             println!("{}/{tag} {}", args.registry, manifest.digest());

@@ -1,8 +1,20 @@
-//! edged: the edge node agent that runs pods through the Kubernetes CRI v1
-//! gRPC API against containerd, with probes, PLEG and node status.
+//! edged: the edge node agent. It runs the pods metamanager hands it on
+//! containerd, through the Kubernetes CRI v1 gRPC API, and reports their
+//! status and the node's.
 //!
-//! Built so far: the CRI v1 client ([`cri`]), generated without protoc.
+//! - [`cri`]: the CRI v1 client, generated without protoc.
+//! - [`Edged`]: the module; a [`worker::PodWorker`] per pod, the PLEG, the
+//!   node status, and the start-up reconciliation that adopts running
+//!   containers after a restart.
+//! - [`spec`]: a pod's spec as CRI configs.
 
+pub mod config;
 pub mod cri;
+pub mod module;
+pub mod node;
+pub mod spec;
+pub mod worker;
 
+pub use config::EdgedConfig;
 pub use cri::{Cri, CriError};
+pub use module::{Edged, EdgedError};

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use edged::cri::api;
 use edged::Cri;
+use edged::cri::api;
 
 fn socket() -> PathBuf {
     std::env::var_os("EDGEHIVE_CRI_SOCKET")
@@ -17,16 +17,19 @@ fn socket() -> PathBuf {
 }
 
 async fn cri() -> Cri {
-    Cri::connect(&socket()).await.unwrap_or_else(|err| {
-        panic!("{err}; run ./scripts/setup-containerd first")
-    })
+    Cri::connect(&socket())
+        .await
+        .unwrap_or_else(|err| panic!("{err}; run ./scripts/setup-containerd first"))
 }
 
 async fn pull(cri: &Cri, image: &str) -> String {
     let mut images = cri.images.clone();
     images
         .pull_image(api::PullImageRequest {
-            image: Some(api::ImageSpec { image: image.to_owned(), ..Default::default() }),
+            image: Some(api::ImageSpec {
+                image: image.to_owned(),
+                ..Default::default()
+            }),
             ..Default::default()
         })
         .await
@@ -73,7 +76,10 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
     };
     let mut runtime = cri.runtime.clone();
     let sandbox = runtime
-        .run_pod_sandbox(api::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
         .await
         .expect("sandbox")
         .into_inner()
@@ -82,9 +88,19 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
         .create_container(api::CreateContainerRequest {
             pod_sandbox_id: sandbox.clone(),
             config: Some(api::ContainerConfig {
-                metadata: Some(api::ContainerMetadata { name: "hello".to_owned(), attempt: 0 }),
-                image: Some(api::ImageSpec { image: image.clone(), ..Default::default() }),
-                command: vec!["sh".to_owned(), "-c".to_owned(), "echo hello from edgehive".to_owned()],
+                metadata: Some(api::ContainerMetadata {
+                    name: "hello".to_owned(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                command: vec![
+                    "sh".to_owned(),
+                    "-c".to_owned(),
+                    "echo hello from edgehive".to_owned(),
+                ],
                 log_path: "hello.log".to_owned(),
                 ..Default::default()
             }),
@@ -95,7 +111,9 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
         .into_inner()
         .container_id;
     runtime
-        .start_container(api::StartContainerRequest { container_id: container.clone() })
+        .start_container(api::StartContainerRequest {
+            container_id: container.clone(),
+        })
         .await
         .expect("start");
 
@@ -103,7 +121,10 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
     let mut status = None;
     for _ in 0..300 {
         let answer = runtime
-            .container_status(api::ContainerStatusRequest { container_id: container.clone(), verbose: false })
+            .container_status(api::ContainerStatusRequest {
+                container_id: container.clone(),
+                verbose: false,
+            })
             .await
             .expect("status")
             .into_inner()
@@ -117,15 +138,21 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
     }
     let status = status.expect("the container exited");
     assert_eq!(status.exit_code, 0);
-    let log = tokio::fs::read_to_string(logs.path().join("hello.log")).await.expect("log");
+    let log = tokio::fs::read_to_string(logs.path().join("hello.log"))
+        .await
+        .expect("log");
     assert!(log.contains("stdout F hello from edgehive"), "{log}");
 
     runtime
-        .stop_pod_sandbox(api::StopPodSandboxRequest { pod_sandbox_id: sandbox.clone() })
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: sandbox.clone(),
+        })
         .await
         .expect("stop");
     runtime
-        .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: sandbox.clone() })
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: sandbox.clone(),
+        })
         .await
         .expect("remove");
     let left = runtime
@@ -142,7 +169,10 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
     assert!(left.is_empty(), "{left:?}");
     let containers = runtime
         .list_containers(api::ListContainersRequest {
-            filter: Some(api::ContainerFilter { pod_sandbox_id: sandbox, ..Default::default() }),
+            filter: Some(api::ContainerFilter {
+                pod_sandbox_id: sandbox,
+                ..Default::default()
+            }),
         })
         .await
         .expect("list")

@@ -188,8 +188,12 @@ impl MetaManager {
             return Ok(Some(Value::Object(held)));
         }
         if resource.name.is_empty() {
-            let prefix = format!("{}/{}/", resource.namespace, resource.resource_type);
-            let objects = self.store.list(&prefix).map_err(|e| e.to_string())?;
+            // `*` as the namespace lists every namespace.
+            let namespace = Some(resource.namespace.as_str()).filter(|ns| *ns != "*");
+            let objects = self
+                .store
+                .list_type(namespace, &resource.resource_type)
+                .map_err(|e| e.to_string())?;
             return Ok(Some(Value::Array(
                 objects.into_iter().filter_map(|(_, r)| r.object).collect(),
             )));

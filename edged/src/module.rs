@@ -1,0 +1,358 @@
+//! The `edged` module and the task behind it: it keeps a [`PodWorker`] per
+//! pod, the configmaps and secrets pods read, the PLEG (a relist of the
+//! runtime on a period, turned into events for the pods whose containers
+//! changed) and the node's status.
+//!
+//! On start it loads its pods from metamanager (so it needs no cloud) and
+//! reconciles with what containerd already runs: containers of known pods
+//! are adopted by their workers, pods the store no longer has are removed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use actix::prelude::*;
+use beehive::constants::{group, module, operation, resource_type};
+use beehive::resource::EdgeResource;
+use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use crate::config::EdgedConfig;
+use crate::cri::{Cri, CriError, api};
+use crate::node::NodeReporter;
+use crate::spec::{self, NODE, Objects, POD_UID};
+use crate::worker::{PodWorker, Signal, teardown};
+
+/// A failure to start edged.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgedError {
+    /// The runtime cannot be reached.
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    /// The module could not start.
+    #[error(transparent)]
+    Hive(#[from] beehive::Error),
+}
+
+/// The edged module.
+pub struct Edged;
+
+impl Edged {
+    /// Connects to the runtime and starts edged in `hive` (inside an actix
+    /// System, after metamanager).
+    pub async fn start(hive: &Hive, config: EdgedConfig) -> Result<(), EdgedError> {
+        let cri = Cri::connect(&config.cri_socket).await?;
+        let (inbox, messages) = mpsc::channel(1024);
+        let core = Core {
+            hive: hive.clone(),
+            cri,
+            config: Arc::new(config),
+            objects: Arc::new(RwLock::new(Objects::new())),
+            workers: HashMap::new(),
+            snapshot: HashMap::new(),
+        };
+        actix::spawn(core.run(messages));
+        hive.start_module(move |_| EdgedDoor {
+            inbox: inbox.clone(),
+        })?;
+        Ok(())
+    }
+}
+
+/// What the core task gets.
+enum Input {
+    Message(HiveMessage),
+    /// Stop the workers (containers keep running) and end; then answer.
+    Stop(oneshot::Sender<()>),
+}
+
+/// The module: hands what metamanager passes on to the core task, in order.
+struct EdgedDoor {
+    inbox: mpsc::Sender<Input>,
+}
+
+impl Actor for EdgedDoor {
+    type Context = Context<Self>;
+}
+
+impl Module for EdgedDoor {
+    fn name(&self) -> &str {
+        module::EDGED
+    }
+
+    fn group(&self) -> &str {
+        group::EDGED
+    }
+
+    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        let inbox = self.inbox.clone();
+        ctx.wait(
+            async move {
+                if inbox.send(Input::Message(msg)).await.is_err() {
+                    warn!("edged stopped; message dropped");
+                }
+            }
+            .into_actor(self),
+        );
+        Ok(())
+    }
+
+    /// Stops the core and its workers; pods keep running in the runtime,
+    /// to be adopted by the next edged.
+    fn cleanup(&mut self, _: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
+        let inbox = self.inbox.clone();
+        Box::pin(
+            async move {
+                let (done, stopped) = oneshot::channel();
+                if inbox.send(Input::Stop(done)).await.is_ok() {
+                    let _ = stopped.await;
+                }
+            }
+            .into_actor(self),
+        )
+    }
+}
+
+struct WorkerHandle {
+    uid: String,
+    signals: mpsc::Sender<Signal>,
+}
+
+struct Core {
+    hive: Hive,
+    cri: Cri,
+    config: Arc<EdgedConfig>,
+    objects: Arc<RwLock<Objects>>,
+    /// By `<ns>/<name>`.
+    workers: HashMap<String, WorkerHandle>,
+    /// The PLEG's last view: per pod uid, its containers and their states.
+    snapshot: HashMap<String, Vec<(String, i32)>>,
+}
+
+impl Core {
+    async fn run(mut self, mut messages: mpsc::Receiver<Input>) {
+        self.start_up().await;
+        let mut relist = tokio::time::interval(self.config.relist_period);
+        relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut node = NodeReporter::new(self.hive.clone(), self.cri.clone(), self.config.clone());
+        let mut node_tick = tokio::time::interval(self.config.node_status_period);
+        loop {
+            tokio::select! {
+                input = messages.recv() => match input {
+                    Some(Input::Message(msg)) => self.on_message(msg),
+                    Some(Input::Stop(done)) => {
+                        // Dropping the handles ends the workers.
+                        self.workers.clear();
+                        let _ = done.send(());
+                        break;
+                    }
+                    None => break,
+                },
+                _ = relist.tick() => self.relist().await,
+                _ = node_tick.tick() => node.report().await,
+            }
+        }
+        debug!("edged stopped");
+    }
+
+    /// Loads the pods and their objects from metamanager, removes what the
+    /// runtime runs for pods it does not know, and starts a worker per pod.
+    async fn start_up(&mut self) {
+        let mut pods = Vec::new();
+        for kind in [
+            resource_type::CONFIGMAP,
+            resource_type::SECRET,
+            resource_type::POD,
+        ] {
+            let query = HiveMessage::new().build_router(
+                module::EDGED,
+                group::META,
+                format!("*/{kind}"),
+                operation::QUERY,
+            );
+            let listed = match self
+                .hive
+                .send_sync(module::METAMANAGER, query, Duration::from_secs(30))
+                .await
+            {
+                Ok(answer) => answer.content().as_array().cloned().unwrap_or_default(),
+                Err(err) => {
+                    warn!(kind, error = %err, "could not load from metamanager");
+                    Vec::new()
+                }
+            };
+            for object in listed {
+                if kind == resource_type::POD {
+                    match Pod::deserialize(&object) {
+                        Ok(pod) => pods.push(pod),
+                        Err(err) => warn!(error = %err, "stored pod unreadable"),
+                    }
+                } else {
+                    let namespace = object["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("default");
+                    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                    let key = format!("{namespace}/{kind}/{name}");
+                    if let Ok(mut objects) = self.objects.write() {
+                        objects.insert(key, object);
+                    }
+                }
+            }
+        }
+        let known: Vec<String> = pods.iter().map(spec::pod_uid).collect();
+        match self.managed_sandbox_uids().await {
+            Ok(running) => {
+                for uid in running.into_iter().filter(|uid| !known.contains(uid)) {
+                    info!(%uid, "removing a pod the store no longer has");
+                    if let Err(err) = teardown(&self.cri, &self.config, &uid, 0).await {
+                        warn!(%uid, error = %err, "stale pod not removed");
+                    }
+                }
+            }
+            Err(err) => warn!(error = %err, "could not list the runtime's pods"),
+        }
+        info!(pods = pods.len(), "edged loaded its pods");
+        for pod in pods {
+            self.apply(pod);
+        }
+    }
+
+    async fn managed_sandbox_uids(&self) -> Result<Vec<String>, CriError> {
+        let mut runtime = self.cri.runtime.clone();
+        let sandboxes = runtime
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: HashMap::from([(NODE.to_owned(), self.config.node.clone())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|status| CriError::Call {
+                call: "ListPodSandbox",
+                status,
+            })?
+            .into_inner()
+            .items;
+        let mut uids: Vec<String> = sandboxes
+            .into_iter()
+            .filter_map(|s| s.labels.get(POD_UID).cloned())
+            .collect();
+        uids.sort();
+        uids.dedup();
+        Ok(uids)
+    }
+
+    fn on_message(&mut self, msg: HiveMessage) {
+        let Ok(resource) = msg.resource().parse::<EdgeResource>() else {
+            return;
+        };
+        let deleted = msg.operation() == operation::DELETE;
+        match resource.resource_type.as_str() {
+            resource_type::POD => {
+                let key = format!("{}/{}", resource.namespace, resource.name);
+                if deleted {
+                    if let Some(worker) = self.workers.remove(&key) {
+                        let _ = worker.signals.try_send(Signal::Delete);
+                    }
+                    return;
+                }
+                match Pod::deserialize(msg.content()) {
+                    Ok(pod) => self.apply(pod),
+                    Err(err) => warn!(pod = %key, error = %err, "pod unreadable"),
+                }
+            }
+            kind @ (resource_type::CONFIGMAP | resource_type::SECRET) => {
+                let key = format!("{}/{kind}/{}", resource.namespace, resource.name);
+                if let Ok(mut objects) = self.objects.write() {
+                    if deleted {
+                        objects.remove(&key);
+                    } else {
+                        objects.insert(key, msg.content().clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands `pod` to its worker, starting one if needed.
+    fn apply(&mut self, pod: Pod) {
+        let key = spec::pod_key(&pod);
+        let uid = spec::pod_uid(&pod);
+        if let Some(worker) = self.workers.get(&key) {
+            if worker.uid == uid {
+                let _ = worker.signals.try_send(Signal::Spec(Box::new(pod)));
+                return;
+            }
+            // Same name, new pod: the old one goes first.
+            let _ = worker.signals.try_send(Signal::Delete);
+        }
+        let (signals, receiver) = mpsc::channel(64);
+        let worker = PodWorker::new(
+            pod,
+            self.cri.clone(),
+            self.hive.clone(),
+            self.config.clone(),
+            self.objects.clone(),
+        );
+        actix::spawn(worker.run(receiver));
+        self.workers.insert(key, WorkerHandle { uid, signals });
+    }
+
+    /// The PLEG: lists the runtime's containers and tells the worker of
+    /// each pod whose containers changed.
+    async fn relist(&mut self) {
+        let mut runtime = self.cri.runtime.clone();
+        let listed = runtime
+            .list_containers(api::ListContainersRequest {
+                filter: Some(api::ContainerFilter {
+                    label_selector: HashMap::from([(NODE.to_owned(), self.config.node.clone())]),
+                    ..Default::default()
+                }),
+            })
+            .await;
+        let containers = match listed {
+            Ok(listed) => listed.into_inner().containers,
+            Err(status) => {
+                debug!(%status, "relist failed");
+                return;
+            }
+        };
+        let mut now: HashMap<String, Vec<(String, i32)>> = HashMap::new();
+        for container in containers {
+            if let Some(uid) = container.labels.get(POD_UID) {
+                now.entry(uid.clone())
+                    .or_default()
+                    .push((container.id, container.state));
+            }
+        }
+        for states in now.values_mut() {
+            states.sort();
+        }
+        let changed: Vec<String> = now
+            .iter()
+            .filter(|(uid, states)| self.snapshot.get(*uid) != Some(*states))
+            .map(|(uid, _)| uid.clone())
+            .chain(
+                self.snapshot
+                    .keys()
+                    .filter(|uid| !now.contains_key(*uid))
+                    .cloned(),
+            )
+            .collect();
+        self.snapshot = now;
+        if changed.is_empty() {
+            return;
+        }
+        let by_uid: BTreeMap<&str, &WorkerHandle> =
+            self.workers.values().map(|w| (w.uid.as_str(), w)).collect();
+        for uid in changed {
+            if let Some(worker) = by_uid.get(uid.as_str()) {
+                let _ = worker.signals.try_send(Signal::Relist);
+            }
+        }
+    }
+}

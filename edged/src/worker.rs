@@ -1,0 +1,943 @@
+//! `PodWorker`: one task per pod that brings what containerd runs in line
+//! with the pod's spec, one sync at a time, and reports the pod's status
+//! when it changes.
+//!
+//! A sync: the sandbox (created, or re-created if it died), then init
+//! containers one by one, then the containers; a container that exited is
+//! restarted as `restartPolicy` says, after a crash-loop backoff; an image
+//! is pulled as `imagePullPolicy` says. Containers already running with the
+//! same spec are left alone: that is how a restarted edged adopts them.
+//! A worker wakes on a new spec, on the PLEG's word that something changed
+//! in the runtime, and when a backoff ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use beehive::constants::{group, module, operation};
+use beehive::{Hive, Message as HiveMessage};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::config::EdgedConfig;
+use crate::cri::{Cri, CriError, api};
+use crate::spec::{self, CONTAINER_NAME, Objects, POD_UID, SPEC_HASH};
+
+/// What a worker is told.
+#[derive(Debug)]
+pub enum Signal {
+    /// The pod's spec, new or changed.
+    Spec(Box<Pod>),
+    /// The runtime changed for this pod (from the PLEG).
+    Relist,
+    /// The pod was deleted: tear it down and stop.
+    Delete,
+}
+
+/// A container that is not running for a reason of edged's (a pull that
+/// failed, a config that cannot be made, a backoff).
+#[derive(Debug, Clone, PartialEq)]
+struct Waiting {
+    reason: String,
+    message: String,
+}
+
+/// Per container: restarts and pulls that failed, and when the next may be
+/// tried.
+#[derive(Debug, Default, Clone)]
+struct Backoff {
+    failures: u32,
+    until: Option<Instant>,
+}
+
+impl Backoff {
+    fn ready(&self, now: Instant) -> bool {
+        self.until.is_none_or(|until| until <= now)
+    }
+
+    fn fail(&mut self, now: Instant, initial: Duration, max: Duration) {
+        let delay = initial
+            .saturating_mul(2u32.saturating_pow(self.failures.min(16)))
+            .min(max);
+        self.failures += 1;
+        self.until = Some(now + delay);
+    }
+}
+
+/// The latest container of one name, and the ones before it.
+#[derive(Debug, Default)]
+struct Observed {
+    latest: Option<api::ContainerStatus>,
+    older: Vec<String>,
+}
+
+/// One pod's worker.
+pub struct PodWorker {
+    pod: Pod,
+    cri: Cri,
+    hive: Hive,
+    config: Arc<EdgedConfig>,
+    objects: Arc<RwLock<Objects>>,
+    waiting: HashMap<String, Waiting>,
+    restarts: HashMap<String, Backoff>,
+    pulls: HashMap<String, Backoff>,
+    sandbox: Option<(String, String, i64)>,
+    sandbox_error: Option<String>,
+    last_status: Option<PodStatus>,
+    deleting: bool,
+}
+
+impl PodWorker {
+    /// A worker for `pod`.
+    pub fn new(
+        pod: Pod,
+        cri: Cri,
+        hive: Hive,
+        config: Arc<EdgedConfig>,
+        objects: Arc<RwLock<Objects>>,
+    ) -> Self {
+        PodWorker {
+            pod,
+            cri,
+            hive,
+            config,
+            objects,
+            waiting: HashMap::new(),
+            restarts: HashMap::new(),
+            pulls: HashMap::new(),
+            sandbox: None,
+            sandbox_error: None,
+            last_status: None,
+            deleting: false,
+        }
+    }
+
+    /// Runs until the pod is deleted and torn down (or nobody can signal).
+    pub async fn run(mut self, mut signals: mpsc::Receiver<Signal>) {
+        let key = spec::pod_key(&self.pod);
+        loop {
+            let wake = match self.sync().await {
+                Ok(wake) => wake,
+                Err(err) => {
+                    warn!(pod = %key, error = %err, "pod sync failed; trying again");
+                    Some(Instant::now() + self.config.backoff_initial)
+                }
+            };
+            if self.deleting {
+                info!(pod = %key, "pod torn down");
+                return;
+            }
+            self.report().await;
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                signal = signals.recv() => {
+                    let Some(signal) = signal else { return };
+                    self.take(signal);
+                    // Several signals in a row make one sync.
+                    while let Ok(signal) = signals.try_recv() {
+                        self.take(signal);
+                    }
+                }
+                () = sleep => {}
+            }
+        }
+    }
+
+    fn take(&mut self, signal: Signal) {
+        match signal {
+            Signal::Spec(pod) => self.pod = *pod,
+            Signal::Relist => {}
+            Signal::Delete => self.deleting = true,
+        }
+    }
+
+    fn uid(&self) -> String {
+        spec::pod_uid(&self.pod)
+    }
+
+    fn restart_policy(&self) -> &str {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always")
+    }
+
+    /// One pass; when to pass again without a signal (a backoff's end).
+    async fn sync(&mut self) -> Result<Option<Instant>, CriError> {
+        if self.deleting {
+            self.teardown().await?;
+            return Ok(None);
+        }
+        let Some(spec) = self.pod.spec.clone() else {
+            return Ok(None);
+        };
+        let sandbox_id = match self.ensure_sandbox().await {
+            Ok(id) => {
+                self.sandbox_error = None;
+                id
+            }
+            Err(err) => {
+                self.sandbox_error = Some(err.to_string());
+                return Err(err);
+            }
+        };
+        let mut observed = self.observe(&sandbox_id).await?;
+        let mut wake: Option<Instant> = None;
+        let mut earliest = |at: Option<Instant>| {
+            if let Some(at) = at {
+                wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
+            }
+        };
+        // Containers of names no longer in the spec go.
+        let names: Vec<&str> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .map(|c| c.name.as_str())
+            .collect();
+        let strays: Vec<String> = observed
+            .keys()
+            .filter(|name| !names.contains(&name.as_str()))
+            .cloned()
+            .collect();
+        for name in strays {
+            if let Some(seen) = observed.remove(&name) {
+                let ids = seen.latest.iter().map(|s| s.id.clone()).chain(seen.older);
+                for id in ids {
+                    self.remove_container(&id, 0).await;
+                }
+            }
+        }
+        let mut initialized = true;
+        for container in spec.init_containers.iter().flatten() {
+            let seen = observed.remove(&container.name).unwrap_or_default();
+            let state = seen.latest.as_ref().map(|s| (s.state, s.exit_code));
+            match state {
+                Some((state, 0)) if state == api::ContainerState::ContainerExited as i32 => {
+                    continue;
+                }
+                Some((state, _))
+                    if state == api::ContainerState::ContainerExited as i32
+                        && self.restart_policy() == "Never" =>
+                {
+                    initialized = false;
+                    break;
+                }
+                _ => {
+                    initialized = false;
+                    earliest(
+                        self.run_container(&sandbox_id, container, seen, true)
+                            .await?,
+                    );
+                    break;
+                }
+            }
+        }
+        if initialized {
+            for container in &spec.containers {
+                let seen = observed.remove(&container.name).unwrap_or_default();
+                earliest(
+                    self.run_container(&sandbox_id, container, seen, false)
+                        .await?,
+                );
+            }
+        }
+        Ok(wake)
+    }
+
+    /// The ready sandbox of this pod, created (again) if there is none.
+    async fn ensure_sandbox(&mut self) -> Result<String, CriError> {
+        let mut runtime = self.cri.runtime.clone();
+        let sandboxes = runtime
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: HashMap::from([(POD_UID.to_owned(), self.uid())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|status| CriError::Call {
+                call: "ListPodSandbox",
+                status,
+            })?
+            .into_inner()
+            .items;
+        let ready = sandboxes
+            .iter()
+            .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+            .max_by_key(|s| s.created_at);
+        if let Some(sandbox) = ready {
+            let id = sandbox.id.clone();
+            for dead in sandboxes.iter().filter(|s| s.id != id) {
+                self.remove_sandbox(&dead.id).await;
+            }
+            if self
+                .sandbox
+                .as_ref()
+                .is_none_or(|(known, _, _)| *known != id)
+            {
+                let status = runtime
+                    .pod_sandbox_status(api::PodSandboxStatusRequest {
+                        pod_sandbox_id: id.clone(),
+                        verbose: false,
+                    })
+                    .await
+                    .map_err(|status| CriError::Call {
+                        call: "PodSandboxStatus",
+                        status,
+                    })?
+                    .into_inner()
+                    .status
+                    .unwrap_or_default();
+                let ip = status.network.map(|n| n.ip).unwrap_or_default();
+                self.sandbox = Some((id.clone(), ip, status.created_at));
+            }
+            return Ok(id);
+        }
+        let attempt = sandboxes
+            .iter()
+            .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))
+            .max()
+            .unwrap_or(0);
+        for dead in &sandboxes {
+            self.remove_sandbox(&dead.id).await;
+        }
+        self.pull(&self.config.pause_image.clone(), "IfNotPresent")
+            .await?;
+        let log_dir = self.config.pod_dir(&self.uid()).join("logs");
+        if let Err(err) = std::fs::create_dir_all(&log_dir) {
+            warn!(dir = %log_dir.display(), error = %err, "pod log directory");
+        }
+        let config = spec::sandbox_config(&self.pod, &self.config.node, &log_dir, attempt);
+        let id = runtime
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+            .map_err(|status| CriError::Call {
+                call: "RunPodSandbox",
+                status,
+            })?
+            .into_inner()
+            .pod_sandbox_id;
+        info!(pod = %spec::pod_key(&self.pod), sandbox = %id, "sandbox started");
+        self.sandbox = None;
+        Box::pin(self.ensure_sandbox()).await
+    }
+
+    /// This pod's containers in `sandbox`, by name.
+    async fn observe(&mut self, sandbox: &str) -> Result<HashMap<String, Observed>, CriError> {
+        let mut runtime = self.cri.runtime.clone();
+        let containers = runtime
+            .list_containers(api::ListContainersRequest {
+                filter: Some(api::ContainerFilter {
+                    pod_sandbox_id: sandbox.to_owned(),
+                    label_selector: HashMap::from([(POD_UID.to_owned(), self.uid())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|status| CriError::Call {
+                call: "ListContainers",
+                status,
+            })?
+            .into_inner()
+            .containers;
+        let mut by_name: HashMap<String, Vec<api::ContainerStatus>> = HashMap::new();
+        for container in containers {
+            let status = runtime
+                .container_status(api::ContainerStatusRequest {
+                    container_id: container.id.clone(),
+                    verbose: false,
+                })
+                .await
+                .map_err(|status| CriError::Call {
+                    call: "ContainerStatus",
+                    status,
+                })?
+                .into_inner()
+                .status;
+            if let Some(status) = status {
+                let name = status
+                    .labels
+                    .get(CONTAINER_NAME)
+                    .cloned()
+                    .unwrap_or_default();
+                by_name.entry(name).or_default().push(status);
+            }
+        }
+        Ok(by_name
+            .into_iter()
+            .map(|(name, mut all)| {
+                all.sort_by_key(|s| s.metadata.as_ref().map_or(0, |m| m.attempt));
+                let latest = all.pop();
+                let older = all.into_iter().map(|s| s.id).collect();
+                (name, Observed { latest, older })
+            })
+            .collect())
+    }
+
+    /// Brings one container to what the spec wants; when to look again.
+    async fn run_container(
+        &mut self,
+        sandbox: &str,
+        container: &Container,
+        seen: Observed,
+        init: bool,
+    ) -> Result<Option<Instant>, CriError> {
+        // Only the latest dead container is kept (for its logs).
+        for id in &seen.older {
+            self.remove_container(id, 0).await;
+        }
+        let now = Instant::now();
+        let Some(latest) = seen.latest else {
+            return self.start(sandbox, container, 0).await;
+        };
+        let attempt = latest.metadata.as_ref().map_or(0, |m| m.attempt);
+        let same_spec = latest.labels.get(SPEC_HASH) == Some(&spec::spec_hash(container));
+        let state = latest.state;
+        if state == api::ContainerState::ContainerRunning as i32 {
+            if same_spec {
+                self.waiting.remove(&container.name);
+                return Ok(None);
+            }
+            info!(container = %container.name, "spec changed; container replaced");
+            self.remove_container(&latest.id, self.grace()).await;
+            return self.start(sandbox, container, attempt + 1).await;
+        }
+        if state == api::ContainerState::ContainerCreated as i32 {
+            let mut runtime = self.cri.runtime.clone();
+            runtime
+                .start_container(api::StartContainerRequest {
+                    container_id: latest.id.clone(),
+                })
+                .await
+                .map_err(|status| CriError::Call {
+                    call: "StartContainer",
+                    status,
+                })?;
+            return Ok(None);
+        }
+        // Exited (or unknown): restart if the policy says so.
+        let restart = match self.restart_policy() {
+            "Never" => false,
+            "OnFailure" => latest.exit_code != 0,
+            _ => !init || latest.exit_code != 0,
+        } || !same_spec;
+        if !restart {
+            self.waiting.remove(&container.name);
+            return Ok(None);
+        }
+        let backoff = self.restarts.entry(container.name.clone()).or_default();
+        if !backoff.ready(now) {
+            self.waiting.insert(
+                container.name.clone(),
+                Waiting {
+                    reason: "CrashLoopBackOff".to_owned(),
+                    message: format!(
+                        "back-off restarting failed container {} in pod {}",
+                        container.name,
+                        spec::pod_key(&self.pod)
+                    ),
+                },
+            );
+            return Ok(backoff.until);
+        }
+        backoff.fail(now, self.config.backoff_initial, self.config.backoff_max);
+        let next = backoff.until;
+        self.remove_container(&latest.id, 0).await;
+        self.start(sandbox, container, attempt + 1).await?;
+        // Look again when the next restart would be allowed.
+        Ok(next)
+    }
+
+    /// Pulls (as the policy says), creates and starts attempt `attempt`.
+    async fn start(
+        &mut self,
+        sandbox: &str,
+        container: &Container,
+        attempt: u32,
+    ) -> Result<Option<Instant>, CriError> {
+        let image = container.image.clone().unwrap_or_default();
+        let policy = container.image_pull_policy.clone().unwrap_or_else(|| {
+            if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
+                "Always".to_owned()
+            } else {
+                "IfNotPresent".to_owned()
+            }
+        });
+        let now = Instant::now();
+        let pulls = self
+            .pulls
+            .entry(container.name.clone())
+            .or_default()
+            .clone();
+        if !pulls.ready(now) {
+            self.waiting.insert(
+                container.name.clone(),
+                Waiting {
+                    reason: "ImagePullBackOff".to_owned(),
+                    message: format!("back-off pulling image {image:?}"),
+                },
+            );
+            return Ok(pulls.until);
+        }
+        let image_ref = match self.pull(&image, &policy).await {
+            Ok(image_ref) => {
+                self.pulls.remove(&container.name);
+                image_ref
+            }
+            Err(err) => {
+                let backoff = self.pulls.entry(container.name.clone()).or_default();
+                backoff.fail(now, self.config.backoff_initial, self.config.backoff_max);
+                let reason = if policy == "Never" {
+                    "ErrImageNeverPull"
+                } else {
+                    "ErrImagePull"
+                };
+                self.waiting.insert(
+                    container.name.clone(),
+                    Waiting {
+                        reason: reason.to_owned(),
+                        message: err.to_string(),
+                    },
+                );
+                return Ok(backoff.until);
+            }
+        };
+        let objects = self.objects.read().map(|o| o.clone()).unwrap_or_default();
+        let config = match spec::container_config(
+            &self.pod,
+            &self.config.node,
+            container,
+            &image_ref,
+            attempt,
+            &objects,
+        ) {
+            Ok(config) => config,
+            Err(err) => {
+                self.waiting.insert(
+                    container.name.clone(),
+                    Waiting {
+                        reason: err.reason.clone(),
+                        message: err.message.clone(),
+                    },
+                );
+                return Ok(Some(now + self.config.backoff_initial));
+            }
+        };
+        let log_dir = self.config.pod_dir(&self.uid()).join("logs");
+        let sandbox_config = spec::sandbox_config(&self.pod, &self.config.node, &log_dir, 0);
+        let mut runtime = self.cri.runtime.clone();
+        let created = runtime
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox.to_owned(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            })
+            .await;
+        let id = match created {
+            Ok(created) => created.into_inner().container_id,
+            Err(status) => {
+                self.waiting.insert(
+                    container.name.clone(),
+                    Waiting {
+                        reason: "CreateContainerError".to_owned(),
+                        message: status.message().to_owned(),
+                    },
+                );
+                return Ok(Some(now + self.config.backoff_initial));
+            }
+        };
+        if let Err(status) = runtime
+            .start_container(api::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+        {
+            self.waiting.insert(
+                container.name.clone(),
+                Waiting {
+                    reason: "RunContainerError".to_owned(),
+                    message: status.message().to_owned(),
+                },
+            );
+            return Ok(Some(now + self.config.backoff_initial));
+        }
+        self.waiting.remove(&container.name);
+        debug!(pod = %spec::pod_key(&self.pod), container = %container.name, attempt, %id, "container started");
+        Ok(None)
+    }
+
+    /// The image's reference after pulling as `policy` says.
+    async fn pull(&self, image: &str, policy: &str) -> Result<String, CriError> {
+        let mut images = self.cri.images.clone();
+        let spec = api::ImageSpec {
+            image: image.to_owned(),
+            ..Default::default()
+        };
+        if policy != "Always" {
+            let present = images
+                .image_status(api::ImageStatusRequest {
+                    image: Some(spec.clone()),
+                    verbose: false,
+                })
+                .await
+                .map_err(|status| CriError::Call {
+                    call: "ImageStatus",
+                    status,
+                })?
+                .into_inner()
+                .image;
+            if let Some(present) = present {
+                return Ok(present.id);
+            }
+            if policy == "Never" {
+                return Err(CriError::Call {
+                    call: "ImageStatus",
+                    status: tonic::Status::not_found(format!(
+                        "image {image:?} is not present and imagePullPolicy is Never"
+                    )),
+                });
+            }
+        }
+        images
+            .pull_image(api::PullImageRequest {
+                image: Some(spec),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().image_ref)
+            .map_err(|status| CriError::Call {
+                call: "PullImage",
+                status,
+            })
+    }
+
+    fn grace(&self) -> i64 {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30)
+    }
+
+    async fn remove_container(&self, id: &str, grace: i64) {
+        let mut runtime = self.cri.runtime.clone();
+        let _ = runtime
+            .stop_container(api::StopContainerRequest {
+                container_id: id.to_owned(),
+                timeout: grace,
+            })
+            .await;
+        if let Err(status) = runtime
+            .remove_container(api::RemoveContainerRequest {
+                container_id: id.to_owned(),
+            })
+            .await
+        {
+            warn!(container = id, %status, "container not removed");
+        }
+    }
+
+    async fn remove_sandbox(&self, id: &str) {
+        let mut runtime = self.cri.runtime.clone();
+        let _ = runtime
+            .stop_pod_sandbox(api::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_owned(),
+            })
+            .await;
+        if let Err(status) = runtime
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_owned(),
+            })
+            .await
+        {
+            warn!(sandbox = id, %status, "sandbox not removed");
+        }
+    }
+
+    /// Stops every container with the pod's grace period, then removes the
+    /// sandboxes (and with them the containers) and the pod's directory.
+    async fn teardown(&mut self) -> Result<(), CriError> {
+        teardown(&self.cri, &self.config, &self.uid(), self.grace()).await
+    }
+
+    /// The pod's status from what the runtime shows now.
+    async fn status(&mut self) -> PodStatus {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let observed = match &self.sandbox {
+            Some((id, _, _)) => {
+                let id = id.clone();
+                self.observe(&id).await.unwrap_or_default()
+            }
+            None => HashMap::new(),
+        };
+        let status_of = |container: &Container| -> ContainerStatus {
+            let latest = observed
+                .get(&container.name)
+                .and_then(|o| o.latest.as_ref());
+            let waiting = self.waiting.get(&container.name);
+            let state = match (latest, waiting) {
+                (_, Some(waiting)) => ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(waiting.reason.clone()),
+                        message: Some(waiting.message.clone()),
+                    }),
+                    ..Default::default()
+                },
+                (Some(s), None) if s.state == api::ContainerState::ContainerRunning as i32 => {
+                    ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: time(s.started_at),
+                        }),
+                        ..Default::default()
+                    }
+                }
+                (Some(s), None) if s.state == api::ContainerState::ContainerExited as i32 => {
+                    ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: s.exit_code,
+                            reason: Some(if s.reason.is_empty() {
+                                if s.exit_code == 0 {
+                                    "Completed".to_owned()
+                                } else {
+                                    "Error".to_owned()
+                                }
+                            } else {
+                                s.reason.clone()
+                            }),
+                            message: Some(s.message.clone()).filter(|m| !m.is_empty()),
+                            started_at: time(s.started_at),
+                            finished_at: time(s.finished_at),
+                            container_id: Some(format!("containerd://{}", s.id)),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }
+                }
+                _ => ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ContainerCreating".to_owned()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                },
+            };
+            let running = state.running.is_some();
+            ContainerStatus {
+                name: container.name.clone(),
+                image: container.image.clone().unwrap_or_default(),
+                image_id: latest.map(|s| s.image_ref.clone()).unwrap_or_default(),
+                container_id: latest.map(|s| format!("containerd://{}", s.id)),
+                restart_count: latest
+                    .and_then(|s| s.metadata.as_ref())
+                    .map_or(0, |m| m.attempt as i32),
+                ready: running,
+                started: Some(running),
+                state: Some(state),
+                ..Default::default()
+            }
+        };
+        let init_statuses: Vec<ContainerStatus> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(status_of)
+            .collect();
+        let statuses: Vec<ContainerStatus> = spec.containers.iter().map(status_of).collect();
+        let terminated = |s: &ContainerStatus| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .map(|t| t.exit_code)
+        };
+        let initialized = init_statuses.iter().all(|s| terminated(s) == Some(0));
+        let policy = self.restart_policy().to_owned();
+        let init_failed = policy == "Never"
+            && init_statuses
+                .iter()
+                .any(|s| terminated(s).is_some_and(|c| c != 0));
+        let all_done = !statuses.is_empty() && statuses.iter().all(|s| terminated(s).is_some());
+        let any_failed = statuses
+            .iter()
+            .any(|s| terminated(s).is_some_and(|c| c != 0));
+        let phase = if init_failed || (policy == "Never" && all_done && any_failed) {
+            "Failed"
+        } else if policy != "Always" && all_done && !any_failed {
+            "Succeeded"
+        } else if initialized
+            && statuses.iter().any(|s| {
+                s.state
+                    .as_ref()
+                    .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+            })
+        {
+            "Running"
+        } else {
+            "Pending"
+        };
+        let ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+        let condition = |kind: &str, ok: bool| PodCondition {
+            type_: kind.to_owned(),
+            status: if ok { "True" } else { "False" }.to_owned(),
+            ..Default::default()
+        };
+        let (ip, started) = match &self.sandbox {
+            Some((_, ip, created)) => (
+                if ip.is_empty() {
+                    self.config.node_ip.clone()
+                } else {
+                    ip.clone()
+                },
+                time(*created),
+            ),
+            None => (String::new(), None),
+        };
+        PodStatus {
+            phase: Some(phase.to_owned()),
+            conditions: Some(vec![
+                condition("PodScheduled", true),
+                condition("Initialized", initialized),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+            ]),
+            pod_ip: Some(ip).filter(|ip| !ip.is_empty()),
+            host_ip: Some(self.config.node_ip.clone()).filter(|ip| !ip.is_empty()),
+            start_time: started,
+            container_statuses: Some(statuses),
+            init_container_statuses: Some(init_statuses).filter(|s| !s.is_empty()),
+            message: self.sandbox_error.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Sends the pod's status up (through metamanager) if it changed.
+    async fn report(&mut self) {
+        let status = self.status().await;
+        if self.last_status.as_ref() == Some(&status) {
+            return;
+        }
+        let Ok(content) = serde_json::to_value(&status) else {
+            return;
+        };
+        let namespace = self
+            .pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let name = self.pod.metadata.name.clone().unwrap_or_default();
+        let msg = HiveMessage::new()
+            .build_router(
+                module::EDGED,
+                group::META,
+                format!("{namespace}/podstatus/{name}"),
+                operation::UPDATE,
+            )
+            .with_content(content);
+        match self.hive.send(module::METAMANAGER, msg).await {
+            Ok(()) => self.last_status = Some(status),
+            Err(err) => debug!(error = %err, "pod status not reported"),
+        }
+    }
+}
+
+/// Tears a pod down by uid: its containers get `grace` seconds, then its
+/// sandboxes and directory go.
+pub async fn teardown(
+    cri: &Cri,
+    config: &EdgedConfig,
+    uid: &str,
+    grace: i64,
+) -> Result<(), CriError> {
+    let mut runtime = cri.runtime.clone();
+    let selector = HashMap::from([(POD_UID.to_owned(), uid.to_owned())]);
+    let containers = runtime
+        .list_containers(api::ListContainersRequest {
+            filter: Some(api::ContainerFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|status| CriError::Call {
+            call: "ListContainers",
+            status,
+        })?
+        .into_inner()
+        .containers;
+    // Stopped together, so the grace periods run side by side.
+    let stops = containers.iter().map(|c| {
+        let mut runtime = runtime.clone();
+        let id = c.id.clone();
+        async move {
+            let _ = runtime
+                .stop_container(api::StopContainerRequest {
+                    container_id: id,
+                    timeout: grace,
+                })
+                .await;
+        }
+    });
+    futures_util::future::join_all(stops).await;
+    let sandboxes = runtime
+        .list_pod_sandbox(api::ListPodSandboxRequest {
+            filter: Some(api::PodSandboxFilter {
+                label_selector: selector,
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|status| CriError::Call {
+            call: "ListPodSandbox",
+            status,
+        })?
+        .into_inner()
+        .items;
+    for sandbox in sandboxes {
+        let _ = runtime
+            .stop_pod_sandbox(api::StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.id.clone(),
+            })
+            .await;
+        runtime
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: sandbox.id,
+            })
+            .await
+            .map_err(|status| CriError::Call {
+                call: "RemovePodSandbox",
+                status,
+            })?;
+    }
+    let dir = config.pod_dir(uid);
+    if dir.exists()
+        && let Err(err) = std::fs::remove_dir_all(&dir)
+    {
+        warn!(dir = %dir.display(), error = %err, "pod directory not removed");
+    }
+    Ok(())
+}
+
+/// A CRI time (nanoseconds since the epoch) as a Kubernetes time.
+fn time(nanos: i64) -> Option<Time> {
+    if nanos <= 0 {
+        return None;
+    }
+    let at = jiff::Timestamp::from_second(nanos / 1_000_000_000).ok()?;
+    Some(Time(at))
+}

@@ -1,0 +1,402 @@
+//! edged against the real containerd that `scripts/setup-containerd` runs:
+//! pods arrive through a real metamanager on redb, run on containerd over
+//! CRI, and their status is read back from what edged reported (the edge
+//! store) and from containerd itself.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use beehive::constants::{group, module, operation};
+use beehive::{Hive, HiveConfig, Message};
+use edged::cri::api;
+use edged::{Cri, Edged, EdgedConfig};
+use meta::{EdgeStore, MetaManager, StoreChange};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn socket() -> PathBuf {
+    std::env::var_os("EDGEHIVE_CRI_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
+}
+
+/// An edge: metamanager on a store in `dir`, and edged.
+struct Edge {
+    hive: Hive,
+    store: EdgeStore,
+    changes: broadcast::Receiver<StoreChange>,
+    root: PathBuf,
+}
+
+impl Edge {
+    /// An edge for node `node` (an edged touches only its node's pods).
+    async fn start(dir: &Path, node: &str) -> Edge {
+        let hive = Hive::new("edge", HiveConfig::default());
+        let store = EdgeStore::open(&dir.join("edge.redb")).expect("store");
+        let changes = store.subscribe();
+        MetaManager::start(&hive, store.clone()).expect("metamanager");
+        let root = dir.join("edged");
+        let config = EdgedConfig {
+            relist_period: Duration::from_millis(200),
+            backoff_initial: Duration::from_millis(300),
+            backoff_max: Duration::from_secs(2),
+            node_ip: "127.0.0.1".to_owned(),
+            ..EdgedConfig::new(node, socket(), &root)
+        };
+        Edged::start(&hive, config)
+            .await
+            .unwrap_or_else(|err| panic!("{err}; run ./scripts/setup-containerd first"));
+        Edge {
+            hive,
+            store,
+            changes,
+            root,
+        }
+    }
+
+    /// Delivers a pod as the cloud would: through metamanager.
+    async fn send(&self, op: &str, pod: &Value, version: u64) {
+        let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let msg = Message::new()
+            .build_router(
+                module::EDGEHUB,
+                group::RESOURCE,
+                format!("{namespace}/pod/{name}"),
+                op,
+            )
+            .with_resource_version(version.to_string())
+            .with_content(pod.clone());
+        let reply = self
+            .hive
+            .send_sync(module::METAMANAGER, msg, WAIT)
+            .await
+            .expect("stored");
+        assert_eq!(reply.operation(), operation::RESPONSE, "{reply:?}");
+    }
+
+    /// Waits for a status of pod `name` that satisfies `wanted` (perhaps
+    /// the one stored already).
+    async fn status(&mut self, name: &str, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+        let resource = format!("default/podstatus/{name}");
+        if let Some(status) = self
+            .store
+            .get(&resource)
+            .ok()
+            .flatten()
+            .and_then(|r| r.object)
+            && wanted(&status)
+        {
+            return status;
+        }
+        self.changed_status(name, what, wanted).await
+    }
+
+    /// Waits for a new status report of pod `name` that satisfies `wanted`.
+    async fn changed_status(
+        &mut self,
+        name: &str,
+        what: &str,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let resource = format!("default/podstatus/{name}");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut last = Value::Null;
+        loop {
+            let change = tokio::time::timeout_at(deadline, self.changes.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{name}: never {what}; last status {last:#}"))
+                .expect("store changes");
+            if change.resource != resource {
+                continue;
+            }
+            if let Some(status) = change.record.object {
+                if wanted(&status) {
+                    return status;
+                }
+                last = status;
+            }
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.hive.shutdown().await;
+        self.store.close().await;
+    }
+}
+
+fn pod(name: &str, uid: &str, command: &str, extra: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": "127.0.0.1:5000/edgehive/busybox:latest",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", command]
+            }]
+        }
+    });
+    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
+        for (key, value) in extra {
+            spec.insert(key.clone(), value.clone());
+        }
+    }
+    pod
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), fastrand_suffix())
+}
+
+fn fastrand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}
+
+fn main_container(status: &Value) -> &Value {
+    &status["containerStatuses"][0]
+}
+
+fn running(status: &Value) -> bool {
+    status["phase"] == "Running" && main_container(status)["state"]["running"].is_object()
+}
+
+/// What containerd holds for a pod uid: sandboxes and containers.
+async fn in_containerd(uid: &str) -> (usize, usize) {
+    let cri = Cri::connect(&socket()).await.expect("cri");
+    let mut runtime = cri.runtime.clone();
+    let selector = HashMap::from([(edged::spec::POD_UID.to_owned(), uid.to_owned())]);
+    let sandboxes = runtime
+        .list_pod_sandbox(api::ListPodSandboxRequest {
+            filter: Some(api::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .items
+        .len();
+    let containers = runtime
+        .list_containers(api::ListContainersRequest {
+            filter: Some(api::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .containers
+        .len();
+    (sandboxes, containers)
+}
+
+#[actix::test]
+async fn a_pod_runs_on_its_network_logs_and_is_removed_without_a_trace() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let uid = unique("uid-web");
+    let web = pod(
+        "web",
+        &uid,
+        "echo hello from edged; exec httpd -f -p 8080 -h /",
+        json!({}),
+    );
+    edge.send(operation::INSERT, &web, 1).await;
+
+    let status = edge.status("web", "Running", running).await;
+    let ip = status["podIP"].as_str().expect("a pod IP").to_owned();
+    assert!(
+        ip.starts_with("10.88."),
+        "pod IP {ip} is not on the CNI bridge"
+    );
+    assert_eq!(main_container(&status)["restartCount"], 0);
+    assert_eq!(status["conditions"][3]["type"], "Ready");
+    assert_eq!(status["conditions"][3]["status"], "True");
+    // Reachable from the host on its own address.
+    let stream = tokio::time::timeout(WAIT, async {
+        loop {
+            match tokio::net::TcpStream::connect((ip.as_str(), 8080)).await {
+                Ok(stream) => return stream,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("the pod's port answers");
+    drop(stream);
+    // Its output is in its log, in CRI's format.
+    let log = edge.root.join("pods").join(&uid).join("logs/main/0.log");
+    let text = tokio::time::timeout(WAIT, async {
+        loop {
+            let text = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+            if text.contains("hello from edged") {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the log has the output");
+    assert!(text.contains(" stdout F hello from edged"), "{text}");
+    assert_eq!(in_containerd(&uid).await, (1, 1));
+
+    edge.send(operation::DELETE, &web, 2).await;
+    tokio::time::timeout(WAIT, async {
+        while in_containerd(&uid).await != (0, 0) || edge.root.join("pods").join(&uid).exists() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("nothing left in containerd or on disk");
+    edge.stop().await;
+}
+
+#[actix::test]
+async fn a_crashing_container_backs_off_and_its_restarts_count() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let uid = unique("uid-crash");
+    let crash = pod(
+        "crash",
+        &uid,
+        "echo about to fail; exit 3",
+        json!({"hostNetwork": true}),
+    );
+    edge.send(operation::INSERT, &crash, 1).await;
+    let status = edge
+        .status("crash", "restarted twice", |s| {
+            main_container(s)["restartCount"].as_i64() >= Some(2)
+        })
+        .await;
+    assert_eq!(status["phase"], "Running", "{status:#}");
+    let backing_off = edge
+        .status("crash", "in CrashLoopBackOff", |s| {
+            main_container(s)["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        })
+        .await;
+    assert!(main_container(&backing_off)["restartCount"].as_i64() >= Some(2));
+    // Only the latest dead container is kept.
+    let (sandboxes, containers) = in_containerd(&uid).await;
+    assert_eq!(sandboxes, 1);
+    assert!(containers <= 2, "{containers} containers kept");
+
+    // restartPolicy Never: it fails once and stays failed.
+    let once_uid = unique("uid-once");
+    let once = pod(
+        "once",
+        &once_uid,
+        "exit 7",
+        json!({"hostNetwork": true, "restartPolicy": "Never"}),
+    );
+    edge.send(operation::INSERT, &once, 1).await;
+    let failed = edge
+        .status("once", "Failed", |s| s["phase"] == "Failed")
+        .await;
+    assert_eq!(
+        main_container(&failed)["state"]["terminated"]["exitCode"],
+        7
+    );
+    assert_eq!(main_container(&failed)["restartCount"], 0);
+
+    edge.send(operation::DELETE, &crash, 2).await;
+    edge.send(operation::DELETE, &once, 2).await;
+    tokio::time::timeout(WAIT, async {
+        while in_containerd(&uid).await != (0, 0) || in_containerd(&once_uid).await != (0, 0) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("removed");
+    edge.stop().await;
+}
+
+#[actix::test]
+async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = unique("node");
+    let mut edge = Edge::start(dir.path(), &node).await;
+    let uid = unique("uid-keep");
+    let keep = pod("keep", &uid, "sleep 3600", json!({"hostNetwork": true}));
+    edge.send(operation::INSERT, &keep, 1).await;
+    let before = edge.status("keep", "Running", running).await;
+    let container = main_container(&before)["containerID"].clone();
+    assert!(
+        container
+            .as_str()
+            .is_some_and(|id| id.starts_with("containerd://"))
+    );
+    edge.stop().await;
+
+    // A pod of this node's that runs in containerd but that the store no
+    // longer has (deleted while edged was down).
+    let stray_uid = unique("uid-stray");
+    let cri = Cri::connect(&socket()).await.expect("cri");
+    let mut runtime = cri.runtime.clone();
+    runtime
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: "stray".to_owned(),
+                    uid: stray_uid.clone(),
+                    namespace: "default".to_owned(),
+                    attempt: 0,
+                }),
+                labels: HashMap::from([
+                    (edged::spec::NODE.to_owned(), node.clone()),
+                    (edged::spec::POD_UID.to_owned(), stray_uid.clone()),
+                ]),
+                linux: Some(api::LinuxPodSandboxConfig {
+                    security_context: Some(api::LinuxSandboxSecurityContext {
+                        namespace_options: Some(api::NamespaceOption {
+                            network: api::NamespaceMode::Node as i32,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect("stray sandbox");
+    assert_eq!(in_containerd(&stray_uid).await, (1, 0));
+
+    // edged comes back with no cloud: its pods come from the store.
+    let mut edge = Edge::start(dir.path(), &node).await;
+    let after = edge
+        .changed_status("keep", "reported again", |s| {
+            running(s) && main_container(s)["containerID"] == container
+        })
+        .await;
+    assert_eq!(main_container(&after)["restartCount"], 0, "{after:#}");
+    tokio::time::timeout(WAIT, async {
+        while in_containerd(&stray_uid).await != (0, 0) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the unknown pod was removed");
+    assert_eq!(in_containerd(&uid).await, (1, 1));
+
+    edge.send(operation::DELETE, &keep, 2).await;
+    tokio::time::timeout(WAIT, async {
+        while in_containerd(&uid).await != (0, 0) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("removed");
+    edge.stop().await;
+}
