@@ -2,8 +2,9 @@
 //!
 //! `edgecore join` gets this node's certificate with a token from
 //! `cloudcore token`; `edgecore run` then keeps the node linked to the cloud
-//! (metamanager on redb, edgehub, MetaServer for local applications) until
-//! SIGINT or SIGTERM, needing no token.
+//! (metamanager on redb, edgehub, edged running pods on containerd through
+//! CRI, MetaServer for local applications) until SIGINT or SIGTERM, needing
+//! no token.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -77,6 +78,19 @@ enum Command {
         /// turns it off.
         #[arg(long, default_value = meta::metaserver::DEFAULT_ADDRESS)]
         metaserver: String,
+        /// The CRI runtime's socket (containerd); "off" runs no pods.
+        #[arg(
+            long,
+            env = "EDGEHIVE_CRI_SOCKET",
+            default_value = "/run/edgehive/containerd/containerd.sock"
+        )]
+        cri_socket: String,
+        /// The pod sandbox image.
+        #[arg(long, default_value = "127.0.0.1:5000/edgehive/pause:latest")]
+        pause_image: String,
+        /// This node's IP, reported as its InternalIP.
+        #[arg(long, default_value = "")]
+        node_ip: String,
     },
 }
 
@@ -111,6 +125,9 @@ fn main() -> Result<()> {
             keepalive_secs,
             certs,
             metaserver,
+            cri_socket,
+            pause_image,
+            node_ip,
         } => {
             let mut dial = DialOptions::new(&cloud, &server_name);
             let mut renewal = None;
@@ -149,17 +166,39 @@ fn main() -> Result<()> {
                 if let Some(renewal) = renewal {
                     actix::spawn(renewal);
                 }
-                run(args.data_dir, config, metaserver).await
+                let pods = (cri_socket != "off").then(|| {
+                    let mut edged = edged::EdgedConfig::new(
+                        config.node.clone(),
+                        &cri_socket,
+                        args.data_dir.join("edged"),
+                    );
+                    edged.pause_image = pause_image;
+                    edged.node_ip = node_ip;
+                    edged
+                });
+                run(args.data_dir, config, metaserver, pods).await
             })
         }
     }
 }
 
-async fn run(data_dir: PathBuf, config: EdgeHubConfig, metaserver: String) -> Result<()> {
+async fn run(
+    data_dir: PathBuf,
+    config: EdgeHubConfig,
+    metaserver: String,
+    pods: Option<edged::EdgedConfig>,
+) -> Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
     let hive = Hive::new("edge", HiveConfig::default());
     let store = EdgeStore::open(&data_dir.join("edge.redb")).context("edge store")?;
     MetaManager::start(&hive, store.clone())?;
+    if let Some(pods) = pods {
+        let socket = pods.cri_socket.display().to_string();
+        edged::Edged::start(&hive, pods).await.with_context(|| {
+            format!("edged (is containerd up at {socket}? see scripts/setup-containerd)")
+        })?;
+        tracing::info!(%socket, "edged ready");
+    }
     let metaserver = match metaserver.as_str() {
         "off" => None,
         address => {

@@ -89,7 +89,20 @@ struct Pair {
     dir: String,
 }
 
-fn start_pair(name: &str) -> Pair {
+/// Polls `check` every 100 ms for up to a minute (for state that only a
+/// poll can see, such as a file that a process writes).
+fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn start_pair(name: &str, node: &str) -> Pair {
     let cloudcore = env!("CARGO_BIN_EXE_cloudcore");
     let edgecore = env!("CARGO_BIN_EXE_edgecore");
     let dir = tempfile_dir(name);
@@ -137,7 +150,7 @@ fn start_pair(name: &str) -> Pair {
             "--token",
             &token,
             "--node",
-            "edge-1",
+            node,
         ])
         .status()
         .expect("join");
@@ -158,7 +171,10 @@ fn start_pair(name: &str) -> Pair {
             &keepalive,
         ],
     );
-    cloud.wait_for("node connected node=edge-1", Duration::from_secs(30));
+    cloud.wait_for(
+        &format!("node connected node={node}"),
+        Duration::from_secs(30),
+    );
     edge.wait_for("metaserver ready", Duration::from_secs(30));
     Pair {
         cloud,
@@ -171,7 +187,7 @@ fn start_pair(name: &str) -> Pair {
 
 #[test]
 fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
-    let Pair { cloud, edge, .. } = start_pair("frozen");
+    let Pair { cloud, edge, .. } = start_pair("frozen", "edge-frozen");
 
     edge.signal("-STOP");
     let frozen = Instant::now();
@@ -183,7 +199,7 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
     );
     edge.signal("-CONT");
     cloud.wait_for(
-        "node connected node=edge-1 session=2",
+        "node connected node=edge-frozen session=2",
         Duration::from_secs(30),
     );
 
@@ -215,9 +231,9 @@ fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
 }
 
 #[test]
-fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
+fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     use futures_util::StreamExt;
-    let pair = start_pair("ctl");
+    let pair = start_pair("ctl", "edge-ctl");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -231,7 +247,7 @@ fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
     let manifest = format!("{}/web.yaml", pair.dir);
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-conf\ndata:\n  greeting: hello\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: edge-1\n  containers:\n  - name: web\n    image: 127.0.0.1:5000/busybox:latest\n    envFrom:\n    - configMapRef:\n        name: web-conf\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-conf\ndata:\n  greeting: hello\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: edge-ctl\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: web\n    image: 127.0.0.1:5000/busybox:latest\n    command: [sh, -c, \"echo $greeting from the pod; trap 'exit 0' TERM; while true; do sleep 1; done\"]\n    envFrom:\n    - configMapRef:\n        name: web-conf\n",
     )
     .expect("manifest");
     let (ok, out, err) = ctl(&pair.admin, &["apply", "-f", &manifest]);
@@ -246,28 +262,49 @@ fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
     };
     let event: serde_json::Value = next(&mut events).expect("json");
     assert_eq!(event["type"], "ADDED");
-    assert_eq!(event["object"]["spec"]["nodeName"], "edge-1");
+    assert_eq!(event["object"]["spec"]["nodeName"], "edge-ctl");
     let cm = runtime
         .block_on(metaserver.get("/api/v1/namespaces/default/configmaps/web-conf"))
         .expect("the configmap came with the pod");
     assert_eq!(cm["data"]["greeting"], "hello");
 
+    // The pod runs on containerd at the edge, and the cloud sees it run.
+    let pod: serde_json::Value = until("the pod Running in the cloud's view", || {
+        let (ok, out, _) = ctl(&pair.admin, &["get", "pod", "web", "-o", "json"]);
+        let pod: serde_json::Value = serde_json::from_str(&out).ok()?;
+        (ok && pod["status"]["phase"] == "Running").then_some(pod)
+    });
+    let ip = pod["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(ip.starts_with("10.88."), "pod IP {ip:?}");
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
+    let log = format!("{}/edge/edged/pods/{uid}/logs/web/0.log", pair.dir);
+    until(
+        "the pod's output, with the configmap's value, in its log",
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|text| text.contains("stdout F hello from the pod"))
+        },
+    );
     let (ok, out, _) = ctl(&pair.admin, &["get", "pods"]);
     assert!(ok);
     let row = out.lines().nth(1).unwrap_or_default().to_owned();
     assert!(
-        out.starts_with("NAME") && row.starts_with("web ") && row.ends_with("edge-1"),
+        out.starts_with("NAME")
+            && row.starts_with("web ")
+            && row.contains("1/1")
+            && row.contains("Running")
+            && row.ends_with("edge-ctl"),
         "{out}"
     );
     let (ok, out, _) = ctl(&pair.admin, &["get", "nodes"]);
     assert!(
-        ok && out.contains("edge-1") && out.contains("Ready"),
+        ok && out.contains("edge-ctl") && out.contains("Ready") && out.contains("edgehive-"),
         "{out}"
     );
-    let (ok, out, _) = ctl(&pair.admin, &["get", "pod", "web", "-o", "json"]);
-    let pod: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert!(ok);
-    assert_eq!(pod["status"]["phase"], "Pending");
     let (ok, out, _) = ctl(&pair.admin, &["get", "cm", "-o", "yaml"]);
     assert!(
         ok && out.contains("kind: ConfigMapList") && out.contains("greeting: hello"),
@@ -275,7 +312,10 @@ fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
     );
     let (ok, out, _) = ctl(&pair.admin, &["describe", "pod", "web"]);
     assert!(
-        ok && out.contains("Node:") && out.contains("edge-1"),
+        ok && out.contains("Node:")
+            && out.contains("edge-ctl")
+            && out.contains("State:")
+            && out.contains("running"),
         "{out}"
     );
 
@@ -297,6 +337,11 @@ fn a_manifest_applied_with_edgehivectl_reaches_the_edges_metaserver() {
     let event: serde_json::Value = next(&mut events).expect("json");
     assert_eq!(event["type"], "DELETED");
     assert_eq!(event["object"]["metadata"]["name"], "web");
+    // edged tears the pod down: its directory goes last.
+    let pod_dir = format!("{}/edge/edged/pods/{uid}", pair.dir);
+    until("the pod torn down at the edge", || {
+        (!std::path::Path::new(&pod_dir).exists()).then_some(())
+    });
 
     pair.edge.stop();
     pair.cloud.stop();

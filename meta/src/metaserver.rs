@@ -17,6 +17,8 @@ use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::{info, warn};
 
+use beehive::constants::resource_type;
+
 use crate::api::{self, ApiError, EventStream, ObjectSource};
 use crate::kinds::{Change, Kind, ObjectKey};
 use crate::store::{EdgeStore, StoreChange, StoreError};
@@ -87,13 +89,34 @@ fn version_number(version: &str) -> u64 {
     version.parse().unwrap_or(0)
 }
 
+/// A pod as the edge knows it: the object from the cloud with the status
+/// edged last reported here (the edge's own truth, also offline).
+fn with_local_status(store: &EdgeStore, resource: &str, object: Value) -> Value {
+    let mut object = object;
+    let mut parts = resource.splitn(3, '/');
+    let (Some(namespace), Some(resource_type::POD), Some(name)) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return object;
+    };
+    let status = store
+        .get(&format!("{namespace}/{}/{name}", resource_type::POD_STATUS))
+        .ok()
+        .flatten()
+        .and_then(|record| record.object);
+    if let (Some(status), Some(map)) = (status, object.as_object_mut()) {
+        map.insert("status".to_owned(), status);
+    }
+    object
+}
+
 impl ObjectSource for EdgeObjects {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError> {
-        let record = self
-            .0
-            .get(&key.edge_resource().to_string())
-            .map_err(unavailable)?;
-        Ok(record.and_then(|record| record.object))
+        let resource = key.edge_resource().to_string();
+        let record = self.0.get(&resource).map_err(unavailable)?;
+        Ok(record
+            .and_then(|record| record.object)
+            .map(|object| with_local_status(&self.0, &resource, object)))
     }
 
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError> {
@@ -106,7 +129,10 @@ impl ObjectSource for EdgeObjects {
             .map(|(_, record)| version_number(&record.version))
             .max()
             .unwrap_or(0);
-        let items = records.into_iter().filter_map(|(_, r)| r.object).collect();
+        let items = records
+            .into_iter()
+            .filter_map(|(resource, r)| Some(with_local_status(&self.0, &resource, r.object?)))
+            .collect();
         Ok((items, version.to_string()))
     }
 
@@ -133,9 +159,15 @@ impl ObjectSource for EdgeObjects {
                 continue;
             }
             seen.insert(resource.clone(), version);
-            match (&record.object, since) {
-                (Some(object), None) => push_event(&mut initial, kind, Change::Added, object),
-                (Some(object), Some(_)) => push_event(&mut initial, kind, Change::Modified, object),
+            match (record.object, since) {
+                (Some(object), None) => {
+                    let object = with_local_status(&self.0, &resource, object);
+                    push_event(&mut initial, kind, Change::Added, &object);
+                }
+                (Some(object), Some(_)) => {
+                    let object = with_local_status(&self.0, &resource, object);
+                    push_event(&mut initial, kind, Change::Modified, &object);
+                }
                 (None, _) => {
                     if let Some(stub) = stub_of(kind, &resource) {
                         push_event(&mut initial, kind, Change::Deleted, &stub);
@@ -144,6 +176,7 @@ impl ObjectSource for EdgeObjects {
             }
         }
         let watch = Watch {
+            store: self.0.clone(),
             kind,
             namespace,
             floor: since.unwrap_or(0),
@@ -180,6 +213,7 @@ impl ObjectSource for EdgeObjects {
 
 /// What one watch is looking at.
 struct Watch {
+    store: EdgeStore,
     kind: Kind,
     namespace: Option<String>,
     /// Changes at or below this version are already known to the watcher.
@@ -193,6 +227,18 @@ impl Watch {
     fn event(&mut self, change: &StoreChange) -> Option<Bytes> {
         let mut parts = change.resource.splitn(3, '/');
         let (namespace, resource_type) = (parts.next()?, parts.next()?);
+        if self.namespace.as_deref().is_some_and(|ns| ns != namespace) {
+            return None;
+        }
+        if self.kind == Kind::Pod && resource_type == resource_type::POD_STATUS {
+            // The pod's status changed here: the pod changed, as seen here.
+            let pod = format!("{namespace}/{}/{}", resource_type::POD, parts.next()?);
+            let object = self.store.get(&pod).ok().flatten()?.object?;
+            let object = with_local_status(&self.store, &pod, object);
+            let mut lines = Vec::with_capacity(1);
+            push_event(&mut lines, self.kind, Change::Modified, &object);
+            return lines.pop();
+        }
         if resource_type != self.kind.resource_type()
             || self.namespace.as_deref().is_some_and(|ns| ns != namespace)
         {
@@ -210,8 +256,9 @@ impl Watch {
             (None, Some(previous)) => (Change::Deleted, previous),
             (None, None) => return None,
         };
+        let object = with_local_status(&self.store, &change.resource, object.clone());
         let mut lines = Vec::with_capacity(1);
-        push_event(&mut lines, self.kind, what, object);
+        push_event(&mut lines, self.kind, what, &object);
         lines.pop()
     }
 }

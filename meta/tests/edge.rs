@@ -378,6 +378,35 @@ async fn metaserver_lists_gets_and_watches() {
     }
     assert_eq!(got, ["DELETED web", "MODIFIED db"]);
 
+    // A pod is served with the status edged reported here, and a new
+    // report is a change of the pod.
+    let status = Message::new()
+        .build_router(
+            module::EDGED,
+            group::META,
+            "default/podstatus/db",
+            operation::UPDATE,
+        )
+        .with_content(json!({"phase": "Running", "podIP": "10.88.0.9"}));
+    write(&hive, status).await;
+    let event = tokio::time::timeout(WAIT, resumed.next())
+        .await
+        .expect("in time")
+        .expect("event")
+        .expect("json");
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["status"]["phase"].as_str()
+        ),
+        (Some("MODIFIED"), Some("Running"))
+    );
+    let db = client
+        .get("/api/v1/namespaces/default/pods/db")
+        .await
+        .expect("get");
+    assert_eq!(db["status"]["podIP"], "10.88.0.9");
+
     server.stop().await;
     let _ = hive.shutdown().await;
     store.close().await;

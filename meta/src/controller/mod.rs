@@ -315,6 +315,20 @@ fn now() -> Time {
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
+/// Annotation that keeps, across status writes (which give the object new
+/// revisions), the revision of the last spec write: the version its node
+/// holds.
+pub const SPEC_REVISION: &str = "edgehive.io/spec-revision";
+
+/// The revision a node holds of `object`: that of its last spec write.
+fn spec_revision(object: &Value) -> u64 {
+    object["metadata"]["annotations"][SPEC_REVISION]
+        .as_str()
+        .or_else(|| object["metadata"]["resourceVersion"].as_str())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The part of an object a user sets: everything but status and the
 /// metadata the system manages.
 fn desired_part(object: &Value) -> Value {
@@ -322,6 +336,19 @@ fn desired_part(object: &Value) -> Value {
     if let Some(map) = object.as_object_mut() {
         map.remove("status");
         if let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+            let annotations = metadata
+                .get_mut("annotations")
+                .and_then(Value::as_object_mut);
+            if let Some(annotations) = annotations {
+                annotations.remove(SPEC_REVISION);
+            }
+            if metadata
+                .get("annotations")
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.is_empty())
+            {
+                metadata.remove("annotations");
+            }
             for managed in [
                 "resourceVersion",
                 "uid",
@@ -434,6 +461,13 @@ impl Controller {
     }
 
     async fn apply(&mut self, key: ObjectKey, mut object: Value) -> Result<Applied, ApiError> {
+        // A spec write's own revision is what nodes will hold.
+        if let Some(annotations) = object["metadata"]
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.remove(SPEC_REVISION);
+        }
         let existing = self.store.get(&key).map_err(unavailable)?;
         let created = existing.is_none();
         match &existing {
@@ -785,10 +819,7 @@ impl Controller {
             if in_flight.contains(resource) {
                 continue;
             }
-            let version = object["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
+            let version = spec_revision(object);
             let sent = match inventory
                 .get(resource)
                 .map(|v| v.parse::<u64>().unwrap_or(0))
@@ -919,6 +950,14 @@ impl Controller {
             return;
         }
         let mut pod = pod;
+        // The new revision is the status's; the node keeps the spec's.
+        let held = spec_revision(&pod).to_string();
+        if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(annotations) = annotations.as_object_mut() {
+                annotations.insert(SPEC_REVISION.to_owned(), Value::String(held));
+            }
+        }
         pod["status"] = status.clone();
         match self.store.put(key, pod).await {
             Ok(_) => self.count(|c| c.status_applied += 1),
