@@ -51,6 +51,8 @@ struct Recipe {
     name: &'static str,
     /// (path in the image, source on this host or a link target, is a link)
     files: Vec<(String, String, bool)>,
+    /// Directories of their own (path, mode), such as a world-writable /tmp.
+    dirs: Vec<(&'static str, u32)>,
     entrypoint: Vec<String>,
     cmd: Vec<String>,
     tags: Vec<&'static str>,
@@ -74,6 +76,7 @@ fn recipes() -> Result<Vec<Recipe>> {
         Recipe {
             name: "pause",
             files: vec![("pause".to_owned(), catatonit, false)],
+            dirs: Vec::new(),
             entrypoint: vec!["/pause".to_owned(), "-P".to_owned()],
             cmd: Vec::new(),
             tags: vec!["edgehive/pause:latest"],
@@ -81,6 +84,13 @@ fn recipes() -> Result<Vec<Recipe>> {
         Recipe {
             name: "busybox",
             files,
+            dirs: vec![
+                ("tmp", 0o1777),
+                ("etc", 0o755),
+                ("root", 0o700),
+                ("var", 0o755),
+                ("home", 0o755),
+            ],
             entrypoint: Vec::new(),
             cmd: vec!["sh".to_owned()],
             tags: vec!["edgehive/busybox:latest", "busybox:latest"],
@@ -128,19 +138,22 @@ fn sha256(bytes: &[u8]) -> String {
 fn build(recipe: &Recipe) -> Result<(Blob, Blob, Blob)> {
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
-    let mut dirs = std::collections::BTreeSet::new();
+    let mut dirs = std::collections::BTreeMap::new();
     for (path, _, _) in &recipe.files {
         if let Some(parent) = Path::new(path)
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
         {
-            dirs.insert(parent.to_path_buf());
+            dirs.insert(parent.to_path_buf(), 0o755);
         }
     }
-    for dir in dirs {
+    for (dir, mode) in &recipe.dirs {
+        dirs.insert(PathBuf::from(dir), *mode);
+    }
+    for (dir, mode) in dirs {
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
+        header.set_mode(mode);
         header.set_size(0);
         tar.append_data(&mut header, &dir, std::io::empty())?;
     }

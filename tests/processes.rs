@@ -334,7 +334,13 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     let (ok, out, err) = ctl(&pair.admin, &["delete", "-f", &manifest]);
     assert!(ok, "{err}");
     assert_eq!(out, "configmap/web-conf deleted\npod/web deleted\n");
-    let event: serde_json::Value = next(&mut events).expect("json");
+    // Status changes of the pod come as MODIFIED; then the deletion.
+    let event: serde_json::Value = loop {
+        let event: serde_json::Value = next(&mut events).expect("json");
+        if event["type"] != "MODIFIED" {
+            break event;
+        }
+    };
     assert_eq!(event["type"], "DELETED");
     assert_eq!(event["object"]["metadata"]["name"], "web");
     // edged tears the pod down: its directory goes last.

@@ -6,13 +6,17 @@
 //! - [`Edged`]: the module; a [`worker::PodWorker`] per pod, the PLEG, the
 //!   node status, and the start-up reconciliation that adopts running
 //!   containers after a restart.
-//! - [`spec`]: a pod's spec as CRI configs.
+//! - [`spec`]: a pod's spec as CRI configs; [`volumes`]: emptyDir,
+//!   hostPath, configMap and secret volumes; [`probes`]: startup, liveness
+//!   and readiness.
 
 pub mod config;
 pub mod cri;
 pub mod module;
 pub mod node;
+pub mod probes;
 pub mod spec;
+pub mod volumes;
 pub mod worker;
 
 pub use config::EdgedConfig;

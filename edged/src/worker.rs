@@ -26,7 +26,9 @@ use tracing::{debug, info, warn};
 
 use crate::config::EdgedConfig;
 use crate::cri::{Cri, CriError, api};
+use crate::probes::Prober;
 use crate::spec::{self, CONTAINER_NAME, Objects, POD_UID, SPEC_HASH};
+use crate::volumes;
 
 /// What a worker is told.
 #[derive(Debug)]
@@ -90,6 +92,9 @@ pub struct PodWorker {
     sandbox_error: Option<String>,
     last_status: Option<PodStatus>,
     deleting: bool,
+    prober: Prober,
+    /// What the probes say of each container's readiness.
+    ready: HashMap<String, bool>,
 }
 
 impl PodWorker {
@@ -114,6 +119,8 @@ impl PodWorker {
             sandbox_error: None,
             last_status: None,
             deleting: false,
+            prober: Prober::default(),
+            ready: HashMap::new(),
         }
     }
 
@@ -412,7 +419,28 @@ impl PodWorker {
         if state == api::ContainerState::ContainerRunning as i32 {
             if same_spec {
                 self.waiting.remove(&container.name);
-                return Ok(None);
+                let host = match &self.sandbox {
+                    Some((_, ip, _)) if !ip.is_empty() => ip.clone(),
+                    _ => "127.0.0.1".to_owned(),
+                };
+                let verdict = self
+                    .prober
+                    .check(&self.cri, container, &latest.id, latest.started_at, &host)
+                    .await;
+                self.ready.insert(container.name.clone(), verdict.ready);
+                if let Some(reason) = verdict.kill {
+                    info!(pod = %spec::pod_key(&self.pod), container = %container.name, %reason, "killing the container");
+                    let mut runtime = self.cri.runtime.clone();
+                    let _ = runtime
+                        .stop_container(api::StopContainerRequest {
+                            container_id: latest.id.clone(),
+                            timeout: self.grace(),
+                        })
+                        .await;
+                    // The next pass restarts it as the policy says.
+                    return Ok(Some(Instant::now()));
+                }
+                return Ok(verdict.next);
             }
             info!(container = %container.name, "spec changed; container replaced");
             self.remove_container(&latest.id, self.grace()).await;
@@ -515,18 +543,35 @@ impl PodWorker {
                         message: err.to_string(),
                     },
                 );
-                return Ok(backoff.until);
+                // Look again soon, to say it is backing off, and once the
+                // backoff ends.
+                let soon = now
+                    + self
+                        .config
+                        .relist_period
+                        .min(self.config.backoff_initial / 2);
+                return Ok(Some(backoff.until.map_or(soon, |until| until.min(soon))));
             }
         };
         let objects = self.objects.read().map(|o| o.clone()).unwrap_or_default();
-        let config = match spec::container_config(
-            &self.pod,
-            &self.config.node,
-            container,
-            &image_ref,
-            attempt,
-            &objects,
-        ) {
+        let pod_dir = self.config.pod_dir(&self.uid());
+        let configured = volumes::prepare(&self.pod, &pod_dir, &objects)
+            .and_then(|prepared| volumes::mounts(container, &prepared))
+            .and_then(|mounts| {
+                let mut config = spec::container_config(
+                    &self.pod,
+                    &self.config.node,
+                    container,
+                    &image_ref,
+                    attempt,
+                    &objects,
+                )?;
+                config.mounts = mounts;
+                Ok(config)
+            });
+        self.prober.forget(&container.name);
+        self.ready.remove(&container.name);
+        let config = match configured {
             Ok(config) => config,
             Err(err) => {
                 self.waiting.insert(
@@ -737,6 +782,9 @@ impl PodWorker {
                     ..Default::default()
                 },
             };
+            let probed = self.ready.get(&container.name).copied().unwrap_or(
+                container.readiness_probe.is_none() && container.startup_probe.is_none(),
+            );
             let running = state.running.is_some();
             ContainerStatus {
                 name: container.name.clone(),
@@ -746,7 +794,7 @@ impl PodWorker {
                 restart_count: latest
                     .and_then(|s| s.metadata.as_ref())
                     .map_or(0, |m| m.attempt as i32),
-                ready: running,
+                ready: running && probed,
                 started: Some(running),
                 state: Some(state),
                 ..Default::default()

@@ -400,3 +400,278 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
     .expect("removed");
     edge.stop().await;
 }
+
+/// Runs `cmd` in a container and returns its stdout.
+async fn exec(container_id: &str, cmd: &[&str]) -> String {
+    let cri = Cri::connect(&socket()).await.expect("cri");
+    let mut runtime = cri.runtime.clone();
+    let answer = runtime
+        .exec_sync(api::ExecSyncRequest {
+            container_id: container_id.trim_start_matches("containerd://").to_owned(),
+            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            timeout: 10,
+        })
+        .await
+        .expect("exec")
+        .into_inner();
+    assert_eq!(
+        answer.exit_code,
+        0,
+        "{}",
+        String::from_utf8_lossy(&answer.stderr)
+    );
+    String::from_utf8_lossy(&answer.stdout).into_owned()
+}
+
+fn condition(status: &Value, kind: &str) -> String {
+    status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[actix::test]
+async fn configmap_and_secret_volumes_are_read_inside_the_container() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "default"}, "data": {"greeting": "hello from a volume"}});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "token", "namespace": "default"}, "data": {"token": "czNjcjN0"}});
+    for (kind, object) in [("configmap", &configmap), ("secret", &secret)] {
+        let msg = Message::new()
+            .build_router(
+                module::EDGEHUB,
+                group::RESOURCE,
+                format!(
+                    "default/{kind}/{}",
+                    object["metadata"]["name"].as_str().unwrap_or("")
+                ),
+                operation::INSERT,
+            )
+            .with_resource_version("1")
+            .with_content(object.clone());
+        edge.hive
+            .send_sync(module::METAMANAGER, msg, WAIT)
+            .await
+            .expect("stored");
+    }
+    let uid = unique("uid-vol");
+    let with_volumes = pod(
+        "vol",
+        &uid,
+        "sleep 3600",
+        json!({
+            "hostNetwork": true,
+            "volumes": [
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "token", "secret": {"secretName": "token"}},
+                {"name": "scratch", "emptyDir": {}}
+            ]
+        }),
+    );
+    let mut with_volumes = with_volumes;
+    with_volumes["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "settings", "mountPath": "/etc/settings"},
+        {"name": "token", "mountPath": "/var/run/token"},
+        {"name": "scratch", "mountPath": "/scratch"}
+    ]);
+    edge.send(operation::INSERT, &with_volumes, 1).await;
+    let status = edge.status("vol", "Running", running).await;
+    let id = main_container(&status)["containerID"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(
+        exec(&id, &["cat", "/etc/settings/greeting"]).await,
+        "hello from a volume"
+    );
+    assert_eq!(exec(&id, &["cat", "/var/run/token/token"]).await, "s3cr3t");
+    exec(&id, &["sh", "-c", "echo written > /scratch/file"]).await;
+    assert!(
+        edge.root
+            .join("pods")
+            .join(&uid)
+            .join("volumes/empty-dir/scratch/file")
+            .exists()
+    );
+
+    edge.send(operation::DELETE, &with_volumes, 2).await;
+    tokio::time::timeout(WAIT, async {
+        while in_containerd(&uid).await != (0, 0) || edge.root.join("pods").join(&uid).exists() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("removed, volumes too");
+    edge.stop().await;
+}
+
+#[actix::test]
+async fn probes_restart_a_dead_container_and_decide_readiness() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    // Liveness: healthy for a moment, then not.
+    let uid = unique("uid-live");
+    let mut live = pod(
+        "live",
+        &uid,
+        "touch /tmp/healthy; sleep 1; rm /tmp/healthy; sleep 3600",
+        json!({"hostNetwork": true}),
+    );
+    live["spec"]["containers"][0]["livenessProbe"] = json!({
+        "exec": {"command": ["test", "-f", "/tmp/healthy"]},
+        "periodSeconds": 1, "failureThreshold": 1
+    });
+    edge.send(operation::INSERT, &live, 1).await;
+    edge.status("live", "restarted by its liveness probe", |s| {
+        main_container(s)["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+
+    // Readiness: not ready until the file exists, ready while it does.
+    let ready_uid = unique("uid-ready");
+    let mut ready = pod(
+        "ready",
+        &ready_uid,
+        "sleep 3600",
+        json!({"hostNetwork": true}),
+    );
+    ready["spec"]["containers"][0]["readinessProbe"] = json!({
+        "exec": {"command": ["test", "-f", "/tmp/ready"]},
+        "periodSeconds": 1, "failureThreshold": 1
+    });
+    edge.send(operation::INSERT, &ready, 1).await;
+    let status = edge
+        .status("ready", "running, not ready", |s| {
+            running(s) && condition(s, "Ready") == "False"
+        })
+        .await;
+    let id = main_container(&status)["containerID"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    exec(&id, &["touch", "/tmp/ready"]).await;
+    edge.status("ready", "Ready", |s| {
+        condition(s, "Ready") == "True" && main_container(s)["ready"] == true
+    })
+    .await;
+    exec(&id, &["rm", "/tmp/ready"]).await;
+    let not_ready = edge
+        .status("ready", "not Ready again", |s| {
+            condition(s, "Ready") == "False"
+        })
+        .await;
+    assert_eq!(
+        main_container(&not_ready)["restartCount"],
+        0,
+        "readiness never restarts"
+    );
+
+    // An httpGet and a tcpSocket probe against a real server.
+    let web_uid = unique("uid-httpget");
+    let mut web = pod(
+        "httpget",
+        &web_uid,
+        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 18080 -h /www",
+        json!({}),
+    );
+    web["spec"]["containers"][0]["readinessProbe"] =
+        json!({"httpGet": {"path": "/index.html", "port": 18080}, "periodSeconds": 1});
+    web["spec"]["containers"][0]["livenessProbe"] =
+        json!({"tcpSocket": {"port": 18080}, "periodSeconds": 1});
+    edge.send(operation::INSERT, &web, 1).await;
+    let status = edge
+        .status("httpget", "Ready through httpGet", |s| {
+            condition(s, "Ready") == "True"
+        })
+        .await;
+    assert_eq!(main_container(&status)["restartCount"], 0);
+
+    for (pod, uid) in [(&live, &uid), (&ready, &ready_uid), (&web, &web_uid)] {
+        edge.send(operation::DELETE, pod, 2).await;
+        tokio::time::timeout(WAIT, async {
+            while in_containerd(uid).await != (0, 0) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("removed");
+    }
+    edge.stop().await;
+}
+
+/// One plain HTTP/1.0 exchange with the registry: status and body.
+async fn registry(request: String, body: &[u8]) -> (u16, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect("127.0.0.1:5000")
+        .await
+        .expect("registry");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    stream.write_all(body).await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("head")
+        + 4;
+    let code = String::from_utf8_lossy(&answer[..split])
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (code, answer[split..].to_vec())
+}
+
+#[actix::test]
+async fn a_missing_image_reports_errimagepull_and_recovers_once_it_appears() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let tag = unique("late");
+    let uid = unique("uid-late");
+    let mut late = pod("late", &uid, "sleep 3600", json!({"hostNetwork": true}));
+    late["spec"]["containers"][0]["image"] =
+        json!(format!("127.0.0.1:5000/edgehive/busybox:{tag}"));
+    edge.send(operation::INSERT, &late, 1).await;
+    edge.status("late", "ErrImagePull", |s| {
+        main_container(s)["state"]["waiting"]["reason"] == "ErrImagePull"
+    })
+    .await;
+    edge.status("late", "ImagePullBackOff", |s| {
+        main_container(s)["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    })
+    .await;
+
+    // The image appears: the same manifest under the new tag.
+    let accept = "application/vnd.oci.image.manifest.v1+json";
+    let (code, manifest) = registry(
+        format!("GET /v2/edgehive/busybox/manifests/latest HTTP/1.0\r\nHost: 127.0.0.1:5000\r\nAccept: {accept}\r\n\r\n"),
+        b"",
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _) = registry(
+        format!(
+            "PUT /v2/edgehive/busybox/manifests/{tag} HTTP/1.0\r\nHost: 127.0.0.1:5000\r\nContent-Type: {accept}\r\nContent-Length: {}\r\n\r\n",
+            manifest.len()
+        ),
+        &manifest,
+    )
+    .await;
+    assert_eq!(code, 201);
+    edge.status("late", "Running once the image exists", running)
+        .await;
+
+    edge.send(operation::DELETE, &late, 2).await;
+    tokio::time::timeout(WAIT, async {
+        while in_containerd(&uid).await != (0, 0) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("removed");
+    edge.stop().await;
+}

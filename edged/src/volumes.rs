@@ -1,0 +1,274 @@
+//! Pod volumes: emptyDir and hostPath directories, and configMap and
+//! secret volumes written as files under the pod's directory; each mounted
+//! into containers as a CRI bind mount.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod};
+use serde_json::Value;
+
+use crate::cri::api;
+use crate::spec::{ConfigError, Objects};
+
+/// A volume on the host, ready to mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostVolume {
+    /// Where it is on the host.
+    pub path: PathBuf,
+    /// Whether containers must not write to it.
+    pub read_only: bool,
+}
+
+fn volume_error(message: String) -> ConfigError {
+    ConfigError {
+        reason: "CreateContainerConfigError".to_owned(),
+        message,
+    }
+}
+
+/// Makes the pod's volumes exist on the host (configMap and secret files
+/// are written, or rewritten when they changed) and says where each is.
+pub fn prepare(
+    pod: &Pod,
+    pod_dir: &Path,
+    objects: &Objects,
+) -> Result<HashMap<String, HostVolume>, ConfigError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut out = HashMap::new();
+    for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        let io = |err: std::io::Error| volume_error(format!("volume {:?}: {err}", volume.name));
+        if volume.empty_dir.is_some() {
+            let path = pod_dir.join("volumes/empty-dir").join(&volume.name);
+            std::fs::create_dir_all(&path).map_err(io)?;
+            out.insert(
+                volume.name.clone(),
+                HostVolume {
+                    path,
+                    read_only: false,
+                },
+            );
+        } else if let Some(host) = &volume.host_path {
+            let path = PathBuf::from(&host.path);
+            if matches!(host.type_.as_deref(), Some("DirectoryOrCreate")) {
+                std::fs::create_dir_all(&path).map_err(io)?;
+            }
+            out.insert(
+                volume.name.clone(),
+                HostVolume {
+                    path,
+                    read_only: false,
+                },
+            );
+        } else if let Some(source) = &volume.config_map {
+            let path = pod_dir.join("volumes/configmap").join(&volume.name);
+            let key = format!("{namespace}/configmap/{}", source.name);
+            match objects.get(&key) {
+                Some(object) => write_files(
+                    &path,
+                    object,
+                    false,
+                    source.items.as_deref(),
+                    source.default_mode,
+                )
+                .map_err(io)?,
+                None if source.optional.unwrap_or(false) => {
+                    std::fs::create_dir_all(&path).map_err(io)?
+                }
+                None => {
+                    return Err(volume_error(format!(
+                        "configmap {:?} not found",
+                        source.name
+                    )));
+                }
+            }
+            out.insert(
+                volume.name.clone(),
+                HostVolume {
+                    path,
+                    read_only: true,
+                },
+            );
+        } else if let Some(source) = &volume.secret {
+            let name = source.secret_name.clone().unwrap_or_default();
+            let path = pod_dir.join("volumes/secret").join(&volume.name);
+            let key = format!("{namespace}/secret/{name}");
+            match objects.get(&key) {
+                Some(object) => write_files(
+                    &path,
+                    object,
+                    true,
+                    source.items.as_deref(),
+                    source.default_mode,
+                )
+                .map_err(io)?,
+                None if source.optional.unwrap_or(false) => {
+                    std::fs::create_dir_all(&path).map_err(io)?
+                }
+                None => return Err(volume_error(format!("secret {name:?} not found"))),
+            }
+            out.insert(
+                volume.name.clone(),
+                HostVolume {
+                    path,
+                    read_only: true,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Writes a configmap's or secret's keys as files in `dir` (only `items`
+/// if given), changing only files whose contents differ.
+fn write_files(
+    dir: &Path,
+    object: &Value,
+    secret: bool,
+    items: Option<&[KeyToPath]>,
+    default_mode: Option<i32>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    let mut files: Vec<(String, Vec<u8>, Option<i32>)> = Vec::new();
+    let value_of = |key: &str| -> Option<Vec<u8>> {
+        if secret {
+            if let Some(text) = object["stringData"][key].as_str() {
+                return Some(text.as_bytes().to_vec());
+            }
+            return object["data"][key].as_str().and_then(decode);
+        }
+        object["data"][key]
+            .as_str()
+            .map(|text| text.as_bytes().to_vec())
+            .or_else(|| object["binaryData"][key].as_str().and_then(decode))
+    };
+    match items {
+        Some(items) => {
+            for item in items {
+                if let Some(bytes) = value_of(&item.key) {
+                    files.push((item.path.clone(), bytes, item.mode));
+                }
+            }
+        }
+        None => {
+            for field in ["data", "binaryData", "stringData"] {
+                for (key, _) in object[field].as_object().into_iter().flatten() {
+                    if let Some(bytes) = value_of(key) {
+                        files.push((key.clone(), bytes, None));
+                    }
+                }
+            }
+        }
+    }
+    for (relative, bytes, mode) in files {
+        // No way out of the volume.
+        if relative
+            .split('/')
+            .any(|part| part == ".." || part.is_empty())
+        {
+            continue;
+        }
+        let path = dir.join(&relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if std::fs::read(&path).ok().as_deref() != Some(bytes.as_slice()) {
+            let staging = path.with_extension("edgehive-new");
+            std::fs::write(&staging, &bytes)?;
+            std::fs::rename(&staging, &path)?;
+        }
+        let mode = mode.or(default_mode).unwrap_or(0o644) as u32;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o777))?;
+    }
+    Ok(())
+}
+
+fn decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()
+}
+
+/// The CRI mounts of `container`'s `volumeMounts`.
+pub fn mounts(
+    container: &Container,
+    volumes: &HashMap<String, HostVolume>,
+) -> Result<Vec<api::Mount>, ConfigError> {
+    let mut out = Vec::new();
+    for mount in container.volume_mounts.iter().flatten() {
+        let volume = volumes
+            .get(&mount.name)
+            .ok_or_else(|| volume_error(format!("volume {:?} is not in the pod", mount.name)))?;
+        let mut host = volume.path.clone();
+        if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            if sub.split('/').any(|part| part == "..") {
+                return Err(volume_error(format!("subPath {sub:?} leaves the volume")));
+            }
+            host = host.join(sub);
+        }
+        out.push(api::Mount {
+            container_path: mount.mount_path.clone(),
+            host_path: host.to_string_lossy().into_owned(),
+            readonly: volume.read_only || mount.read_only.unwrap_or(false),
+            ..Default::default()
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn configmap_and_secret_volumes_become_files() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "c", "volumeMounts": [
+                    {"name": "conf", "mountPath": "/etc/conf"},
+                    {"name": "creds", "mountPath": "/etc/creds", "readOnly": true},
+                    {"name": "scratch", "mountPath": "/scratch"}
+                ]}],
+                "volumes": [
+                    {"name": "conf", "configMap": {"name": "settings"}},
+                    {"name": "creds", "secret": {"secretName": "token", "items": [{"key": "t", "path": "nested/token"}]}},
+                    {"name": "scratch", "emptyDir": {}}
+                ]
+            }
+        }))
+        .expect("pod");
+        let objects = Objects::from([
+            (
+                "ns/configmap/settings".to_owned(),
+                json!({"data": {"mode": "fast"}}),
+            ),
+            (
+                "ns/secret/token".to_owned(),
+                json!({"data": {"t": "czNjcjN0"}}),
+            ),
+        ]);
+        let volumes = prepare(&pod, dir.path(), &objects).expect("volumes");
+        let conf = &volumes["conf"];
+        assert_eq!(
+            std::fs::read_to_string(conf.path.join("mode")).expect("file"),
+            "fast"
+        );
+        assert_eq!(
+            std::fs::read_to_string(volumes["creds"].path.join("nested/token")).expect("file"),
+            "s3cr3t"
+        );
+        assert!(volumes["scratch"].path.is_dir());
+        let mounts =
+            mounts(&pod.spec.as_ref().expect("spec").containers[0], &volumes).expect("mounts");
+        assert_eq!(mounts.len(), 3);
+        assert!(mounts[0].readonly && mounts[1].readonly && !mounts[2].readonly);
+        // A missing configmap is an error that says which.
+        let err = prepare(&pod, dir.path(), &Objects::new()).expect_err("missing");
+        assert!(err.message.contains("settings"), "{err}");
+    }
+}
