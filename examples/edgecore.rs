@@ -91,6 +91,10 @@ enum Command {
         /// This node's IP, reported as its InternalIP.
         #[arg(long, default_value = "")]
         node_ip: String,
+        /// edged's HTTP server (/healthz, /pods, /containerLogs/...); "off"
+        /// runs none. Keep it on loopback: it shows every pod's logs.
+        #[arg(long, default_value = edged::server::DEFAULT_ADDRESS)]
+        edged_server: String,
     },
 }
 
@@ -128,6 +132,7 @@ fn main() -> Result<()> {
             cri_socket,
             pause_image,
             node_ip,
+            edged_server,
         } => {
             let mut dial = DialOptions::new(&cloud, &server_name);
             let mut renewal = None;
@@ -174,6 +179,7 @@ fn main() -> Result<()> {
                     );
                     edged.pause_image = pause_image;
                     edged.node_ip = node_ip;
+                    edged.server_address = (edged_server != "off").then_some(edged_server);
                     edged
                 });
                 run(args.data_dir, config, metaserver, pods).await
@@ -194,10 +200,10 @@ async fn run(
     MetaManager::start(&hive, store.clone())?;
     if let Some(pods) = pods {
         let socket = pods.cri_socket.display().to_string();
-        edged::Edged::start(&hive, pods).await.with_context(|| {
+        let edged = edged::Edged::start(&hive, pods).await.with_context(|| {
             format!("edged (is containerd up at {socket}? see scripts/setup-containerd)")
         })?;
-        tracing::info!(%socket, "edged ready");
+        tracing::info!(%socket, server = ?edged.server_address, "edged ready");
     }
     let metaserver = match metaserver.as_str() {
         "off" => None,

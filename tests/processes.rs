@@ -167,6 +167,8 @@ fn start_pair(name: &str, node: &str) -> Pair {
             &hub,
             "--metaserver",
             &metaserver,
+            "--edged-server",
+            "127.0.0.1:0",
             "--keepalive-secs",
             &keepalive,
         ],

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::gc::ImageGcPolicy;
+
 /// edged's settings.
 #[derive(Debug, Clone)]
 pub struct EdgedConfig {
@@ -26,6 +28,13 @@ pub struct EdgedConfig {
     pub backoff_max: Duration,
     /// Pods this node runs at most (reported as capacity).
     pub max_pods: u32,
+    /// Where edged's HTTP server listens (`/healthz`, `/pods`, logs); none
+    /// runs no server.
+    pub server_address: Option<String>,
+    /// How often garbage is collected.
+    pub gc_period: Duration,
+    /// When unused images are removed.
+    pub image_gc: ImageGcPolicy,
 }
 
 impl EdgedConfig {
@@ -46,6 +55,9 @@ impl EdgedConfig {
             backoff_initial: Duration::from_secs(10),
             backoff_max: Duration::from_secs(300),
             max_pods: 110,
+            server_address: None,
+            gc_period: Duration::from_secs(60),
+            image_gc: ImageGcPolicy::default(),
         }
     }
 

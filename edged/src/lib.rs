@@ -8,17 +8,20 @@
 //!   containers after a restart.
 //! - [`spec`]: a pod's spec as CRI configs; [`volumes`]: emptyDir,
 //!   hostPath, configMap and secret volumes; [`probes`]: startup, liveness
-//!   and readiness.
+//!   and readiness; [`gc`]: container and image garbage collection;
+//!   [`server`]: `/healthz`, `/pods` and container logs over HTTP.
 
 pub mod config;
 pub mod cri;
+pub mod gc;
 pub mod module;
 pub mod node;
 pub mod probes;
+pub mod server;
 pub mod spec;
 pub mod volumes;
 pub mod worker;
 
 pub use config::EdgedConfig;
 pub use cri::{Cri, CriError};
-pub use module::{Edged, EdgedError};
+pub use module::{Edged, EdgedError, EdgedHandle};

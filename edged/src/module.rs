@@ -22,7 +22,9 @@ use tracing::{debug, info, warn};
 
 use crate::config::EdgedConfig;
 use crate::cri::{Cri, CriError, api};
+use crate::gc::{ImageCollector, ImageGcPolicy};
 use crate::node::NodeReporter;
+use crate::server::{self, EdgedServerHandle, PodsView};
 use crate::spec::{self, NODE, Objects, POD_UID};
 use crate::worker::{PodWorker, Signal, teardown};
 
@@ -35,16 +37,38 @@ pub enum EdgedError {
     /// The module could not start.
     #[error(transparent)]
     Hive(#[from] beehive::Error),
+    /// The HTTP server could not listen.
+    #[error("edged server: {0}")]
+    Server(std::io::Error),
 }
 
 /// The edged module.
 pub struct Edged;
 
+/// What a running edged tells its owner.
+pub struct EdgedHandle {
+    /// Where its HTTP server listens, if it runs one.
+    pub server_address: Option<std::net::SocketAddr>,
+    /// The pods it runs, with their latest status.
+    pub pods: PodsView,
+}
+
 impl Edged {
     /// Connects to the runtime and starts edged in `hive` (inside an actix
     /// System, after metamanager).
-    pub async fn start(hive: &Hive, config: EdgedConfig) -> Result<(), EdgedError> {
+    pub async fn start(hive: &Hive, config: EdgedConfig) -> Result<EdgedHandle, EdgedError> {
         let cri = Cri::connect(&config.cri_socket).await?;
+        let pods = PodsView::default();
+        let server = match &config.server_address {
+            Some(address) => Some(
+                server::start(address, pods.clone(), cri.clone(), config.root_dir.clone())
+                    .map_err(EdgedError::Server)?,
+            ),
+            None => None,
+        };
+        let server_address = server.as_ref().map(|s| s.address);
+        let mut image_gc = config.image_gc.clone();
+        image_gc.pinned.push(config.pause_image.clone());
         let (inbox, messages) = mpsc::channel(1024);
         let core = Core {
             hive: hive.clone(),
@@ -53,12 +77,19 @@ impl Edged {
             objects: Arc::new(RwLock::new(Objects::new())),
             workers: HashMap::new(),
             snapshot: HashMap::new(),
+            view: pods.clone(),
+            server,
+            images: ImageCollector::default(),
+            image_gc,
         };
         actix::spawn(core.run(messages));
         hive.start_module(move |_| EdgedDoor {
             inbox: inbox.clone(),
         })?;
-        Ok(())
+        Ok(EdgedHandle {
+            server_address,
+            pods,
+        })
     }
 }
 
@@ -130,6 +161,10 @@ struct Core {
     workers: HashMap<String, WorkerHandle>,
     /// The PLEG's last view: per pod uid, its containers and their states.
     snapshot: HashMap<String, Vec<(String, i32)>>,
+    view: PodsView,
+    server: Option<EdgedServerHandle>,
+    images: ImageCollector,
+    image_gc: ImageGcPolicy,
 }
 
 impl Core {
@@ -139,6 +174,8 @@ impl Core {
         relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut node = NodeReporter::new(self.hive.clone(), self.cri.clone(), self.config.clone());
         let mut node_tick = tokio::time::interval(self.config.node_status_period);
+        let mut gc_tick = tokio::time::interval(self.config.gc_period);
+        gc_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 input = messages.recv() => match input {
@@ -146,6 +183,9 @@ impl Core {
                     Some(Input::Stop(done)) => {
                         // Dropping the handles ends the workers.
                         self.workers.clear();
+                        if let Some(server) = self.server.take() {
+                            server.stop().await;
+                        }
                         let _ = done.send(());
                         break;
                     }
@@ -153,6 +193,7 @@ impl Core {
                 },
                 _ = relist.tick() => self.relist().await,
                 _ = node_tick.tick() => node.report().await,
+                _ = gc_tick.tick() => self.collect_garbage().await,
             }
         }
         debug!("edged stopped");
@@ -217,6 +258,23 @@ impl Core {
         info!(pods = pods.len(), "edged loaded its pods");
         for pod in pods {
             self.apply(pod);
+        }
+    }
+
+    /// Tears down this node's sandboxes that no worker owns (a teardown
+    /// that failed), and collects unused images.
+    async fn collect_garbage(&mut self) {
+        let owned: Vec<String> = self.workers.values().map(|w| w.uid.clone()).collect();
+        if let Ok(running) = self.managed_sandbox_uids().await {
+            for uid in running.into_iter().filter(|uid| !owned.contains(uid)) {
+                info!(%uid, "collecting the sandbox of a pod edged no longer runs");
+                if let Err(err) = teardown(&self.cri, &self.config, &uid, 0).await {
+                    warn!(%uid, error = %err, "orphan not removed");
+                }
+            }
+        }
+        if let Err(err) = self.images.collect(&self.cri, &self.image_gc).await {
+            warn!(error = %err, "image collection failed");
         }
     }
 
@@ -297,7 +355,8 @@ impl Core {
             self.hive.clone(),
             self.config.clone(),
             self.objects.clone(),
-        );
+        )
+        .with_view(self.view.clone());
         actix::spawn(worker.run(receiver));
         self.workers.insert(key, WorkerHandle { uid, signals });
     }

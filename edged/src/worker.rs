@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 use crate::config::EdgedConfig;
 use crate::cri::{Cri, CriError, api};
 use crate::probes::Prober;
+use crate::server::PodsView;
 use crate::spec::{self, CONTAINER_NAME, Objects, POD_UID, SPEC_HASH};
 use crate::volumes;
 
@@ -95,6 +96,8 @@ pub struct PodWorker {
     prober: Prober,
     /// What the probes say of each container's readiness.
     ready: HashMap<String, bool>,
+    /// What edged's server shows.
+    view: PodsView,
 }
 
 impl PodWorker {
@@ -121,7 +124,14 @@ impl PodWorker {
             deleting: false,
             prober: Prober::default(),
             ready: HashMap::new(),
+            view: PodsView::default(),
         }
+    }
+
+    /// Shows this pod, with its status, in `view`.
+    pub fn with_view(mut self, view: PodsView) -> Self {
+        self.view = view;
+        self
     }
 
     /// Runs until the pod is deleted and torn down (or nobody can signal).
@@ -136,6 +146,13 @@ impl PodWorker {
                 }
             };
             if self.deleting {
+                if let Ok(mut view) = self.view.write()
+                    && view
+                        .get(&key)
+                        .is_some_and(|pod| spec::pod_uid(pod) == self.uid())
+                {
+                    view.remove(&key);
+                }
                 info!(pod = %key, "pod torn down");
                 return;
             }
@@ -897,6 +914,11 @@ impl PodWorker {
                 operation::UPDATE,
             )
             .with_content(content);
+        if let Ok(mut view) = self.view.write() {
+            let mut pod = self.pod.clone();
+            pod.status = Some(status.clone());
+            view.insert(spec::pod_key(&self.pod), pod);
+        }
         match self.hive.send(module::METAMANAGER, msg).await {
             Ok(()) => self.last_status = Some(status),
             Err(err) => debug!(error = %err, "pod status not reported"),

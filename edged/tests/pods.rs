@@ -29,6 +29,8 @@ struct Edge {
     store: EdgeStore,
     changes: broadcast::Receiver<StoreChange>,
     root: PathBuf,
+    /// edged's HTTP server.
+    server: std::net::SocketAddr,
 }
 
 impl Edge {
@@ -44,9 +46,10 @@ impl Edge {
             backoff_initial: Duration::from_millis(300),
             backoff_max: Duration::from_secs(2),
             node_ip: "127.0.0.1".to_owned(),
+            server_address: Some("127.0.0.1:0".to_owned()),
             ..EdgedConfig::new(node, socket(), &root)
         };
-        Edged::start(&hive, config)
+        let handle = Edged::start(&hive, config)
             .await
             .unwrap_or_else(|err| panic!("{err}; run ./scripts/setup-containerd first"));
         Edge {
@@ -54,6 +57,7 @@ impl Edge {
             store,
             changes,
             root,
+            server: handle.server_address.expect("a server"),
         }
     }
 
@@ -248,6 +252,23 @@ async fn a_pod_runs_on_its_network_logs_and_is_removed_without_a_trace() {
     .await
     .expect("the log has the output");
     assert!(text.contains(" stdout F hello from edged"), "{text}");
+    // edged's own server: health, its pods, the container's log.
+    assert_eq!(
+        http_get(edge.server, "/healthz").await,
+        (200, "ok".to_owned())
+    );
+    let (code, body) = http_get(edge.server, "/pods").await;
+    let pods: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!((code, pods["kind"].as_str()), (200, Some("PodList")));
+    assert_eq!(pods["items"][0]["status"]["podIP"], ip.as_str());
+    let (code, log) = http_get(edge.server, "/containerLogs/default/web/main?tailLines=1").await;
+    assert_eq!((code, log.as_str()), (200, "hello from edged\n"));
+    assert_eq!(
+        http_get(edge.server, "/containerLogs/default/nope/main")
+            .await
+            .0,
+        404
+    );
     assert_eq!(in_containerd(&uid).await, (1, 1));
 
     edge.send(operation::DELETE, &web, 2).await;
@@ -674,4 +695,191 @@ async fn a_missing_image_reports_errimagepull_and_recovers_once_it_appears() {
     .await
     .expect("removed");
     edge.stop().await;
+}
+
+/// One plain HTTP/1.0 GET: status and body.
+async fn http_get(server: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server)
+        .await
+        .expect("server");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {server}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("head");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (code, body.to_owned())
+}
+
+/// Pushes an image of its own under `tag`: busybox's layer with a config
+/// that differs, so it has an id no other test uses.
+async fn push_distinct_image(tag: &str) {
+    let accept = "application/vnd.oci.image.manifest.v1+json";
+    let (_, manifest) = registry(
+        format!("GET /v2/edgehive/busybox/manifests/latest HTTP/1.0\r\nHost: 127.0.0.1:5000\r\nAccept: {accept}\r\n\r\n"),
+        b"",
+    )
+    .await;
+    let mut manifest: Value = serde_json::from_slice(&manifest).expect("manifest");
+    let config_digest = manifest["config"]["digest"]
+        .as_str()
+        .expect("config")
+        .to_owned();
+    let (_, config) = registry(
+        format!("GET /v2/edgehive/busybox/blobs/{config_digest} HTTP/1.0\r\nHost: 127.0.0.1:5000\r\n\r\n"),
+        b"",
+    )
+    .await;
+    let mut config: Value = serde_json::from_slice(&config).expect("config");
+    config["config"]["Labels"] = json!({"edgehive.io/test": tag});
+    let config = serde_json::to_vec(&config).expect("json");
+    let digest = ring::digest::digest(&ring::digest::SHA256, &config);
+    let digest = format!(
+        "sha256:{}",
+        digest
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let (code, head) = registry_head(
+        "POST /v2/edgehive/busybox/blobs/uploads/ HTTP/1.0\r\nHost: 127.0.0.1:5000\r\nContent-Length: 0\r\n\r\n".to_owned(),
+    )
+    .await;
+    assert_eq!(code, 202);
+    let location = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Location: ")
+                .or_else(|| l.strip_prefix("location: "))
+        })
+        .expect("location")
+        .trim()
+        .to_owned();
+    let path = &location[location.find("/v2/").expect("path")..];
+    let separator = if path.contains('?') { '&' } else { '?' };
+    let (code, _) = registry(
+        format!(
+            "PUT {path}{separator}digest={digest} HTTP/1.0\r\nHost: 127.0.0.1:5000\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+            config.len()
+        ),
+        &config,
+    )
+    .await;
+    assert_eq!(code, 201);
+    manifest["config"]["digest"] = json!(digest);
+    manifest["config"]["size"] = json!(config.len());
+    let manifest = serde_json::to_vec(&manifest).expect("json");
+    let (code, _) = registry(
+        format!(
+            "PUT /v2/edgehive/busybox/manifests/{tag} HTTP/1.0\r\nHost: 127.0.0.1:5000\r\nContent-Type: {accept}\r\nContent-Length: {}\r\n\r\n",
+            manifest.len()
+        ),
+        &manifest,
+    )
+    .await;
+    assert_eq!(code, 201);
+}
+
+/// Like `registry`, for the status and the head of the answer.
+async fn registry_head(request: String) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect("127.0.0.1:5000")
+        .await
+        .expect("registry");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let head = text.split("\r\n\r\n").next().unwrap_or("").to_owned();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (code, head)
+}
+
+#[actix::test]
+async fn unused_images_are_collected_and_pinned_ones_kept() {
+    let tag = unique("gc");
+    push_distinct_image(&tag).await;
+    let cri = Cri::connect(&socket()).await.expect("cri");
+    let reference = format!("127.0.0.1:5000/edgehive/busybox:{tag}");
+    let mut images = cri.images.clone();
+    let status = |image: &str| api::ImageStatusRequest {
+        image: Some(api::ImageSpec {
+            image: image.to_owned(),
+            ..Default::default()
+        }),
+        verbose: false,
+    };
+    images
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: reference.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("pull");
+    assert!(
+        images
+            .image_status(status(&reference))
+            .await
+            .expect("status")
+            .into_inner()
+            .image
+            .is_some()
+    );
+    // Other tests' images share this containerd: pin every other tag, so
+    // only ours may go.
+    let listed = images
+        .list_images(api::ListImagesRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .images;
+    let pinned: Vec<String> = listed
+        .into_iter()
+        .flat_map(|image| image.repo_tags)
+        .filter(|t| *t != reference)
+        .collect();
+    let policy = edged::gc::ImageGcPolicy {
+        high_percent: 0,
+        low_percent: 0,
+        min_age: Duration::ZERO,
+        pinned,
+    };
+    let mut collector = edged::gc::ImageCollector::default();
+    let removed = collector.collect(&cri, &policy).await.expect("collect");
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert!(
+        images
+            .image_status(status(&reference))
+            .await
+            .expect("status")
+            .into_inner()
+            .image
+            .is_none(),
+        "the unused image went"
+    );
+    let pause = "127.0.0.1:5000/edgehive/pause:latest";
+    assert!(
+        images
+            .image_status(status(pause))
+            .await
+            .expect("status")
+            .into_inner()
+            .image
+            .is_some(),
+        "a pinned image stays"
+    );
 }
