@@ -9,6 +9,7 @@
 mod beehive_bench;
 mod hub_bench;
 mod meta_bench;
+mod pods_bench;
 mod report;
 mod transport_bench;
 
@@ -21,7 +22,7 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive, transport, hub or meta; all if omitted.
+    /// Scenario group to run: beehive, transport, hub, meta or pods; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -60,7 +61,7 @@ pub struct Scale {
     pub runs: usize,
 }
 
-const GROUPS: &[&str] = &["beehive", "transport", "hub", "meta"];
+const GROUPS: &[&str] = &["beehive", "transport", "hub", "meta", "pods"];
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -121,6 +122,7 @@ fn main() -> Result<()> {
                 hub_bench::run(scale, kind, &nodes, args.quick, &mut report)?
             }
             "meta" => meta_bench::run(scale, &mut report)?,
+            "pods" => pods_bench::run(scale, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }
     }
