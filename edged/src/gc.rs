@@ -112,9 +112,27 @@ impl ImageCollector {
         if usage < policy.high_percent {
             return Ok(Vec::new());
         }
+        // Pinned by any name the runtime knows them by.
+        let mut pinned_ids = HashSet::new();
+        for reference in &policy.pinned {
+            let status = images
+                .image_status(api::ImageStatusRequest {
+                    image: Some(api::ImageSpec {
+                        image: reference.clone(),
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                })
+                .await;
+            if let Ok(Some(image)) = status.map(|s| s.into_inner().image) {
+                pinned_ids.insert(image.id);
+            }
+        }
         let mut candidates: Vec<&api::Image> = listed
             .iter()
-            .filter(|image| !in_use.contains(&image.id) && !image.pinned)
+            .filter(|image| {
+                !in_use.contains(&image.id) && !image.pinned && !pinned_ids.contains(&image.id)
+            })
             .filter(|image| {
                 !image
                     .repo_tags

@@ -26,7 +26,7 @@ use crate::gc::{ImageCollector, ImageGcPolicy};
 use crate::node::NodeReporter;
 use crate::server::{self, EdgedServerHandle, PodsView};
 use crate::spec::{self, NODE, Objects, POD_UID};
-use crate::worker::{PodWorker, Signal, teardown};
+use crate::worker::{PodWorker, Signal, Terminating, teardown};
 
 /// A failure to start edged.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +78,7 @@ impl Edged {
             workers: HashMap::new(),
             snapshot: HashMap::new(),
             view: pods.clone(),
+            terminating: Terminating::default(),
             server,
             images: ImageCollector::default(),
             image_gc,
@@ -162,6 +163,7 @@ struct Core {
     /// The PLEG's last view: per pod uid, its containers and their states.
     snapshot: HashMap<String, Vec<(String, i32)>>,
     view: PodsView,
+    terminating: Terminating,
     server: Option<EdgedServerHandle>,
     images: ImageCollector,
     image_gc: ImageGcPolicy,
@@ -203,6 +205,11 @@ impl Core {
     /// runtime runs for pods it does not know, and starts a worker per pod.
     async fn start_up(&mut self) {
         let mut pods = Vec::new();
+        // Every stored pod's uid, read from the JSON (also of pods that do
+        // not parse), and whether the store answered at all: without a
+        // complete answer nothing is removed.
+        let mut known: Vec<String> = Vec::new();
+        let mut complete = true;
         for kind in [
             resource_type::CONFIGMAP,
             resource_type::SECRET,
@@ -219,14 +226,31 @@ impl Core {
                 .send_sync(module::METAMANAGER, query, Duration::from_secs(30))
                 .await
             {
-                Ok(answer) => answer.content().as_array().cloned().unwrap_or_default(),
+                Ok(answer) => match answer.content().as_array() {
+                    Some(listed) if answer.operation() != operation::ERROR => listed.clone(),
+                    _ => {
+                        warn!(kind, answer = %answer.content(), "metamanager did not list");
+                        complete = false;
+                        Vec::new()
+                    }
+                },
                 Err(err) => {
                     warn!(kind, error = %err, "could not load from metamanager");
+                    complete = false;
                     Vec::new()
                 }
             };
             for object in listed {
                 if kind == resource_type::POD {
+                    let metadata = &object["metadata"];
+                    known.push(match metadata["uid"].as_str() {
+                        Some(uid) => uid.to_owned(),
+                        None => format!(
+                            "{}.{}",
+                            metadata["namespace"].as_str().unwrap_or("default"),
+                            metadata["name"].as_str().unwrap_or_default()
+                        ),
+                    });
                     match Pod::deserialize(&object) {
                         Ok(pod) => pods.push(pod),
                         Err(err) => warn!(error = %err, "stored pod unreadable"),
@@ -243,8 +267,8 @@ impl Core {
                 }
             }
         }
-        let known: Vec<String> = pods.iter().map(spec::pod_uid).collect();
         match self.managed_sandbox_uids().await {
+            Ok(_) if !complete => warn!("the store did not answer in full; no pod is removed"),
             Ok(running) => {
                 for uid in running.into_iter().filter(|uid| !known.contains(uid)) {
                     info!(%uid, "removing a pod the store no longer has");
@@ -264,7 +288,10 @@ impl Core {
     /// Tears down this node's sandboxes that no worker owns (a teardown
     /// that failed), and collects unused images.
     async fn collect_garbage(&mut self) {
-        let owned: Vec<String> = self.workers.values().map(|w| w.uid.clone()).collect();
+        let mut owned: Vec<String> = self.workers.values().map(|w| w.uid.clone()).collect();
+        if let Ok(terminating) = self.terminating.lock() {
+            owned.extend(terminating.iter().cloned());
+        }
         if let Ok(running) = self.managed_sandbox_uids().await {
             for uid in running.into_iter().filter(|uid| !owned.contains(uid)) {
                 info!(%uid, "collecting the sandbox of a pod edged no longer runs");
@@ -313,7 +340,7 @@ impl Core {
                 let key = format!("{}/{}", resource.namespace, resource.name);
                 if deleted {
                     if let Some(worker) = self.workers.remove(&key) {
-                        let _ = worker.signals.try_send(Signal::Delete);
+                        self.delete(worker);
                     }
                     return;
                 }
@@ -336,6 +363,18 @@ impl Core {
         }
     }
 
+    /// Has a worker tear its pod down: marked terminating (so garbage
+    /// collection leaves it to the worker's grace period), and told
+    /// without fail, even when its signal queue is full.
+    fn delete(&mut self, worker: WorkerHandle) {
+        if let Ok(mut terminating) = self.terminating.lock() {
+            terminating.insert(worker.uid.clone());
+        }
+        actix::spawn(async move {
+            let _ = worker.signals.send(Signal::Delete).await;
+        });
+    }
+
     /// Hands `pod` to its worker, starting one if needed.
     fn apply(&mut self, pod: Pod) {
         let key = spec::pod_key(&pod);
@@ -345,8 +384,10 @@ impl Core {
                 let _ = worker.signals.try_send(Signal::Spec(Box::new(pod)));
                 return;
             }
-            // Same name, new pod: the old one goes first.
-            let _ = worker.signals.try_send(Signal::Delete);
+        }
+        if let Some(old) = self.workers.remove(&key) {
+            // Same name, new pod: the old one goes.
+            self.delete(old);
         }
         let (signals, receiver) = mpsc::channel(64);
         let worker = PodWorker::new(
@@ -356,7 +397,7 @@ impl Core {
             self.config.clone(),
             self.objects.clone(),
         )
-        .with_view(self.view.clone());
+        .with_view(self.view.clone(), self.terminating.clone());
         actix::spawn(worker.run(receiver));
         self.workers.insert(key, WorkerHandle { uid, signals });
     }

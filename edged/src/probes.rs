@@ -104,6 +104,10 @@ impl Prober {
                 continue;
             }
             let state = states.entry(kind).or_default();
+            if kind == ProbeKind::Startup && state.passed == Some(true) {
+                // A startup probe that passed is done.
+                continue;
+            }
             let first = started + seconds(probe.initial_delay_seconds, 0);
             let due = state.next.unwrap_or(first);
             if due <= now {
@@ -123,7 +127,9 @@ impl Prober {
                 } else if state.failures >= failure_threshold {
                     state.passed = Some(false);
                 }
-                state.next = Some(Instant::now() + seconds(probe.period_seconds, 10));
+                state.next = Some(
+                    Instant::now() + seconds(probe.period_seconds, 10).max(Duration::from_secs(1)),
+                );
             }
             if let Some(at) = state.next.or(Some(first)) {
                 due_at(at);

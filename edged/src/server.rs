@@ -132,8 +132,9 @@ async fn logs(
     let Some(file) = latest_log(&dir) else {
         return HttpResponse::NotFound().body(format!("no log of container {container:?}"));
     };
-    match tokio::fs::read_to_string(&file).await {
-        Ok(text) => {
+    match tokio::fs::read(&file).await {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
             let lines: Vec<&str> = text.lines().filter_map(message).collect();
             let start = query
                 .tail_lines

@@ -4,7 +4,6 @@
 //! edged finds its sandboxes and containers again, also after a restart.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -151,12 +150,29 @@ pub fn sandbox_config(
     }
 }
 
-/// A stable hash of a container's spec.
+/// A hash of a container's spec that stays the same across edged builds
+/// (FNV-1a of its JSON), so an upgraded edged still adopts its containers.
 pub fn spec_hash(container: &Container) -> String {
     let text = serde_json::to_string(container).unwrap_or_default();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Whether `name` may name a container or a volume: a DNS-1123 label, so
+/// it is safe in paths and labels.
+pub fn valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// Why a container cannot be configured yet.
@@ -297,10 +313,10 @@ fn resources(container: &Container) -> api::LinuxContainerResources {
     const PERIOD: i64 = 100_000;
     if let Some(cpu) = limits.and_then(|l| l.get("cpu")).and_then(millicores) {
         out.cpu_period = PERIOD;
-        out.cpu_quota = (cpu * PERIOD / 1000).max(1000);
+        out.cpu_quota = cpu.saturating_mul(PERIOD / 1000).max(1000);
     }
     if let Some(cpu) = requests.and_then(|r| r.get("cpu")).and_then(millicores) {
-        out.cpu_shares = (cpu * 1024 / 1000).max(2);
+        out.cpu_shares = (cpu.saturating_mul(1024) / 1000).max(2);
     }
     if let Some(memory) = limits.and_then(|l| l.get("memory")).and_then(bytes) {
         out.memory_limit_in_bytes = memory;
@@ -316,7 +332,8 @@ pub fn millicores(quantity: &Quantity) -> Option<i64> {
     }
     text.parse::<f64>()
         .ok()
-        .map(|cores| (cores * 1000.0).round() as i64)
+        .filter(|cores| cores.is_finite() && *cores >= 0.0)
+        .map(|cores| (cores * 1000.0).round().min(i64::MAX as f64) as i64)
 }
 
 /// A memory quantity in bytes (`128Mi`, `1G`, `1000`).
@@ -336,7 +353,11 @@ pub fn bytes(quantity: &Quantity) -> Option<i64> {
     ];
     units.iter().find_map(|(suffix, factor)| {
         let number = text.strip_suffix(suffix)?;
-        number.parse::<f64>().ok().map(|n| (n * factor) as i64)
+        number
+            .parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            .map(|n| (n * factor).min(i64::MAX as f64) as i64)
     })
 }
 
@@ -349,6 +370,12 @@ pub fn container_config(
     attempt: u32,
     objects: &Objects,
 ) -> Result<api::ContainerConfig, ConfigError> {
+    if !valid_name(&container.name) {
+        return Err(config_error(format!(
+            "container name {:?} is not a DNS-1123 label",
+            container.name
+        )));
+    }
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut labels = HashMap::from([
         (MANAGED.to_owned(), "true".to_owned()),

@@ -37,6 +37,12 @@ pub fn prepare(
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = HashMap::new();
     for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if !crate::spec::valid_name(&volume.name) {
+            return Err(volume_error(format!(
+                "volume name {:?} is not a DNS-1123 label",
+                volume.name
+            )));
+        }
         let io = |err: std::io::Error| volume_error(format!("volume {:?}: {err}", volume.name));
         if volume.empty_dir.is_some() {
             let path = pod_dir.join("volumes/empty-dir").join(&volume.name);
@@ -203,10 +209,21 @@ pub fn mounts(
             .ok_or_else(|| volume_error(format!("volume {:?} is not in the pod", mount.name)))?;
         let mut host = volume.path.clone();
         if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            if sub.split('/').any(|part| part == "..") {
+            // Relative, no `..`, and no symlink on the way that could lead
+            // out of the volume.
+            if sub.starts_with('/') || sub.split('/').any(|part| part == "..") {
                 return Err(volume_error(format!("subPath {sub:?} leaves the volume")));
             }
-            host = host.join(sub);
+            let mut at = host.clone();
+            for part in sub.split('/').filter(|p| !p.is_empty()) {
+                at = at.join(part);
+                if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Err(volume_error(format!(
+                        "subPath {sub:?} goes through a symlink"
+                    )));
+                }
+            }
+            host = at;
         }
         out.push(api::Mount {
             container_path: mount.mount_path.clone(),

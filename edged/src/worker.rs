@@ -98,7 +98,14 @@ pub struct PodWorker {
     ready: HashMap<String, bool>,
     /// What edged's server shows.
     view: PodsView,
+    /// The last attempt started of each container.
+    attempts: HashMap<String, u32>,
+    /// Pods being torn down, by uid (garbage collection leaves them be).
+    terminating: Terminating,
 }
+
+/// Uids of pods being torn down.
+pub type Terminating = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
 
 impl PodWorker {
     /// A worker for `pod`.
@@ -125,12 +132,16 @@ impl PodWorker {
             prober: Prober::default(),
             ready: HashMap::new(),
             view: PodsView::default(),
+            attempts: HashMap::new(),
+            terminating: Terminating::default(),
         }
     }
 
-    /// Shows this pod, with its status, in `view`.
-    pub fn with_view(mut self, view: PodsView) -> Self {
+    /// Shows this pod, with its status, in `view`, and marks its teardown
+    /// done in `terminating`.
+    pub fn with_view(mut self, view: PodsView, terminating: Terminating) -> Self {
         self.view = view;
+        self.terminating = terminating;
         self
     }
 
@@ -152,6 +163,9 @@ impl PodWorker {
                         .is_some_and(|pod| spec::pod_uid(pod) == self.uid())
                 {
                     view.remove(&key);
+                }
+                if let Ok(mut terminating) = self.terminating.lock() {
+                    terminating.remove(&self.uid());
                 }
                 info!(pod = %key, "pod torn down");
                 return;
@@ -206,6 +220,16 @@ impl PodWorker {
         let Some(spec) = self.pod.spec.clone() else {
             return Ok(None);
         };
+        // A pod that has finished stays finished: its containers are not
+        // run again, even if its sandbox is gone (after a reboot, say).
+        let finished = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
+        if finished {
+            return Ok(None);
+        }
         let sandbox_id = match self.ensure_sandbox().await {
             Ok(id) => {
                 self.sandbox_error = None;
@@ -358,8 +382,30 @@ impl PodWorker {
             .into_inner()
             .pod_sandbox_id;
         info!(pod = %spec::pod_key(&self.pod), sandbox = %id, "sandbox started");
-        self.sandbox = None;
-        Box::pin(self.ensure_sandbox()).await
+        let status = runtime
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: id.clone(),
+                verbose: false,
+            })
+            .await
+            .map_err(|status| CriError::Call {
+                call: "PodSandboxStatus",
+                status,
+            })?
+            .into_inner()
+            .status
+            .unwrap_or_default();
+        if status.state != api::PodSandboxState::SandboxReady as i32 {
+            // Not ready at once: the next sync, after the retry delay,
+            // removes it and tries again (no tight loop).
+            return Err(CriError::Call {
+                call: "RunPodSandbox",
+                status: tonic::Status::unavailable(format!("sandbox {id} is not ready")),
+            });
+        }
+        let ip = status.network.map(|n| n.ip).unwrap_or_default();
+        self.sandbox = Some((id.clone(), ip, status.created_at));
+        Ok(id)
     }
 
     /// This pod's containers in `sandbox`, by name.
@@ -436,6 +482,16 @@ impl PodWorker {
         if state == api::ContainerState::ContainerRunning as i32 {
             if same_spec {
                 self.waiting.remove(&container.name);
+                // Stable long enough: the crash-loop backoff starts over.
+                let ran_for = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .saturating_sub(Duration::from_nanos(
+                        u64::try_from(latest.started_at).unwrap_or(0),
+                    ));
+                if ran_for > self.config.backoff_max * 2 {
+                    self.restarts.remove(&container.name);
+                }
                 let host = match &self.sandbox {
                     Some((_, ip, _)) if !ip.is_empty() => ip.clone(),
                     _ => "127.0.0.1".to_owned(),
@@ -503,10 +559,17 @@ impl PodWorker {
         }
         backoff.fail(now, self.config.backoff_initial, self.config.backoff_max);
         let next = backoff.until;
-        self.remove_container(&latest.id, 0).await;
-        self.start(sandbox, container, attempt + 1).await?;
+        // The new one first: if it cannot be made, the old one (and its
+        // attempt number and log) stays.
+        let wake = self.start(sandbox, container, attempt + 1).await?;
+        if !self.waiting.contains_key(&container.name) {
+            self.remove_container(&latest.id, 0).await;
+        }
         // Look again when the next restart would be allowed.
-        Ok(next)
+        Ok(match (wake, next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     /// Pulls (as the policy says), creates and starts attempt `attempt`.
@@ -516,6 +579,13 @@ impl PodWorker {
         container: &Container,
         attempt: u32,
     ) -> Result<Option<Instant>, CriError> {
+        // Attempts only grow, also across a lost container or sandbox, so
+        // restart counts and log files stay right.
+        let attempt = attempt.max(
+            self.attempts
+                .get(&container.name)
+                .map_or(0, |last| last + 1),
+        );
         let image = container.image.clone().unwrap_or_default();
         let policy = container.image_pull_policy.clone().unwrap_or_else(|| {
             if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
@@ -612,7 +682,10 @@ impl PodWorker {
             })
             .await;
         let id = match created {
-            Ok(created) => created.into_inner().container_id,
+            Ok(created) => {
+                self.attempts.insert(container.name.clone(), attempt);
+                created.into_inner().container_id
+            }
             Err(status) => {
                 self.waiting.insert(
                     container.name.clone(),
@@ -995,11 +1068,15 @@ pub async fn teardown(
             })?;
     }
     let dir = config.pod_dir(uid);
-    if dir.exists()
-        && let Err(err) = std::fs::remove_dir_all(&dir)
-    {
-        warn!(dir = %dir.display(), error = %err, "pod directory not removed");
-    }
+    // A large emptyDir takes a while: off the actor thread.
+    let removed = tokio::task::spawn_blocking(move || {
+        if dir.exists()
+            && let Err(err) = std::fs::remove_dir_all(&dir)
+        {
+            warn!(dir = %dir.display(), error = %err, "pod directory not removed");
+        }
+    });
+    let _ = removed.await;
     Ok(())
 }
 

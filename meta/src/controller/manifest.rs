@@ -147,6 +147,22 @@ fn check_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
             )));
         }
     }
+    // Init container and volume names end up in paths and labels at the
+    // edge: DNS labels only.
+    for field in ["initContainers", "volumes"] {
+        let listed = pod
+            .get("spec")
+            .and_then(|s| s.get(field))
+            .and_then(Value::as_array);
+        for (index, item) in listed.into_iter().flatten().enumerate() {
+            let item_name = item.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !valid_label(item_name) {
+                return Err(ApiError::Invalid(format!(
+                    "Pod {name}: spec.{field}[{index}].name {item_name:?} is not a valid name"
+                )));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -170,7 +186,8 @@ mod tests {
 
     #[test]
     fn bad_manifests_say_what_is_wrong() {
-        let cases: [(&[u8], &str); 9] = [
+        let cases: [(&[u8], &str); 10] = [
+            (b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: i}], volumes: [{name: /etc, emptyDir: {}}]}\n", "spec.volumes[0].name"),
             (b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {nodeName: a/b, containers: [{name: c, image: i}]}\n", "spec.nodeName"),
             (b"kind: [", "document 1"),
             (b"", "no object"),
