@@ -35,6 +35,9 @@ pub struct EdgedConfig {
     pub gc_period: Duration,
     /// When unused images are removed.
     pub image_gc: ImageGcPolicy,
+    /// Dead containers kept per container (the latest at least, for its
+    /// logs); the container garbage-collection policy.
+    pub max_dead_per_container: usize,
 }
 
 impl EdgedConfig {
@@ -58,6 +61,7 @@ impl EdgedConfig {
             server_address: None,
             gc_period: Duration::from_secs(60),
             image_gc: ImageGcPolicy::default(),
+            max_dead_per_container: 1,
         }
     }
 

@@ -176,6 +176,8 @@ impl Core {
         relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut node = NodeReporter::new(self.hive.clone(), self.cri.clone(), self.config.clone());
         let mut node_tick = tokio::time::interval(self.config.node_status_period);
+        let mut change_tick = tokio::time::interval(Duration::from_secs(1));
+        change_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut gc_tick = tokio::time::interval(self.config.gc_period);
         gc_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -195,6 +197,7 @@ impl Core {
                 },
                 _ = relist.tick() => self.relist().await,
                 _ = node_tick.tick() => node.report().await,
+                _ = change_tick.tick() => node.report_if_changed().await,
                 _ = gc_tick.tick() => self.collect_garbage().await,
             }
         }

@@ -148,9 +148,22 @@ impl NodeReporter {
         }
     }
 
-    /// Sends the status up.
+    /// Sends the status up if it changed since the last report (checked
+    /// often, so a change goes up at once).
+    pub async fn report_if_changed(&mut self) {
+        let status = self.status().await;
+        if self.last.as_ref() != Some(&status) {
+            self.send(status).await;
+        }
+    }
+
+    /// Sends the status up (on the node-status period, changed or not).
     pub async fn report(&mut self) {
         let status = self.status().await;
+        self.send(status).await;
+    }
+
+    async fn send(&mut self, status: NodeStatus) {
         let Ok(content) = serde_json::to_value(&status) else {
             return;
         };

@@ -468,8 +468,11 @@ impl PodWorker {
         seen: Observed,
         init: bool,
     ) -> Result<Option<Instant>, CriError> {
-        // Only the latest dead container is kept (for its logs).
-        for id in &seen.older {
+        // Dead containers beyond the policy's number go, oldest first (the
+        // latest is always kept, for its logs).
+        let keep = self.config.max_dead_per_container.saturating_sub(1);
+        let excess = seen.older.len().saturating_sub(keep);
+        for id in &seen.older[..excess] {
             self.remove_container(id, 0).await;
         }
         let now = Instant::now();
