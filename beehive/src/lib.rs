@@ -30,6 +30,7 @@ mod error;
 mod hive;
 pub mod message;
 mod module;
+pub mod names;
 pub mod resource;
 mod runtime;
 

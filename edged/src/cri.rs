@@ -81,6 +81,74 @@ impl Cri {
         }
     }
 
+    /// The sandboxes labelled `label=value`.
+    pub async fn sandboxes(
+        &self,
+        label: &str,
+        value: &str,
+    ) -> Result<Vec<api::PodSandbox>, CriError> {
+        let mut runtime = self.runtime.clone();
+        runtime
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: std::collections::HashMap::from([(
+                        label.to_owned(),
+                        value.to_owned(),
+                    )]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map(|listed| listed.into_inner().items)
+            .map_err(|status| CriError::Call {
+                call: "ListPodSandbox",
+                status,
+            })
+    }
+
+    /// The containers labelled `label=value`, in `sandbox` if given.
+    pub async fn containers(
+        &self,
+        label: &str,
+        value: &str,
+        sandbox: Option<&str>,
+    ) -> Result<Vec<api::Container>, CriError> {
+        let mut runtime = self.runtime.clone();
+        runtime
+            .list_containers(api::ListContainersRequest {
+                filter: Some(api::ContainerFilter {
+                    pod_sandbox_id: sandbox.unwrap_or_default().to_owned(),
+                    label_selector: std::collections::HashMap::from([(
+                        label.to_owned(),
+                        value.to_owned(),
+                    )]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map(|listed| listed.into_inner().containers)
+            .map_err(|status| CriError::Call {
+                call: "ListContainers",
+                status,
+            })
+    }
+
+    /// A sandbox's status.
+    pub async fn sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError> {
+        let mut runtime = self.runtime.clone();
+        runtime
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_owned(),
+                verbose: false,
+            })
+            .await
+            .map(|answer| answer.into_inner().status.unwrap_or_default())
+            .map_err(|status| CriError::Call {
+                call: "PodSandboxStatus",
+                status,
+            })
+    }
+
     /// The runtime's name and version, as CRI reports them.
     pub async fn version(&self) -> Result<api::VersionResponse, CriError> {
         let mut runtime = self.runtime.clone();

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::config::EdgedConfig;
-use crate::cri::{Cri, CriError, api};
+use crate::cri::{Cri, CriError};
 use crate::gc::{ImageCollector, ImageGcPolicy};
 use crate::node::NodeReporter;
 use crate::server::{self, EdgedServerHandle, PodsView};
@@ -309,21 +309,7 @@ impl Core {
     }
 
     async fn managed_sandbox_uids(&self) -> Result<Vec<String>, CriError> {
-        let mut runtime = self.cri.runtime.clone();
-        let sandboxes = runtime
-            .list_pod_sandbox(api::ListPodSandboxRequest {
-                filter: Some(api::PodSandboxFilter {
-                    label_selector: HashMap::from([(NODE.to_owned(), self.config.node.clone())]),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(|status| CriError::Call {
-                call: "ListPodSandbox",
-                status,
-            })?
-            .into_inner()
-            .items;
+        let sandboxes = self.cri.sandboxes(NODE, &self.config.node).await?;
         let mut uids: Vec<String> = sandboxes
             .into_iter()
             .filter_map(|s| s.labels.get(POD_UID).cloned())
@@ -408,19 +394,10 @@ impl Core {
     /// The PLEG: lists the runtime's containers and tells the worker of
     /// each pod whose containers changed.
     async fn relist(&mut self) {
-        let mut runtime = self.cri.runtime.clone();
-        let listed = runtime
-            .list_containers(api::ListContainersRequest {
-                filter: Some(api::ContainerFilter {
-                    label_selector: HashMap::from([(NODE.to_owned(), self.config.node.clone())]),
-                    ..Default::default()
-                }),
-            })
-            .await;
-        let containers = match listed {
-            Ok(listed) => listed.into_inner().containers,
-            Err(status) => {
-                debug!(%status, "relist failed");
+        let containers = match self.cri.containers(NODE, &self.config.node, None).await {
+            Ok(containers) => containers,
+            Err(err) => {
+                debug!(error = %err, "relist failed");
                 return;
             }
         };

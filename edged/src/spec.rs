@@ -164,16 +164,7 @@ pub fn spec_hash(container: &Container) -> String {
 
 /// Whether `name` may name a container or a volume: a DNS-1123 label, so
 /// it is safe in paths and labels.
-pub fn valid_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
+pub use beehive::names::valid_label as valid_name;
 
 /// Why a container cannot be configured yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

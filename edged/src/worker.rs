@@ -308,20 +308,7 @@ impl PodWorker {
     /// The ready sandbox of this pod, created (again) if there is none.
     async fn ensure_sandbox(&mut self) -> Result<String, CriError> {
         let mut runtime = self.cri.runtime.clone();
-        let sandboxes = runtime
-            .list_pod_sandbox(api::ListPodSandboxRequest {
-                filter: Some(api::PodSandboxFilter {
-                    label_selector: HashMap::from([(POD_UID.to_owned(), self.uid())]),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(|status| CriError::Call {
-                call: "ListPodSandbox",
-                status,
-            })?
-            .into_inner()
-            .items;
+        let sandboxes = self.cri.sandboxes(POD_UID, &self.uid()).await?;
         let ready = sandboxes
             .iter()
             .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
@@ -336,19 +323,7 @@ impl PodWorker {
                 .as_ref()
                 .is_none_or(|(known, _, _)| *known != id)
             {
-                let status = runtime
-                    .pod_sandbox_status(api::PodSandboxStatusRequest {
-                        pod_sandbox_id: id.clone(),
-                        verbose: false,
-                    })
-                    .await
-                    .map_err(|status| CriError::Call {
-                        call: "PodSandboxStatus",
-                        status,
-                    })?
-                    .into_inner()
-                    .status
-                    .unwrap_or_default();
+                let status = self.cri.sandbox_status(&id).await?;
                 let ip = status.network.map(|n| n.ip).unwrap_or_default();
                 self.sandbox = Some((id.clone(), ip, status.created_at));
             }
@@ -382,19 +357,7 @@ impl PodWorker {
             .into_inner()
             .pod_sandbox_id;
         info!(pod = %spec::pod_key(&self.pod), sandbox = %id, "sandbox started");
-        let status = runtime
-            .pod_sandbox_status(api::PodSandboxStatusRequest {
-                pod_sandbox_id: id.clone(),
-                verbose: false,
-            })
-            .await
-            .map_err(|status| CriError::Call {
-                call: "PodSandboxStatus",
-                status,
-            })?
-            .into_inner()
-            .status
-            .unwrap_or_default();
+        let status = self.cri.sandbox_status(&id).await?;
         if status.state != api::PodSandboxState::SandboxReady as i32 {
             // Not ready at once: the next sync, after the retry delay,
             // removes it and tries again (no tight loop).
@@ -411,21 +374,10 @@ impl PodWorker {
     /// This pod's containers in `sandbox`, by name.
     async fn observe(&mut self, sandbox: &str) -> Result<HashMap<String, Observed>, CriError> {
         let mut runtime = self.cri.runtime.clone();
-        let containers = runtime
-            .list_containers(api::ListContainersRequest {
-                filter: Some(api::ContainerFilter {
-                    pod_sandbox_id: sandbox.to_owned(),
-                    label_selector: HashMap::from([(POD_UID.to_owned(), self.uid())]),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(|status| CriError::Call {
-                call: "ListContainers",
-                status,
-            })?
-            .into_inner()
-            .containers;
+        let containers = self
+            .cri
+            .containers(POD_UID, &self.uid(), Some(sandbox))
+            .await?;
         let mut by_name: HashMap<String, Vec<api::ContainerStatus>> = HashMap::new();
         for container in containers {
             let status = runtime
@@ -1011,21 +963,7 @@ pub async fn teardown(
     grace: i64,
 ) -> Result<(), CriError> {
     let mut runtime = cri.runtime.clone();
-    let selector = HashMap::from([(POD_UID.to_owned(), uid.to_owned())]);
-    let containers = runtime
-        .list_containers(api::ListContainersRequest {
-            filter: Some(api::ContainerFilter {
-                label_selector: selector.clone(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .map_err(|status| CriError::Call {
-            call: "ListContainers",
-            status,
-        })?
-        .into_inner()
-        .containers;
+    let containers = cri.containers(POD_UID, uid, None).await?;
     // Stopped together, so the grace periods run side by side.
     let stops = containers.iter().map(|c| {
         let mut runtime = runtime.clone();
@@ -1040,20 +978,7 @@ pub async fn teardown(
         }
     });
     futures_util::future::join_all(stops).await;
-    let sandboxes = runtime
-        .list_pod_sandbox(api::ListPodSandboxRequest {
-            filter: Some(api::PodSandboxFilter {
-                label_selector: selector,
-                ..Default::default()
-            }),
-        })
-        .await
-        .map_err(|status| CriError::Call {
-            call: "ListPodSandbox",
-            status,
-        })?
-        .into_inner()
-        .items;
+    let sandboxes = cri.sandboxes(POD_UID, uid).await?;
     for sandbox in sandboxes {
         let _ = runtime
             .stop_pod_sandbox(api::StopPodSandboxRequest {

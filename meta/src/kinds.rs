@@ -381,22 +381,11 @@ pub fn pod_references(namespace: &str, pod: &Value) -> BTreeSet<ObjectKey> {
 
 /// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of most
 /// object names.
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 253 && name.split('.').all(valid_label)
-}
+pub use beehive::names::valid_subdomain as valid_name;
 
 /// Whether `label` is a DNS-1123 label, as Kubernetes requires of namespaces
 /// and service names.
-pub fn valid_label(label: &str) -> bool {
-    let bytes = label.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
+pub use beehive::names::valid_label;
 
 #[cfg(test)]
 mod tests {

@@ -75,11 +75,7 @@ fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> CertEr
 /// Node names are DNS-1123 subdomains in practice; anything that could
 /// change the meaning of a resource string is refused.
 pub fn valid_node_name(node: &str) -> bool {
-    !node.is_empty()
-        && node.len() <= 253
-        && node
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+    beehive::names::valid_subdomain(node)
 }
 
 fn unix_now() -> u64 {
