@@ -172,6 +172,22 @@ fn running(status: &Value) -> bool {
     status["phase"] == "Running" && main_container(status)["state"]["running"].is_object()
 }
 
+/// Waits until `done` says so: for state containerd and the disk show only
+/// when asked (containerd 1.6 has no CRI events).
+async fn gone<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let waited = tokio::time::timeout(WAIT, async {
+        while !done().await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never: {what}");
+}
+
 /// What containerd holds for a pod uid: sandboxes and containers.
 async fn in_containerd(uid: &str) -> (usize, usize) {
     let cri = Cri::connect(&socket()).await.expect("cri");
@@ -272,13 +288,10 @@ async fn a_pod_runs_on_its_network_logs_and_is_removed_without_a_trace() {
     assert_eq!(in_containerd(&uid).await, (1, 1));
 
     edge.send(operation::DELETE, &web, 2).await;
-    tokio::time::timeout(WAIT, async {
-        while in_containerd(&uid).await != (0, 0) || edge.root.join("pods").join(&uid).exists() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    gone("nothing left in containerd or on disk", || async {
+        !(in_containerd(&uid).await != (0, 0) || edge.root.join("pods").join(&uid).exists())
     })
-    .await
-    .expect("nothing left in containerd or on disk");
+    .await;
     edge.stop().await;
 }
 
@@ -331,13 +344,10 @@ async fn a_crashing_container_backs_off_and_its_restarts_count() {
 
     edge.send(operation::DELETE, &crash, 2).await;
     edge.send(operation::DELETE, &once, 2).await;
-    tokio::time::timeout(WAIT, async {
-        while in_containerd(&uid).await != (0, 0) || in_containerd(&once_uid).await != (0, 0) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    gone("removed", || async {
+        !(in_containerd(&uid).await != (0, 0) || in_containerd(&once_uid).await != (0, 0))
     })
-    .await
-    .expect("removed");
+    .await;
     edge.stop().await;
 }
 
@@ -402,23 +412,17 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
         })
         .await;
     assert_eq!(main_container(&after)["restartCount"], 0, "{after:#}");
-    tokio::time::timeout(WAIT, async {
-        while in_containerd(&stray_uid).await != (0, 0) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    gone("the unknown pod was removed", || async {
+        !(in_containerd(&stray_uid).await != (0, 0))
     })
-    .await
-    .expect("the unknown pod was removed");
+    .await;
     assert_eq!(in_containerd(&uid).await, (1, 1));
 
     edge.send(operation::DELETE, &keep, 2).await;
-    tokio::time::timeout(WAIT, async {
-        while in_containerd(&uid).await != (0, 0) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    gone("removed", || async {
+        !(in_containerd(&uid).await != (0, 0))
     })
-    .await
-    .expect("removed");
+    .await;
     edge.stop().await;
 }
 
@@ -520,13 +524,10 @@ async fn configmap_and_secret_volumes_are_read_inside_the_container() {
     );
 
     edge.send(operation::DELETE, &with_volumes, 2).await;
-    tokio::time::timeout(WAIT, async {
-        while in_containerd(&uid).await != (0, 0) || edge.root.join("pods").join(&uid).exists() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    gone("removed, volumes too", || async {
+        !(in_containerd(&uid).await != (0, 0) || edge.root.join("pods").join(&uid).exists())
     })
-    .await
-    .expect("removed, volumes too");
+    .await;
     edge.stop().await;
 }
 
@@ -613,13 +614,10 @@ async fn probes_restart_a_dead_container_and_decide_readiness() {
 
     for (pod, uid) in [(&live, &uid), (&ready, &ready_uid), (&web, &web_uid)] {
         edge.send(operation::DELETE, pod, 2).await;
-        tokio::time::timeout(WAIT, async {
-            while in_containerd(uid).await != (0, 0) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        gone("removed", || async {
+            !(in_containerd(uid).await != (0, 0))
         })
-        .await
-        .expect("removed");
+        .await;
     }
     edge.stop().await;
 }
@@ -687,13 +685,10 @@ async fn a_missing_image_reports_errimagepull_and_recovers_once_it_appears() {
         .await;
 
     edge.send(operation::DELETE, &late, 2).await;
-    tokio::time::timeout(WAIT, async {
-        while in_containerd(&uid).await != (0, 0) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    gone("removed", || async {
+        !(in_containerd(&uid).await != (0, 0))
     })
-    .await
-    .expect("removed");
+    .await;
     edge.stop().await;
 }
 
