@@ -878,3 +878,62 @@ async fn unused_images_are_collected_and_pinned_ones_kept() {
         "a pinned image stays"
     );
 }
+
+#[actix::test]
+async fn init_containers_run_in_order_before_the_containers_and_startup_gates_readiness() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let uid = unique("uid-init");
+    let mut staged = pod(
+        "staged",
+        &uid,
+        "cat /work/order; sleep 3600",
+        json!({
+            "hostNetwork": true,
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "initContainers": [
+                {"name": "first", "image": "127.0.0.1:5000/edgehive/busybox:latest", "imagePullPolicy": "IfNotPresent",
+                 "command": ["sh", "-c", "echo first >> /work/order"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+                {"name": "second", "image": "127.0.0.1:5000/edgehive/busybox:latest", "imagePullPolicy": "IfNotPresent",
+                 "command": ["sh", "-c", "echo second >> /work/order"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]}
+            ]
+        }),
+    );
+    staged["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "work", "mountPath": "/work"}]);
+    // Startup passes once the file exists; until then the pod is not Ready.
+    staged["spec"]["containers"][0]["startupProbe"] = json!({
+        "exec": {"command": ["test", "-f", "/tmp/started"]}, "periodSeconds": 1, "failureThreshold": 30
+    });
+    edge.send(operation::INSERT, &staged, 1).await;
+    let status = edge
+        .status("staged", "running, not yet started up", |s| {
+            running(s) && condition(s, "Initialized") == "True" && condition(s, "Ready") == "False"
+        })
+        .await;
+    let inits = status["initContainerStatuses"]
+        .as_array()
+        .expect("init statuses");
+    assert!(
+        inits
+            .iter()
+            .all(|i| i["state"]["terminated"]["exitCode"] == 0),
+        "{status:#}"
+    );
+    let id = main_container(&status)["containerID"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(exec(&id, &["cat", "/work/order"]).await, "first\nsecond\n");
+    exec(&id, &["touch", "/tmp/started"]).await;
+    edge.status("staged", "Ready after startup", |s| {
+        condition(s, "Ready") == "True"
+    })
+    .await;
+
+    edge.send(operation::DELETE, &staged, 2).await;
+    gone("removed", || async { in_containerd(&uid).await == (0, 0) }).await;
+    edge.stop().await;
+}
