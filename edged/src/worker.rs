@@ -148,6 +148,7 @@ impl PodWorker {
     /// Runs until the pod is deleted and torn down (or nobody can signal).
     pub async fn run(mut self, mut signals: mpsc::Receiver<Signal>) {
         let key = spec::pod_key(&self.pod);
+        self.recall_finished().await;
         loop {
             let wake = match self.sync().await {
                 Ok(wake) => wake,
@@ -191,6 +192,56 @@ impl PodWorker {
         }
     }
 
+    /// Whether the pod has finished (Succeeded or Failed) here.
+    fn finished(&self) -> bool {
+        self.last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|phase| phase == "Succeeded" || phase == "Failed")
+    }
+
+    /// A pod that finished before this edged started (its status in the
+    /// store says so, and a sandbox of its uid exists, so it ran here) stays
+    /// finished, even if a reboot took its sandbox: it is not run again.
+    async fn recall_finished(&mut self) {
+        let namespace = self
+            .pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let name = self.pod.metadata.name.clone().unwrap_or_default();
+        let query = HiveMessage::new().build_router(
+            module::EDGED,
+            group::META,
+            format!("{namespace}/podstatus/{name}"),
+            operation::QUERY,
+        );
+        let Ok(answer) = self
+            .hive
+            .send_sync(module::METAMANAGER, query, Duration::from_secs(10))
+            .await
+        else {
+            return;
+        };
+        if answer.operation() == operation::ERROR {
+            return;
+        }
+        let Ok(status) = <PodStatus as serde::Deserialize>::deserialize(answer.content()) else {
+            return;
+        };
+        let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        let ran_here = self
+            .cri
+            .sandboxes(POD_UID, &self.uid())
+            .await
+            .is_ok_and(|sandboxes| !sandboxes.is_empty());
+        if terminal && ran_here {
+            info!(pod = %spec::pod_key(&self.pod), "finished before this edged started; not run again");
+            self.last_status = Some(status);
+        }
+    }
+
     fn take(&mut self, signal: Signal) {
         match signal {
             Signal::Spec(pod) => self.pod = *pod,
@@ -222,12 +273,7 @@ impl PodWorker {
         };
         // A pod that has finished stays finished: its containers are not
         // run again, even if its sandbox is gone (after a reboot, say).
-        let finished = self
-            .last_status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
-        if finished {
+        if self.finished() {
             return Ok(None);
         }
         let sandbox_id = match self.ensure_sandbox().await {
@@ -920,6 +966,10 @@ impl PodWorker {
 
     /// Sends the pod's status up (through metamanager) if it changed.
     async fn report(&mut self) {
+        if self.finished() {
+            // Its last word stands: nothing runs any more.
+            return;
+        }
         let status = self.status().await;
         if self.last_status.as_ref() == Some(&status) {
             return;

@@ -937,3 +937,69 @@ async fn init_containers_run_in_order_before_the_containers_and_startup_gates_re
     gone("removed", || async { in_containerd(&uid).await == (0, 0) }).await;
     edge.stop().await;
 }
+
+#[actix::test]
+async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = unique("node");
+    let mut edge = Edge::start(dir.path(), &node).await;
+    let uid = unique("uid-done");
+    let done = pod(
+        "done",
+        &uid,
+        "exit 0",
+        json!({"hostNetwork": true, "restartPolicy": "Never"}),
+    );
+    edge.send(operation::INSERT, &done, 1).await;
+    edge.status("done", "Succeeded", |s| s["phase"] == "Succeeded")
+        .await;
+    edge.stop().await;
+    // As after a reboot: the sandbox is stopped, its record kept.
+    let cri = Cri::connect(&socket()).await.expect("cri");
+    for sandbox in cri
+        .sandboxes(edged::spec::POD_UID, &uid)
+        .await
+        .expect("list")
+    {
+        let mut runtime = cri.runtime.clone();
+        runtime
+            .stop_pod_sandbox(api::StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.id,
+            })
+            .await
+            .expect("stop");
+    }
+    let before = in_containerd(&uid).await;
+
+    let edge = Edge::start(dir.path(), &node).await;
+    // Another pod on the same edged is a marker: once it runs, edged has
+    // long since synced "done".
+    let mut edge = edge;
+    let marker_uid = unique("uid-marker");
+    let marker = pod(
+        "marker",
+        &marker_uid,
+        "sleep 3600",
+        json!({"hostNetwork": true}),
+    );
+    edge.send(operation::INSERT, &marker, 1).await;
+    edge.status("marker", "Running", running).await;
+    assert_eq!(
+        in_containerd(&uid).await,
+        before,
+        "the finished pod was run again"
+    );
+    let stored = edge
+        .store
+        .get("default/podstatus/done")
+        .expect("read")
+        .and_then(|r| r.object)
+        .expect("status");
+    assert_eq!(stored["phase"], "Succeeded");
+
+    for (pod, uid) in [(&done, &uid), (&marker, &marker_uid)] {
+        edge.send(operation::DELETE, pod, 2).await;
+        gone("removed", || async { in_containerd(uid).await == (0, 0) }).await;
+    }
+    edge.stop().await;
+}
