@@ -95,6 +95,11 @@ enum Command {
         /// runs none. Keep it on loopback: it shows every pod's logs.
         #[arg(long, default_value = edged::server::DEFAULT_ADDRESS)]
         edged_server: String,
+        /// An MQTT broker (host:port) for the eventbus, where mappers and
+        /// edge applications publish on KubeEdge's topics; none runs no
+        /// eventbus.
+        #[arg(long)]
+        mqtt: Option<String>,
     },
 }
 
@@ -133,6 +138,7 @@ fn main() -> Result<()> {
             pause_image,
             node_ip,
             edged_server,
+            mqtt,
         } => {
             let mut dial = DialOptions::new(&cloud, &server_name);
             let mut renewal = None;
@@ -182,7 +188,20 @@ fn main() -> Result<()> {
                     edged.server_address = (edged_server != "off").then_some(edged_server);
                     edged
                 });
-                run(args.data_dir, config, metaserver, pods).await
+                let mqtt = match mqtt {
+                    Some(address) => {
+                        let (host, port) = address
+                            .rsplit_once(':')
+                            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+                            .context("--mqtt wants host:port")?;
+                        Some(twin::EventBusConfig::new(
+                            config.node.clone(),
+                            twin::BrokerAddress { host, port },
+                        ))
+                    }
+                    None => None,
+                };
+                run(args.data_dir, config, metaserver, pods, mqtt).await
             })
         }
     }
@@ -193,6 +212,7 @@ async fn run(
     config: EdgeHubConfig,
     metaserver: String,
     pods: Option<edged::EdgedConfig>,
+    mqtt: Option<twin::EventBusConfig>,
 ) -> Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
     let hive = Hive::new("edge", HiveConfig::default());
@@ -204,6 +224,11 @@ async fn run(
             format!("edged (is containerd up at {socket}? see scripts/setup-containerd)")
         })?;
         tracing::info!(%socket, server = ?edged.server_address, "edged ready");
+    }
+    if let Some(mqtt) = mqtt {
+        let broker = format!("{}:{}", mqtt.broker.host, mqtt.broker.port);
+        twin::EventBus::start(&hive, mqtt).context("eventbus")?;
+        tracing::info!(%broker, "eventbus ready");
     }
     let metaserver = match metaserver.as_str() {
         "off" => None,

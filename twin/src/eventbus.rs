@@ -1,0 +1,211 @@
+//! eventbus: the bridge between beehive and an MQTT broker (the embedded one
+//! or any MQTT 3.1.1 broker), on KubeEdge's topics, so KubeEdge's mappers
+//! work unchanged.
+//!
+//! From MQTT: a publish on a device or membership topic
+//! (`$hw/events/device/...`, `$hw/events/node/...`) goes to the `twin`
+//! group; one on `$hw/events/upload/#` or `<node>/user/#` goes up to the
+//! cloud through edgehub. The message's resource is the topic; its content
+//! is the payload as JSON, or as a string when it is not JSON (the twin
+//! answers with an error result then), so bad input never stops the bridge.
+//!
+//! To MQTT: a beehive message with operation `publish` is published on the
+//! topic in its resource; one with operation `subscribe` adds a
+//! subscription.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use beehive::constants::{group, module, operation};
+use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use crate::TwinError;
+
+/// Where the broker is.
+#[derive(Debug, Clone)]
+pub struct BrokerAddress {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// How the eventbus runs.
+#[derive(Debug, Clone)]
+pub struct EventBusConfig {
+    /// The broker to connect to.
+    pub broker: BrokerAddress,
+    /// This bridge's MQTT client id.
+    pub client_id: String,
+    /// This node's name (for `<node>/user/#`).
+    pub node: String,
+    /// Payloads larger than this are neither accepted nor published.
+    pub max_payload: usize,
+}
+
+impl EventBusConfig {
+    /// Defaults for `node` with the broker at `broker`.
+    pub fn new(node: impl Into<String>, broker: BrokerAddress) -> Self {
+        let node = node.into();
+        EventBusConfig {
+            broker,
+            client_id: format!("edgehive-eventbus-{node}"),
+            node,
+            max_payload: 1 << 20,
+        }
+    }
+
+    /// The topics the bridge subscribes to: KubeEdge's.
+    pub fn topics(&self) -> Vec<String> {
+        vec![
+            "$hw/events/device/+/twin/update".to_owned(),
+            "$hw/events/device/+/twin/get".to_owned(),
+            "$hw/events/device/+/twin/cloud_updated".to_owned(),
+            "$hw/events/device/+/state/update".to_owned(),
+            "$hw/events/device/+/updated".to_owned(),
+            format!("$hw/events/node/{}/membership/get", self.node),
+            "$hw/events/upload/#".to_owned(),
+            "$hw/events/connected/+".to_owned(),
+            "$hw/events/disconnected/+".to_owned(),
+            format!("{}/user/#", self.node),
+        ]
+    }
+}
+
+/// Where a message from MQTT goes: the twin, or the cloud.
+fn destination(topic: &str) -> &'static str {
+    if topic.starts_with("$hw/events/upload/") || topic.contains("/user/") {
+        module::EDGEHUB
+    } else {
+        group::TWIN
+    }
+}
+
+/// The eventbus module.
+pub struct EventBus {
+    client: AsyncClient,
+    max_payload: usize,
+}
+
+impl EventBus {
+    /// Connects to the broker and starts the eventbus in `hive` (inside an
+    /// actix System). It reconnects by itself when the broker goes away.
+    pub fn start(hive: &Hive, config: EventBusConfig) -> Result<(), TwinError> {
+        let mut options =
+            MqttOptions::new(&config.client_id, &config.broker.host, config.broker.port);
+        options.set_keep_alive(Duration::from_secs(30));
+        options.set_clean_session(true);
+        options.set_max_packet_size(config.max_payload + 4096, config.max_payload + 4096);
+        let (client, mut events) = AsyncClient::new(options, 1024);
+        let topics = config.topics();
+        let subscriber = client.clone();
+        let from_mqtt = hive.clone();
+        actix::spawn(async move {
+            loop {
+                match events.poll().await {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        info!("eventbus connected to the broker");
+                        for topic in &topics {
+                            if let Err(err) = subscriber.subscribe(topic, QoS::AtLeastOnce).await {
+                                warn!(%topic, error = %err, "subscription failed");
+                            }
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(publish))) => {
+                        deliver(&from_mqtt, &publish.topic, &publish.payload).await;
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        // The event loop reconnects on the next poll.
+                        debug!(error = %err, "broker connection lost; reconnecting");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        });
+        let max_payload = config.max_payload;
+        hive.start_module(move |_| EventBus {
+            client: client.clone(),
+            max_payload,
+        })?;
+        Ok(())
+    }
+}
+
+/// Hands an MQTT message to beehive.
+async fn deliver(hive: &Hive, topic: &str, payload: &[u8]) {
+    let content = serde_json::from_slice::<Value>(payload)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(payload).into_owned()));
+    let to = destination(topic);
+    let msg = HiveMessage::new()
+        .build_router(module::EVENTBUS, group::BUS, topic, operation::PUBLISH)
+        .with_content(content);
+    let sent = if to == module::EDGEHUB {
+        let mut msg = msg;
+        msg.router.group = group::USER.to_owned();
+        hive.send(to, msg).await
+    } else {
+        hive.send_to_group(to, msg).await
+    };
+    if let Err(err) = sent {
+        debug!(%topic, error = %err, "MQTT message not delivered");
+    }
+}
+
+impl Actor for EventBus {
+    type Context = Context<Self>;
+}
+
+impl Module for EventBus {
+    fn name(&self) -> &str {
+        module::EVENTBUS
+    }
+
+    fn group(&self) -> &str {
+        group::BUS
+    }
+
+    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
+        let topic = msg.resource().to_owned();
+        let client = self.client.clone();
+        match msg.operation() {
+            operation::PUBLISH => {
+                let payload = match msg.content() {
+                    Value::String(text) => text.clone().into_bytes(),
+                    other => serde_json::to_vec(other).unwrap_or_default(),
+                };
+                if payload.len() > self.max_payload {
+                    warn!(%topic, size = payload.len(), "payload too large; not published");
+                    return Ok(());
+                }
+                // Waits for room in the client's queue: backpressure.
+                ctx.wait(
+                    async move {
+                        if let Err(err) = client
+                            .publish(topic, QoS::AtLeastOnce, false, payload)
+                            .await
+                        {
+                            warn!(error = %err, "publish failed");
+                        }
+                    }
+                    .into_actor(self),
+                );
+            }
+            operation::SUBSCRIBE => {
+                ctx.wait(
+                    async move {
+                        if let Err(err) = client.subscribe(topic, QoS::AtLeastOnce).await {
+                            warn!(error = %err, "subscribe failed");
+                        }
+                    }
+                    .into_actor(self),
+                );
+            }
+            other => debug!(operation = other, "eventbus ignores it"),
+        }
+        Ok(())
+    }
+}

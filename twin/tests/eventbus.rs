@@ -1,0 +1,265 @@
+//! The eventbus with a real Mosquitto broker (started here, on a port of
+//! its own; `scripts/setup-mqtt` installs it) and a real MQTT client playing
+//! a mapper: messages cross both ways on KubeEdge's topics, and bad input
+//! (broken JSON, an oversized payload) stops neither the broker nor the
+//! bridge.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix::{Actor, Context};
+use beehive::constants::{group, module, operation};
+use beehive::{Hive, HiveConfig, Message, Module, ModuleError};
+use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
+use serde_json::json;
+use tokio::sync::mpsc;
+use twin::{BrokerAddress, EventBus, EventBusConfig};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Recorder {
+    seen: mpsc::UnboundedSender<Message>,
+}
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+impl Module for Recorder {
+    fn name(&self) -> &str {
+        module::DEVICETWIN
+    }
+    fn group(&self) -> &str {
+        group::TWIN
+    }
+    fn handle(&mut self, msg: Message, _: &mut Context<Self>) -> Result<(), ModuleError> {
+        let _ = self.seen.send(msg);
+        Ok(())
+    }
+}
+
+/// A Mosquitto of this test's own, refusing packets over `max_packet`.
+struct Mosquitto {
+    address: SocketAddr,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Mosquitto {
+    fn start(max_packet: usize) -> Mosquitto {
+        let address = free_address();
+        let dir = tempfile::tempdir().expect("dir");
+        let config = dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listener {} {}\nallow_anonymous true\nmax_packet_size {max_packet}\npersistence false\n",
+                address.port(),
+                address.ip()
+            ),
+        )
+        .expect("config");
+        let child = std::process::Command::new("mosquitto")
+            .arg("-c")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("mosquitto (run ./scripts/setup-mqtt)");
+        // Up once it accepts connections (it says so nowhere else).
+        let deadline = std::time::Instant::now() + WAIT;
+        while std::net::TcpStream::connect(address).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "mosquitto never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mosquitto {
+            address,
+            child,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_address() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// A client that keeps its event loop running; what it receives comes out
+/// of the channel. Returns once it is connected (and subscribed).
+async fn mapper(
+    broker: SocketAddr,
+    id: &str,
+    subscribe: Option<&str>,
+) -> (AsyncClient, mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
+    let mut options = MqttOptions::new(id, broker.ip().to_string(), broker.port());
+    options.set_keep_alive(Duration::from_secs(30));
+    options.set_max_packet_size(16 << 20, 16 << 20);
+    let (client, mut events): (AsyncClient, EventLoop) = AsyncClient::new(options, 64);
+    let (got, received) = mpsc::unbounded_channel();
+    let (ready, is_ready) = tokio::sync::oneshot::channel();
+    let mut ready = Some(ready);
+    let filter = subscribe.map(str::to_owned);
+    let subscriber = client.clone();
+    tokio::spawn(async move {
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => match &filter {
+                    Some(filter) => {
+                        let _ = subscriber.subscribe(filter, QoS::AtLeastOnce).await;
+                    }
+                    None => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                    }
+                },
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let _ = got.send((p.topic.clone(), p.payload.to_vec()));
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    eprintln!("mapper connection: {err}");
+                    return;
+                }
+            }
+        }
+    });
+    tokio::time::timeout(WAIT, is_ready)
+        .await
+        .expect("connected in time")
+        .expect("connected");
+    (client, received)
+}
+
+async fn next(seen: &mut mpsc::UnboundedReceiver<Message>, what: &str) -> Message {
+    tokio::time::timeout(WAIT, seen.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+        .expect("recorder")
+}
+
+#[actix::test]
+async fn messages_cross_both_ways_and_bad_input_stops_nothing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let broker = Mosquitto::start(64 << 10);
+    let hive = Hive::new("edge", HiveConfig::default());
+    let (seen, mut twin) = mpsc::unbounded_channel();
+    hive.start_module(move |_| Recorder { seen: seen.clone() })
+        .expect("recorder");
+    let address = BrokerAddress {
+        host: broker.address.ip().to_string(),
+        port: broker.address.port(),
+    };
+    EventBus::start(&hive, EventBusConfig::new("node-1", address)).expect("eventbus");
+
+    // The mapper listens for deltas of its device.
+    let (mapper_client, mut mapper_got) = mapper(
+        broker.address,
+        "mapper-1",
+        Some("$hw/events/device/dev-1/twin/update/delta"),
+    )
+    .await;
+
+    // The bridge subscribes once connected; until then a report may be
+    // lost, so the mapper repeats its first report until it is seen.
+    let report = json!({"event_id": "e1", "timestamp": 1, "twin": {"temperature": {"actual": {"value": "21"}}}});
+    let first = loop {
+        mapper_client
+            .publish(
+                "$hw/events/device/dev-1/twin/update",
+                QoS::AtLeastOnce,
+                false,
+                serde_json::to_vec(&report).expect("json"),
+            )
+            .await
+            .expect("publish");
+        if let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(500), twin.recv()).await {
+            break msg;
+        }
+    };
+    assert_eq!(first.resource(), "$hw/events/device/dev-1/twin/update");
+    assert_eq!(
+        first.content()["twin"]["temperature"]["actual"]["value"],
+        "21"
+    );
+
+    // Broken JSON reaches the twin as a string (it answers with an error
+    // result); the bridge goes on.
+    mapper_client
+        .publish(
+            "$hw/events/device/dev-1/twin/update",
+            QoS::AtLeastOnce,
+            false,
+            b"{not json".to_vec(),
+        )
+        .await
+        .expect("publish");
+    let broken = next(&mut twin, "broken JSON").await;
+    assert_eq!(broken.content(), &json!("{not json"));
+
+    // An oversized payload: the broker drops that client, nobody else, and
+    // the payload goes nowhere.
+    let (rogue, _) = mapper(broker.address, "rogue", None).await;
+    let _ = rogue
+        .publish(
+            "$hw/events/device/dev-2/twin/update",
+            QoS::AtLeastOnce,
+            false,
+            vec![b'x'; 128 << 10],
+        )
+        .await;
+    let later = json!({"event_id": "e2", "timestamp": 2, "twin": {}});
+    mapper_client
+        .publish(
+            "$hw/events/device/dev-1/twin/update",
+            QoS::AtLeastOnce,
+            false,
+            serde_json::to_vec(&later).expect("json"),
+        )
+        .await
+        .expect("publish");
+    let after = next(&mut twin, "a report after the oversized one").await;
+    assert_eq!(
+        after.content()["event_id"],
+        "e2",
+        "the oversized payload got through: {after:?}"
+    );
+
+    // From beehive to the mapper: a delta.
+    let delta = Message::new()
+        .build_router(
+            module::DEVICETWIN,
+            group::BUS,
+            "$hw/events/device/dev-1/twin/update/delta",
+            operation::PUBLISH,
+        )
+        .with_content(json!({"event_id": "d1", "delta": {"temperature": "25"}}));
+    hive.send(module::EVENTBUS, delta).await.expect("send");
+    let (topic, payload) = tokio::time::timeout(WAIT, mapper_got.recv())
+        .await
+        .expect("delta in time")
+        .expect("delta");
+    assert_eq!(topic, "$hw/events/device/dev-1/twin/update/delta");
+    let payload: serde_json::Value = serde_json::from_slice(&payload).expect("json");
+    assert_eq!(payload["delta"]["temperature"], "25");
+    let _ = hive.shutdown().await;
+}
