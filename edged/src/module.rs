@@ -284,7 +284,7 @@ impl Core {
         }
         info!(pods = pods.len(), "edged loaded its pods");
         for pod in pods {
-            self.apply(pod);
+            self.apply(pod, true);
         }
     }
 
@@ -334,7 +334,7 @@ impl Core {
                     return;
                 }
                 match Pod::deserialize(msg.content()) {
-                    Ok(pod) => self.apply(pod),
+                    Ok(pod) => self.apply(pod, false),
                     Err(err) => warn!(pod = %key, error = %err, "pod unreadable"),
                 }
             }
@@ -364,8 +364,9 @@ impl Core {
         });
     }
 
-    /// Hands `pod` to its worker, starting one if needed.
-    fn apply(&mut self, pod: Pod) {
+    /// Hands `pod` to its worker, starting one if needed (`from_store`: a
+    /// pod loaded at start-up, which may have finished before).
+    fn apply(&mut self, pod: Pod, from_store: bool) {
         let key = spec::pod_key(&pod);
         let uid = spec::pod_uid(&pod);
         if let Some(worker) = self.workers.get(&key) {
@@ -387,6 +388,11 @@ impl Core {
             self.objects.clone(),
         )
         .with_view(self.view.clone(), self.terminating.clone());
+        let worker = if from_store {
+            worker.recalling()
+        } else {
+            worker
+        };
         actix::spawn(worker.run(receiver));
         self.workers.insert(key, WorkerHandle { uid, signals });
     }

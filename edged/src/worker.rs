@@ -98,6 +98,9 @@ pub struct PodWorker {
     ready: HashMap<String, bool>,
     /// What edged's server shows.
     view: PodsView,
+    /// Whether to look for a finished status from before this edged (for
+    /// pods loaded at start-up only).
+    recall: bool,
     /// The last attempt started of each container.
     attempts: HashMap<String, u32>,
     /// Pods being torn down, by uid (garbage collection leaves them be).
@@ -132,9 +135,17 @@ impl PodWorker {
             prober: Prober::default(),
             ready: HashMap::new(),
             view: PodsView::default(),
+            recall: false,
             attempts: HashMap::new(),
             terminating: Terminating::default(),
         }
+    }
+
+    /// Has the worker look for a finished status from before this edged
+    /// started (a pod loaded from the store at start-up).
+    pub fn recalling(mut self) -> Self {
+        self.recall = true;
+        self
     }
 
     /// Shows this pod, with its status, in `view`, and marks its teardown
@@ -148,16 +159,20 @@ impl PodWorker {
     /// Runs until the pod is deleted and torn down (or nobody can signal).
     pub async fn run(mut self, mut signals: mpsc::Receiver<Signal>) {
         let key = spec::pod_key(&self.pod);
-        self.recall_finished().await;
+        if self.recall {
+            self.recall_finished().await;
+        }
         loop {
-            let wake = match self.sync().await {
-                Ok(wake) => wake,
+            let (wake, synced) = match self.sync().await {
+                Ok(wake) => (wake, true),
                 Err(err) => {
                     warn!(pod = %key, error = %err, "pod sync failed; trying again");
-                    Some(Instant::now() + self.config.backoff_initial)
+                    (Some(Instant::now() + self.config.backoff_initial), false)
                 }
             };
-            if self.deleting {
+            // Done only once the teardown itself succeeded; until then the
+            // pod stays terminating and the teardown is tried again.
+            if self.deleting && synced {
                 if let Ok(mut view) = self.view.write()
                     && view
                         .get(&key)
@@ -190,6 +205,26 @@ impl PodWorker {
                 () = sleep => {}
             }
         }
+    }
+
+    /// One more than the highest attempt with a log on disk (0 if none):
+    /// after a restart of edged and a lost sandbox, attempts go on from
+    /// there rather than from 0.
+    fn logged_attempts(&self, container: &str) -> u32 {
+        let dir = self
+            .config
+            .pod_dir(&self.uid())
+            .join("logs")
+            .join(container);
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".log")?.parse::<u32>().ok()
+            })
+            .max()
+            .map_or(0, |highest| highest + 1)
     }
 
     /// Whether the pod has finished (Succeeded or Failed) here.
@@ -562,10 +597,9 @@ impl PodWorker {
         let next = backoff.until;
         // The new one first: if it cannot be made, the old one (and its
         // attempt number and log) stays.
+        // The old one stays, as the latest dead one, until the policy's
+        // count of dead containers trims it on a later pass.
         let wake = self.start(sandbox, container, attempt + 1).await?;
-        if !self.waiting.contains_key(&container.name) {
-            self.remove_container(&latest.id, 0).await;
-        }
         // Look again when the next restart would be allowed.
         Ok(match (wake, next) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -582,11 +616,13 @@ impl PodWorker {
     ) -> Result<Option<Instant>, CriError> {
         // Attempts only grow, also across a lost container or sandbox, so
         // restart counts and log files stay right.
-        let attempt = attempt.max(
-            self.attempts
-                .get(&container.name)
-                .map_or(0, |last| last + 1),
-        );
+        let attempt = attempt
+            .max(
+                self.attempts
+                    .get(&container.name)
+                    .map_or(0, |last| last + 1),
+            )
+            .max(self.logged_attempts(&container.name));
         let image = container.image.clone().unwrap_or_default();
         let policy = container.image_pull_policy.clone().unwrap_or_else(|| {
             if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {

@@ -196,6 +196,7 @@ impl EdgeController {
             held: HashMap::new(),
             connected: HashSet::new(),
             reported_ready: HashMap::new(),
+            loaded: false,
             out_of_step: BTreeSet::new(),
             sent_since_asked: HashMap::new(),
             counts: counts_tx,
@@ -293,6 +294,8 @@ struct Controller {
     connected: HashSet<String>,
     /// The `Ready` condition each node last reported itself.
     reported_ready: HashMap<String, NodeCondition>,
+    /// Whether the desired state has been read since start.
+    loaded: bool,
     /// Nodes a message could not be queued for: reconciled on the next
     /// retry tick while connected.
     out_of_step: BTreeSet<String>,
@@ -365,15 +368,14 @@ fn desired_part(object: &Value) -> Value {
 
 impl Controller {
     async fn run(mut self, mut requests: mpsc::Receiver<Input>) {
-        if let Err(err) = self.load().await {
-            warn!(error = %err, "edgecontroller could not read the desired state");
-        }
+        self.try_load().await;
         let mut retry = tokio::time::interval(self.config.retry_every);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let input = tokio::select! {
                 input = requests.recv() => input,
                 _ = retry.tick() => {
+                    self.try_load().await;
                     self.retry_out_of_step();
                     continue;
                 }
@@ -709,6 +711,21 @@ impl Controller {
 
     // ----- keeping nodes in step -----
 
+    /// Reads the desired state; until that succeeds, reconciliation
+    /// withdraws nothing (an empty view must not look like "nothing is
+    /// desired").
+    async fn try_load(&mut self) {
+        if self.loaded {
+            return;
+        }
+        match self.load().await {
+            Ok(()) => self.loaded = true,
+            Err(err) => {
+                warn!(error = %err, "edgecontroller could not read the desired state; trying again")
+            }
+        }
+    }
+
     fn retry_out_of_step(&mut self) {
         let due: Vec<String> = self
             .out_of_step
@@ -792,7 +809,7 @@ impl Controller {
         let mut fresh = None;
         let mut changes = 0;
         for (resource, held_version) in &inventory {
-            if desired.contains_key(resource) || in_flight.contains(resource) {
+            if desired.contains_key(resource) || in_flight.contains(resource) || !self.loaded {
                 continue;
             }
             let Some(key) = resource
@@ -804,6 +821,7 @@ impl Controller {
                 continue;
             };
             let Some(revision) = self.fresh_revision(&mut fresh).await else {
+                self.out_of_step.insert(node.to_owned());
                 return;
             };
             debug!(%node, %resource, held_version, "withdrawn: not desired any more");
@@ -812,7 +830,12 @@ impl Controller {
             changes += 1;
         }
         let mut held = BTreeSet::new();
-        for (resource, (key, object)) in &desired {
+        // What pods use first, so a pod finds its configmaps and secrets.
+        let ordered = desired
+            .iter()
+            .filter(|(_, (key, _))| key.kind != Kind::Pod)
+            .chain(desired.iter().filter(|(_, (key, _))| key.kind == Kind::Pod));
+        for (resource, (key, object)) in ordered {
             if key.kind != Kind::Pod {
                 held.insert(key.clone());
             }
@@ -834,6 +857,7 @@ impl Controller {
                 // revision supersedes any tombstone.
                 None => {
                     let Some(revision) = self.fresh_revision(&mut fresh).await else {
+                        self.out_of_step.insert(node.to_owned());
                         return;
                     };
                     self.send(node, operation::INSERT, key, object, revision)
