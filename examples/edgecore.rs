@@ -95,11 +95,15 @@ enum Command {
         /// runs none. Keep it on loopback: it shows every pod's logs.
         #[arg(long, default_value = edged::server::DEFAULT_ADDRESS)]
         edged_server: String,
-        /// An MQTT broker (host:port) for the eventbus, where mappers and
-        /// edge applications publish on KubeEdge's topics; none runs no
-        /// eventbus.
+        /// An external MQTT broker (host:port) for the eventbus, instead of
+        /// the embedded one.
         #[arg(long)]
         mqtt: Option<String>,
+        /// Where the embedded MQTT broker listens, for mappers and edge
+        /// applications on KubeEdge's topics; "off" runs neither it nor the
+        /// eventbus (unless --mqtt names a broker).
+        #[arg(long, default_value = twin::broker::DEFAULT_ADDRESS)]
+        mqtt_broker: String,
     },
 }
 
@@ -139,6 +143,7 @@ fn main() -> Result<()> {
             node_ip,
             edged_server,
             mqtt,
+            mqtt_broker,
         } => {
             let mut dial = DialOptions::new(&cloud, &server_name);
             let mut renewal = None;
@@ -188,18 +193,16 @@ fn main() -> Result<()> {
                     edged.server_address = (edged_server != "off").then_some(edged_server);
                     edged
                 });
-                let mqtt = match mqtt {
-                    Some(address) => {
+                let mqtt = match (mqtt, mqtt_broker.as_str()) {
+                    (Some(address), _) => {
                         let (host, port) = address
                             .rsplit_once(':')
                             .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
                             .context("--mqtt wants host:port")?;
-                        Some(twin::EventBusConfig::new(
-                            config.node.clone(),
-                            twin::BrokerAddress { host, port },
-                        ))
+                        Some(Mqtt::External(twin::BrokerAddress { host, port }))
                     }
-                    None => None,
+                    (None, "off") => None,
+                    (None, listen) => Some(Mqtt::Embedded(listen.to_owned())),
                 };
                 run(args.data_dir, config, metaserver, pods, mqtt).await
             })
@@ -207,12 +210,20 @@ fn main() -> Result<()> {
     }
 }
 
+/// The eventbus's broker.
+enum Mqtt {
+    /// The embedded broker, listening here.
+    Embedded(String),
+    /// A broker elsewhere.
+    External(twin::BrokerAddress),
+}
+
 async fn run(
     data_dir: PathBuf,
     config: EdgeHubConfig,
     metaserver: String,
     pods: Option<edged::EdgedConfig>,
-    mqtt: Option<twin::EventBusConfig>,
+    mqtt: Option<Mqtt>,
 ) -> Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
     let hive = Hive::new("edge", HiveConfig::default());
@@ -225,10 +236,30 @@ async fn run(
         })?;
         tracing::info!(%socket, server = ?edged.server_address, "edged ready");
     }
+    // Kept alive for the process's life.
+    let mut _embedded = None;
     if let Some(mqtt) = mqtt {
-        let broker = format!("{}:{}", mqtt.broker.host, mqtt.broker.port);
-        twin::EventBus::start(&hive, mqtt).context("eventbus")?;
-        tracing::info!(%broker, "eventbus ready");
+        let broker = match mqtt {
+            Mqtt::External(address) => address,
+            Mqtt::Embedded(listen) => {
+                let embedded = twin::EmbeddedBroker::start(&listen, 1 << 20)
+                    .await
+                    .with_context(|| format!("embedded MQTT broker on {listen}"))?;
+                let address = twin::BrokerAddress {
+                    host: embedded.address.ip().to_string(),
+                    port: embedded.address.port(),
+                };
+                _embedded = Some(embedded);
+                address
+            }
+        };
+        let shown = format!("{}:{}", broker.host, broker.port);
+        twin::EventBus::start(
+            &hive,
+            twin::EventBusConfig::new(config.node.clone(), broker),
+        )
+        .context("eventbus")?;
+        tracing::info!(broker = %shown, "eventbus ready");
     }
     let metaserver = match metaserver.as_str() {
         "off" => None,

@@ -169,6 +169,8 @@ fn start_pair(name: &str, node: &str) -> Pair {
             &metaserver,
             "--edged-server",
             "127.0.0.1:0",
+            "--mqtt-broker",
+            "127.0.0.1:0",
             "--keepalive-secs",
             &keepalive,
         ],

@@ -338,6 +338,8 @@ fn edgecore_rss(edgecore: &Path, pods: usize) -> Result<f64> {
             "off",
             "--edged-server",
             &server,
+            "--mqtt-broker",
+            "127.0.0.1:0",
         ])
         .arg("--cri-socket")
         .arg(socket())

@@ -1,10 +1,12 @@
 //! Devices. Built so far: the `eventbus`, the MQTT bridge on KubeEdge's
-//! topics, to any MQTT 3.1.1 broker. To come with the rest of the devices
-//! issue: the embedded broker, `devicetwin` and the cloud's
-//! `devicecontroller`.
+//! topics, and [`EmbeddedBroker`], the in-process MQTT broker it uses by
+//! default (any MQTT 3.1.1 broker works too). To come with the rest of the
+//! devices issue: `devicetwin` and the cloud's `devicecontroller`.
 
+pub mod broker;
 pub mod eventbus;
 
+pub use broker::EmbeddedBroker;
 pub use eventbus::{BrokerAddress, EventBus, EventBusConfig};
 
 /// A failure of the device side.

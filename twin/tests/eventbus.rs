@@ -1,6 +1,6 @@
-//! The eventbus with a real Mosquitto broker (started here, on a port of
-//! its own; `scripts/setup-mqtt` installs it) and a real MQTT client playing
-//! a mapper: messages cross both ways on KubeEdge's topics, and bad input
+//! The eventbus with the embedded broker and with a real Mosquitto (started
+//! here, on a port of its own; `scripts/setup-mqtt` installs it), and a real
+//! MQTT client playing a mapper: messages cross both ways on KubeEdge's topics, and bad input
 //! (broken JSON, an oversized payload) stops neither the broker nor the
 //! bridge.
 
@@ -156,11 +156,29 @@ async fn next(seen: &mut mpsc::UnboundedReceiver<Message>, what: &str) -> Messag
 }
 
 #[actix::test]
-async fn messages_cross_both_ways_and_bad_input_stops_nothing() {
+async fn with_the_embedded_broker() {
+    let broker = twin::EmbeddedBroker::start("127.0.0.1:0", 64 << 10)
+        .await
+        .expect("broker");
+    messages_cross_both_ways_and_bad_input_stops_nothing(broker.address).await;
+}
+
+#[actix::test]
+async fn with_mosquitto() {
+    let broker = Mosquitto::start(64 << 10);
+    messages_cross_both_ways_and_bad_input_stops_nothing(broker.address).await;
+}
+
+/// Where the broker under test listens.
+struct Broker {
+    address: SocketAddr,
+}
+
+async fn messages_cross_both_ways_and_bad_input_stops_nothing(address: SocketAddr) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .try_init();
-    let broker = Mosquitto::start(64 << 10);
+    let broker = Broker { address };
     let hive = Hive::new("edge", HiveConfig::default());
     let (seen, mut twin) = mpsc::unbounded_channel();
     hive.start_module(move |_| Recorder { seen: seen.clone() })

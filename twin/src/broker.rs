@@ -1,0 +1,309 @@
+//! The embedded MQTT broker: a small MQTT 3.1.1 broker in-process, the
+//! eventbus's default, for mappers and applications on the node.
+//!
+//! It does what KubeEdge's topics need: CONNECT, SUBSCRIBE and UNSUBSCRIBE
+//! with `+` and `#` wildcards (including topics that start with `$`, such
+//! as `$hw/...`, matched by filters that name them), PUBLISH at QoS 0 and 1
+//! (a QoS 1 publish is acknowledged; deliveries go out at QoS 0, the grant
+//! every subscription gets), PINGREQ and DISCONNECT. No retained messages,
+//! no sessions, no QoS 2. A packet over the size limit is refused from its
+//! header, before it is read, and closes only its sender's connection; a
+//! subscriber that cannot keep up loses messages rather than slowing the
+//! publisher. (rumqttd refuses every filter that starts with `$`.)
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use rumqttc::mqttbytes::v4::{
+    ConnAck, ConnectReturnCode, Packet, PubAck, Publish, SubAck, SubscribeReasonCode, UnsubAck,
+};
+use rumqttc::mqttbytes::{self, QoS};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+/// KubeEdge's MQTT port.
+pub const DEFAULT_ADDRESS: &str = "127.0.0.1:1883";
+
+/// Messages queued for one subscriber before new ones are dropped.
+const SUBSCRIBER_QUEUE: usize = 1024;
+
+/// A running embedded broker.
+pub struct EmbeddedBroker {
+    /// Where it listens.
+    pub address: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl EmbeddedBroker {
+    /// Listens on `address`, refusing packets over `max_packet` bytes.
+    pub async fn start(address: &str, max_packet: usize) -> std::io::Result<EmbeddedBroker> {
+        let listener = TcpListener::bind(address).await?;
+        let address = listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        let router = Arc::new(Mutex::new(Router::default()));
+        tokio::spawn(accept(listener, router, max_packet, stopped));
+        info!(%address, "embedded MQTT broker listening");
+        Ok(EmbeddedBroker { address, stop })
+    }
+
+    /// Stops accepting; open connections end.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+}
+
+impl Drop for EmbeddedBroker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Who is subscribed to what.
+#[derive(Default)]
+struct Router {
+    next: u64,
+    clients: HashMap<u64, Subscriber>,
+}
+
+struct Subscriber {
+    filters: Vec<String>,
+    outbox: mpsc::Sender<Publish>,
+}
+
+impl Router {
+    fn route(&self, publish: &Publish) {
+        for subscriber in self.clients.values() {
+            if subscriber
+                .filters
+                .iter()
+                .any(|f| matches(f, &publish.topic))
+            {
+                let mut copy = Publish::new(publish.topic.clone(), QoS::AtMostOnce, Vec::new());
+                copy.payload = publish.payload.clone();
+                if subscriber.outbox.try_send(copy).is_err() {
+                    debug!(topic = %publish.topic, "a slow subscriber missed a message");
+                }
+            }
+        }
+    }
+}
+
+/// Whether topic filter `filter` matches `topic` (MQTT 3.1.1 rules; a
+/// wildcard in the first level does not match a `$` topic).
+pub fn matches(filter: &str, topic: &str) -> bool {
+    if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
+        return false;
+    }
+    let mut topic_levels = topic.split('/');
+    for level in filter.split('/') {
+        match level {
+            "#" => return true,
+            "+" => {
+                if topic_levels.next().is_none() {
+                    return false;
+                }
+            }
+            name => {
+                if topic_levels.next() != Some(name) {
+                    return false;
+                }
+            }
+        }
+    }
+    topic_levels.next().is_none()
+}
+
+/// Whether `filter` is a valid topic filter.
+fn valid_filter(filter: &str) -> bool {
+    let levels: Vec<&str> = filter.split('/').collect();
+    !filter.is_empty()
+        && levels.iter().enumerate().all(|(i, level)| {
+            (*level == "#" && i == levels.len() - 1)
+                || *level == "+"
+                || !(level.contains('#') || level.contains('+'))
+        })
+}
+
+async fn accept(
+    listener: TcpListener,
+    router: Arc<Mutex<Router>>,
+    max_packet: usize,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let router = router.clone();
+                    let stopped = stopped.clone();
+                    tokio::spawn(async move {
+                        if let Err(reason) = session(stream, router, max_packet, stopped).await {
+                            debug!(%peer, %reason, "MQTT connection closed");
+                        }
+                    });
+                }
+                Err(err) => {
+                    warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+/// Reads the next packet, refusing one over `max` from its header.
+async fn read_packet(
+    stream: &mut TcpStream,
+    buffer: &mut BytesMut,
+    max: usize,
+) -> Result<Packet, String> {
+    loop {
+        match Packet::read(buffer, max) {
+            Ok(packet) => return Ok(packet),
+            Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+            Err(err) => return Err(format!("bad packet: {err}")),
+        }
+        if stream.read_buf(buffer).await.map_err(|e| e.to_string())? == 0 {
+            return Err("closed".to_owned());
+        }
+    }
+}
+
+async fn write_packet(stream: &mut TcpStream, packet: Packet, max: usize) -> Result<(), String> {
+    let mut out = BytesMut::new();
+    packet.write(&mut out, max).map_err(|e| e.to_string())?;
+    stream.write_all(&out).await.map_err(|e| e.to_string())
+}
+
+async fn session(
+    mut stream: TcpStream,
+    router: Arc<Mutex<Router>>,
+    max: usize,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let mut buffer = BytesMut::with_capacity(4096);
+    let connect = tokio::time::timeout(
+        Duration::from_secs(10),
+        read_packet(&mut stream, &mut buffer, max),
+    )
+    .await
+    .map_err(|_| "no CONNECT in time".to_owned())??;
+    let Packet::Connect(connect) = connect else {
+        return Err("the first packet was not CONNECT".to_owned());
+    };
+    write_packet(
+        &mut stream,
+        Packet::ConnAck(ConnAck::new(ConnectReturnCode::Success, false)),
+        max,
+    )
+    .await?;
+    let (outbox, mut inbox) = mpsc::channel(SUBSCRIBER_QUEUE);
+    let id = {
+        let mut router = router.lock().map_err(|_| "router poisoned".to_owned())?;
+        router.next += 1;
+        let id = router.next;
+        router.clients.insert(
+            id,
+            Subscriber {
+                filters: Vec::new(),
+                outbox,
+            },
+        );
+        id
+    };
+    // Silent for 1.5 keep-alive intervals: gone.
+    let keep_alive = Duration::from_secs(u64::from(connect.keep_alive).max(1)) * 3 / 2;
+    let result = async {
+        loop {
+            tokio::select! {
+                packet = tokio::time::timeout(keep_alive, read_packet(&mut stream, &mut buffer, max)) => {
+                    let packet = packet.map_err(|_| "keep-alive expired".to_owned())??;
+                    match packet {
+                        Packet::Publish(publish) => {
+                            if publish.qos != QoS::AtMostOnce {
+                                write_packet(&mut stream, Packet::PubAck(PubAck::new(publish.pkid)), max).await?;
+                            }
+                            if let Ok(router) = router.lock() {
+                                router.route(&publish);
+                            }
+                        }
+                        Packet::Subscribe(subscribe) => {
+                            let mut codes = Vec::with_capacity(subscribe.filters.len());
+                            if let Ok(mut router) = router.lock()
+                                && let Some(me) = router.clients.get_mut(&id)
+                            {
+                                for filter in subscribe.filters {
+                                    if valid_filter(&filter.path) {
+                                        me.filters.push(filter.path);
+                                        codes.push(SubscribeReasonCode::Success(QoS::AtMostOnce));
+                                    } else {
+                                        codes.push(SubscribeReasonCode::Failure);
+                                    }
+                                }
+                            }
+                            write_packet(&mut stream, Packet::SubAck(SubAck::new(subscribe.pkid, codes)), max).await?;
+                        }
+                        Packet::Unsubscribe(unsubscribe) => {
+                            if let Ok(mut router) = router.lock()
+                                && let Some(me) = router.clients.get_mut(&id)
+                            {
+                                me.filters.retain(|f| !unsubscribe.topics.contains(f));
+                            }
+                            write_packet(&mut stream, Packet::UnsubAck(UnsubAck::new(unsubscribe.pkid)), max).await?;
+                        }
+                        Packet::PingReq => write_packet(&mut stream, Packet::PingResp, max).await?,
+                        Packet::Disconnect => return Ok(()),
+                        _ => {}
+                    }
+                }
+                Some(publish) = inbox.recv() => {
+                    write_packet(&mut stream, Packet::Publish(publish), max).await?;
+                }
+                _ = stopped.changed() => return Ok(()),
+            }
+        }
+    }
+    .await;
+    if let Ok(mut router) = router.lock() {
+        router.clients.remove(&id);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_match_as_mqtt_says() {
+        assert!(matches(
+            "$hw/events/device/+/twin/update",
+            "$hw/events/device/dev-1/twin/update"
+        ));
+        assert!(!matches(
+            "$hw/events/device/+/twin/update",
+            "$hw/events/device/dev-1/twin/update/delta"
+        ));
+        assert!(matches("$hw/events/upload/#", "$hw/events/upload/a/b"));
+        assert!(matches("n1/user/#", "n1/user/app"));
+        assert!(
+            !matches("#", "$hw/events/upload/a"),
+            "wildcards do not reach $ topics"
+        );
+        assert!(!matches("+/events/x", "$hw/events/x"));
+        assert!(matches("a/+", "a/b"));
+        assert!(!matches("a/+", "a"));
+        assert!(
+            valid_filter("a/#")
+                && valid_filter("+/b/+")
+                && !valid_filter("a/#/b")
+                && !valid_filter("a+/b")
+        );
+    }
+}
