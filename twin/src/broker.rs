@@ -31,6 +31,10 @@ pub const DEFAULT_ADDRESS: &str = "127.0.0.1:1883";
 
 /// Messages queued for one subscriber before new ones are dropped.
 const SUBSCRIBER_QUEUE: usize = 1024;
+/// Topic filters one client may hold.
+const MAX_FILTERS: usize = 1024;
+/// Connections at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 4096;
 
 /// A running embedded broker.
 pub struct EmbeddedBroker {
@@ -135,7 +139,11 @@ async fn accept(
     max_packet: usize,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
@@ -145,6 +153,7 @@ async fn accept(
                         if let Err(reason) = session(stream, router, max_packet, stopped).await {
                             debug!(%peer, %reason, "MQTT connection closed");
                         }
+                        drop(slot);
                     });
                 }
                 Err(err) => {
@@ -217,8 +226,11 @@ async fn session(
         );
         id
     };
-    // Silent for 1.5 keep-alive intervals: gone.
-    let keep_alive = Duration::from_secs(u64::from(connect.keep_alive).max(1)) * 3 / 2;
+    // Silent for 1.5 keep-alive intervals: gone (0 means no keep-alive).
+    let keep_alive = match connect.keep_alive {
+        0 => Duration::from_secs(u64::from(u32::MAX)),
+        seconds => Duration::from_secs(u64::from(seconds)) * 3 / 2,
+    };
     let result = async {
         loop {
             tokio::select! {
@@ -239,7 +251,7 @@ async fn session(
                                 && let Some(me) = router.clients.get_mut(&id)
                             {
                                 for filter in subscribe.filters {
-                                    if valid_filter(&filter.path) {
+                                    if valid_filter(&filter.path) && me.filters.len() < MAX_FILTERS {
                                         me.filters.push(filter.path);
                                         codes.push(SubscribeReasonCode::Success(QoS::AtMostOnce));
                                     } else {
