@@ -394,6 +394,7 @@ impl Hive {
 
     /// Completes the pending request named by `response.parent_id` (any
     /// module, any requester). Never waits.
+    #[allow(clippy::result_large_err)] // The error is the response handed back, whole.
     pub fn send_resp(&self, response: Message) -> ResponseOutcome {
         let waiting = response
             .parent_id()

@@ -102,8 +102,8 @@ impl Report {
     /// Prints the table.
     pub fn print_table(&self) {
         println!(
-            "{:<28} {:<16} {:>14} {:<8} {:>14} {:>7}  {}",
-            "scenario", "metric", "value", "unit", "baseline", "ratio", "baseline is"
+            "{:<28} {:<16} {:>14} {:<8} {:>14} {:>7}  baseline is",
+            "scenario", "metric", "value", "unit", "baseline", "ratio"
         );
         for row in &self.rows {
             let (baseline, ratio) = match row.baseline {

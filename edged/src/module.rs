@@ -95,6 +95,7 @@ impl Edged {
 }
 
 /// What the core task gets.
+#[allow(clippy::large_enum_variant)] // Messages are the common case; boxing them costs every one.
 enum Input {
     Message(HiveMessage),
     /// Stop the workers (containers keep running) and end; then answer.
@@ -369,11 +370,11 @@ impl Core {
     fn apply(&mut self, pod: Pod, from_store: bool) {
         let key = spec::pod_key(&pod);
         let uid = spec::pod_uid(&pod);
-        if let Some(worker) = self.workers.get(&key) {
-            if worker.uid == uid {
-                let _ = worker.signals.try_send(Signal::Spec(Box::new(pod)));
-                return;
-            }
+        if let Some(worker) = self.workers.get(&key)
+            && worker.uid == uid
+        {
+            let _ = worker.signals.try_send(Signal::Spec(Box::new(pod)));
+            return;
         }
         if let Some(old) = self.workers.remove(&key) {
             // Same name, new pod: the old one goes.

@@ -413,16 +413,13 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
         .await;
     assert_eq!(main_container(&after)["restartCount"], 0, "{after:#}");
     gone("the unknown pod was removed", || async {
-        !(in_containerd(&stray_uid).await != (0, 0))
+        in_containerd(&stray_uid).await == (0, 0)
     })
     .await;
     assert_eq!(in_containerd(&uid).await, (1, 1));
 
     edge.send(operation::DELETE, &keep, 2).await;
-    gone("removed", || async {
-        !(in_containerd(&uid).await != (0, 0))
-    })
-    .await;
+    gone("removed", || async { in_containerd(&uid).await == (0, 0) }).await;
     edge.stop().await;
 }
 
@@ -614,10 +611,7 @@ async fn probes_restart_a_dead_container_and_decide_readiness() {
 
     for (pod, uid) in [(&live, &uid), (&ready, &ready_uid), (&web, &web_uid)] {
         edge.send(operation::DELETE, pod, 2).await;
-        gone("removed", || async {
-            !(in_containerd(uid).await != (0, 0))
-        })
-        .await;
+        gone("removed", || async { in_containerd(uid).await == (0, 0) }).await;
     }
     edge.stop().await;
 }
@@ -685,10 +679,7 @@ async fn a_missing_image_reports_errimagepull_and_recovers_once_it_appears() {
         .await;
 
     edge.send(operation::DELETE, &late, 2).await;
-    gone("removed", || async {
-        !(in_containerd(&uid).await != (0, 0))
-    })
-    .await;
+    gone("removed", || async { in_containerd(&uid).await == (0, 0) }).await;
     edge.stop().await;
 }
 

@@ -257,7 +257,8 @@ async fn a_renewed_certificate_is_presented_on_the_next_link() {
         .expect("listen");
     let identity = first.reloadable().expect("identity");
     let dial = DialOptions::new(listener.local_addr(), "localhost").with_tls(
-        tls::client_config_reloadable(&[first.ca.clone()], identity.clone()).expect("tls"),
+        tls::client_config_reloadable(std::slice::from_ref(&first.ca), identity.clone())
+            .expect("tls"),
     );
     let _before = ws.dial(&dial).await.expect("dial");
     let seen = listener.accept().await.expect("link");

@@ -206,19 +206,14 @@ mod tests {
                 buf.put_u8(rng.next() as u8);
             }
             // Bias towards plausible small length prefixes half of the time.
-            if rng.next() % 2 == 0 && buf.len() >= 4 {
+            if rng.next().is_multiple_of(2) && buf.len() >= 4 {
                 let claimed = (rng.next() % (2 * MAX as u64)) as u32;
                 buf[..4].copy_from_slice(&claimed.to_be_bytes());
             }
-            loop {
-                match decoder.decode(&mut buf) {
-                    Ok(Some(frame)) => {
-                        assert!(frame.len() <= MAX);
-                        // Garbage payloads are errors, never panics.
-                        let _ = decode(&frame);
-                    }
-                    Ok(None) | Err(_) => break,
-                }
+            while let Ok(Some(frame)) = decoder.decode(&mut buf) {
+                assert!(frame.len() <= MAX);
+                // Garbage payloads are errors, never panics.
+                let _ = decode(&frame);
             }
             assert!(
                 buf.capacity() <= MAX + LENGTH_PREFIX + 64,

@@ -124,6 +124,8 @@ async fn upgrade_server<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // tungstenite's callback signature, large error variant and all.
+    #[allow(clippy::result_large_err)]
     let check_path =
         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
             if request.uri().path() == &*path {

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// What a probe reports.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // A test recorder; clarity over size.
 pub enum Event {
     /// A new instance was made (`instance` counts from 1).
     Born { module: String, instance: usize },

@@ -163,7 +163,7 @@ impl NodeCredentials {
     /// presents the node's certificate.
     pub fn client_tls(&self) -> Result<Arc<ClientConfig>, JoinError> {
         tls::client_config(
-            &[self.ca.clone()],
+            std::slice::from_ref(&self.ca),
             Some((vec![self.cert.clone()], self.key.clone_key())),
         )
         .map_err(certificate)
@@ -334,7 +334,7 @@ pub async fn join(
         return Err(JoinError::CaMismatch);
     }
     let ca = CertificateDer::from(ca.to_vec());
-    let trusting = tls::client_config(&[ca.clone()], None).map_err(certificate)?;
+    let trusting = tls::client_config(std::slice::from_ref(&ca), None).map_err(certificate)?;
     let (key, csr) = key_and_csr(node)?;
     let (status, cert) = request(
         address,
