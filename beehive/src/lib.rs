@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod constants;
+mod door;
 mod error;
 mod hive;
 pub mod message;
@@ -35,6 +36,9 @@ pub mod resource;
 mod runtime;
 
 pub use config::{Exit, HiveConfig, ModuleConfig, RestartOn, RestartPolicy};
+pub use door::TaskDoor;
+#[cfg(feature = "testing")]
+pub use door::testing;
 pub use error::Error;
 pub use hive::{Hive, HiveStats, ModuleInfo, ResponseOutcome, ShutdownReport, StartOutcome};
 pub use message::{Header, Message, MessageError, Router};

@@ -11,10 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use actix::prelude::*;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
@@ -84,9 +83,12 @@ impl Edged {
             image_gc,
         };
         actix::spawn(core.run(messages));
-        hive.start_module(move |_| EdgedDoor {
-            inbox: inbox.clone(),
-        })?;
+        // The module hands what metamanager passes on to the core, in order;
+        // stopping it stops the workers (pods keep running in the runtime,
+        // to be adopted by the next edged).
+        let door = TaskDoor::new(module::EDGED, group::EDGED, inbox, Input::Message)
+            .stopping_with(Input::Stop);
+        hive.start_module(move |_| door.clone())?;
         Ok(EdgedHandle {
             server_address,
             pods,
@@ -100,53 +102,6 @@ enum Input {
     Message(HiveMessage),
     /// Stop the workers (containers keep running) and end; then answer.
     Stop(oneshot::Sender<()>),
-}
-
-/// The module: hands what metamanager passes on to the core task, in order.
-struct EdgedDoor {
-    inbox: mpsc::Sender<Input>,
-}
-
-impl Actor for EdgedDoor {
-    type Context = Context<Self>;
-}
-
-impl Module for EdgedDoor {
-    fn name(&self) -> &str {
-        module::EDGED
-    }
-
-    fn group(&self) -> &str {
-        group::EDGED
-    }
-
-    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
-        let inbox = self.inbox.clone();
-        ctx.wait(
-            async move {
-                if inbox.send(Input::Message(msg)).await.is_err() {
-                    warn!("edged stopped; message dropped");
-                }
-            }
-            .into_actor(self),
-        );
-        Ok(())
-    }
-
-    /// Stops the core and its workers; pods keep running in the runtime,
-    /// to be adopted by the next edged.
-    fn cleanup(&mut self, _: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
-        let inbox = self.inbox.clone();
-        Box::pin(
-            async move {
-                let (done, stopped) = oneshot::channel();
-                if inbox.send(Input::Stop(done)).await.is_ok() {
-                    let _ = stopped.await;
-                }
-            }
-            .into_actor(self),
-        )
-    }
 }
 
 struct WorkerHandle {

@@ -7,36 +7,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use actix::{Actor, Context};
 use beehive::constants::{group, module, operation};
-use beehive::{Hive, HiveConfig, Message, Module, ModuleError};
+use beehive::{Hive, HiveConfig, Message};
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::json;
 use tokio::sync::mpsc;
 use twin::{BrokerAddress, EventBus, EventBusConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-struct Recorder {
-    seen: mpsc::UnboundedSender<Message>,
-}
-
-impl Actor for Recorder {
-    type Context = Context<Self>;
-}
-
-impl Module for Recorder {
-    fn name(&self) -> &str {
-        module::DEVICETWIN
-    }
-    fn group(&self) -> &str {
-        group::TWIN
-    }
-    fn handle(&mut self, msg: Message, _: &mut Context<Self>) -> Result<(), ModuleError> {
-        let _ = self.seen.send(msg);
-        Ok(())
-    }
-}
 
 /// A Mosquitto of this test's own, refusing packets over `max_packet`.
 struct Mosquitto {
@@ -180,9 +158,7 @@ async fn messages_cross_both_ways_and_bad_input_stops_nothing(address: SocketAdd
         .try_init();
     let broker = Broker { address };
     let hive = Hive::new("edge", HiveConfig::default());
-    let (seen, mut twin) = mpsc::unbounded_channel();
-    hive.start_module(move |_| Recorder { seen: seen.clone() })
-        .expect("recorder");
+    let mut twin = beehive::testing::recorder(&hive, module::DEVICETWIN, group::TWIN);
     let address = BrokerAddress {
         host: broker.address.ip().to_string(),
         port: broker.address.port(),

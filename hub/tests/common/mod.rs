@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use actix::{Actor, Context};
 use beehive::constants::group;
-use beehive::{Hive, HiveConfig, Message, Module, ModuleError};
+use beehive::{Hive, HiveConfig, Message};
 use hub::{
     CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle,
 };
@@ -20,41 +19,7 @@ use tokio::sync::mpsc;
 use transports::tls::{self, DevPki};
 use transports::{DialOptions, ListenOptions, TransportKind};
 
-/// Passes every message it gets to a channel.
-pub struct Recorder {
-    name: String,
-    group: String,
-    seen: mpsc::UnboundedSender<Message>,
-}
-
-impl Actor for Recorder {
-    type Context = Context<Self>;
-}
-
-impl Module for Recorder {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn group(&self) -> &str {
-        &self.group
-    }
-    fn handle(&mut self, msg: Message, _: &mut Context<Self>) -> Result<(), ModuleError> {
-        let _ = self.seen.send(msg);
-        Ok(())
-    }
-}
-
-pub fn recorder(hive: &Hive, name: &str, group: &str) -> mpsc::UnboundedReceiver<Message> {
-    let (seen, rx) = mpsc::unbounded_channel();
-    let (name, group) = (name.to_owned(), group.to_owned());
-    hive.start_module(move |_| Recorder {
-        name: name.clone(),
-        group: group.clone(),
-        seen: seen.clone(),
-    })
-    .expect("recorder");
-    rx
-}
+pub use beehive::testing::recorder;
 
 static SOCKETS: AtomicUsize = AtomicUsize::new(0);
 

@@ -26,10 +26,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
-use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -202,17 +201,24 @@ impl EdgeController {
             counts: counts_tx,
         };
         actix::spawn(controller.run(requests));
-        for (name, member_of) in [
-            (module::EDGECONTROLLER, group::RESOURCE),
-            (NODE_EVENT_RELAY, group::NODE_EVENTS),
-        ] {
-            let inbox = inbox.clone();
-            hive.start_module(move |_| ControllerDoor {
-                name,
-                group: member_of,
-                inbox: inbox.clone(),
-                stops_controller: name == module::EDGECONTROLLER,
-            })?;
+        // The controller's doors: nodes' messages arrive in the resource
+        // group, cloudhub's node events through a relay; stopping the main
+        // door ends the controller, so a hive's shutdown releases the store.
+        let main = TaskDoor::new(
+            module::EDGECONTROLLER,
+            group::RESOURCE,
+            inbox.clone(),
+            Input::Hive,
+        )
+        .stopping_with(Input::Stop);
+        let relay = TaskDoor::new(
+            NODE_EVENT_RELAY,
+            group::NODE_EVENTS,
+            inbox.clone(),
+            Input::Hive,
+        );
+        for door in [main, relay] {
+            hive.start_module(move |_| door.clone())?;
         }
         Ok(ControllerHandle {
             inbox,
@@ -224,60 +230,6 @@ impl EdgeController {
 
 /// Name of the module that relays cloudhub's node events to the controller.
 pub const NODE_EVENT_RELAY: &str = "edgecontroller-nodeevents";
-
-/// A module that hands what it receives to the controller's task, in
-/// order, waiting while the controller is busy (its mailbox then fills and
-/// senders wait: backpressure).
-struct ControllerDoor {
-    name: &'static str,
-    group: &'static str,
-    inbox: mpsc::Sender<Input>,
-    /// Whether stopping this module ends the controller (the main door
-    /// does, so a hive's shutdown releases the store).
-    stops_controller: bool,
-}
-
-impl Actor for ControllerDoor {
-    type Context = Context<Self>;
-}
-
-impl Module for ControllerDoor {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn group(&self) -> &str {
-        self.group
-    }
-
-    fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
-        let inbox = self.inbox.clone();
-        ctx.wait(
-            async move {
-                if inbox.send(Input::Hive(msg)).await.is_err() {
-                    warn!("edgecontroller stopped; message dropped");
-                }
-            }
-            .into_actor(self),
-        );
-        Ok(())
-    }
-
-    fn cleanup(&mut self, _: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
-        let inbox = self.stops_controller.then(|| self.inbox.clone());
-        Box::pin(
-            async move {
-                if let Some(inbox) = inbox {
-                    let (done, stopped) = oneshot::channel();
-                    if inbox.send(Input::Stop(done)).await.is_ok() {
-                        let _ = stopped.await;
-                    }
-                }
-            }
-            .into_actor(self),
-        )
-    }
-}
 
 /// The controller's state, owned by its task.
 struct Controller {
