@@ -221,6 +221,26 @@ fn get<S: ObjectSource>(source: &S, key: ObjectKey) -> Result<HttpResponse, ApiE
     }
 }
 
+/// Runs a bound actix-web server on the current actix System; its first
+/// bound address and a handle to stop it. `name` is for the logs.
+pub fn spawn_server(
+    name: &'static str,
+    bound: &[std::net::SocketAddr],
+    server: actix_web::dev::Server,
+) -> std::io::Result<(std::net::SocketAddr, actix_web::dev::ServerHandle)> {
+    let address = bound.first().copied().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address bound")
+    })?;
+    let handle = server.handle();
+    actix::spawn(async move {
+        if let Err(err) = server.await {
+            tracing::warn!(error = %err, server = name, "server stopped");
+        }
+    });
+    tracing::info!(%address, server = name, "listening");
+    Ok((address, handle))
+}
+
 /// One watch event as a line of the stream.
 pub fn event_line(event: &Value) -> Bytes {
     let mut line = serde_json::to_vec(event).unwrap_or_default();

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use futures_util::stream;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
-use tracing::{info, warn};
+use tracing::warn;
 
 use beehive::constants::resource_type;
 
@@ -58,17 +58,7 @@ impl MetaServer {
         .shutdown_timeout(1)
         .bind(address)?;
         let bound = server.addrs();
-        let address = bound.first().copied().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address bound")
-        })?;
-        let server = server.run();
-        let handle = server.handle();
-        actix::spawn(async move {
-            if let Err(err) = server.await {
-                warn!(error = %err, "metaserver stopped");
-            }
-        });
-        info!(%address, "metaserver listening");
+        let (address, handle) = api::spawn_server("metaserver", &bound, server.run())?;
         Ok(MetaServerHandle {
             address,
             server: handle,

@@ -20,7 +20,6 @@ use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpResponse, HttpServer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{info, warn};
 
 use super::{ControllerHandle, DesiredStore};
 use crate::api::{self, ApiError, ObjectSource};
@@ -99,17 +98,8 @@ impl AdminApi {
         .disable_signals()
         .shutdown_timeout(2)
         .bind(address)?;
-        let address = server.addrs().first().copied().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address bound")
-        })?;
-        let server = server.run();
-        let handle = server.handle();
-        actix::spawn(async move {
-            if let Err(err) = server.await {
-                warn!(error = %err, "admin API stopped");
-            }
-        });
-        info!(%address, "admin API listening");
+        let bound = server.addrs();
+        let (address, handle) = api::spawn_server("admin API", &bound, server.run())?;
         Ok(AdminApiHandle {
             address,
             server: handle,
