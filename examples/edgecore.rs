@@ -236,13 +236,19 @@ async fn run(
         })?;
         tracing::info!(%socket, server = ?edged.server_address, "edged ready");
     }
+    twin::DeviceTwin::start(&hive, twin::DeviceTwinConfig::new(config.node.clone()))
+        .context("devicetwin")?;
     // Kept alive for the process's life.
     let mut _embedded = None;
     if let Some(mqtt) = mqtt {
+        let bus = |broker| twin::EventBusConfig::new(config.node.clone(), broker);
         let broker = match mqtt {
             Mqtt::External(address) => address,
             Mqtt::Embedded(listen) => {
-                let embedded = twin::EmbeddedBroker::start(&listen, 1 << 20)
+                // Room above the eventbus's limit, so an oversized request
+                // reaches it and is answered with an error result.
+                let limit = twin::eventbus::DEFAULT_MAX_PAYLOAD * 4;
+                let embedded = twin::EmbeddedBroker::start(&listen, limit)
                     .await
                     .with_context(|| format!("embedded MQTT broker on {listen}"))?;
                 let address = twin::BrokerAddress {
@@ -254,11 +260,7 @@ async fn run(
             }
         };
         let shown = format!("{}:{}", broker.host, broker.port);
-        twin::EventBus::start(
-            &hive,
-            twin::EventBusConfig::new(config.node.clone(), broker),
-        )
-        .context("eventbus")?;
+        twin::EventBus::start(&hive, bus(broker)).context("eventbus")?;
         tracing::info!(broker = %shown, "eventbus ready");
     }
     let metaserver = match metaserver.as_str() {

@@ -145,10 +145,11 @@ async fn run(args: Args) -> Result<()> {
             let items = match &name {
                 Some(name) => vec![client.get(&object_path(kind, &namespace, name)).await?],
                 None => {
+                    let prefix = kind.api_prefix();
                     let path = if all_namespaces || !kind.namespaced() {
-                        format!("/api/v1/{}", kind.plural())
+                        format!("{prefix}/{}", kind.plural())
                     } else {
-                        format!("/api/v1/namespaces/{namespace}/{}", kind.plural())
+                        format!("{prefix}/namespaces/{namespace}/{}", kind.plural())
                     };
                     let list = client.get(&path).await?;
                     list.get("items")
@@ -200,15 +201,20 @@ async fn run(args: Args) -> Result<()> {
 
 fn kind_of(word: &str) -> Result<Kind> {
     Kind::from_user(word).with_context(|| {
-        format!("the server doesn't have a resource type {word:?} (pods, nodes, configmaps, secrets, services, endpoints)")
+        let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
+        format!(
+            "the server doesn't have a resource type {word:?} ({})",
+            known.join(", ")
+        )
     })
 }
 
 fn object_path(kind: Kind, namespace: &str, name: &str) -> String {
+    let prefix = kind.api_prefix();
     if kind.namespaced() {
-        format!("/api/v1/namespaces/{namespace}/{}/{name}", kind.plural())
+        format!("{prefix}/namespaces/{namespace}/{}/{name}", kind.plural())
     } else {
-        format!("/api/v1/{}/{name}", kind.plural())
+        format!("{prefix}/{}/{name}", kind.plural())
     }
 }
 
@@ -331,6 +337,9 @@ fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
         Kind::Secret => &["TYPE", "DATA", "AGE"],
         Kind::Service => &["TYPE", "CLUSTER-IP", "PORT(S)", "AGE"],
         Kind::Endpoints => &["ENDPOINTS", "AGE"],
+        Kind::Device if wide => &["MODEL", "NODE", "STATE", "TWINS", "AGE", "PROTOCOL"],
+        Kind::Device => &["MODEL", "NODE", "STATE", "TWINS", "AGE"],
+        Kind::DeviceModel => &["PROPERTIES", "PROTOCOL", "AGE"],
     };
     header.extend_from_slice(extra);
     let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
@@ -410,6 +419,27 @@ fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
                     }
                 }
                 row.extend([or_none(&addresses.join(",")), age(item)]);
+            }
+            Kind::Device => {
+                let twins = item["status"]["twins"].as_array().map_or(0, Vec::len);
+                row.extend([
+                    or_none(str_at(item, &["spec", "deviceModelRef", "name"])),
+                    or_none(str_at(item, &["spec", "nodeName"])),
+                    or_none(str_at(item, &["status", "state"])),
+                    twins.to_string(),
+                    age(item),
+                ]);
+                if wide {
+                    row.push(or_none(str_at(item, &["spec", "protocol", "protocolName"])));
+                }
+            }
+            Kind::DeviceModel => {
+                let properties = item["spec"]["properties"].as_array().map_or(0, Vec::len);
+                row.extend([
+                    properties.to_string(),
+                    or_none(str_at(item, &["spec", "protocol"])),
+                    age(item),
+                ]);
             }
         }
         rows.push(row);
@@ -533,7 +563,68 @@ fn describe(kind: Kind, object: &Value) -> String {
                 ),
             );
         }
-        Kind::Service | Kind::Endpoints => {
+        Kind::Device => {
+            line(
+                "Model:",
+                or_none(str_at(object, &["spec", "deviceModelRef", "name"])),
+            );
+            line("Node:", or_none(str_at(object, &["spec", "nodeName"])));
+            line("State:", or_none(str_at(object, &["status", "state"])));
+            line(
+                "Last online:",
+                or_none(str_at(object, &["status", "lastOnlineTime"])),
+            );
+            line("Twins:", String::new());
+            line(
+                "  PROPERTY",
+                format!("{:<14}{:<14}OBSERVED DESIRED", "DESIRED", "REPORTED"),
+            );
+            let reported = object["status"]["twins"].as_array();
+            let mut names: Vec<String> = Vec::new();
+            for property in object["spec"]["properties"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                names.push(str_at(property, &["name"]).to_owned());
+            }
+            for twin in reported.into_iter().flatten() {
+                let name = str_at(twin, &["propertyName"]).to_owned();
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            for name in names {
+                let desired = object["spec"]["properties"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|p| p["name"] == name.as_str())
+                    .map(|p| str_at(p, &["desired", "value"]).to_owned())
+                    .unwrap_or_default();
+                let twin = reported
+                    .into_iter()
+                    .flatten()
+                    .find(|t| t["propertyName"] == name.as_str());
+                let (value, observed) = twin.map_or((String::new(), String::new()), |t| {
+                    (
+                        str_at(t, &["reported", "value"]).to_owned(),
+                        str_at(t, &["observedDesired", "value"]).to_owned(),
+                    )
+                });
+                line(
+                    &format!("  {name}"),
+                    format!(
+                        "{:<14}{:<14}{}",
+                        or_none(&desired),
+                        or_none(&value),
+                        or_none(&observed)
+                    ),
+                );
+            }
+            return out;
+        }
+        Kind::DeviceModel | Kind::Service | Kind::Endpoints => {
             if let Ok(spec) = serde_yaml_ng::to_string(&object["spec"]) {
                 line("Spec:", String::new());
                 for spec_line in spec.lines() {

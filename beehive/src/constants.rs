@@ -64,6 +64,8 @@ pub mod resource_type {
     pub const DEVICE: &str = "device";
     /// A device model.
     pub const DEVICE_MODEL: &str = "devicemodel";
+    /// A device's status (its reported twins and state).
+    pub const DEVICE_STATUS: &str = "devicestatus";
     /// A device twin.
     pub const TWIN: &str = "twin";
     /// Device membership of a node.

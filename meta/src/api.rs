@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::kinds::{Kind, ObjectKey};
+use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
 
 /// A failed API request; answered as a Kubernetes `Status`.
 #[derive(Debug, thiserror::Error)]
@@ -129,43 +129,65 @@ impl ListQuery {
 /// Registers the read routes for `S`, which must be in the app's data as
 /// `web::Data<S>`.
 pub fn read_routes<S: ObjectSource>(cfg: &mut web::ServiceConfig) {
-    cfg.route(
-        "/api/v1/namespaces/{namespace}/{plural}",
-        web::get().to(list_namespaced::<S>),
-    )
-    .route(
-        "/api/v1/namespaces/{namespace}/{plural}/{name}",
-        web::get().to(get_namespaced::<S>),
-    )
-    .route("/api/v1/{plural}", web::get().to(list_everywhere::<S>))
-    .route("/api/v1/{plural}/{name}", web::get().to(get_cluster::<S>))
-    .route("/healthz", web::get().to(|| async { "ok" }));
+    for prefix in [CORE_PREFIX, DEVICES_PREFIX] {
+        cfg.route(
+            &format!("{prefix}/namespaces/{{namespace}}/{{plural}}"),
+            web::get().to(list_namespaced::<S>),
+        )
+        .route(
+            &format!("{prefix}/namespaces/{{namespace}}/{{plural}}/{{name}}"),
+            web::get().to(get_namespaced::<S>),
+        )
+        .route(
+            &format!("{prefix}/{{plural}}"),
+            web::get().to(list_everywhere::<S>),
+        )
+        .route(
+            &format!("{prefix}/{{plural}}/{{name}}"),
+            web::get().to(get_cluster::<S>),
+        );
+    }
+    cfg.route("/healthz", web::get().to(|| async { "ok" }));
 }
 
-/// The kind served at `plural`, checked for the scope of the path.
-pub fn kind_at(plural: &str, namespaced_path: bool) -> Result<Kind, ApiError> {
+/// The kind served at `plural` under the request's path, checked for the
+/// path's prefix (core or devices API group) and scope.
+pub fn kind_at(
+    request: &actix_web::HttpRequest,
+    plural: &str,
+    namespaced_path: bool,
+) -> Result<Kind, ApiError> {
     match Kind::from_plural(plural) {
-        Some(kind) if kind.namespaced() || !namespaced_path => Ok(kind),
+        Some(kind)
+            if (kind.namespaced() || !namespaced_path)
+                && request
+                    .path()
+                    .starts_with(&format!("{}/", kind.api_prefix())) =>
+        {
+            Ok(kind)
+        }
         _ => Err(ApiError::UnknownResource(plural.to_owned())),
     }
 }
 
 async fn list_namespaced<S: ObjectSource>(
+    request: actix_web::HttpRequest,
     source: web::Data<S>,
     path: web::Path<(String, String)>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (namespace, plural) = path.into_inner();
-    let kind = kind_at(&plural, true)?;
+    let kind = kind_at(&request, &plural, true)?;
     list(source.get_ref(), kind, Some(namespace), &query)
 }
 
 async fn list_everywhere<S: ObjectSource>(
+    request: actix_web::HttpRequest,
     source: web::Data<S>,
     path: web::Path<String>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let kind = kind_at(&path.into_inner(), false)?;
+    let kind = kind_at(&request, &path.into_inner(), false)?;
     list(source.get_ref(), kind, None, &query)
 }
 
@@ -195,21 +217,23 @@ fn list<S: ObjectSource>(
 }
 
 async fn get_namespaced<S: ObjectSource>(
+    request: actix_web::HttpRequest,
     source: web::Data<S>,
     path: web::Path<(String, String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (namespace, plural, name) = path.into_inner();
-    let kind = kind_at(&plural, true)?;
+    let kind = kind_at(&request, &plural, true)?;
     get(source.get_ref(), ObjectKey::new(kind, namespace, name))
 }
 
 async fn get_cluster<S: ObjectSource>(
+    request: actix_web::HttpRequest,
     source: web::Data<S>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (plural, name) = path.into_inner();
-    match Kind::from_plural(&plural) {
-        Some(kind) if !kind.namespaced() => get(source.get_ref(), ObjectKey::new(kind, "", name)),
+    match kind_at(&request, &plural, false) {
+        Ok(kind) if !kind.namespaced() => get(source.get_ref(), ObjectKey::new(kind, "", name)),
         _ => Err(ApiError::UnknownResource(plural)),
     }
 }

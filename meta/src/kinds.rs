@@ -7,7 +7,10 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Pod, PodSpec, Secret, Service};
+use apis::devices::{Device, DeviceModel, DeviceStatus};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Node, NodeStatus, Pod, PodSpec, PodStatus, Secret, Service,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, WatchEvent};
 use k8s_openapi::{List, Resource};
 use serde::de::DeserializeOwned;
@@ -32,6 +35,10 @@ pub enum Kind {
     Endpoints,
     /// `Node` (cluster-scoped).
     Node,
+    /// KubeEdge's `Device` (`devices.kubeedge.io/v1beta1`).
+    Device,
+    /// KubeEdge's `DeviceModel` (`devices.kubeedge.io/v1beta1`).
+    DeviceModel,
 }
 
 /// Runs `$body` with `$t` standing for the k8s-openapi type of `$kind`.
@@ -62,6 +69,14 @@ macro_rules! typed {
                 type $t = Node;
                 $body
             }
+            Kind::Device => {
+                type $t = Device;
+                $body
+            }
+            Kind::DeviceModel => {
+                type $t = DeviceModel;
+                $body
+            }
         }
     };
 }
@@ -78,13 +93,15 @@ pub struct InvalidObject {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Pod,
         Kind::ConfigMap,
         Kind::Secret,
         Kind::Service,
         Kind::Endpoints,
         Kind::Node,
+        Kind::Device,
+        Kind::DeviceModel,
     ];
 
     /// The `kind` field, e.g. `Pod`.
@@ -106,7 +123,58 @@ impl Kind {
             Kind::Service => resource_type::SERVICE,
             Kind::Endpoints => resource_type::ENDPOINTS,
             Kind::Node => resource_type::NODE,
+            Kind::Device => resource_type::DEVICE,
+            Kind::DeviceModel => resource_type::DEVICE_MODEL,
         }
+    }
+
+    /// Its `apiVersion`, e.g. `v1`.
+    pub fn api_version(self) -> &'static str {
+        typed!(self, T => <T as Resource>::API_VERSION)
+    }
+
+    /// The URL prefix its paths start with: `/api/v1` for the core kinds,
+    /// `/apis/<group>/<version>` for the others, as Kubernetes serves them.
+    pub fn api_prefix(self) -> &'static str {
+        match self {
+            Kind::Device | Kind::DeviceModel => DEVICES_PREFIX,
+            _ => CORE_PREFIX,
+        }
+    }
+
+    /// Whether objects of this kind are bound to one node by
+    /// `spec.nodeName` (pods and devices), rather than sent to the nodes
+    /// whose bound objects reference them.
+    pub fn bound_to_node(self) -> bool {
+        matches!(self, Kind::Pod | Kind::Device)
+    }
+
+    /// The resource type a node reports this kind's status under
+    /// (`podstatus`, `devicestatus`), for kinds bound to a node.
+    pub fn status_type(self) -> Option<&'static str> {
+        match self {
+            Kind::Pod => Some(resource_type::POD_STATUS),
+            Kind::Device => Some(resource_type::DEVICE_STATUS),
+            _ => None,
+        }
+    }
+
+    /// Checks that `status` is a valid status of this kind.
+    pub fn check_status(self, status: &Value) -> Result<(), InvalidObject> {
+        let fails = |reason: String| InvalidObject {
+            kind: self.name(),
+            reason,
+        };
+        if !status.is_object() {
+            return Err(fails("a status is an object".to_owned()));
+        }
+        let read = match self {
+            Kind::Pod => PodStatus::deserialize(status).map(drop),
+            Kind::Device => DeviceStatus::deserialize(status).map(drop),
+            Kind::Node => NodeStatus::deserialize(status).map(drop),
+            _ => return Err(fails("this kind has no status".to_owned())),
+        };
+        read.map_err(|err| fails(err.to_string()))
     }
 
     /// Whether objects of this kind live in a namespace.
@@ -129,6 +197,8 @@ impl Kind {
             "svc" => Some(Kind::Service),
             "ep" => Some(Kind::Endpoints),
             "no" => Some(Kind::Node),
+            "dev" => Some(Kind::Device),
+            "dm" => Some(Kind::DeviceModel),
             _ => None,
         };
         short.or_else(|| {
@@ -227,6 +297,12 @@ fn to_value<T: Serialize>(kind: Kind, value: &T) -> Result<Value, InvalidObject>
     })
 }
 
+/// The URL prefix of the core kinds.
+pub const CORE_PREFIX: &str = "/api/v1";
+
+/// The URL prefix of KubeEdge's device kinds.
+pub const DEVICES_PREFIX: &str = "/apis/devices.kubeedge.io/v1beta1";
+
 /// What happened to a watched object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -311,6 +387,22 @@ impl fmt::Display for ObjectKey {
         } else {
             write!(f, "{}/{}/{}", self.kind.plural(), self.namespace, self.name)
         }
+    }
+}
+
+/// The objects a node must hold for `object` (of a kind bound to a node)
+/// to work there: what a pod uses (see [`pod_references`]), a device's
+/// model.
+pub fn references(key: &ObjectKey, object: &Value) -> BTreeSet<ObjectKey> {
+    match key.kind {
+        Kind::Pod => pod_references(&key.namespace, object),
+        Kind::Device => object["spec"]["deviceModelRef"]["name"]
+            .as_str()
+            .filter(|name| !name.is_empty())
+            .map(|name| ObjectKey::new(Kind::DeviceModel, key.namespace.as_str(), name))
+            .into_iter()
+            .collect(),
+        _ => BTreeSet::new(),
     }
 }
 

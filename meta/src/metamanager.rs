@@ -246,10 +246,12 @@ fn not_stored(msg: &HiveMessage, err: &StoreError) -> HiveMessage {
 
 /// Resource types the cloud's edgecontroller keeps in step on each node
 /// (reported by an inventory query).
-const CONTROLLED: [&str; 3] = [
+const CONTROLLED: [&str; 5] = [
     resource_type::POD,
     resource_type::CONFIGMAP,
     resource_type::SECRET,
+    resource_type::DEVICE,
+    resource_type::DEVICE_MODEL,
 ];
 
 /// The resource of an inventory query: every controlled object the edge

@@ -33,6 +33,9 @@ pub struct BrokerAddress {
     pub port: u16,
 }
 
+/// The largest payload the eventbus takes by default: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
 /// How the eventbus runs.
 #[derive(Debug, Clone)]
 pub struct EventBusConfig {
@@ -54,18 +57,18 @@ impl EventBusConfig {
             broker,
             client_id: format!("edgehive-eventbus-{node}"),
             node,
-            max_payload: 1 << 20,
+            max_payload: DEFAULT_MAX_PAYLOAD,
         }
     }
 
-    /// The topics the bridge subscribes to: KubeEdge's.
+    /// The topics the bridge subscribes to: KubeEdge's request topics
+    /// (what edgecore itself publishes, such as `.../updated` or
+    /// `.../twin/cloud_updated`, is not among them).
     pub fn topics(&self) -> Vec<String> {
         vec![
             "$hw/events/device/+/twin/update".to_owned(),
             "$hw/events/device/+/twin/get".to_owned(),
-            "$hw/events/device/+/twin/cloud_updated".to_owned(),
             "$hw/events/device/+/state/update".to_owned(),
-            "$hw/events/device/+/updated".to_owned(),
             format!("$hw/events/node/{}/membership/get", self.node),
             "$hw/events/upload/#".to_owned(),
             "$hw/events/connected/+".to_owned(),
@@ -98,11 +101,16 @@ impl EventBus {
             MqttOptions::new(&config.client_id, &config.broker.host, config.broker.port);
         options.set_keep_alive(Duration::from_secs(30));
         options.set_clean_session(true);
-        options.set_max_packet_size(config.max_payload + 4096, config.max_payload + 4096);
+        // Larger packets are read (up to a bound) so an oversized request
+        // can be answered with an error instead of breaking the link.
+        let incoming = config.max_payload.saturating_mul(4).max(64 * 1024);
+        options.set_max_packet_size(incoming, config.max_payload + 4096);
         let (client, mut events) = AsyncClient::new(options, 1024);
         let topics = config.topics();
         let subscriber = client.clone();
         let from_mqtt = hive.clone();
+        let answerer = client.clone();
+        let max_payload = config.max_payload;
         actix::spawn(async move {
             loop {
                 match events.poll().await {
@@ -115,7 +123,17 @@ impl EventBus {
                         }
                     }
                     Ok(Event::Incoming(Packet::Publish(publish))) => {
-                        deliver(&from_mqtt, &publish.topic, &publish.payload).await;
+                        if publish.payload.len() > max_payload {
+                            refuse_oversized(
+                                &answerer,
+                                &publish.topic,
+                                publish.payload.len(),
+                                max_payload,
+                            )
+                            .await;
+                        } else {
+                            deliver(&from_mqtt, &publish.topic, &publish.payload).await;
+                        }
                     }
                     Ok(_) => {}
                     Err(err) => {
@@ -126,12 +144,25 @@ impl EventBus {
                 }
             }
         });
-        let max_payload = config.max_payload;
         hive.start_module(move |_| EventBus {
             client: client.clone(),
             max_payload,
         })?;
         Ok(())
+    }
+}
+
+/// Answers an oversized request on its result topic (when it has one)
+/// and drops it.
+async fn refuse_oversized(client: &AsyncClient, topic: &str, size: usize, max: usize) {
+    let reason = format!("payload of {size} bytes is larger than the {max} bytes taken");
+    warn!(%topic, size, "oversized payload refused");
+    if let Some(result) = crate::protocol::result_topic(topic) {
+        let payload = crate::protocol::error_result("", crate::protocol::code::TOO_LARGE, &reason);
+        let payload = serde_json::to_vec(&payload).unwrap_or_default();
+        if let Err(err) = client.try_publish(result, QoS::AtLeastOnce, false, payload) {
+            debug!(error = %err, "error result not published");
+        }
     }
 }
 

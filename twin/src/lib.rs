@@ -1,12 +1,18 @@
-//! Devices. Built so far: the `eventbus`, the MQTT bridge on KubeEdge's
-//! topics, and [`EmbeddedBroker`], the in-process MQTT broker it uses by
-//! default (any MQTT 3.1.1 broker works too). To come with the rest of the
-//! devices issue: `devicetwin` and the cloud's `devicecontroller`.
+//! Devices at the edge, as KubeEdge has them: [`DeviceTwin`] keeps the
+//! twins of the devices bound to this node, the [`EventBus`] bridges it
+//! (and edge applications) to MQTT on KubeEdge's topics ([`protocol`]),
+//! and [`EmbeddedBroker`] is the in-process MQTT broker it uses by default
+//! (any MQTT 3.1.1 broker works too). The cloud's side of devices (its
+//! devicecontroller) is part of meta's edgecontroller: devices travel the
+//! same reliable path as pods.
 
 pub mod broker;
+pub mod devicetwin;
 pub mod eventbus;
+pub mod protocol;
 
 pub use broker::EmbeddedBroker;
+pub use devicetwin::{DeviceTwin, DeviceTwinConfig, DeviceTwinCounts, DeviceTwinHandle};
 pub use eventbus::{BrokerAddress, EventBus, EventBusConfig};
 
 /// A failure of the device side.

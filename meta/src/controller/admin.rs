@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::{ControllerHandle, DesiredStore};
 use crate::api::{self, ApiError, ObjectSource};
 use crate::controller::manifest;
-use crate::kinds::{Kind, ObjectKey};
+use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
 
 /// The admin API's default address.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10003";
@@ -87,11 +87,7 @@ impl AdminApi {
                 .app_data(web::PayloadConfig::new(MAX_MANIFEST_BYTES))
                 .route(APPLY_PATH, web::post().to(apply))
                 .route(DELETE_PATH, web::post().to(delete_manifest))
-                .route(
-                    "/api/v1/namespaces/{namespace}/{plural}/{name}",
-                    web::delete().to(delete_namespaced),
-                )
-                .route("/api/v1/{plural}/{name}", web::delete().to(delete_cluster))
+                .configure(delete_routes)
                 .configure(api::read_routes::<DesiredObjects>)
         })
         .workers(1)
@@ -170,22 +166,38 @@ async fn delete_manifest(
     Ok(HttpResponse::Ok().json(ManifestResults { results }))
 }
 
+/// `DELETE` of one object, at the paths its kind is read at.
+fn delete_routes(cfg: &mut web::ServiceConfig) {
+    for prefix in [CORE_PREFIX, DEVICES_PREFIX] {
+        cfg.route(
+            &format!("{prefix}/namespaces/{{namespace}}/{{plural}}/{{name}}"),
+            web::delete().to(delete_namespaced),
+        )
+        .route(
+            &format!("{prefix}/{{plural}}/{{name}}"),
+            web::delete().to(delete_cluster),
+        );
+    }
+}
+
 async fn delete_namespaced(
+    request: actix_web::HttpRequest,
     controller: web::Data<ControllerHandle>,
     path: web::Path<(String, String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (namespace, plural, name) = path.into_inner();
-    let kind = api::kind_at(&plural, true)?;
+    let kind = api::kind_at(&request, &plural, true)?;
     delete_one(&controller, ObjectKey::new(kind, namespace, name)).await
 }
 
 async fn delete_cluster(
+    request: actix_web::HttpRequest,
     controller: web::Data<ControllerHandle>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (plural, name) = path.into_inner();
-    match Kind::from_plural(&plural) {
-        Some(kind) if !kind.namespaced() => {
+    match api::kind_at(&request, &plural, false) {
+        Ok(kind) if !kind.namespaced() => {
             delete_one(&controller, ObjectKey::new(kind, "", name)).await
         }
         _ => Err(ApiError::UnknownResource(plural)),

@@ -9,12 +9,14 @@ use crate::api::ApiError;
 use crate::kinds::{Kind, ObjectKey, valid_label, valid_name};
 
 /// Kinds a manifest may carry (nodes join; they are not applied).
-pub const APPLICABLE: [Kind; 5] = [
+pub const APPLICABLE: [Kind; 7] = [
     Kind::Pod,
     Kind::ConfigMap,
     Kind::Secret,
     Kind::Service,
     Kind::Endpoints,
+    Kind::Device,
+    Kind::DeviceModel,
 ];
 
 /// The objects in `body`, each checked, with namespaces defaulted.
@@ -68,14 +70,17 @@ pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
     let kind = Kind::from_name(kind_name)
         .filter(|kind| APPLICABLE.contains(kind))
         .ok_or_else(|| {
+            let known: Vec<&str> = APPLICABLE.iter().map(|k| k.name()).collect();
             invalid(format!(
-                "kind {kind_name:?} is not one of Pod, ConfigMap, Secret, Service, Endpoints"
+                "kind {kind_name:?} is not one of {}",
+                known.join(", ")
             ))
         })?;
     let api_version = map.get("apiVersion").and_then(Value::as_str);
-    if api_version != Some("v1") {
+    if api_version != Some(kind.api_version()) {
         return Err(invalid(format!(
-            "{kind}: apiVersion must be \"v1\", not {api_version:?}"
+            "{kind}: apiVersion must be {:?}, not {api_version:?}",
+            kind.api_version()
         )));
     }
     let name = map
@@ -107,8 +112,10 @@ pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
     }
     kind.check(&object)
         .map_err(|err| invalid(format!("{kind} {name}: {}", err.reason)))?;
-    if kind == Kind::Pod {
-        check_pod(&name, &object)?;
+    match kind {
+        Kind::Pod => check_pod(&name, &object)?,
+        Kind::Device => check_device(&name, &object)?,
+        _ => {}
     }
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.insert("namespace".to_owned(), Value::String(namespace.clone()));
@@ -116,15 +123,54 @@ pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
     Ok((ObjectKey::new(kind, namespace, name), object))
 }
 
-fn check_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
-    if let Some(node) = pod.get("spec").and_then(|s| s.get("nodeName")) {
+/// `spec.nodeName`, when set, must name a node.
+fn check_node_name(kind: Kind, name: &str, object: &Value) -> Result<(), ApiError> {
+    if let Some(node) = object.get("spec").and_then(|s| s.get("nodeName")) {
         let node = node.as_str().unwrap_or_default();
         if !node.is_empty() && !valid_name(node) {
             return Err(ApiError::Invalid(format!(
-                "Pod {name}: spec.nodeName {node:?} is not a valid node name"
+                "{kind} {name}: spec.nodeName {node:?} is not a valid node name"
             )));
         }
     }
+    Ok(())
+}
+
+/// A device's model reference and property names must be names (they
+/// appear in MQTT topics and twin documents), each property once.
+fn check_device(name: &str, device: &Value) -> Result<(), ApiError> {
+    check_node_name(Kind::Device, name, device)?;
+    if let Some(model) = device["spec"]["deviceModelRef"]["name"].as_str()
+        && !valid_name(model)
+    {
+        return Err(ApiError::Invalid(format!(
+            "Device {name}: spec.deviceModelRef.name {model:?} is not a valid name"
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, property) in device["spec"]["properties"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let property = property["name"].as_str().unwrap_or_default();
+        if property.is_empty() || property.contains(['/', '+', '#']) {
+            return Err(ApiError::Invalid(format!(
+                "Device {name}: spec.properties[{index}].name {property:?} is not a property name"
+            )));
+        }
+        if !seen.insert(property) {
+            return Err(ApiError::Invalid(format!(
+                "Device {name}: property {property:?} is listed twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
+    check_node_name(Kind::Pod, name, pod)?;
     let containers = pod
         .get("spec")
         .and_then(|s| s.get("containers"))

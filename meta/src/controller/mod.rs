@@ -29,7 +29,7 @@ use std::time::Duration;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
-use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodStatus};
+use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -41,7 +41,7 @@ pub use client::AdminClient;
 pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
 
 use crate::api::ApiError;
-use crate::kinds::{Kind, ObjectKey, pod_references, valid_name};
+use crate::kinds::{Kind, ObjectKey, references, valid_name};
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -191,7 +191,7 @@ impl EdgeController {
             store: store.clone(),
             config,
             inbox: inbox.clone(),
-            pods: HashMap::new(),
+            bound: HashMap::new(),
             held: HashMap::new(),
             connected: HashSet::new(),
             reported_ready: HashMap::new(),
@@ -238,9 +238,11 @@ struct Controller {
     config: ControllerConfig,
     /// Its own inbox, for answers that arrive from spawned tasks.
     inbox: mpsc::Sender<Input>,
-    /// Pods bound to a node: the node and the objects the pod references.
-    pods: HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>,
-    /// Configmaps and secrets each node holds.
+    /// Objects bound to a node (pods, devices): the node and the objects
+    /// each references.
+    bound: HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>,
+    /// Referenced objects (configmaps, secrets, device models) each node
+    /// holds.
     held: HashMap<String, BTreeSet<ObjectKey>>,
     /// Nodes whose link is up.
     connected: HashSet<String>,
@@ -356,15 +358,17 @@ impl Controller {
     /// Rebuilds what each node holds from the desired state, and marks
     /// every node's readiness unknown until its link comes up again.
     async fn load(&mut self) -> Result<(), DesiredError> {
-        let (pods, _) = self.store.list(Kind::Pod, None)?;
-        for pod in &pods {
-            let (Some(key), Some(node)) = (ObjectKey::of(pod), node_name(pod)) else {
-                continue;
-            };
-            let refs = pod_references(&key.namespace, pod);
-            self.pods.insert(key, (node, refs));
+        for kind in [Kind::Pod, Kind::Device] {
+            let (objects, _) = self.store.list(kind, None)?;
+            for object in &objects {
+                let (Some(key), Some(node)) = (ObjectKey::of(object), node_name(object)) else {
+                    continue;
+                };
+                let refs = references(&key, object);
+                self.bound.insert(key, (node, refs));
+            }
         }
-        let nodes: BTreeSet<String> = self.pods.values().map(|(n, _)| n.clone()).collect();
+        let nodes: BTreeSet<String> = self.bound.values().map(|(n, _)| n.clone()).collect();
         for node in nodes {
             let wanted = self.wanted(&node);
             let mut held = BTreeSet::new();
@@ -381,7 +385,7 @@ impl Controller {
                 self.update_node(&key.name, None).await;
             }
         }
-        info!(pods = self.pods.len(), "edgecontroller ready");
+        info!(bound = self.bound.len(), "edgecontroller ready");
         Ok(())
     }
 
@@ -398,7 +402,7 @@ impl Controller {
     ) -> Result<Vec<Applied>, ApiError> {
         for (key, object) in &objects {
             let existing = self.store.get(key).map_err(unavailable)?;
-            if key.kind == Kind::Pod
+            if key.kind.bound_to_node()
                 && let Some(bound) = existing.as_ref().and_then(node_name)
                 && node_name(object).as_deref() != Some(bound.as_str())
             {
@@ -484,13 +488,13 @@ impl Controller {
         new_to_nodes: bool,
     ) {
         match key.kind {
-            Kind::Pod => {
+            Kind::Pod | Kind::Device => {
                 let Some(node) = node_name(stored) else {
                     // Not bound to a node: it waits (there is no scheduler).
                     return;
                 };
-                let refs = pod_references(&key.namespace, stored);
-                self.pods.insert(key.clone(), (node.clone(), refs));
+                let refs = references(key, stored);
+                self.bound.insert(key.clone(), (node.clone(), refs));
                 let op = if new_to_nodes {
                     operation::INSERT
                 } else {
@@ -500,7 +504,7 @@ impl Controller {
                 self.refresh_node(&node, revision).await;
                 self.send(&node, op, key, stored, revision).await;
             }
-            Kind::ConfigMap | Kind::Secret => {
+            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => {
                 let nodes: Vec<String> = self.nodes_wanting(key).into_iter().collect();
                 for node in nodes {
                     let holds = self.held.get(&node).is_some_and(|held| held.contains(key));
@@ -525,14 +529,14 @@ impl Controller {
             return Ok(None);
         };
         match key.kind {
-            Kind::Pod => {
-                if let Some((node, _)) = self.pods.remove(&key) {
+            Kind::Pod | Kind::Device => {
+                if let Some((node, _)) = self.bound.remove(&key) {
                     self.send(&node, operation::DELETE, &key, &removed, revision)
                         .await;
                     self.refresh_node(&node, revision).await;
                 }
             }
-            Kind::ConfigMap | Kind::Secret => {
+            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => {
                 let holders: Vec<String> = self
                     .held
                     .iter()
@@ -559,9 +563,9 @@ impl Controller {
 
     // ----- what each node needs -----
 
-    /// Configmaps and secrets the pods on `node` reference.
+    /// What the objects bound to `node` reference.
     fn wanted(&self, node: &str) -> BTreeSet<ObjectKey> {
-        self.pods
+        self.bound
             .values()
             .filter(|(bound, _)| bound == node)
             .flat_map(|(_, refs)| refs.iter().cloned())
@@ -569,7 +573,7 @@ impl Controller {
     }
 
     fn nodes_wanting(&self, key: &ObjectKey) -> BTreeSet<String> {
-        self.pods
+        self.bound
             .values()
             .filter(|(_, refs)| refs.contains(key))
             .map(|(node, _)| node.clone())
@@ -739,7 +743,7 @@ impl Controller {
         };
         let mut desired: BTreeMap<String, (ObjectKey, Value)> = BTreeMap::new();
         let mut keys: Vec<ObjectKey> = self
-            .pods
+            .bound
             .iter()
             .filter(|(_, (bound, _))| bound == node)
             .map(|(key, _)| key.clone())
@@ -782,13 +786,18 @@ impl Controller {
             changes += 1;
         }
         let mut held = BTreeSet::new();
-        // What pods use first, so a pod finds its configmaps and secrets.
+        // What is referenced first, so a pod finds its configmaps and
+        // secrets, a device its model.
         let ordered = desired
             .iter()
-            .filter(|(_, (key, _))| key.kind != Kind::Pod)
-            .chain(desired.iter().filter(|(_, (key, _))| key.kind == Kind::Pod));
+            .filter(|(_, (key, _))| !key.kind.bound_to_node())
+            .chain(
+                desired
+                    .iter()
+                    .filter(|(_, (key, _))| key.kind.bound_to_node()),
+            );
         for (resource, (key, object)) in ordered {
-            if key.kind != Kind::Pod {
+            if !key.kind.bound_to_node() {
                 held.insert(key.clone());
             }
             if in_flight.contains(resource) {
@@ -883,7 +892,17 @@ impl Controller {
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
                 resource_type::POD_STATUS,
-            ) => self.pod_status(&node, &edge, msg.content()).await,
+            ) => {
+                self.bound_status(Kind::Pod, &node, &edge, msg.content())
+                    .await
+            }
+            (
+                operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
+                resource_type::DEVICE_STATUS,
+            ) => {
+                self.bound_status(Kind::Device, &node, &edge, msg.content())
+                    .await
+            }
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
                 resource_type::NODE_STATUS,
@@ -909,23 +928,25 @@ impl Controller {
         self.count(|c| c.status_refused += 1);
     }
 
-    async fn pod_status(&mut self, node: &str, what: &EdgeResource, status: &Value) {
-        let key = ObjectKey::new(Kind::Pod, what.namespace.as_str(), what.name.as_str());
-        let pod = match self.store.get(&key) {
-            Ok(Some(pod)) => pod,
-            Ok(None) => return self.refuse_status(node, what, "no such pod"),
+    /// Stores the status a node reports of an object bound to it (a pod, a
+    /// device); a node never sets the status of another node's object.
+    async fn bound_status(&mut self, kind: Kind, node: &str, what: &EdgeResource, status: &Value) {
+        let key = ObjectKey::new(kind, what.namespace.as_str(), what.name.as_str());
+        let object = match self.store.get(&key) {
+            Ok(Some(object)) => object,
+            Ok(None) => return self.refuse_status(node, what, "no such object"),
             Err(err) => return self.refuse_status(node, what, &err.to_string()),
         };
-        if node_name(&pod).as_deref() != Some(node) {
-            return self.refuse_status(node, what, "the pod is not bound to this node");
+        if node_name(&object).as_deref() != Some(node) {
+            return self.refuse_status(node, what, "the object is not bound to this node");
         }
-        if PodStatus::deserialize(status).is_err() || !status.is_object() {
-            return self.refuse_status(node, what, "not a PodStatus");
+        if let Err(err) = kind.check_status(status) {
+            return self.refuse_status(node, what, &err.to_string());
         }
-        if pod.get("status") == Some(status) {
+        if object.get("status") == Some(status) {
             return;
         }
-        let mut pod = pod;
+        let mut pod = object;
         // The new revision is the status's; the node keeps the spec's.
         let held = spec_revision(&pod).to_string();
         if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -1044,8 +1065,8 @@ impl Controller {
     fn answer_query(&self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
         self.count(|c| c.queries += 1);
         let entitled = ObjectKey::from_edge_resource(what).filter(|key| match key.kind {
-            Kind::Pod => self.pods.get(key).is_some_and(|(bound, _)| bound == node),
-            Kind::ConfigMap | Kind::Secret => self.wanted(node).contains(key),
+            Kind::Pod | Kind::Device => self.bound.get(key).is_some_and(|(bound, _)| bound == node),
+            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => self.wanted(node).contains(key),
             Kind::Service | Kind::Endpoints => true,
             Kind::Node => key.name == node,
         });
@@ -1071,7 +1092,7 @@ impl Controller {
 /// A minimal object naming `key`, for a deletion whose object is gone.
 fn stub(key: &ObjectKey) -> Value {
     json!({
-        "apiVersion": "v1",
+        "apiVersion": key.kind.api_version(),
         "kind": key.kind.name(),
         "metadata": { "name": key.name, "namespace": key.namespace },
     })

@@ -45,28 +45,51 @@ impl Cloud {
     pub async fn start() -> Cloud {
         let dir = tempfile::tempdir().expect("dir");
         let pki = DevPki::new("meta test CA").expect("CA");
+        Cloud::start_with(pki, dir, "127.0.0.1:0").await
+    }
+
+    /// A cloud with `pki`, its stores in `dir`, cloudhub on `listen`.
+    pub async fn start_with(pki: DevPki, dir: tempfile::TempDir, listen: &str) -> Cloud {
         let hive = Hive::new("cloud", HiveConfig::default());
-        let store = RedbDesiredStore::open(&dir.path().join("desired.redb")).expect("desired");
+        // After a restart in this process the last cloud's store threads
+        // may still be letting go of the files: there is no event for
+        // that, so opening is tried again for a while.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let store = loop {
+            match RedbDesiredStore::open(&dir.path().join("desired.redb")) {
+                Ok(store) => break store,
+                Err(err) if std::time::Instant::now() < deadline => {
+                    let _ = err;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => panic!("desired store: {err}"),
+            }
+        };
         let controller = EdgeController::start(&hive, store.shared(), ControllerConfig::default())
             .expect("controller");
         let (chain, key) = pki.server("localhost").expect("server cert");
-        let options = ListenOptions::new("127.0.0.1:0")
+        let options = ListenOptions::new(listen)
             .with_tls(tls::server_config(chain, key, Some(&[pki.root()])).expect("tls"));
-        let hub = CloudHub::start(
-            &hive,
-            CloudHubConfig {
+        let hub = loop {
+            let config = CloudHubConfig {
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
-                    options,
+                    options: options.clone(),
                     trust_hello: false,
                 }],
                 keepalive: Duration::from_secs(2),
                 store: Some(dir.path().join("queues.redb")),
                 ..CloudHubConfig::default()
-            },
-        )
-        .await
-        .expect("cloudhub");
+            };
+            match CloudHub::start(&hive, config).await {
+                Ok(hub) => break hub,
+                Err(err) if std::time::Instant::now() < deadline => {
+                    let _ = err;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => panic!("cloudhub: {err}"),
+            }
+        };
         let address = hub.addresses[0].1.clone();
         let admin = AdminApi::start(controller.clone(), "127.0.0.1:0").expect("admin API");
         let client = AdminClient::new(&admin.address.to_string());
@@ -80,6 +103,30 @@ impl Cloud {
             address,
             dir,
         }
+    }
+
+    /// Stops the cloud and starts it again on the same address, stores and
+    /// certificates, as after a crash and restart; `while_down` runs in
+    /// between.
+    pub async fn restart<F: std::future::Future<Output = ()>>(
+        self,
+        while_down: impl FnOnce() -> F,
+    ) -> Cloud {
+        let Cloud {
+            pki,
+            hive,
+            hub,
+            controller,
+            admin,
+            client,
+            address,
+            dir,
+        } = self;
+        admin.stop().await;
+        let _ = hive.shutdown().await;
+        drop((hub, controller, client));
+        while_down().await;
+        Cloud::start_with(pki, dir, &address).await
     }
 
     /// Waits until the controller's counts satisfy `condition`.
