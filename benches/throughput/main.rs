@@ -12,6 +12,7 @@ mod meta_bench;
 mod pods_bench;
 mod report;
 mod transport_bench;
+mod twin_bench;
 
 use anyhow::Result;
 use clap::Parser;
@@ -22,7 +23,7 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive, transport, hub, meta or pods; all if omitted.
+    /// Scenario group to run: beehive, transport, hub, meta, pods or twin; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -61,7 +62,7 @@ pub struct Scale {
     pub runs: usize,
 }
 
-const GROUPS: &[&str] = &["beehive", "transport", "hub", "meta", "pods"];
+const GROUPS: &[&str] = &["beehive", "transport", "hub", "meta", "pods", "twin"];
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -123,6 +124,7 @@ fn main() -> Result<()> {
             }
             "meta" => meta_bench::run(scale, &mut report)?,
             "pods" => pods_bench::run(scale, &mut report)?,
+            "twin" => twin_bench::run(scale, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }
     }

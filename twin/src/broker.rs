@@ -29,8 +29,14 @@ use tracing::{debug, info, warn};
 /// KubeEdge's MQTT port.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:1883";
 
-/// Messages queued for one subscriber before new ones are dropped.
+/// Messages queued for one subscriber. When it is full, a QoS 0 message
+/// for it is dropped, and a QoS 1 publisher waits for room (up to
+/// [`SLOW_SUBSCRIBER`]) before its message is acknowledged.
 const SUBSCRIBER_QUEUE: usize = 1024;
+/// How long a QoS 1 publisher waits for a full subscriber before that
+/// subscriber misses the message (so two clients that fill each other's
+/// queues cannot stall for ever).
+const SLOW_SUBSCRIBER: Duration = Duration::from_secs(5);
 /// Topic filters one client may hold.
 const MAX_FILTERS: usize = 1024;
 /// Connections at once; more wait to be accepted.
@@ -80,19 +86,36 @@ struct Subscriber {
 }
 
 impl Router {
-    fn route(&self, publish: &Publish) {
-        for subscriber in self.clients.values() {
-            if subscriber
-                .filters
-                .iter()
-                .any(|f| matches(f, &publish.topic))
-            {
-                let mut copy = Publish::new(publish.topic.clone(), QoS::AtMostOnce, Vec::new());
-                copy.payload = publish.payload.clone();
-                if subscriber.outbox.try_send(copy).is_err() {
-                    debug!(topic = %publish.topic, "a slow subscriber missed a message");
-                }
-            }
+    /// The queues of the clients subscribed to `topic`.
+    fn subscribers(&self, topic: &str) -> Vec<mpsc::Sender<Publish>> {
+        self.clients
+            .values()
+            .filter(|s| s.filters.iter().any(|f| matches(f, topic)))
+            .map(|s| s.outbox.clone())
+            .collect()
+    }
+}
+
+/// Queues `publish` for every subscriber of its topic: a QoS 0 message is
+/// dropped for a full subscriber, a QoS 1 message waits for room.
+async fn route(router: &Mutex<Router>, publish: &Publish) {
+    let subscribers = match router.lock() {
+        Ok(router) => router.subscribers(&publish.topic),
+        Err(_) => return,
+    };
+    for outbox in subscribers {
+        let mut copy = Publish::new(publish.topic.clone(), QoS::AtMostOnce, Vec::new());
+        copy.payload = publish.payload.clone();
+        let queued = if publish.qos == QoS::AtMostOnce {
+            outbox.try_send(copy).is_ok()
+        } else {
+            matches!(
+                tokio::time::timeout(SLOW_SUBSCRIBER, outbox.send(copy)).await,
+                Ok(Ok(()))
+            )
+        };
+        if !queued {
+            debug!(topic = %publish.topic, "a slow subscriber missed a message");
         }
     }
 }
@@ -238,11 +261,10 @@ async fn session(
                     let packet = packet.map_err(|_| "keep-alive expired".to_owned())??;
                     match packet {
                         Packet::Publish(publish) => {
+                            // Acknowledged once queued for its subscribers.
+                            route(&router, &publish).await;
                             if publish.qos != QoS::AtMostOnce {
                                 write_packet(&mut stream, Packet::PubAck(PubAck::new(publish.pkid)), max).await?;
-                            }
-                            if let Ok(router) = router.lock() {
-                                router.route(&publish);
                             }
                         }
                         Packet::Subscribe(subscribe) => {

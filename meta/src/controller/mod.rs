@@ -325,17 +325,40 @@ impl Controller {
         self.try_load().await;
         let mut retry = tokio::time::interval(self.config.retry_every);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // An input taken while gathering status reports, handled next.
+        let mut carried = None;
         loop {
-            let input = tokio::select! {
-                input = requests.recv() => input,
-                _ = retry.tick() => {
-                    self.try_load().await;
-                    self.retry_out_of_step();
-                    continue;
-                }
+            let input = match carried.take() {
+                Some(input) => Some(input),
+                None => tokio::select! {
+                    input = requests.recv() => input,
+                    _ = retry.tick() => {
+                        self.try_load().await;
+                        self.retry_out_of_step();
+                        continue;
+                    }
+                },
             };
             let Some(input) = input else { break };
             match input {
+                Input::Hive(msg) if bound_status_of(&msg).is_some() => {
+                    // Status reports waiting behind this one are stored
+                    // with it, in one commit; anything else waits its turn.
+                    let mut reports = vec![msg];
+                    while reports.len() < STATUS_BATCH {
+                        match requests.try_recv() {
+                            Ok(Input::Hive(next)) if bound_status_of(&next).is_some() => {
+                                reports.push(next);
+                            }
+                            Ok(other) => {
+                                carried = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    self.bound_statuses(reports).await;
+                }
                 Input::Hive(msg) => self.on_message(msg).await,
                 Input::Apply(objects, done) => {
                     let _ = done.send(self.apply_all(objects).await);
@@ -891,18 +914,8 @@ impl Controller {
             (operation::QUERY, _) => self.answer_query(&node, &edge, &msg),
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
-                resource_type::POD_STATUS,
-            ) => {
-                self.bound_status(Kind::Pod, &node, &edge, msg.content())
-                    .await
-            }
-            (
-                operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
-                resource_type::DEVICE_STATUS,
-            ) => {
-                self.bound_status(Kind::Device, &node, &edge, msg.content())
-                    .await
-            }
+                resource_type::POD_STATUS | resource_type::DEVICE_STATUS,
+            ) => self.bound_statuses(vec![msg]).await,
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
                 resource_type::NODE_STATUS,
@@ -928,23 +941,75 @@ impl Controller {
         self.count(|c| c.status_refused += 1);
     }
 
-    /// Stores the status a node reports of an object bound to it (a pod, a
-    /// device); a node never sets the status of another node's object.
-    async fn bound_status(&mut self, kind: Kind, node: &str, what: &EdgeResource, status: &Value) {
-        let key = ObjectKey::new(kind, what.namespace.as_str(), what.name.as_str());
-        let object = match self.store.get(&key) {
-            Ok(Some(object)) => object,
-            Ok(None) => return self.refuse_status(node, what, "no such object"),
-            Err(err) => return self.refuse_status(node, what, &err.to_string()),
-        };
+    /// Stores the statuses nodes report of objects bound to them (pods,
+    /// devices), all in one commit, the latest per object; a node never
+    /// sets the status of another node's object.
+    async fn bound_statuses(&mut self, reports: Vec<HiveMessage>) {
+        let mut order: Vec<ObjectKey> = Vec::new();
+        let mut updated: HashMap<ObjectKey, (String, Value)> = HashMap::new();
+        for msg in &reports {
+            let Some((kind, node, what)) = bound_status_of(msg) else {
+                continue;
+            };
+            let key = ObjectKey::new(kind, what.namespace.as_str(), what.name.as_str());
+            let base = match updated.get(&key) {
+                Some((_, object)) => Ok(Some(object.clone())),
+                None => self.store.get(&key),
+            };
+            let object = match base {
+                Ok(Some(object)) => object,
+                Ok(None) => {
+                    self.refuse_status(&node, &what, "no such object");
+                    continue;
+                }
+                Err(err) => {
+                    self.refuse_status(&node, &what, &err.to_string());
+                    continue;
+                }
+            };
+            if let Some(object) = self.with_status(kind, &node, &what, object, msg.content()) {
+                if !updated.contains_key(&key) {
+                    order.push(key.clone());
+                }
+                updated.insert(key, (node, object));
+            }
+        }
+        let writes: Vec<_> = order
+            .into_iter()
+            .filter_map(|key| {
+                let (node, object) = updated.remove(&key)?;
+                let put = self.store.put(key, object);
+                Some(async move { (node, put.await) })
+            })
+            .collect();
+        for (node, stored) in futures_util::future::join_all(writes).await {
+            match stored {
+                Ok(_) => self.count(|c| c.status_applied += 1),
+                Err(err) => warn!(%node, error = %err, "status not stored"),
+            }
+        }
+    }
+
+    /// `object` with the status `node` reports, if the node may set it and
+    /// it changes anything.
+    fn with_status(
+        &self,
+        kind: Kind,
+        node: &str,
+        what: &EdgeResource,
+        object: Value,
+        status: &Value,
+    ) -> Option<Value> {
         if node_name(&object).as_deref() != Some(node) {
-            return self.refuse_status(node, what, "the object is not bound to this node");
+            self.refuse_status(node, what, "the object is not bound to this node");
+            return None;
         }
         if let Err(err) = kind.check_status(status) {
-            return self.refuse_status(node, what, &err.to_string());
+            self.refuse_status(node, what, &err.to_string());
+            return None;
         }
         if object.get("status") == Some(status) {
-            return;
+            return None;
         }
         let mut pod = object;
         // The new revision is the status's; the node keeps the spec's.
@@ -956,10 +1021,7 @@ impl Controller {
             }
         }
         pod["status"] = status.clone();
-        match self.store.put(key, pod).await {
-            Ok(_) => self.count(|c| c.status_applied += 1),
-            Err(err) => warn!(%node, error = %err, "pod status not stored"),
-        }
+        Some(pod)
     }
 
     async fn node_status(&mut self, node: &str, what: &EdgeResource, status: &Value) {
@@ -1087,6 +1149,26 @@ impl Controller {
             }
         });
     }
+}
+
+/// Status reports stored in one commit at most.
+const STATUS_BATCH: usize = 512;
+
+/// The kind, node and object of a status report of an object bound to a
+/// node (a pod's or a device's status), if `msg` is one.
+fn bound_status_of(msg: &HiveMessage) -> Option<(Kind, String, EdgeResource)> {
+    if !matches!(
+        msg.operation(),
+        operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH
+    ) || msg.group() == group::NODE_EVENTS
+    {
+        return None;
+    }
+    let resource = msg.resource().parse::<CloudResource>().ok()?;
+    let kind = [Kind::Pod, Kind::Device]
+        .into_iter()
+        .find(|k| k.status_type() == Some(resource.resource.resource_type.as_str()))?;
+    Some((kind, resource.node, resource.resource))
 }
 
 /// A minimal object naming `key`, for a deletion whose object is gone.
