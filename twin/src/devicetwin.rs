@@ -105,15 +105,17 @@ impl DeviceTwin {
             counts: counts_tx,
         };
         actix::spawn(twins.run(requests));
-        let door = TaskDoor::new(module::DEVICETWIN, group::TWIN, inbox, Input::Hive)
-            .stopping_with(Input::Stop);
+        let door = TaskDoor::new(module::DEVICETWIN, group::TWIN, inbox, |msg| {
+            Input::Hive(Box::new(msg))
+        })
+        .stopping_with(Input::Stop);
         hive.start_module(move |_| door.clone())?;
         Ok(DeviceTwinHandle { counts })
     }
 }
 
 enum Input {
-    Hive(HiveMessage),
+    Hive(Box<HiveMessage>),
     Stop(oneshot::Sender<()>),
 }
 
@@ -331,7 +333,7 @@ impl Twins {
         loop {
             tokio::select! {
                 input = requests.recv() => match input {
-                    Some(Input::Hive(msg)) => self.on_message(msg).await,
+                    Some(Input::Hive(msg)) => self.on_message(*msg).await,
                     Some(Input::Stop(done)) => {
                         self.write_reports().await;
                         let _ = done.send(());

@@ -90,6 +90,7 @@ fn destination(topic: &str) -> &'static str {
 /// The eventbus module.
 pub struct EventBus {
     client: AsyncClient,
+    subscriber: AsyncClient,
     max_payload: usize,
 }
 
@@ -97,27 +98,39 @@ impl EventBus {
     /// Connects to the broker and starts the eventbus in `hive` (inside an
     /// actix System). It reconnects by itself when the broker goes away.
     pub fn start(hive: &Hive, config: EventBusConfig) -> Result<(), TwinError> {
-        let mut options =
-            MqttOptions::new(&config.client_id, &config.broker.host, config.broker.port);
-        options.set_keep_alive(Duration::from_secs(30));
-        options.set_clean_session(true);
-        // Larger packets are read (up to a bound) so an oversized request
-        // can be answered with an error instead of breaking the link.
-        let incoming = config.max_payload.saturating_mul(4).max(64 * 1024);
-        options.set_max_packet_size(incoming, config.max_payload + 4096);
-        let (client, mut events) = AsyncClient::new(options, 1024);
+        // Two connections: one reads, and may wait for beehive (which
+        // slows the broker's sending to it: backpressure); one writes, and
+        // is always polled, so a publish from beehive never waits for the
+        // reading side (which would close a cycle through devicetwin).
+        let options = |role: &str| {
+            let mut options = MqttOptions::new(
+                format!("{}-{role}", config.client_id),
+                &config.broker.host,
+                config.broker.port,
+            );
+            options.set_keep_alive(Duration::from_secs(30));
+            options.set_clean_session(true);
+            // Larger packets are read (up to a bound) so an oversized
+            // request can be answered with an error instead of breaking
+            // the link.
+            let incoming = config.max_payload.saturating_mul(4).max(64 * 1024);
+            options.set_max_packet_size(incoming, config.max_payload + 4096);
+            options
+        };
+        let (subscriber, mut incoming) = AsyncClient::new(options("in"), 64);
+        let (publisher, mut outgoing) = AsyncClient::new(options("out"), 1024);
         let topics = config.topics();
-        let subscriber = client.clone();
+        let resubscriber = subscriber.clone();
         let from_mqtt = hive.clone();
-        let answerer = client.clone();
+        let answerer = publisher.clone();
         let max_payload = config.max_payload;
         actix::spawn(async move {
             loop {
-                match events.poll().await {
+                match incoming.poll().await {
                     Ok(Event::Incoming(Packet::ConnAck(_))) => {
                         info!("eventbus connected to the broker");
                         for topic in &topics {
-                            if let Err(err) = subscriber.subscribe(topic, QoS::AtLeastOnce).await {
+                            if let Err(err) = resubscriber.try_subscribe(topic, QoS::AtLeastOnce) {
                                 warn!(%topic, error = %err, "subscription failed");
                             }
                         }
@@ -144,8 +157,17 @@ impl EventBus {
                 }
             }
         });
+        actix::spawn(async move {
+            loop {
+                if let Err(err) = outgoing.poll().await {
+                    debug!(error = %err, "broker connection lost; reconnecting");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        });
         hive.start_module(move |_| EventBus {
-            client: client.clone(),
+            client: publisher.clone(),
+            subscriber: subscriber.clone(),
             max_payload,
         })?;
         Ok(())
@@ -226,14 +248,9 @@ impl Module for EventBus {
                 );
             }
             operation::SUBSCRIBE => {
-                ctx.wait(
-                    async move {
-                        if let Err(err) = client.subscribe(topic, QoS::AtLeastOnce).await {
-                            warn!(error = %err, "subscribe failed");
-                        }
-                    }
-                    .into_actor(self),
-                );
+                if let Err(err) = self.subscriber.try_subscribe(topic, QoS::AtLeastOnce) {
+                    warn!(error = %err, "subscribe failed");
+                }
             }
             other => debug!(operation = other, "eventbus ignores it"),
         }

@@ -369,3 +369,85 @@ async fn a_device_twin_round_trip(broker: SocketAddr) {
     edge.shutdown().await;
     cloud.shutdown().await;
 }
+
+/// More reports at once than every queue on the way holds (broker, bridge,
+/// devicetwin): each is answered, none is lost, nothing stalls. (The
+/// bridge once read and wrote MQTT on one connection, and a burst like this
+/// closed a cycle of full queues through devicetwin.)
+#[actix::test]
+async fn a_burst_of_reports_is_answered_in_full() {
+    const BURST: usize = 6_000;
+    let broker = twin::EmbeddedBroker::start("127.0.0.1:0", 1 << 20)
+        .await
+        .expect("broker");
+    let cloud = Cloud::start().await;
+    let edge = Edge::start(&cloud, NODE).await;
+    start_twin(&edge, broker.address).await;
+    cloud
+        .apply(&format!("{}---\n{}", model_yaml(), device_yaml("20")))
+        .await;
+    let result_topic = device_topic("twin/update/result");
+    let (client, got) = mapper(broker.address, "burst", Some(&result_topic)).await;
+    let mut mapper = Mapper { client, got };
+    // Ready once the device is at the edge.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let event = format!("probe-{attempt}");
+        mapper
+            .publish(
+                &device_topic("twin/update"),
+                serde_json::to_vec(&json!({"event_id": event, "twin": {"temperature": {"actual": {"value": "0"}}}}))
+                    .expect("json"),
+            )
+            .await;
+        let answer = tokio::time::timeout(
+            Duration::from_millis(500),
+            mapper.until(&result_topic, |r| r["event_id"] == event.as_str()),
+        )
+        .await;
+        if answer.is_ok_and(|r| r.get("code").is_none()) {
+            break;
+        }
+        assert!(attempt < 40, "the device never reached the edge");
+    }
+    let publisher = mapper.client.clone();
+    tokio::spawn(async move {
+        for n in 0..BURST {
+            let report = json!({"event_id": format!("burst-{n}"), "twin": {"temperature": {"actual": {"value": n.to_string()}}}});
+            publisher
+                .publish(
+                    device_topic("twin/update"),
+                    QoS::AtLeastOnce,
+                    false,
+                    serde_json::to_vec(&report).expect("json"),
+                )
+                .await
+                .expect("publish");
+        }
+    });
+    let mut answered = std::collections::BTreeSet::new();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while answered.len() < BURST {
+            let (_, payload) = mapper.got.recv().await.expect("mapper connection");
+            let result: Value = serde_json::from_slice(&payload).expect("json");
+            assert!(result.get("code").is_none(), "refused: {result}");
+            if let Some(event) = result["event_id"]
+                .as_str()
+                .and_then(|e| e.strip_prefix("burst-"))
+            {
+                answered.insert(event.to_owned());
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} of {BURST} reports answered", answered.len()));
+    let last = (BURST - 1).to_string();
+    let device = cloud_device(&cloud, |d| {
+        reported(d, "temperature") == Some(last.as_str())
+    })
+    .await;
+    assert_eq!(device["status"]["twins"][1]["propertyName"], "temperature");
+    edge.shutdown().await;
+    cloud.shutdown().await;
+}

@@ -1,0 +1,199 @@
+//! edgehive-mapper: a KubeEdge-style mapper for simulated devices, speaking
+//! only MQTT on KubeEdge's topics (so it works against KubeEdge's edgecore
+//! too).
+//!
+//! It asks for the node's devices (`membership/get`) and follows membership
+//! changes; every period it reports each device's twins: a property the
+//! cloud set a desired value for is driven to it (the device "applies" the
+//! setpoint), any other property reads a simulated sensor value. A delta
+//! from edgecore is applied and reported at once. It also reports each
+//! device online.
+//!
+//! ```text
+//! edgehive-mapper --broker 127.0.0.1:1883 --node edge-1 --period-ms 1000
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::{Value, json};
+use twin::protocol::{self, MemberDevice, MsgTwin};
+
+/// A mapper for simulated devices.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The MQTT broker edgecore uses, host:port.
+    #[arg(long, default_value = twin::broker::DEFAULT_ADDRESS)]
+    broker: String,
+    /// The node whose devices this mapper drives.
+    #[arg(long)]
+    node: String,
+    /// How often every device reports, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    period_ms: u64,
+}
+
+/// What the mapper knows of a device: its twins' expected values.
+type Devices = BTreeMap<String, BTreeMap<String, Option<String>>>;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let (host, port) = args
+        .broker
+        .rsplit_once(':')
+        .context("--broker wants host:port")?;
+    let port: u16 = port.parse().context("--broker wants host:port")?;
+    let mut options = MqttOptions::new(format!("edgehive-mapper-{}", args.node), host, port);
+    options.set_keep_alive(Duration::from_secs(30));
+    let (client, mut events) = AsyncClient::new(options, 256);
+    let membership = protocol::node_topic(&args.node, "membership/get");
+    let mut devices = Devices::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(args.period_ms.max(10)));
+    let mut reading: u64 = 0;
+    loop {
+        tokio::select! {
+            event = events.poll() => match event {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    tracing::info!(broker = %args.broker, "connected");
+                    for filter in [
+                        protocol::node_topic(&args.node, "membership/#"),
+                        format!("{}+/twin/update/delta", protocol::DEVICE_PREFIX),
+                    ] {
+                        client.subscribe(filter, QoS::AtLeastOnce).await?;
+                    }
+                    client
+                        .publish(&membership, QoS::AtLeastOnce, false, json!({"event_id": "mapper-start"}).to_string())
+                        .await?;
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    let Ok(payload) = serde_json::from_slice::<Value>(&publish.payload) else {
+                        tracing::warn!(topic = %publish.topic, "payload is not JSON; ignored");
+                        continue;
+                    };
+                    on_message(&client, &mut devices, &publish.topic, &payload).await?;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(error = %err, "broker connection lost; reconnecting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            },
+            _ = tick.tick() => {
+                reading += 1;
+                for (id, twins) in &devices {
+                    report(&client, id, twins, reading).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Follows membership and applies deltas.
+async fn on_message(
+    client: &AsyncClient,
+    devices: &mut Devices,
+    topic: &str,
+    payload: &Value,
+) -> Result<()> {
+    let members = |field: &str| -> Vec<MemberDevice> {
+        payload
+            .get(field)
+            .and_then(|d| serde_json::from_value(d.clone()).ok())
+            .unwrap_or_default()
+    };
+    if topic.ends_with("/membership/get/result") || topic.ends_with("/membership/updated") {
+        for device in members("devices")
+            .into_iter()
+            .chain(members("added_devices"))
+        {
+            tracing::info!(device = %device.id, "driving device");
+            let twins = expected_values(&device.twin);
+            devices.insert(device.id.clone(), twins);
+            let state = json!({"event_id": "", "state": "online"}).to_string();
+            client
+                .publish(
+                    protocol::device_topic(&device.id, "state/update"),
+                    QoS::AtLeastOnce,
+                    false,
+                    state,
+                )
+                .await?;
+        }
+        for device in members("removed_devices") {
+            tracing::info!(device = %device.id, "device removed");
+            devices.remove(&device.id);
+        }
+    } else if let Some(id) = topic
+        .strip_prefix(protocol::DEVICE_PREFIX)
+        .and_then(|rest| rest.strip_suffix("/twin/update/delta"))
+    {
+        let Some(twins) = devices.get_mut(id) else {
+            return Ok(());
+        };
+        let delta: BTreeMap<String, String> = payload
+            .get("delta")
+            .and_then(|d| serde_json::from_value(d.clone()).ok())
+            .unwrap_or_default();
+        for (property, value) in delta {
+            tracing::info!(device = %id, %property, %value, "applying the desired value");
+            twins.insert(property, Some(value));
+        }
+        report(client, id, twins, 0).await?;
+    }
+    Ok(())
+}
+
+fn expected_values(twins: &BTreeMap<String, MsgTwin>) -> BTreeMap<String, Option<String>> {
+    twins
+        .iter()
+        .map(|(name, twin)| {
+            (
+                name.clone(),
+                twin.expected.as_ref().and_then(|e| e.value.clone()),
+            )
+        })
+        .collect()
+}
+
+/// Reports every twin: the expected value where there is one, a simulated
+/// reading otherwise.
+async fn report(
+    client: &AsyncClient,
+    id: &str,
+    twins: &BTreeMap<String, Option<String>>,
+    reading: u64,
+) -> Result<()> {
+    if twins.is_empty() {
+        return Ok(());
+    }
+    let simulated = format!("{:.1}", 20.0 + (reading % 50) as f64 / 10.0);
+    let twin: BTreeMap<&String, Value> = twins
+        .iter()
+        .map(|(name, expected)| {
+            let value = expected.clone().unwrap_or_else(|| simulated.clone());
+            (name, json!({"actual": {"value": value}}))
+        })
+        .collect();
+    let payload =
+        json!({"event_id": "", "timestamp": beehive::message::now_millis(), "twin": twin});
+    client
+        .publish(
+            protocol::device_topic(id, "twin/update"),
+            QoS::AtLeastOnce,
+            false,
+            payload.to_string(),
+        )
+        .await?;
+    Ok(())
+}
