@@ -1010,3 +1010,100 @@ fn not_bound(id: &str) -> Refusal {
 fn event_id() -> String {
     beehive::Uuid::new_v4().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(v: &str, timestamp: i64) -> Option<TwinValue> {
+        Some(TwinValue {
+            value: Some(v.to_owned()),
+            metadata: Some(ValueMetadata { timestamp }),
+        })
+    }
+
+    #[test]
+    fn a_stored_status_brings_back_reports_versions_and_state() {
+        let mut held = DeviceEntry {
+            namespace: "default".to_owned(),
+            name: "thermo-1".to_owned(),
+            state: Some("online".to_owned()),
+            last_online: Some("2026-11-22T04:00:00Z".to_owned()),
+            ..DeviceEntry::default()
+        };
+        held.twins.insert(
+            "temperature".to_owned(),
+            TwinState {
+                actual: value("21.5", 7),
+                actual_version: TwinVersion { cloud: 3, edge: 4 },
+                type_: "float".to_owned(),
+                in_spec: true,
+                ..TwinState::default()
+            },
+        );
+        // An expected value an edge application set after the cloud's.
+        held.twins.insert(
+            "setpoint".to_owned(),
+            TwinState {
+                expected: value("23", 9),
+                expected_version: TwinVersion { cloud: 3, edge: 1 },
+                type_: "int".to_owned(),
+                in_spec: true,
+                ..TwinState::default()
+            },
+        );
+        let stored = serde_json::to_value(held.status()).expect("status");
+        let status = DeviceStatus::deserialize(&stored).expect("reads");
+
+        // After a restart: the device as the cloud sent it, then its status.
+        let mut restarted = DeviceEntry::default();
+        restarted.twins.insert(
+            "setpoint".to_owned(),
+            TwinState {
+                expected: value("21", 1),
+                expected_version: TwinVersion { cloud: 3, edge: 0 },
+                ..TwinState::default()
+            },
+        );
+        restarted.restore(&status);
+        let temperature = &restarted.twins["temperature"];
+        assert_eq!(temperature.actual, value("21.5", 7));
+        assert_eq!(
+            temperature.actual_version,
+            TwinVersion { cloud: 3, edge: 4 }
+        );
+        assert_eq!(temperature.type_, "float");
+        let setpoint = &restarted.twins["setpoint"];
+        assert_eq!(setpoint.expected, value("23", 9));
+        assert_eq!(setpoint.expected_version, TwinVersion { cloud: 3, edge: 1 });
+        assert_eq!(restarted.state.as_deref(), Some("online"));
+
+        // A newer desired value from the cloud wins over the edge's.
+        let mut newer = DeviceEntry::default();
+        newer.twins.insert(
+            "setpoint".to_owned(),
+            TwinState {
+                expected: value("25", 10),
+                expected_version: TwinVersion { cloud: 5, edge: 0 },
+                ..TwinState::default()
+            },
+        );
+        newer.restore(&status);
+        assert_eq!(newer.twins["setpoint"].expected, value("25", 10));
+    }
+
+    #[test]
+    fn a_delta_is_the_expected_value_where_the_actual_differs() {
+        let mut twin = TwinState {
+            expected: value("20", 1),
+            ..TwinState::default()
+        };
+        assert_eq!(twin.delta().as_deref(), Some("20"));
+        twin.actual = value("19", 2);
+        assert_eq!(twin.delta().as_deref(), Some("20"));
+        twin.actual = value("20", 3);
+        assert_eq!(twin.delta(), None);
+        twin.expected = None;
+        assert_eq!(twin.delta(), None);
+    }
+}
