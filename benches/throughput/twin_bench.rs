@@ -28,7 +28,7 @@ use meta::controller::{
     ControllerConfig, DesiredError, DesiredStore, EdgeController, RedbDesiredStore,
 };
 use meta::{EdgeStore, Kind, MetaManager, ObjectKey};
-use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use rumqttc::{AsyncClient, QoS};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use transports::tls::{self, DevPki};
@@ -330,7 +330,10 @@ fn report(value: &str) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-type Mapper = (AsyncClient, mpsc::UnboundedReceiver<(Instant, Vec<u8>)>);
+type Mapper = (
+    AsyncClient,
+    mpsc::UnboundedReceiver<twin::testing::Received>,
+);
 
 /// 100 connected MQTT clients (subscribed to `filter`, if given); what
 /// each receives comes out of its channel with the time it arrived.
@@ -347,44 +350,9 @@ async fn connect_all(
 }
 
 async fn connect(broker: SocketAddr, id: &str, filter: Option<&str>) -> Result<Mapper> {
-    let mut options = MqttOptions::new(id, broker.ip().to_string(), broker.port());
-    options.set_keep_alive(Duration::from_secs(30));
-    let (client, mut events) = AsyncClient::new(options, 1024);
-    let (got, received) = mpsc::unbounded_channel();
-    let (ready, is_ready) = tokio::sync::oneshot::channel();
-    let mut ready = Some(ready);
-    let filter = filter.map(str::to_owned);
-    let subscriber = client.clone();
-    tokio::spawn(async move {
-        loop {
-            match events.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => match &filter {
-                    Some(filter) => {
-                        let _ = subscriber.subscribe(filter, QoS::AtLeastOnce).await;
-                    }
-                    None => {
-                        if let Some(ready) = ready.take() {
-                            let _ = ready.send(());
-                        }
-                    }
-                },
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
-                    }
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let _ = got.send((Instant::now(), p.payload.to_vec()));
-                }
-                Ok(_) => {}
-                Err(_) => return,
-            }
-        }
-    });
-    tokio::time::timeout(WAIT, is_ready)
+    twin::testing::connect(broker, id, filter)
         .await
-        .context("an MQTT client never connected")??;
-    Ok((client, received))
+        .map_err(anyhow::Error::msg)
 }
 
 async fn disconnect_all(mappers: Vec<Mapper>) {
@@ -450,17 +418,15 @@ async fn raw_latency(broker: SocketAddr, samples: usize) -> Result<Vec<u64>> {
                 .publish(format!("bench/paced/{n}"), QoS::AtLeastOnce, false, payload)
                 .await?;
             let until = tokio::time::Instant::now() + stagger;
-            while let Ok(Some((at, payload))) =
-                tokio::time::timeout_at(until, received.recv()).await
-            {
-                take(at, payload, &mut sent);
+            while let Ok(Some(got)) = tokio::time::timeout_at(until, received.recv()).await {
+                take(got.at, got.payload, &mut sent);
             }
         }
     }
     let deadline = tokio::time::Instant::now() + WAIT;
     while !sent.is_empty() {
         match tokio::time::timeout_at(deadline, received.recv()).await {
-            Ok(Some((at, payload))) => take(at, payload, &mut sent),
+            Ok(Some(got)) => take(got.at, got.payload, &mut sent),
             _ => anyhow::bail!("{} paced messages never arrived", sent.len()),
         }
     }

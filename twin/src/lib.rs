@@ -10,6 +10,8 @@ pub mod broker;
 pub mod devicetwin;
 pub mod eventbus;
 pub mod protocol;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use broker::EmbeddedBroker;
 pub use devicetwin::{DeviceTwin, DeviceTwinConfig, DeviceTwinCounts, DeviceTwinHandle};

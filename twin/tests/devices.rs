@@ -79,7 +79,7 @@ spec:
 /// What the mapper sees: every message on `$hw/events/#`.
 struct Mapper {
     client: AsyncClient,
-    got: UnboundedReceiver<(String, Vec<u8>)>,
+    got: UnboundedReceiver<twin::testing::Received>,
 }
 
 impl Mapper {
@@ -95,7 +95,8 @@ impl Mapper {
     async fn until(&mut self, topic: &str, mut wanted: impl FnMut(&Value) -> bool) -> Value {
         let found = tokio::time::timeout(WAIT, async {
             loop {
-                let (at, payload) = self.got.recv().await.expect("mapper connection");
+                let received = self.got.recv().await.expect("mapper connection");
+                let (at, payload) = (received.topic, received.payload);
                 if at != topic {
                     continue;
                 }
@@ -429,7 +430,7 @@ async fn a_burst_of_reports_is_answered_in_full() {
     let mut answered = std::collections::BTreeSet::new();
     tokio::time::timeout(Duration::from_secs(120), async {
         while answered.len() < BURST {
-            let (_, payload) = mapper.got.recv().await.expect("mapper connection");
+            let payload = mapper.got.recv().await.expect("mapper connection").payload;
             let result: Value = serde_json::from_slice(&payload).expect("json");
             assert!(result.get("code").is_none(), "refused: {result}");
             if let Some(event) = result["event_id"]

@@ -140,10 +140,11 @@ async fn messages_cross_both_ways_and_bad_input_stops_nothing(address: SocketAdd
         )
         .with_content(json!({"event_id": "d1", "delta": {"temperature": "25"}}));
     hive.send(module::EVENTBUS, delta).await.expect("send");
-    let (topic, payload) = tokio::time::timeout(WAIT, mapper_got.recv())
-        .await
-        .expect("delta in time")
-        .expect("delta");
+    let twin::testing::Received { topic, payload, .. } =
+        tokio::time::timeout(WAIT, mapper_got.recv())
+            .await
+            .expect("delta in time")
+            .expect("delta");
     assert_eq!(topic, "$hw/events/device/dev-1/twin/update/delta");
     let payload: serde_json::Value = serde_json::from_slice(&payload).expect("json");
     assert_eq!(payload["delta"]["temperature"], "25");

@@ -5,8 +5,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
+use rumqttc::AsyncClient;
 use tokio::sync::mpsc;
+use twin::testing::Received;
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -68,54 +69,14 @@ pub fn free_address() -> SocketAddr {
         .expect("a free port")
 }
 
-/// A client that keeps its event loop running; what it receives comes out
-/// of the channel. Returns once it is connected (and subscribed).
+/// A client standing in for a mapper; returns once it is connected (and
+/// subscribed).
 pub async fn mapper(
     broker: SocketAddr,
     id: &str,
     subscribe: Option<&str>,
-) -> (AsyncClient, mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
-    let mut options = MqttOptions::new(id, broker.ip().to_string(), broker.port());
-    options.set_keep_alive(Duration::from_secs(30));
-    options.set_max_packet_size(16 << 20, 16 << 20);
-    let (client, mut events): (AsyncClient, EventLoop) = AsyncClient::new(options, 64);
-    let (got, received) = mpsc::unbounded_channel();
-    let (ready, is_ready) = tokio::sync::oneshot::channel();
-    let mut ready = Some(ready);
-    let filter = subscribe.map(str::to_owned);
-    let subscriber = client.clone();
-    tokio::spawn(async move {
-        loop {
-            match events.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => match &filter {
-                    Some(filter) => {
-                        let _ = subscriber.subscribe(filter, QoS::AtLeastOnce).await;
-                    }
-                    None => {
-                        if let Some(ready) = ready.take() {
-                            let _ = ready.send(());
-                        }
-                    }
-                },
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
-                    }
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let _ = got.send((p.topic.clone(), p.payload.to_vec()));
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    eprintln!("mapper connection: {err}");
-                    return;
-                }
-            }
-        }
-    });
-    tokio::time::timeout(WAIT, is_ready)
+) -> (AsyncClient, mpsc::UnboundedReceiver<Received>) {
+    twin::testing::connect(broker, id, subscribe)
         .await
-        .expect("connected in time")
-        .expect("connected");
-    (client, received)
+        .unwrap_or_else(|err| panic!("{err}"))
 }
