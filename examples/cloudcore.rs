@@ -2,8 +2,13 @@
 //!
 //! `cloudcore token` prints a join token (creating the CA on first use);
 //! `cloudcore run` serves the certificate endpoints, cloudhub on every
-//! transport asked for, the edgecontroller on its desired-state store and
-//! the admin API (for `edgehivectl`), until SIGINT or SIGTERM.
+//! transport asked for, the edgecontroller on its desired-state store, the
+//! admin API (for `edgehivectl`) and Prometheus metrics, until SIGINT or
+//! SIGTERM.
+//!
+//! Settings come from a YAML file (`--config`, by default
+//! /etc/edgehive/cloudcore.yaml if it exists; `cloudcore --defaultconfig`
+//! prints every key with its default); command-line flags override it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
+use edgehive::config::{self, CloudCoreConfig};
+use edgehive::metrics;
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig};
 use meta::controller::{AdminApi, ControllerConfig, EdgeController, RedbDesiredStore};
@@ -21,18 +28,21 @@ use transports::{ListenOptions, TransportKind, tls};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Where the CA, keys and queues live.
-    #[arg(
-        long,
-        env = "EDGEHIVE_CLOUD_DIR",
-        default_value = "/var/lib/edgehive/cloud"
-    )]
-    data_dir: PathBuf,
-    /// Log filter (RUST_LOG syntax); RUST_LOG wins when set.
-    #[arg(long, default_value = "info")]
-    log: String,
+    /// The configuration file (YAML); /etc/edgehive/cloudcore.yaml is read
+    /// if it exists.
+    #[arg(long, env = "EDGEHIVE_CLOUD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Prints the default configuration and exits.
+    #[arg(long)]
+    defaultconfig: bool,
+    /// Where the CA, keys and queues live (dataDir).
+    #[arg(long, env = "EDGEHIVE_CLOUD_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Log filter, RUST_LOG syntax (log); RUST_LOG wins when set.
+    #[arg(long)]
+    log: Option<String>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -47,34 +57,87 @@ enum Command {
     Run(Run),
 }
 
+/// Flags of `run`; each overrides its key in the configuration file.
 #[derive(clap::Args, Debug)]
 struct Run {
-    /// WebSocket (wss) listen address.
+    /// WebSocket (wss) listen address (modules.cloudHub.websocket).
     #[arg(long)]
     ws: Option<String>,
-    /// QUIC listen address.
+    /// QUIC listen address (modules.cloudHub.quic).
     #[arg(long)]
     quic: Option<String>,
-    /// Unix domain socket path (local edges; trusted by file permissions).
+    /// Unix domain socket path, for local edges, trusted by file
+    /// permissions (modules.cloudHub.unixsocket).
     #[arg(long)]
     uds: Option<PathBuf>,
-    /// Certificate endpoints (/ca.crt, /edge.crt) listen address.
-    #[arg(long, default_value = "0.0.0.0:10002")]
-    certs: String,
-    /// Names of this cloud in its server certificate (repeatable).
-    #[arg(long = "name", default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned()])]
+    /// Certificate endpoints (/ca.crt, /edge.crt) listen address
+    /// (modules.cloudHub.https).
+    #[arg(long)]
+    certs: Option<String>,
+    /// Names of this cloud in its server certificate, repeatable
+    /// (modules.cloudHub.advertiseAddress).
+    #[arg(long = "name")]
     names: Vec<String>,
-    /// Keepalive interval in seconds; a silent link is closed after two.
-    #[arg(long, default_value_t = 15)]
-    keepalive_secs: u64,
-    /// Lifetime of node certificates, in days.
-    #[arg(long, default_value_t = 365)]
-    cert_days: u64,
-    /// Admin API listen address (manifests in, objects out; no
-    /// authentication, so keep it on loopback).
-    #[arg(long, default_value = meta::controller::admin::DEFAULT_ADDRESS)]
-    admin: String,
+    /// Keepalive interval in seconds; a silent link is closed after two
+    /// (modules.cloudHub.keepaliveInterval).
+    #[arg(long)]
+    keepalive_secs: Option<u64>,
+    /// Lifetime of node certificates, in days
+    /// (modules.cloudHub.nodeCertificateDays).
+    #[arg(long)]
+    cert_days: Option<u64>,
+    /// Admin API listen address: manifests in, objects out, no
+    /// authentication, so keep it on loopback; "off" for none
+    /// (modules.admin).
+    #[arg(long)]
+    admin: Option<String>,
+    /// Prometheus metrics listen address; "off" for none (modules.metrics).
+    #[arg(long)]
+    metrics: Option<String>,
 }
+
+/// Applies `flag` to `listener`: an address enables it there, "off"
+/// disables it.
+fn override_listener(listener: &mut config::Listener, flag: Option<String>) {
+    match flag.as_deref() {
+        None => {}
+        Some("off") => listener.enable = false,
+        Some(address) => {
+            listener.enable = true;
+            listener.address = address.to_owned();
+        }
+    }
+}
+
+impl Run {
+    /// The configuration with these flags applied.
+    fn apply(self, mut config: CloudCoreConfig) -> Result<CloudCoreConfig> {
+        let hub = &mut config.modules.cloud_hub;
+        override_listener(&mut hub.websocket, self.ws);
+        override_listener(&mut hub.quic, self.quic);
+        override_listener(
+            &mut hub.unixsocket,
+            self.uds.map(|p| p.to_string_lossy().into_owned()),
+        );
+        override_listener(&mut hub.https, self.certs);
+        if !self.names.is_empty() {
+            hub.advertise_address = self.names;
+        }
+        if let Some(secs) = self.keepalive_secs {
+            hub.keepalive_interval = secs;
+        }
+        if let Some(days) = self.cert_days {
+            hub.node_certificate_days = days;
+        }
+        override_listener(&mut config.modules.admin, self.admin);
+        override_listener(&mut config.modules.metrics, self.metrics);
+        config::Check::check(&config).map_err(|reason| anyhow::anyhow!("{reason}"))?;
+        Ok(config)
+    }
+}
+
+/// Where the configuration file is read from by default.
+const DEFAULT_CONFIG: &str = "/etc/edgehive/cloudcore.yaml";
 
 fn logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -87,36 +150,64 @@ fn logging(filter: &str) {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    logging(&args.log);
-    let ca = CloudCa::load_or_create(&args.data_dir.join("ca")).context("the cloud CA")?;
-    match args.command {
+    if args.defaultconfig {
+        print!("{}", config::to_yaml(&CloudCoreConfig::default()));
+        return Ok(());
+    }
+    let mut settings: CloudCoreConfig = match &args.config {
+        Some(path) => config::load(path, true)?,
+        None => config::load(std::path::Path::new(DEFAULT_CONFIG), false)?,
+    };
+    if let Some(dir) = args.data_dir {
+        settings.data_dir = dir;
+    }
+    if let Some(log) = args.log {
+        settings.log = log;
+    }
+    logging(&settings.log);
+    let Some(command) = args.command else {
+        anyhow::bail!("give a command: run, token (see --help)");
+    };
+    let ca = CloudCa::load_or_create(&settings.data_dir.join("ca")).context("the cloud CA")?;
+    match command {
         Command::Token { ttl_secs } => {
             println!("{}", ca.issue_token(Duration::from_secs(ttl_secs)));
             Ok(())
         }
-        Command::Run(run) => actix::System::new().block_on(serve(args.data_dir, Arc::new(ca), run)),
+        Command::Run(run) => {
+            let settings = run.apply(settings)?;
+            actix::System::new().block_on(serve(Arc::new(ca), settings))
+        }
     }
 }
 
-async fn serve(data_dir: PathBuf, ca: Arc<CloudCa>, run: Run) -> Result<()> {
-    let certs = CertServer::start(
-        ca.clone(),
-        CertServerConfig {
-            address: run.certs.clone(),
-            server_names: run.names.clone(),
-            cert_ttl: Duration::from_secs(run.cert_days * 24 * 3600),
-        },
-    )
-    .await
-    .context("certificate endpoints")?;
-    let (chain, key) = ca.issue_server(&run.names, Duration::from_secs(365 * 24 * 3600))?;
+async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
+    let data_dir = settings.data_dir.clone();
+    let hub_settings = &settings.modules.cloud_hub;
+    let names = hub_settings.advertise_address.clone();
+    let certs = match hub_settings.https.enabled() {
+        Some(address) => Some(
+            CertServer::start(
+                ca.clone(),
+                CertServerConfig {
+                    address: address.to_owned(),
+                    server_names: names.clone(),
+                    cert_ttl: Duration::from_secs(hub_settings.node_certificate_days * 24 * 3600),
+                },
+            )
+            .await
+            .context("certificate endpoints")?,
+        ),
+        None => None,
+    };
+    let (chain, key) = ca.issue_server(&names, Duration::from_secs(365 * 24 * 3600))?;
     let server_tls = tls::server_config(chain, key, Some(&[ca.root()]))?;
     let mut endpoints = Vec::new();
-    for (kind, address) in [
-        (TransportKind::WebSocket, &run.ws),
-        (TransportKind::Quic, &run.quic),
+    for (kind, listener) in [
+        (TransportKind::WebSocket, &hub_settings.websocket),
+        (TransportKind::Quic, &hub_settings.quic),
     ] {
-        if let Some(address) = address {
+        if let Some(address) = listener.enabled() {
             endpoints.push(CloudEndpoint {
                 kind,
                 options: ListenOptions::new(address).with_tls(server_tls.clone()),
@@ -124,29 +215,28 @@ async fn serve(data_dir: PathBuf, ca: Arc<CloudCa>, run: Run) -> Result<()> {
             });
         }
     }
-    if let Some(path) = &run.uds {
+    if let Some(path) = hub_settings.unixsocket.enabled() {
         endpoints.push(CloudEndpoint {
             kind: TransportKind::UnixSocket,
-            options: ListenOptions::new(path.to_string_lossy()),
+            options: ListenOptions::new(path),
             trust_hello: true,
         });
     }
-    anyhow::ensure!(
-        !endpoints.is_empty(),
-        "give at least one of --ws, --quic, --uds"
-    );
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
     let desired =
         RedbDesiredStore::open(&data_dir.join("desired.redb")).context("desired-state store")?;
     let controller =
         EdgeController::start(&hive, desired.clone().shared(), ControllerConfig::default())?;
-    let admin = AdminApi::start(controller, &run.admin).context("admin API")?;
+    let admin = match settings.modules.admin.enabled() {
+        Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
+        None => None,
+    };
     let hub = CloudHub::start(
         &hive,
         CloudHubConfig {
             endpoints,
-            keepalive: Duration::from_secs(run.keepalive_secs),
+            keepalive: Duration::from_secs(hub_settings.keepalive_interval),
             store: Some(data_dir.join("queues.redb")),
             ..CloudHubConfig::default()
         },
@@ -156,11 +246,46 @@ async fn serve(data_dir: PathBuf, ca: Arc<CloudCa>, run: Run) -> Result<()> {
     for (kind, address) in &hub.addresses {
         tracing::info!(%kind, %address, "cloudhub ready");
     }
-    tracing::info!(address = %certs.address, "certificate endpoints ready");
-    tracing::info!(address = %admin.address, "admin API ready");
+    let metrics = match settings.modules.metrics.enabled() {
+        Some(address) => {
+            let (hive, stats, store) =
+                (hive.clone(), hub.stats.clone(), controller.store().clone());
+            let render: metrics::Render = Arc::new(move || {
+                let mut page = metrics::Exposition::default();
+                page.hive(&hive);
+                page.cloudhub(&stats);
+                let pods = store
+                    .list(meta::Kind::Pod, None)
+                    .map(|(pods, _)| pods)
+                    .unwrap_or_default();
+                page.pods_by_phase(
+                    pods.iter()
+                        .map(|p| p["status"]["phase"].as_str().unwrap_or("Unknown")),
+                );
+                page.finish()
+            });
+            let (bound, server) = metrics::serve(address, render).context("metrics")?;
+            tracing::info!(address = %bound, "metrics ready");
+            Some(server)
+        }
+        None => None,
+    };
+    if let Some(certs) = &certs {
+        tracing::info!(address = %certs.address, "certificate endpoints ready");
+    }
+    if let Some(admin) = &admin {
+        tracing::info!(address = %admin.address, "admin API ready");
+    }
     let report = hive.shutdown_on_signal().await?;
-    admin.stop().await;
-    certs.stop().await;
+    if let Some(metrics) = metrics {
+        metrics.stop(true).await;
+    }
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
+    if let Some(certs) = certs {
+        certs.stop().await;
+    }
     desired.close().await;
     tracing::info!(?report, "cloudcore stopped");
     Ok(())

@@ -3,15 +3,23 @@
 //! `edgecore join` gets this node's certificate with a token from
 //! `cloudcore token`; `edgecore run` then keeps the node linked to the cloud
 //! (metamanager on redb, edgehub, edged running pods on containerd through
-//! CRI, MetaServer for local applications) until SIGINT or SIGTERM, needing
-//! no token.
+//! CRI, MetaServer for local applications, devicetwin and the eventbus with
+//! its MQTT broker, Prometheus metrics) until SIGINT or SIGTERM, needing no
+//! token.
+//!
+//! Settings come from a YAML file (`--config`, by default
+//! /etc/edgehive/edgecore.yaml if it exists; `edgecore --defaultconfig`
+//! prints every key with its default); command-line flags override it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
+use edgehive::config::{self, EdgeCoreConfig, MqttMode};
+use edgehive::metrics;
 use hub::certs::{NodeCredentials, join, keep_renewed};
 use hub::{EdgeHub, EdgeHubConfig};
 use meta::{EdgeStore, MetaManager, MetaServer};
@@ -21,18 +29,21 @@ use transports::{DialOptions, TransportKind, tls};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Where the node's certificate and its object store live.
-    #[arg(
-        long,
-        env = "EDGEHIVE_EDGE_DIR",
-        default_value = "/var/lib/edgehive/edge"
-    )]
-    data_dir: PathBuf,
-    /// Log filter (RUST_LOG syntax); RUST_LOG wins when set.
-    #[arg(long, default_value = "info")]
-    log: String,
+    /// The configuration file (YAML); /etc/edgehive/edgecore.yaml is read if
+    /// it exists.
+    #[arg(long, env = "EDGEHIVE_EDGE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Prints the default configuration and exits.
+    #[arg(long)]
+    defaultconfig: bool,
+    /// Where the node's certificate and its object store live (dataDir).
+    #[arg(long, env = "EDGEHIVE_EDGE_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Log filter, RUST_LOG syntax (log); RUST_LOG wins when set.
+    #[arg(long)]
+    log: Option<String>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,70 +64,174 @@ enum Command {
         node: String,
     },
     /// Runs the edge.
-    Run {
-        /// The cloud's hub address (host:port, or a socket path for uds).
-        #[arg(long)]
-        cloud: String,
-        /// ws, quic or uds.
-        #[arg(long, default_value = "ws")]
-        transport: TransportKind,
-        /// The cloud's name in its certificate.
-        #[arg(long, default_value = "localhost")]
-        server_name: String,
-        /// This node's name, over uds (other transports take it from the certificate).
-        #[arg(long)]
-        node: Option<String>,
-        /// Keepalive interval in seconds; a silent link is closed after two.
-        #[arg(long, default_value_t = 15)]
-        keepalive_secs: u64,
-        /// The cloud's certificate endpoints (host:port): renew this node's
-        /// certificate there once two thirds of its lifetime have passed.
-        #[arg(long)]
-        certs: Option<String>,
-        /// MetaServer listen address (the edge's objects for local
-        /// applications, secrets included: keep it on loopback); "off"
-        /// turns it off.
-        #[arg(long, default_value = meta::metaserver::DEFAULT_ADDRESS)]
-        metaserver: String,
-        /// The CRI runtime's socket (containerd); "off" runs no pods.
-        #[arg(
-            long,
-            env = "EDGEHIVE_CRI_SOCKET",
-            default_value = "/run/edgehive/containerd/containerd.sock"
-        )]
-        cri_socket: String,
-        /// The pod sandbox image.
-        #[arg(long, default_value = "127.0.0.1:5000/edgehive/pause:latest")]
-        pause_image: String,
-        /// This node's IP, reported as its InternalIP.
-        #[arg(long, default_value = "")]
-        node_ip: String,
-        /// edged's HTTP server (/healthz, /pods, /containerLogs/...); "off"
-        /// runs none. Keep it on loopback: it shows every pod's logs.
-        #[arg(long, default_value = edged::server::DEFAULT_ADDRESS)]
-        edged_server: String,
-        /// An external MQTT broker (host:port) for the eventbus, instead of
-        /// the embedded one.
-        #[arg(long)]
-        mqtt: Option<String>,
-        /// Where the embedded MQTT broker listens, for mappers and edge
-        /// applications on KubeEdge's topics; "off" runs neither it nor the
-        /// eventbus (unless --mqtt names a broker).
-        #[arg(long, default_value = twin::broker::DEFAULT_ADDRESS)]
-        mqtt_broker: String,
-    },
+    Run(Box<Run>),
 }
+
+/// Flags of `run`; each overrides its key in the configuration file.
+#[derive(clap::Args, Debug)]
+struct Run {
+    /// The cloud's hub address, host:port or a socket path for uds
+    /// (modules.edgeHub.server).
+    #[arg(long)]
+    cloud: Option<String>,
+    /// ws, quic or uds (modules.edgeHub.transport).
+    #[arg(long)]
+    transport: Option<String>,
+    /// The cloud's name in its certificate (modules.edgeHub.serverName).
+    #[arg(long)]
+    server_name: Option<String>,
+    /// This node's name, over uds; other transports take it from the
+    /// certificate (modules.edgeHub.nodeName).
+    #[arg(long)]
+    node: Option<String>,
+    /// Keepalive interval in seconds; a silent link is closed after two
+    /// (modules.edgeHub.keepaliveInterval).
+    #[arg(long)]
+    keepalive_secs: Option<u64>,
+    /// The cloud's certificate endpoints (host:port): renew this node's
+    /// certificate there once two thirds of its lifetime have passed
+    /// (modules.edgeHub.httpServer).
+    #[arg(long)]
+    certs: Option<String>,
+    /// MetaServer listen address: the edge's objects for local
+    /// applications, secrets included, so keep it on loopback; "off" for
+    /// none (modules.metaManager.metaServer).
+    #[arg(long)]
+    metaserver: Option<String>,
+    /// The CRI runtime's socket (containerd); "off" runs no pods
+    /// (modules.edged.criSocket, modules.edged.enable).
+    #[arg(long, env = "EDGEHIVE_CRI_SOCKET")]
+    cri_socket: Option<String>,
+    /// The pod sandbox image (modules.edged.podSandboxImage).
+    #[arg(long)]
+    pause_image: Option<String>,
+    /// This node's IP, reported as its InternalIP (modules.edged.nodeIP).
+    #[arg(long)]
+    node_ip: Option<String>,
+    /// edged's HTTP server (/healthz, /pods, /containerLogs/...); it shows
+    /// every pod's logs, so keep it on loopback; "off" for none
+    /// (modules.edged.server).
+    #[arg(long)]
+    edged_server: Option<String>,
+    /// An external MQTT broker (host:port) for the eventbus, instead of the
+    /// embedded one (modules.eventBus.mqttMode: external,
+    /// mqttServerExternal).
+    #[arg(long)]
+    mqtt: Option<String>,
+    /// Where the embedded MQTT broker listens, for mappers and edge
+    /// applications on KubeEdge's topics; "off" runs neither it nor the
+    /// eventbus, unless --mqtt names a broker
+    /// (modules.eventBus.mqttServerInternal).
+    #[arg(long)]
+    mqtt_broker: Option<String>,
+    /// Prometheus metrics listen address; "off" for none (modules.metrics).
+    #[arg(long)]
+    metrics: Option<String>,
+}
+
+/// Applies `flag` to `listener`: an address enables it there, "off"
+/// disables it.
+fn override_listener(listener: &mut config::Listener, flag: Option<String>) {
+    match flag.as_deref() {
+        None => {}
+        Some("off") => listener.enable = false,
+        Some(address) => {
+            listener.enable = true;
+            listener.address = address.to_owned();
+        }
+    }
+}
+
+impl Run {
+    /// The configuration with these flags applied.
+    fn apply(self, mut config: EdgeCoreConfig) -> Result<EdgeCoreConfig> {
+        let modules = &mut config.modules;
+        let hub = &mut modules.edge_hub;
+        if let Some(cloud) = self.cloud {
+            hub.server = cloud;
+        }
+        if let Some(transport) = self.transport {
+            hub.transport = transport;
+        }
+        if let Some(name) = self.server_name {
+            hub.server_name = name;
+        }
+        if self.node.is_some() {
+            hub.node_name = self.node;
+        }
+        if let Some(secs) = self.keepalive_secs {
+            hub.keepalive_interval = secs;
+        }
+        if self.certs.is_some() {
+            hub.http_server = self.certs;
+        }
+        override_listener(&mut modules.meta_manager.meta_server, self.metaserver);
+        match self.cri_socket.as_deref() {
+            None => {}
+            Some("off") => modules.edged.enable = false,
+            Some(socket) => {
+                modules.edged.enable = true;
+                modules.edged.cri_socket = socket.to_owned();
+            }
+        }
+        if let Some(image) = self.pause_image {
+            modules.edged.pod_sandbox_image = image;
+        }
+        if let Some(ip) = self.node_ip {
+            modules.edged.node_ip = ip;
+        }
+        override_listener(&mut modules.edged.server, self.edged_server);
+        let bus = &mut modules.event_bus;
+        match (self.mqtt, self.mqtt_broker.as_deref()) {
+            (Some(external), _) => {
+                bus.enable = true;
+                bus.mqtt_mode = MqttMode::External;
+                bus.mqtt_server_external = external;
+            }
+            (None, Some("off")) => bus.enable = false,
+            (None, Some(listen)) => {
+                bus.enable = true;
+                bus.mqtt_mode = MqttMode::Internal;
+                bus.mqtt_server_internal = listen.to_owned();
+            }
+            (None, None) => {}
+        }
+        override_listener(&mut modules.metrics, self.metrics);
+        config::Check::check(&config).map_err(|reason| anyhow::anyhow!("{reason}"))?;
+        Ok(config)
+    }
+}
+
+/// Where the configuration file is read from by default.
+const DEFAULT_CONFIG: &str = "/etc/edgehive/edgecore.yaml";
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.defaultconfig {
+        print!("{}", config::to_yaml(&EdgeCoreConfig::default()));
+        return Ok(());
+    }
+    let mut settings: EdgeCoreConfig = match &args.config {
+        Some(path) => config::load(path, true)?,
+        None => config::load(std::path::Path::new(DEFAULT_CONFIG), false)?,
+    };
+    if let Some(dir) = args.data_dir {
+        settings.data_dir = dir;
+    }
+    if let Some(log) = args.log {
+        settings.log = log;
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&settings.log));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let pki = args.data_dir.join("pki");
-    match args.command {
+    let pki = settings.data_dir.join("pki");
+    let Some(command) = args.command else {
+        bail!("give a command: join, run (see --help)");
+    };
+    match command {
         Command::Join {
             certs,
             server_name,
@@ -130,25 +245,19 @@ fn main() -> Result<()> {
             println!("joined as {node}; credentials in {}", pki.display());
             Ok(())
         }),
-        Command::Run {
-            cloud,
-            transport,
-            server_name,
-            node,
-            keepalive_secs,
-            certs,
-            metaserver,
-            cri_socket,
-            pause_image,
-            node_ip,
-            edged_server,
-            mqtt,
-            mqtt_broker,
-        } => {
-            let mut dial = DialOptions::new(&cloud, &server_name);
+        Command::Run(flags) => {
+            let settings = flags.apply(settings)?;
+            let hub = &settings.modules.edge_hub;
+            let transport: TransportKind = hub
+                .transport
+                .parse()
+                .map_err(|err| anyhow::anyhow!("modules.edgeHub.transport: {err}"))?;
+            let mut dial = DialOptions::new(&hub.server, &hub.server_name);
             let mut renewal = None;
             let node = if transport == TransportKind::UnixSocket {
-                node.context("--node is needed over uds")?
+                hub.node_name
+                    .clone()
+                    .context("modules.edgeHub.nodeName (--node) is needed over uds")?
             } else {
                 let Some(credentials) = NodeCredentials::load(&pki)? else {
                     bail!(
@@ -162,11 +271,11 @@ fn main() -> Result<()> {
                 let roots = [credentials.ca.clone()];
                 dial = dial.with_tls(tls::client_config_reloadable(&roots, identity.clone())?);
                 let node = credentials.node.clone();
-                if let Some(certs) = certs {
+                if let Some(certs) = hub.http_server.clone() {
                     let pki = pki.clone();
                     renewal = Some(keep_renewed(
                         certs,
-                        server_name.clone(),
+                        hub.server_name.clone(),
                         pki,
                         credentials,
                         identity,
@@ -175,36 +284,14 @@ fn main() -> Result<()> {
                 node
             };
             let config = EdgeHubConfig {
-                keepalive: Duration::from_secs(keepalive_secs),
+                keepalive: Duration::from_secs(hub.keepalive_interval),
                 ..EdgeHubConfig::new(node, transport, dial)
             };
             actix::System::new().block_on(async move {
                 if let Some(renewal) = renewal {
                     actix::spawn(renewal);
                 }
-                let pods = (cri_socket != "off").then(|| {
-                    let mut edged = edged::EdgedConfig::new(
-                        config.node.clone(),
-                        &cri_socket,
-                        args.data_dir.join("edged"),
-                    );
-                    edged.pause_image = pause_image;
-                    edged.node_ip = node_ip;
-                    edged.server_address = (edged_server != "off").then_some(edged_server);
-                    edged
-                });
-                let mqtt = match (mqtt, mqtt_broker.as_str()) {
-                    (Some(address), _) => {
-                        let (host, port) = address
-                            .rsplit_once(':')
-                            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
-                            .context("--mqtt wants host:port")?;
-                        Some(Mqtt::External(twin::BrokerAddress { host, port }))
-                    }
-                    (None, "off") => None,
-                    (None, listen) => Some(Mqtt::Embedded(listen.to_owned())),
-                };
-                run(args.data_dir, config, metaserver, pods, mqtt).await
+                run(settings, config).await
             })
         }
     }
@@ -214,36 +301,63 @@ fn main() -> Result<()> {
 enum Mqtt {
     /// The embedded broker, listening here.
     Embedded(String),
-    /// A broker elsewhere.
-    External(twin::BrokerAddress),
+    /// A broker elsewhere, host:port.
+    External(String),
 }
 
-async fn run(
-    data_dir: PathBuf,
-    config: EdgeHubConfig,
-    metaserver: String,
-    pods: Option<edged::EdgedConfig>,
-    mqtt: Option<Mqtt>,
-) -> Result<()> {
+async fn run(settings: EdgeCoreConfig, config: EdgeHubConfig) -> Result<()> {
+    let data_dir = settings.data_dir.clone();
+    let modules = &settings.modules;
     std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
     let hive = Hive::new("edge", HiveConfig::default());
     let store = EdgeStore::open(&data_dir.join("edge.redb")).context("edge store")?;
     MetaManager::start(&hive, store.clone())?;
-    if let Some(pods) = pods {
+    if modules.edged.enable {
+        let mut pods = edged::EdgedConfig::new(
+            config.node.clone(),
+            &modules.edged.cri_socket,
+            data_dir.join("edged"),
+        );
+        pods.pause_image = modules.edged.pod_sandbox_image.clone();
+        pods.node_ip = modules.edged.node_ip.clone();
+        pods.server_address = modules.edged.server.enabled().map(str::to_owned);
         let socket = pods.cri_socket.display().to_string();
         let edged = edged::Edged::start(&hive, pods).await.with_context(|| {
             format!("edged (is containerd up at {socket}? see scripts/setup-containerd)")
         })?;
         tracing::info!(%socket, server = ?edged.server_address, "edged ready");
     }
-    twin::DeviceTwin::start(&hive, twin::DeviceTwinConfig::new(config.node.clone()))
-        .context("devicetwin")?;
+    let mut twin_counts = None;
+    if modules.device_twin.enable {
+        let twins = twin::DeviceTwinConfig {
+            report_period: Duration::from_millis(modules.device_twin.report_period_ms),
+            ..twin::DeviceTwinConfig::new(config.node.clone())
+        };
+        twin_counts = Some(
+            twin::DeviceTwin::start(&hive, twins)
+                .context("devicetwin")?
+                .counts,
+        );
+    }
     // Kept alive for the process's life.
     let mut _embedded = None;
+    let mqtt = modules
+        .event_bus
+        .enable
+        .then(|| match modules.event_bus.mqtt_mode {
+            MqttMode::Internal => Mqtt::Embedded(modules.event_bus.mqtt_server_internal.clone()),
+            MqttMode::External => Mqtt::External(modules.event_bus.mqtt_server_external.clone()),
+        });
     if let Some(mqtt) = mqtt {
         let bus = |broker| twin::EventBusConfig::new(config.node.clone(), broker);
         let broker = match mqtt {
-            Mqtt::External(address) => address,
+            Mqtt::External(address) => {
+                let (host, port) = address
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+                    .context("modules.eventBus.mqttServerExternal wants host:port")?;
+                twin::BrokerAddress { host, port }
+            }
             Mqtt::Embedded(listen) => {
                 // Room above the eventbus's limit, so an oversized request
                 // reaches it and is answered with an error result.
@@ -263,18 +377,67 @@ async fn run(
         twin::EventBus::start(&hive, bus(broker)).context("eventbus")?;
         tracing::info!(broker = %shown, "eventbus ready");
     }
-    let metaserver = match metaserver.as_str() {
-        "off" => None,
-        address => {
+    let metaserver = match modules.meta_manager.meta_server.enabled() {
+        None => None,
+        Some(address) => {
             let server = MetaServer::start(store.clone(), address).context("metaserver")?;
             tracing::info!(address = %server.address, "metaserver ready");
             Some(server)
         }
     };
     let node = config.node.clone();
-    EdgeHub::start(&hive, config)?;
+    let hub = EdgeHub::start(&hive, config)?;
+    let metrics = match modules.metrics.enabled() {
+        Some(address) => {
+            let (hive, store) = (hive.clone(), store.clone());
+            let render: metrics::Render = Arc::new(move || {
+                let mut page = metrics::Exposition::default();
+                page.hive(&hive);
+                page.edgehub(&hub.stats, *hub.online.borrow());
+                let statuses = store
+                    .list_type(None, beehive::constants::resource_type::POD_STATUS)
+                    .unwrap_or_default();
+                page.pods_by_phase(statuses.iter().map(|(_, record)| {
+                    record
+                        .object
+                        .as_ref()
+                        .and_then(|status| status["phase"].as_str())
+                        .unwrap_or("Unknown")
+                }));
+                if let Some(counts) = &twin_counts {
+                    let counts = *counts.borrow();
+                    page.gauge(
+                        "edgehive_devices",
+                        "Devices bound to this node.",
+                        &[],
+                        counts.devices as u64,
+                    );
+                    page.counter(
+                        "edgehive_device_reports_total",
+                        "Twin and state updates accepted from mappers.",
+                        &[],
+                        counts.accepted,
+                    );
+                    page.counter(
+                        "edgehive_device_requests_refused_total",
+                        "Device requests answered with an error.",
+                        &[],
+                        counts.refused,
+                    );
+                }
+                page.finish()
+            });
+            let (bound, server) = metrics::serve(address, render).context("metrics")?;
+            tracing::info!(address = %bound, "metrics ready");
+            Some(server)
+        }
+        None => None,
+    };
     tracing::info!(%node, "edgecore running");
     let report = hive.shutdown_on_signal().await?;
+    if let Some(metrics) = metrics {
+        metrics.stop(true).await;
+    }
     if let Some(server) = metaserver {
         server.stop().await;
     }

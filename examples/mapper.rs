@@ -70,11 +70,9 @@ async fn main() -> Result<()> {
                         protocol::node_topic(&args.node, "membership/#"),
                         format!("{}+/twin/update/delta", protocol::DEVICE_PREFIX),
                     ] {
-                        client.subscribe(filter, QoS::AtLeastOnce).await?;
+                        client.try_subscribe(filter, QoS::AtLeastOnce)?;
                     }
-                    client
-                        .publish(&membership, QoS::AtLeastOnce, false, json!({"event_id": "mapper-start"}).to_string())
-                        .await?;
+                    client.try_publish(&membership, QoS::AtLeastOnce, false, json!({"event_id": "mapper-start"}).to_string())?;
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
                     let Ok(payload) = serde_json::from_slice::<Value>(&publish.payload) else {
@@ -121,14 +119,12 @@ async fn on_message(
             let twins = expected_values(&device.twin);
             devices.insert(device.id.clone(), twins);
             let state = json!({"event_id": "", "state": "online"}).to_string();
-            client
-                .publish(
-                    protocol::device_topic(&device.id, "state/update"),
-                    QoS::AtLeastOnce,
-                    false,
-                    state,
-                )
-                .await?;
+            client.try_publish(
+                protocol::device_topic(&device.id, "state/update"),
+                QoS::AtLeastOnce,
+                false,
+                state,
+            )?;
         }
         for device in members("removed_devices") {
             tracing::info!(device = %device.id, "device removed");
@@ -187,13 +183,15 @@ async fn report(
         .collect();
     let payload =
         json!({"event_id": "", "timestamp": beehive::message::now_millis(), "twin": twin});
-    client
-        .publish(
-            protocol::device_topic(id, "twin/update"),
-            QoS::AtLeastOnce,
-            false,
-            payload.to_string(),
-        )
-        .await?;
+    // Never waits: this task also reads, and a full queue means the broker
+    // is slow; the next period reports again.
+    if let Err(err) = client.try_publish(
+        protocol::device_topic(id, "twin/update"),
+        QoS::AtLeastOnce,
+        false,
+        payload.to_string(),
+    ) {
+        tracing::warn!(device = %id, error = %err, "report not queued; the next one follows");
+    }
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! | `edge` | edgehub, metamanager, edged, devicetwin, eventbus |
 //! | `cloud` | cloudhub, edgecontroller, devicecontroller |
 //! | `ws`, `quic`, `uds` | the transports |
+//! | `cli` | the binaries, and [`config`]: their configuration files |
 //!
 //! ```toml
 //! [dependencies]
@@ -25,6 +26,11 @@ pub use meta;
 pub use transports;
 #[cfg(any(feature = "edge", feature = "cloud"))]
 pub use twin;
+
+#[cfg(feature = "cli")]
+pub mod config;
+#[cfg(feature = "cli")]
+pub mod metrics;
 
 /// The README's code blocks, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

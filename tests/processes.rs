@@ -86,6 +86,9 @@ struct Pair {
     edge: Process,
     admin: String,
     metaserver: String,
+    /// Where each side serves /metrics.
+    cloud_metrics: String,
+    edge_metrics: String,
     dir: String,
 }
 
@@ -112,6 +115,8 @@ fn start_pair(name: &str, node: &str) -> Pair {
     let certs = format!("127.0.0.1:{}", free_port());
     let admin = format!("127.0.0.1:{}", free_port());
     let metaserver = format!("127.0.0.1:{}", free_port());
+    let cloud_metrics = format!("127.0.0.1:{}", free_port());
+    let edge_metrics = format!("127.0.0.1:{}", free_port());
     let keepalive = KEEPALIVE_SECS.to_string();
 
     let cloud = Process::start(
@@ -126,6 +131,8 @@ fn start_pair(name: &str, node: &str) -> Pair {
             &certs,
             "--admin",
             &admin,
+            "--metrics",
+            &cloud_metrics,
             "--keepalive-secs",
             &keepalive,
         ],
@@ -171,6 +178,8 @@ fn start_pair(name: &str, node: &str) -> Pair {
             "127.0.0.1:0",
             "--mqtt-broker",
             "127.0.0.1:0",
+            "--metrics",
+            &edge_metrics,
             "--keepalive-secs",
             &keepalive,
         ],
@@ -185,6 +194,8 @@ fn start_pair(name: &str, node: &str) -> Pair {
         edge,
         admin,
         metaserver,
+        cloud_metrics,
+        edge_metrics,
         dir,
     }
 }
@@ -304,6 +315,38 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
             && row.ends_with("edge-ctl"),
         "{out}"
     );
+    // Both sides' metrics say so.
+    let scrape = |address: &str| {
+        let client = meta::controller::AdminClient::new(address);
+        let (status, body) = runtime
+            .block_on(client.raw(hyper::Method::GET, "/metrics", None))
+            .expect("metrics");
+        assert_eq!(status, 200);
+        String::from_utf8(body.to_vec()).expect("text")
+    };
+    let cloud_page = scrape(&pair.cloud_metrics);
+    for line in [
+        "edgehive_cloudhub_nodes_connected 1\n",
+        "edgehive_pods{phase=\"Running\"} 1\n",
+        "edgehive_module_messages_total{module=\"edgecontroller\",operation=\"update\"}",
+        "edgehive_cloudhub_acks_pending ",
+    ] {
+        assert!(cloud_page.contains(line), "{line:?} not in:\n{cloud_page}");
+    }
+    let edge_page = until("the edge's metrics show the pod Running", || {
+        let page = scrape(&pair.edge_metrics);
+        page.contains("edgehive_pods{phase=\"Running\"} 1\n")
+            .then_some(page)
+    });
+    for line in [
+        "edgehive_edgehub_connected 1\n",
+        "edgehive_edgehub_reconnects_total 0\n",
+        "edgehive_module_messages_total{module=\"metamanager\",operation=\"insert\"}",
+        "edgehive_module_queue_depth{module=\"edged\"}",
+    ] {
+        assert!(edge_page.contains(line), "{line:?} not in:\n{edge_page}");
+    }
+
     let (ok, out, _) = ctl(&pair.admin, &["get", "nodes"]);
     assert!(
         ok && out.contains("edge-ctl") && out.contains("Ready") && out.contains("edgehive-"),

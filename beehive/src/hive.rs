@@ -12,6 +12,7 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::config::HiveConfig;
+use crate::counts::HandledCounts;
 use crate::error::Error;
 use crate::runtime::{Control, in_actix_system, supervise};
 use crate::{Message, Module};
@@ -75,6 +76,8 @@ impl Registry {
 
 struct Slot {
     group: String,
+    /// Messages it handled, by operation (kept across restarts).
+    handled: Arc<HandledCounts>,
     mailbox: mpsc::Sender<Message>,
     control: mpsc::UnboundedSender<Control>,
     flush_timeout: Duration,
@@ -228,10 +231,16 @@ impl Hive {
             }
             registry.start_order.retain(|n| n != &name);
             registry.start_order.push(name.clone());
+            let handled = registry
+                .modules
+                .get(&name)
+                .map(|slot| slot.handled.clone())
+                .unwrap_or_default();
             registry.modules.insert(
                 name.clone(),
                 Slot {
                     group: group.clone(),
+                    handled,
                     mailbox,
                     control,
                     flush_timeout: config.flush_timeout(),
@@ -558,6 +567,32 @@ impl Hive {
                 })
             })
             .collect()
+    }
+
+    /// Messages each module handled, by operation: (module, operation,
+    /// count), in start order, for metrics.
+    pub fn handled(&self) -> Vec<(String, &'static str, u64)> {
+        let registry = self.read();
+        registry
+            .start_order
+            .iter()
+            .filter_map(|name| Some((name, registry.modules.get(name)?)))
+            .flat_map(|(name, slot)| {
+                slot.handled
+                    .snapshot()
+                    .into_iter()
+                    .map(move |(op, count)| (name.clone(), op, count))
+            })
+            .collect()
+    }
+
+    /// The counters module `name` counts its messages in.
+    pub(crate) fn handled_counts(&self, name: &str) -> Arc<HandledCounts> {
+        self.read()
+            .modules
+            .get(name)
+            .map(|slot| slot.handled.clone())
+            .unwrap_or_default()
     }
 
     /// The state of one module.

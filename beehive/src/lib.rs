@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod constants;
+mod counts;
 mod door;
 mod error;
 mod hive;
@@ -36,6 +37,7 @@ pub mod resource;
 mod runtime;
 
 pub use config::{Exit, HiveConfig, ModuleConfig, RestartOn, RestartPolicy};
+pub use counts::HandledCounts;
 pub use door::TaskDoor;
 #[cfg(feature = "testing")]
 pub use door::testing;

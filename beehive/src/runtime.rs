@@ -3,6 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::{Exit, ModuleConfig};
+use crate::counts::HandledCounts;
 use crate::hive::Hive;
 use crate::{Message, Module};
 
@@ -35,6 +37,8 @@ struct Returned {
 /// supervisor when the actor's context is dropped, however it stopped.
 struct DeliveryLoop {
     hive: Hive,
+    /// Where the module's messages are counted.
+    handled: Arc<HandledCounts>,
     mailbox: Option<mpsc::Receiver<Message>>,
     shutdown: Option<oneshot::Receiver<()>>,
     /// A shutdown was requested: the mailbox is closed and drains.
@@ -59,6 +63,7 @@ impl DeliveryLoop {
     /// Handles one message; a returned error or a panic stops the module as
     /// failed, and a request that caused it gets an error at once.
     fn deliver<M: Module>(&mut self, msg: Message, act: &mut M, ctx: &mut Context<M>) {
+        self.handled.count(msg.operation());
         let request = msg.is_sync().then(|| msg.id());
         let reason = match catch_unwind(AssertUnwindSafe(|| act.handle(msg, ctx))) {
             Ok(Ok(())) => return,
@@ -159,6 +164,7 @@ fn start_incarnation<M: Module>(
     let (give_back, returned) = oneshot::channel();
     let mut delivery = DeliveryLoop {
         hive: hive.clone(),
+        handled: hive.handled_counts(module.name()),
         mailbox: Some(mailbox),
         shutdown: Some(shutdown_rx),
         draining: false,

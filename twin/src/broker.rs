@@ -22,6 +22,7 @@ use rumqttc::mqttbytes::v4::{
 };
 use rumqttc::mqttbytes::{self, QoS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
@@ -29,13 +30,15 @@ use tracing::{debug, info, warn};
 /// KubeEdge's MQTT port.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:1883";
 
-/// Messages queued for one subscriber. When it is full, a QoS 0 message
-/// for it is dropped, and a QoS 1 publisher waits for room (up to
-/// [`SLOW_SUBSCRIBER`]) before its message is acknowledged.
+/// Packets queued for one client; its own writer task sends them, so a
+/// session waiting to queue a message for another client still delivers
+/// to its own. When the queue is full, a QoS 0 message for it is dropped,
+/// and a QoS 1 publisher waits for room (up to [`SLOW_SUBSCRIBER`]) before
+/// its message is acknowledged.
 const SUBSCRIBER_QUEUE: usize = 1024;
-/// How long a QoS 1 publisher waits for a full subscriber before that
-/// subscriber misses the message (so two clients that fill each other's
-/// queues cannot stall for ever).
+/// How long a QoS 1 publisher waits for full subscribers; one still full
+/// then is disconnected (its client learns it missed a message, rather than
+/// the message being lost silently).
 const SLOW_SUBSCRIBER: Duration = Duration::from_secs(5);
 /// Topic filters one client may hold.
 const MAX_FILTERS: usize = 1024;
@@ -82,40 +85,60 @@ struct Router {
 
 struct Subscriber {
     filters: Vec<String>,
-    outbox: mpsc::Sender<Publish>,
+    outbox: mpsc::Sender<Packet>,
 }
 
 impl Router {
     /// The queues of the clients subscribed to `topic`.
-    fn subscribers(&self, topic: &str) -> Vec<mpsc::Sender<Publish>> {
+    fn subscribers(&self, topic: &str) -> Vec<(u64, mpsc::Sender<Packet>)> {
         self.clients
-            .values()
-            .filter(|s| s.filters.iter().any(|f| matches(f, topic)))
-            .map(|s| s.outbox.clone())
+            .iter()
+            .filter(|(_, s)| s.filters.iter().any(|f| matches(f, topic)))
+            .map(|(id, s)| (*id, s.outbox.clone()))
             .collect()
     }
 }
 
 /// Queues `publish` for every subscriber of its topic: a QoS 0 message is
-/// dropped for a full subscriber, a QoS 1 message waits for room.
+/// dropped for a full subscriber; a QoS 1 message waits for room in all of
+/// them at once, and a subscriber still full after [`SLOW_SUBSCRIBER`] is
+/// disconnected.
 async fn route(router: &Mutex<Router>, publish: &Publish) {
     let subscribers = match router.lock() {
         Ok(router) => router.subscribers(&publish.topic),
         Err(_) => return,
     };
-    for outbox in subscribers {
+    let copy = || {
         let mut copy = Publish::new(publish.topic.clone(), QoS::AtMostOnce, Vec::new());
         copy.payload = publish.payload.clone();
-        let queued = if publish.qos == QoS::AtMostOnce {
-            outbox.try_send(copy).is_ok()
-        } else {
-            matches!(
-                tokio::time::timeout(SLOW_SUBSCRIBER, outbox.send(copy)).await,
+        Packet::Publish(copy)
+    };
+    if publish.qos == QoS::AtMostOnce {
+        for (_, outbox) in subscribers {
+            if outbox.try_send(copy()).is_err() {
+                debug!(topic = %publish.topic, "a slow subscriber missed a QoS 0 message");
+            }
+        }
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + SLOW_SUBSCRIBER;
+    let sends = subscribers.into_iter().map(|(id, outbox)| {
+        let packet = copy();
+        async move {
+            let queued = matches!(
+                tokio::time::timeout_at(deadline, outbox.send(packet)).await,
                 Ok(Ok(()))
-            )
-        };
+            );
+            (id, queued)
+        }
+    });
+    for (id, queued) in futures_util::future::join_all(sends).await {
         if !queued {
-            debug!(topic = %publish.topic, "a slow subscriber missed a message");
+            warn!(topic = %publish.topic, client = id, "a subscriber stayed full; disconnected");
+            if let Ok(mut router) = router.lock() {
+                // Dropping its queue ends its writer, and so its connection.
+                router.clients.remove(&id);
+            }
         }
     }
 }
@@ -191,7 +214,7 @@ async fn accept(
 
 /// Reads the next packet, refusing one over `max` from its header.
 async fn read_packet(
-    stream: &mut TcpStream,
+    stream: &mut OwnedReadHalf,
     buffer: &mut BytesMut,
     max: usize,
 ) -> Result<Packet, String> {
@@ -207,22 +230,27 @@ async fn read_packet(
     }
 }
 
-async fn write_packet(stream: &mut TcpStream, packet: Packet, max: usize) -> Result<(), String> {
+async fn write_packet(
+    stream: &mut OwnedWriteHalf,
+    packet: Packet,
+    max: usize,
+) -> Result<(), String> {
     let mut out = BytesMut::new();
     packet.write(&mut out, max).map_err(|e| e.to_string())?;
     stream.write_all(&out).await.map_err(|e| e.to_string())
 }
 
 async fn session(
-    mut stream: TcpStream,
+    stream: TcpStream,
     router: Arc<Mutex<Router>>,
     max: usize,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    let (mut reader, mut writer) = stream.into_split();
     let mut buffer = BytesMut::with_capacity(4096);
     let connect = tokio::time::timeout(
         Duration::from_secs(10),
-        read_packet(&mut stream, &mut buffer, max),
+        read_packet(&mut reader, &mut buffer, max),
     )
     .await
     .map_err(|_| "no CONNECT in time".to_owned())??;
@@ -230,12 +258,12 @@ async fn session(
         return Err("the first packet was not CONNECT".to_owned());
     };
     write_packet(
-        &mut stream,
+        &mut writer,
         Packet::ConnAck(ConnAck::new(ConnectReturnCode::Success, false)),
         max,
     )
     .await?;
-    let (outbox, mut inbox) = mpsc::channel(SUBSCRIBER_QUEUE);
+    let (outbox, mut inbox) = mpsc::channel::<Packet>(SUBSCRIBER_QUEUE);
     let id = {
         let mut router = router.lock().map_err(|_| "router poisoned".to_owned())?;
         router.next += 1;
@@ -244,27 +272,51 @@ async fn session(
             id,
             Subscriber {
                 filters: Vec::new(),
-                outbox,
+                outbox: outbox.clone(),
             },
         );
         id
     };
+    // The router holds the only strong handle of the queue: when it drops
+    // this client, the writer ends.
+    let outbox = outbox.downgrade();
+    // The writer: everything for this client, in order, until its queue
+    // is dropped (the session ended, or the router disconnected it).
+    let writing = tokio::spawn(async move {
+        while let Some(packet) = inbox.recv().await {
+            if write_packet(&mut writer, packet, max).await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
     // Silent for 1.5 keep-alive intervals: gone (0 means no keep-alive).
     let keep_alive = match connect.keep_alive {
         0 => Duration::from_secs(u64::from(u32::MAX)),
         seconds => Duration::from_secs(u64::from(seconds)) * 3 / 2,
     };
+    let reply = |packet: Packet| {
+        let outbox = outbox.upgrade();
+        async move {
+            let disconnected = || "disconnected: the client did not read".to_owned();
+            outbox
+                .ok_or_else(disconnected)?
+                .send(packet)
+                .await
+                .map_err(|_| disconnected())
+        }
+    };
     let result = async {
         loop {
             tokio::select! {
-                packet = tokio::time::timeout(keep_alive, read_packet(&mut stream, &mut buffer, max)) => {
+                packet = tokio::time::timeout(keep_alive, read_packet(&mut reader, &mut buffer, max)) => {
                     let packet = packet.map_err(|_| "keep-alive expired".to_owned())??;
                     match packet {
                         Packet::Publish(publish) => {
                             // Acknowledged once queued for its subscribers.
                             route(&router, &publish).await;
                             if publish.qos != QoS::AtMostOnce {
-                                write_packet(&mut stream, Packet::PubAck(PubAck::new(publish.pkid)), max).await?;
+                                reply(Packet::PubAck(PubAck::new(publish.pkid))).await?;
                             }
                         }
                         Packet::Subscribe(subscribe) => {
@@ -281,7 +333,7 @@ async fn session(
                                     }
                                 }
                             }
-                            write_packet(&mut stream, Packet::SubAck(SubAck::new(subscribe.pkid, codes)), max).await?;
+                            reply(Packet::SubAck(SubAck::new(subscribe.pkid, codes))).await?;
                         }
                         Packet::Unsubscribe(unsubscribe) => {
                             if let Ok(mut router) = router.lock()
@@ -289,15 +341,12 @@ async fn session(
                             {
                                 me.filters.retain(|f| !unsubscribe.topics.contains(f));
                             }
-                            write_packet(&mut stream, Packet::UnsubAck(UnsubAck::new(unsubscribe.pkid)), max).await?;
+                            reply(Packet::UnsubAck(UnsubAck::new(unsubscribe.pkid))).await?;
                         }
-                        Packet::PingReq => write_packet(&mut stream, Packet::PingResp, max).await?,
+                        Packet::PingReq => reply(Packet::PingResp).await?,
                         Packet::Disconnect => return Ok(()),
                         _ => {}
                     }
-                }
-                Some(publish) = inbox.recv() => {
-                    write_packet(&mut stream, Packet::Publish(publish), max).await?;
                 }
                 _ = stopped.changed() => return Ok(()),
             }
@@ -307,6 +356,7 @@ async fn session(
     if let Ok(mut router) = router.lock() {
         router.clients.remove(&id);
     }
+    let _ = writing.await;
     result
 }
 

@@ -100,8 +100,7 @@ impl DeviceTwin {
             devices: BTreeMap::new(),
             models: HashMap::new(),
             dirty: BTreeSet::new(),
-            answers: Vec::new(),
-            pending_changes: Vec::new(),
+            waiting: HashMap::new(),
             counts: counts_tx,
         };
         actix::spawn(twins.run(requests));
@@ -131,6 +130,10 @@ struct TwinState {
     /// Whether the device's spec lists the property (a twin only a mapper
     /// reported stays when the spec changes).
     in_spec: bool,
+    /// The cloud's desired value as last received: the expected value
+    /// follows the cloud only when this changes, so an edge application's
+    /// value stands until the cloud wants something new.
+    cloud_desired: Option<String>,
 }
 
 impl TwinState {
@@ -307,6 +310,25 @@ impl DeviceEntry {
 /// A twin before and after a change (`None`: it did not exist).
 type TwinChange = (Option<MsgTwin>, Option<MsgTwin>);
 
+/// What waits for a device's next committed status write.
+#[derive(Default)]
+struct Waiting {
+    /// Results to publish: topic, payload.
+    answers: Vec<(String, Value)>,
+    /// Changes to announce.
+    changes: Vec<BTreeMap<String, TwinChange>>,
+    /// Writes that failed since the last one that succeeded.
+    failures: u32,
+}
+
+/// Failed writes after which the waiting requests are answered with an
+/// error (the reports stay and are written later).
+const FAILED_WRITES: u32 = 3;
+
+/// Twins one device may have; more are refused (every twin is kept,
+/// persisted and rewritten with each report).
+const MAX_TWINS: usize = 256;
+
 /// The twins' state, owned by devicetwin's task.
 struct Twins {
     hive: Hive,
@@ -317,11 +339,10 @@ struct Twins {
     models: HashMap<(String, String), DeviceModel>,
     /// Devices whose status changed since the last write.
     dirty: BTreeSet<String>,
-    /// Results to publish once the next write is committed.
-    answers: Vec<(String, Value)>,
-    /// Twin changes from mappers, published (document, delta) with the
-    /// next write, latest state first.
-    pending_changes: Vec<(String, BTreeMap<String, TwinChange>)>,
+    /// What waits for each device's next committed write: results to
+    /// publish (topic, payload) and twin changes to announce (document,
+    /// delta).
+    waiting: HashMap<String, Waiting>,
     counts: watch::Sender<DeviceTwinCounts>,
 }
 
@@ -554,20 +575,20 @@ impl Twins {
                 .as_ref()
                 .and_then(|d| d.metadata.get("type").cloned())
                 .unwrap_or_else(|| Device::property_type(model, &property.name));
-            if let Some(desired) = &property.desired {
-                let current = twin.expected.as_ref().and_then(|e| e.value.as_deref());
-                if current != Some(desired.value.as_str()) {
-                    twin.expected = Some(TwinValue {
-                        value: Some(desired.value.clone()),
-                        metadata: Some(ValueMetadata {
-                            timestamp: now_millis(),
-                        }),
-                    });
-                    twin.expected_version = TwinVersion {
-                        cloud: revision,
-                        edge: 0,
-                    };
-                }
+            if let Some(desired) = &property.desired
+                && twin.cloud_desired.as_deref() != Some(desired.value.as_str())
+            {
+                twin.cloud_desired = Some(desired.value.clone());
+                twin.expected = Some(TwinValue {
+                    value: Some(desired.value.clone()),
+                    metadata: Some(ValueMetadata {
+                        timestamp: now_millis(),
+                    }),
+                });
+                twin.expected_version = TwinVersion {
+                    cloud: revision,
+                    edge: 0,
+                };
             }
             let after = twin.message();
             if before.as_ref() != Some(&after) {
@@ -731,7 +752,15 @@ impl Twins {
             Ok(Answer::Now(result)) => self.publish(topic, result).await,
             Ok(Answer::AfterWrite(result)) => {
                 self.count(|c| c.accepted += 1);
-                self.answers.push((topic, result));
+                let id = match &request {
+                    Request::TwinUpdate(id) | Request::StateUpdate(id) => id.clone(),
+                    _ => String::new(),
+                };
+                self.waiting
+                    .entry(id)
+                    .or_default()
+                    .answers
+                    .push((topic, result));
             }
             Err((code, reason)) => {
                 debug!(topic = msg.resource(), code, %reason, "request refused");
@@ -754,6 +783,17 @@ impl Twins {
             if name.is_empty() || name.contains(['/', '+', '#']) {
                 return Err((code::BAD_REQUEST, format!("{name:?} is not a twin name")));
             }
+        }
+        let new = update
+            .twin
+            .keys()
+            .filter(|name| !entry.twins.contains_key(*name))
+            .count();
+        if entry.twins.len() + new > MAX_TWINS {
+            return Err((
+                code::BAD_REQUEST,
+                format!("a device has at most {MAX_TWINS} twins"),
+            ));
         }
         let mut changes: BTreeMap<String, TwinChange> = BTreeMap::new();
         let mut result: BTreeMap<String, Option<MsgTwin>> = BTreeMap::new();
@@ -810,7 +850,11 @@ impl Twins {
         }
         if !changes.is_empty() {
             self.dirty.insert(id.to_owned());
-            self.pending_changes.push((id.to_owned(), changes));
+            self.waiting
+                .entry(id.to_owned())
+                .or_default()
+                .changes
+                .push(changes);
         }
         Ok(json!({
             "event_id": update.base.event_id,
@@ -874,15 +918,22 @@ impl Twins {
     // ----- to the cloud and to MQTT -----
 
     /// Writes the status of every device reported on since the last
-    /// write through metamanager (which persists it and sends it up),
-    /// then answers the requests that waited for it.
+    /// write through metamanager (which persists it and sends it up); once
+    /// a device's write is committed, its waiting requests are answered and
+    /// its changes announced.
     async fn write_reports(&mut self) {
-        let changes = std::mem::take(&mut self.pending_changes);
-        for (id, changes) in &changes {
-            self.publish_changes(id, changes).await;
+        // Requests that changed nothing have nothing to wait for.
+        let idle: Vec<String> = self
+            .waiting
+            .keys()
+            .filter(|id| !self.dirty.contains(*id))
+            .cloned()
+            .collect();
+        for id in idle {
+            self.committed(&id).await;
         }
         if self.dirty.is_empty() {
-            return self.publish_answers().await;
+            return;
         }
         let dirty = std::mem::take(&mut self.dirty);
         let mut writes = Vec::new();
@@ -921,53 +972,87 @@ impl Twins {
                 (id.clone(), stored)
             });
         }
-        let mut failed = 0;
         for (id, stored) in futures_util::future::join_all(writes).await {
             match stored {
                 Ok(()) => {
                     self.count(|c| c.written += 1);
-                    if let Some(entry) = self.devices.get(&id) {
-                        let actual: BTreeMap<&String, MsgTwin> = entry
-                            .twins
-                            .iter()
-                            .filter(|(_, t)| t.actual.is_some())
-                            .map(|(name, t)| {
-                                (
-                                    name,
-                                    MsgTwin {
-                                        actual: t.actual.clone(),
-                                        actual_version: Some(t.actual_version),
-                                        ..MsgTwin::default()
-                                    },
-                                )
-                            })
-                            .collect();
-                        let payload = json!({
-                            "event_id": event_id(),
-                            "timestamp": now_millis(),
-                            "twin": actual,
-                        });
-                        self.publish(protocol::device_topic(&id, "twin/edge_updated"), payload)
-                            .await;
-                    }
+                    self.committed(&id).await;
+                    self.announce_sent_up(&id).await;
                 }
                 Err(reason) => {
                     warn!(device = %id, %reason, "device status not stored; trying again");
                     self.count(|c| c.write_failures += 1);
-                    self.dirty.insert(id);
-                    failed += 1;
+                    self.dirty.insert(id.clone());
+                    self.write_failed(&id, &reason).await;
                 }
             }
         }
-        if failed == 0 {
-            self.publish_answers().await;
+    }
+
+    /// A device's write is committed: what waited for it goes out.
+    async fn committed(&mut self, id: &str) {
+        let Some(waiting) = self.waiting.remove(id) else {
+            return;
+        };
+        for changes in &waiting.changes {
+            self.publish_changes(id, changes).await;
+        }
+        for (topic, payload) in waiting.answers {
+            self.publish(topic, payload).await;
         }
     }
 
-    async fn publish_answers(&mut self) {
-        for (topic, payload) in std::mem::take(&mut self.answers) {
-            self.publish(topic, payload).await;
+    /// A device's write failed: after a few in a row, its waiting requests
+    /// are answered with an error (the reports themselves stay, to be
+    /// written later).
+    async fn write_failed(&mut self, id: &str, reason: &str) {
+        let Some(waiting) = self.waiting.get_mut(id) else {
+            return;
+        };
+        waiting.failures += 1;
+        if waiting.failures < FAILED_WRITES {
+            return;
         }
+        let answers = std::mem::take(&mut waiting.answers);
+        waiting.failures = 0;
+        let reason = format!("the edge could not store the report: {reason}");
+        for (topic, payload) in answers {
+            let event = protocol::event_id_of(&payload);
+            self.publish(
+                topic,
+                protocol::error_result(&event, code::INTERNAL, &reason),
+            )
+            .await;
+        }
+    }
+
+    /// Tells edge applications what was sent up (`twin/edge_updated`).
+    async fn announce_sent_up(&self, id: &str) {
+        let Some(entry) = self.devices.get(id) else {
+            return;
+        };
+        let actual: BTreeMap<&String, MsgTwin> = entry
+            .twins
+            .iter()
+            .filter(|(_, t)| t.actual.is_some())
+            .map(|(name, t)| {
+                (
+                    name,
+                    MsgTwin {
+                        actual: t.actual.clone(),
+                        actual_version: Some(t.actual_version),
+                        ..MsgTwin::default()
+                    },
+                )
+            })
+            .collect();
+        let payload = json!({
+            "event_id": event_id(),
+            "timestamp": now_millis(),
+            "twin": actual,
+        });
+        self.publish(protocol::device_topic(id, "twin/edge_updated"), payload)
+            .await;
     }
 
     async fn publish(&self, topic: String, payload: Value) {

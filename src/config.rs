@@ -1,0 +1,552 @@
+//! The configuration files of `cloudcore` and `edgecore` (YAML, shaped like
+//! KubeEdge's cloudcore.yaml and edgecore.yaml: which modules run, where
+//! they listen, where data lives). Every field has a default, so an empty
+//! file is a valid configuration; unknown keys are refused, and an error
+//! names the key and what was expected.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A configuration file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid configuration: which key, what was expected.
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The key and the problem, as `modules.edgeHub.transport: ...`.
+        reason: String,
+    },
+}
+
+/// Reads a configuration file; a missing `path` at the default location
+/// means the defaults.
+pub fn load<T: for<'de> Deserialize<'de> + Default + Check>(
+    path: &Path,
+    required: bool,
+) -> Result<T, ConfigError> {
+    let shown = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && !required => {
+            return Ok(T::default());
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: shown,
+                source,
+            });
+        }
+    };
+    parse(&text).map_err(|reason| ConfigError::Invalid {
+        path: shown,
+        reason,
+    })
+}
+
+/// Parses and checks a configuration; the error names the key.
+pub fn parse<T: for<'de> Deserialize<'de> + Default + Check>(text: &str) -> Result<T, String> {
+    if text.trim().is_empty() {
+        return Ok(T::default());
+    }
+    let config: T = serde_yaml_ng::from_str(text).map_err(|err| err.to_string())?;
+    config.check()?;
+    Ok(config)
+}
+
+/// The configuration as YAML, as `--defaultconfig` prints it.
+pub fn to_yaml<T: Serialize>(config: &T) -> String {
+    serde_yaml_ng::to_string(config).unwrap_or_default()
+}
+
+/// Checks beyond the types: values that read but cannot work.
+pub trait Check {
+    /// `Err("key: what is wrong")` for the first bad value.
+    fn check(&self) -> Result<(), String>;
+}
+
+/// An optional listener: whether it runs, and where.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Listener {
+    /// Whether it runs.
+    #[serde(default = "yes")]
+    pub enable: bool,
+    /// host:port (a socket path for a Unix socket).
+    pub address: String,
+}
+
+impl Listener {
+    fn on(address: &str) -> Listener {
+        Listener {
+            enable: true,
+            address: address.to_owned(),
+        }
+    }
+
+    fn off(address: &str) -> Listener {
+        Listener {
+            enable: false,
+            address: address.to_owned(),
+        }
+    }
+
+    /// Its address, when it runs.
+    pub fn enabled(&self) -> Option<&str> {
+        self.enable.then_some(self.address.as_str())
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A module that can be switched off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Switch {
+    /// Whether it runs.
+    #[serde(default = "yes")]
+    pub enable: bool,
+}
+
+impl Default for Switch {
+    fn default() -> Self {
+        Switch { enable: true }
+    }
+}
+
+// ----- cloudcore -----
+
+/// `cloudcore.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CloudCoreConfig {
+    /// `cloudcore.config.edgehive.io/v1alpha1`.
+    pub api_version: String,
+    /// `CloudCore`.
+    pub kind: String,
+    /// Where the CA, keys, queues and desired state live.
+    pub data_dir: PathBuf,
+    /// Log filter (RUST_LOG syntax); RUST_LOG wins when set.
+    pub log: String,
+    /// The modules.
+    pub modules: CloudModules,
+}
+
+/// cloudcore's modules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CloudModules {
+    /// cloudhub: the nodes' links and the certificate endpoints.
+    pub cloud_hub: CloudHubSection,
+    /// The admin API (for edgehivectl): no authentication, keep it on
+    /// loopback.
+    pub admin: Listener,
+    /// Prometheus metrics at `/metrics`.
+    pub metrics: Listener,
+}
+
+/// cloudhub's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CloudHubSection {
+    /// WebSocket over TLS (wss).
+    pub websocket: Listener,
+    /// QUIC.
+    pub quic: Listener,
+    /// Unix domain socket (local edges, trusted by file permissions).
+    pub unixsocket: Listener,
+    /// The certificate endpoints (`/ca.crt`, `/edge.crt`) for joining.
+    pub https: Listener,
+    /// Names of this cloud in its server certificate.
+    pub advertise_address: Vec<String>,
+    /// Keepalive interval, seconds; a silent link is closed after two.
+    pub keepalive_interval: u64,
+    /// Lifetime of node certificates, days.
+    pub node_certificate_days: u64,
+}
+
+impl Default for CloudCoreConfig {
+    fn default() -> Self {
+        CloudCoreConfig {
+            api_version: "cloudcore.config.edgehive.io/v1alpha1".to_owned(),
+            kind: "CloudCore".to_owned(),
+            data_dir: PathBuf::from("/var/lib/edgehive/cloud"),
+            log: "info".to_owned(),
+            modules: CloudModules::default(),
+        }
+    }
+}
+
+impl Default for CloudModules {
+    fn default() -> Self {
+        CloudModules {
+            cloud_hub: CloudHubSection::default(),
+            admin: Listener::on(meta::controller::admin::DEFAULT_ADDRESS),
+            metrics: Listener::on(DEFAULT_CLOUD_METRICS),
+        }
+    }
+}
+
+impl Default for CloudHubSection {
+    fn default() -> Self {
+        CloudHubSection {
+            websocket: Listener::on("0.0.0.0:10000"),
+            quic: Listener::off("0.0.0.0:10001"),
+            unixsocket: Listener::off("/var/lib/edgehive/cloud/cloudhub.sock"),
+            https: Listener::on("0.0.0.0:10002"),
+            advertise_address: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+            keepalive_interval: 15,
+            node_certificate_days: 365,
+        }
+    }
+}
+
+/// cloudcore's metrics address by default.
+pub const DEFAULT_CLOUD_METRICS: &str = "127.0.0.1:10004";
+
+impl Check for CloudCoreConfig {
+    fn check(&self) -> Result<(), String> {
+        let hub = &self.modules.cloud_hub;
+        if !(hub.websocket.enable || hub.quic.enable || hub.unixsocket.enable) {
+            return Err(
+                "modules.cloudHub: enable at least one of websocket, quic, unixsocket".to_owned(),
+            );
+        }
+        if hub.keepalive_interval == 0 {
+            return Err(
+                "modules.cloudHub.keepaliveInterval: must be at least 1 (seconds)".to_owned(),
+            );
+        }
+        if hub.node_certificate_days == 0 {
+            return Err("modules.cloudHub.nodeCertificateDays: must be at least 1".to_owned());
+        }
+        if hub.advertise_address.is_empty() {
+            return Err("modules.cloudHub.advertiseAddress: name at least one".to_owned());
+        }
+        for (key, listener) in [
+            ("modules.cloudHub.websocket.address", &hub.websocket),
+            ("modules.cloudHub.quic.address", &hub.quic),
+            ("modules.cloudHub.https.address", &hub.https),
+            ("modules.admin.address", &self.modules.admin),
+            ("modules.metrics.address", &self.modules.metrics),
+        ] {
+            if listener.enable {
+                check_host_port(key, &listener.address)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_host_port(key: &str, address: &str) -> Result<(), String> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!("{key}: expected host:port, got {address:?}")),
+    }
+}
+
+// ----- edgecore -----
+
+/// `edgecore.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EdgeCoreConfig {
+    /// `edgecore.config.edgehive.io/v1alpha1`.
+    pub api_version: String,
+    /// `EdgeCore`.
+    pub kind: String,
+    /// Where the node's certificate, its object store and its pods' files
+    /// live.
+    pub data_dir: PathBuf,
+    /// Log filter (RUST_LOG syntax); RUST_LOG wins when set.
+    pub log: String,
+    /// The modules.
+    pub modules: EdgeModules,
+}
+
+/// edgecore's modules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EdgeModules {
+    /// edgehub: the link to the cloud.
+    pub edge_hub: EdgeHubSection,
+    /// metamanager and its MetaServer (the edge's objects for local
+    /// applications, secrets included: keep it on loopback).
+    pub meta_manager: MetaManagerSection,
+    /// edged: pods on a CRI runtime.
+    pub edged: EdgedSection,
+    /// eventbus: the MQTT bridge.
+    pub event_bus: EventBusSection,
+    /// devicetwin.
+    pub device_twin: DeviceTwinSection,
+    /// Prometheus metrics at `/metrics`.
+    pub metrics: Listener,
+}
+
+/// edgehub's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EdgeHubSection {
+    /// The cloud's hub address (host:port, or a socket path for uds).
+    pub server: String,
+    /// `ws`, `quic` or `uds`.
+    pub transport: String,
+    /// The cloud's name in its certificate.
+    pub server_name: String,
+    /// This node's name; needed over uds only (other transports take it
+    /// from the certificate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Keepalive interval, seconds; a silent link is closed after two.
+    pub keepalive_interval: u64,
+    /// The cloud's certificate endpoints (host:port), where the node's
+    /// certificate is renewed once two thirds of its lifetime have passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_server: Option<String>,
+}
+
+/// metamanager's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MetaManagerSection {
+    /// MetaServer.
+    pub meta_server: Listener,
+}
+
+/// edged's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EdgedSection {
+    /// Whether pods run here.
+    pub enable: bool,
+    /// The CRI runtime's socket (containerd).
+    pub cri_socket: String,
+    /// The pod sandbox image.
+    pub pod_sandbox_image: String,
+    /// This node's IP, reported as its InternalIP.
+    pub node_ip: String,
+    /// edged's HTTP server (`/healthz`, `/pods`, `/containerLogs/...`);
+    /// it shows every pod's logs: keep it on loopback.
+    pub server: Listener,
+}
+
+/// Where the eventbus's broker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MqttMode {
+    /// The embedded broker, listening at `mqttServerInternal`.
+    Internal,
+    /// A broker elsewhere, at `mqttServerExternal`.
+    External,
+}
+
+/// eventbus's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EventBusSection {
+    /// Whether the eventbus (and in internal mode the broker) runs.
+    pub enable: bool,
+    /// `internal` or `external`.
+    pub mqtt_mode: MqttMode,
+    /// Where the embedded broker listens.
+    pub mqtt_server_internal: String,
+    /// The external broker, host:port.
+    pub mqtt_server_external: String,
+}
+
+/// devicetwin's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DeviceTwinSection {
+    /// Whether it runs.
+    pub enable: bool,
+    /// How often reported twins are written and sent up, milliseconds.
+    pub report_period_ms: u64,
+}
+
+impl Default for EdgeCoreConfig {
+    fn default() -> Self {
+        EdgeCoreConfig {
+            api_version: "edgecore.config.edgehive.io/v1alpha1".to_owned(),
+            kind: "EdgeCore".to_owned(),
+            data_dir: PathBuf::from("/var/lib/edgehive/edge"),
+            log: "info".to_owned(),
+            modules: EdgeModules::default(),
+        }
+    }
+}
+
+impl Default for EdgeModules {
+    fn default() -> Self {
+        EdgeModules {
+            edge_hub: EdgeHubSection::default(),
+            meta_manager: MetaManagerSection::default(),
+            edged: EdgedSection::default(),
+            event_bus: EventBusSection::default(),
+            device_twin: DeviceTwinSection::default(),
+            metrics: Listener::on(DEFAULT_EDGE_METRICS),
+        }
+    }
+}
+
+impl Default for EdgeHubSection {
+    fn default() -> Self {
+        EdgeHubSection {
+            server: "127.0.0.1:10000".to_owned(),
+            transport: "ws".to_owned(),
+            server_name: "localhost".to_owned(),
+            node_name: None,
+            keepalive_interval: 15,
+            http_server: None,
+        }
+    }
+}
+
+impl Default for MetaManagerSection {
+    fn default() -> Self {
+        MetaManagerSection {
+            meta_server: Listener::on(meta::metaserver::DEFAULT_ADDRESS),
+        }
+    }
+}
+
+impl Default for EdgedSection {
+    fn default() -> Self {
+        EdgedSection {
+            enable: true,
+            cri_socket: "/run/edgehive/containerd/containerd.sock".to_owned(),
+            pod_sandbox_image: "127.0.0.1:5000/edgehive/pause:latest".to_owned(),
+            node_ip: String::new(),
+            server: Listener::on(edged::server::DEFAULT_ADDRESS),
+        }
+    }
+}
+
+impl Default for EventBusSection {
+    fn default() -> Self {
+        EventBusSection {
+            enable: true,
+            mqtt_mode: MqttMode::Internal,
+            mqtt_server_internal: twin::broker::DEFAULT_ADDRESS.to_owned(),
+            mqtt_server_external: String::new(),
+        }
+    }
+}
+
+impl Default for DeviceTwinSection {
+    fn default() -> Self {
+        DeviceTwinSection {
+            enable: true,
+            report_period_ms: 100,
+        }
+    }
+}
+
+/// edgecore's metrics address by default.
+pub const DEFAULT_EDGE_METRICS: &str = "127.0.0.1:10351";
+
+impl Check for EdgeCoreConfig {
+    fn check(&self) -> Result<(), String> {
+        let hub = &self.modules.edge_hub;
+        if !["ws", "quic", "uds"].contains(&hub.transport.as_str()) {
+            return Err(format!(
+                "modules.edgeHub.transport: expected ws, quic or uds, got {:?}",
+                hub.transport
+            ));
+        }
+        if hub.transport != "uds" {
+            check_host_port("modules.edgeHub.server", &hub.server)?;
+        }
+        if hub.keepalive_interval == 0 {
+            return Err(
+                "modules.edgeHub.keepaliveInterval: must be at least 1 (seconds)".to_owned(),
+            );
+        }
+        if let Some(http) = &hub.http_server {
+            check_host_port("modules.edgeHub.httpServer", http)?;
+        }
+        let bus = &self.modules.event_bus;
+        if bus.enable && bus.mqtt_mode == MqttMode::External {
+            check_host_port(
+                "modules.eventBus.mqttServerExternal",
+                &bus.mqtt_server_external,
+            )?;
+        }
+        if self.modules.device_twin.report_period_ms == 0 {
+            return Err("modules.deviceTwin.reportPeriodMs: must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_print_and_read_back() {
+        let cloud = CloudCoreConfig::default();
+        assert_eq!(parse::<CloudCoreConfig>(&to_yaml(&cloud)), Ok(cloud));
+        let edge = EdgeCoreConfig::default();
+        assert_eq!(parse::<EdgeCoreConfig>(&to_yaml(&edge)), Ok(edge));
+        assert_eq!(parse::<EdgeCoreConfig>(""), Ok(EdgeCoreConfig::default()));
+    }
+
+    #[test]
+    fn a_partial_file_keeps_the_other_defaults() {
+        let edge: EdgeCoreConfig =
+            parse("modules:\n  edgeHub:\n    transport: quic\n    server: 10.0.0.1:10001\n")
+                .expect("valid");
+        assert_eq!(edge.modules.edge_hub.transport, "quic");
+        assert_eq!(edge.modules.edge_hub.keepalive_interval, 15);
+        assert!(edge.modules.edged.enable);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_what_was_expected() {
+        let unknown =
+            parse::<EdgeCoreConfig>("modules:\n  edgeHub:\n    servr: x\n").expect_err("refused");
+        assert!(
+            unknown.contains("modules.edgeHub") && unknown.contains("servr"),
+            "{unknown}"
+        );
+        let wrong_type =
+            parse::<EdgeCoreConfig>("modules:\n  edgeHub:\n    keepaliveInterval: soon\n")
+                .expect_err("refused");
+        assert!(
+            wrong_type.contains("modules.edgeHub.keepaliveInterval")
+                && wrong_type.contains("expected u64"),
+            "{wrong_type}"
+        );
+        let transport =
+            parse::<EdgeCoreConfig>("modules:\n  edgeHub:\n    transport: carrier-pigeon\n")
+                .expect_err("refused");
+        assert!(
+            transport.starts_with("modules.edgeHub.transport: expected ws, quic or uds"),
+            "{transport}"
+        );
+        let mode = parse::<EdgeCoreConfig>("modules:\n  eventBus:\n    mqttMode: remote\n")
+            .expect_err("refused");
+        assert!(
+            mode.contains("modules.eventBus.mqttMode") && mode.contains("internal"),
+            "{mode}"
+        );
+        let none = parse::<CloudCoreConfig>(
+            "modules:\n  cloudHub:\n    websocket:\n      enable: false\n      address: x:1\n",
+        )
+        .expect_err("refused");
+        assert!(none.contains("enable at least one"), "{none}");
+    }
+}
