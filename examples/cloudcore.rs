@@ -60,7 +60,8 @@ enum Command {
 /// Flags of `run`; each overrides its key in the configuration file.
 #[derive(clap::Args, Debug)]
 struct Run {
-    /// WebSocket (wss) listen address (modules.cloudHub.websocket).
+    /// WebSocket (wss) listen address (modules.cloudHub.websocket). Any of
+    /// --ws, --quic, --uds replaces the file's choice of transports.
     #[arg(long)]
     ws: Option<String>,
     /// QUIC listen address (modules.cloudHub.quic).
@@ -113,6 +114,12 @@ impl Run {
     /// The configuration with these flags applied.
     fn apply(self, mut config: CloudCoreConfig) -> Result<CloudCoreConfig> {
         let hub = &mut config.modules.cloud_hub;
+        // Transports named on the command line are the ones that run.
+        if self.ws.is_some() || self.quic.is_some() || self.uds.is_some() {
+            hub.websocket.enable = false;
+            hub.quic.enable = false;
+            hub.unixsocket.enable = false;
+        }
         override_listener(&mut hub.websocket, self.ws);
         override_listener(&mut hub.quic, self.quic);
         override_listener(

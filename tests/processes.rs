@@ -5,80 +5,14 @@
 //! MetaServer, and its deletion too.
 #![cfg(feature = "cli")]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::{Process, ctl, free_port, tempfile_dir, until};
+
+mod support;
+
 const KEEPALIVE_SECS: u64 = 2;
-
-struct Process {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Process {
-    fn start(program: &str, args: &[&str]) -> Process {
-        let mut child = Command::new(program)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Process { child, lines }
-    }
-
-    /// The first log line containing `needle`, within `limit`.
-    fn wait_for(&self, needle: &str, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => continue,
-                Err(_) => panic!("no log line with {needle:?} within {limit:?}"),
-            }
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    fn stop(mut self) {
-        self.signal("-TERM");
-        let status = self.child.wait().expect("wait");
-        assert!(status.success(), "clean exit on SIGTERM: {status}");
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A cloud and a joined edge, each its own process.
 struct Pair {
@@ -90,19 +24,6 @@ struct Pair {
     cloud_metrics: String,
     edge_metrics: String,
     dir: String,
-}
-
-/// Polls `check` every 100 ms for up to a minute (for state that only a
-/// poll can see, such as a file that a process writes).
-fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn start_pair(name: &str, node: &str) -> Pair {
@@ -220,29 +141,6 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
 
     edge.stop();
     cloud.stop();
-}
-
-fn tempfile_dir(name: &str) -> String {
-    let dir =
-        std::env::temp_dir().join(format!("edgehive-processes-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir.to_string_lossy().into_owned()
-}
-
-/// Runs edgehivectl; its exit status, stdout and stderr.
-fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
-        .arg("--server")
-        .arg(admin)
-        .args(args)
-        .output()
-        .expect("edgehivectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -303,6 +303,17 @@ impl Core {
                         objects.insert(key, msg.content().clone());
                     }
                 }
+                // Pods of that namespace write their volume files again
+                // (only what changed is rewritten).
+                let prefix = format!("{}/", resource.namespace);
+                for (pod, worker) in &self.workers {
+                    if pod.starts_with(&prefix) {
+                        let signals = worker.signals.clone();
+                        actix::spawn(async move {
+                            let _ = signals.send(Signal::Objects).await;
+                        });
+                    }
+                }
             }
             _ => {}
         }

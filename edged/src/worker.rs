@@ -40,6 +40,10 @@ pub enum Signal {
     Relist,
     /// The pod was deleted: tear it down and stop.
     Delete,
+    /// A configmap or secret in the pod's namespace changed: its volume
+    /// files are written again (as the kubelet does, running containers
+    /// see the new content).
+    Objects,
 }
 
 /// A container that is not running for a reason of edged's (a pull that
@@ -101,6 +105,9 @@ pub struct PodWorker {
     /// Whether to look for a finished status from before this edged (for
     /// pods loaded at start-up only).
     recall: bool,
+    /// The pod's configmaps or secrets may have changed since its volume
+    /// files were written.
+    refresh_volumes: bool,
     /// The last attempt started of each container.
     attempts: HashMap<String, u32>,
     /// Pods being torn down, by uid (garbage collection leaves them be).
@@ -136,6 +143,7 @@ impl PodWorker {
             ready: HashMap::new(),
             view: PodsView::default(),
             recall: false,
+            refresh_volumes: false,
             attempts: HashMap::new(),
             terminating: Terminating::default(),
         }
@@ -282,6 +290,7 @@ impl PodWorker {
             Signal::Spec(pod) => self.pod = *pod,
             Signal::Relist => {}
             Signal::Delete => self.deleting = true,
+            Signal::Objects => self.refresh_volumes = true,
         }
     }
 
@@ -321,6 +330,13 @@ impl PodWorker {
                 return Err(err);
             }
         };
+        if std::mem::take(&mut self.refresh_volumes) {
+            let objects = self.objects.read().map(|o| o.clone()).unwrap_or_default();
+            let pod_dir = self.config.pod_dir(&self.uid());
+            if let Err(err) = volumes::prepare(&self.pod, &pod_dir, &objects) {
+                warn!(pod = %spec::pod_key(&self.pod), error = %err.message, "volumes not refreshed");
+            }
+        }
         let mut observed = self.observe(&sandbox_id).await?;
         let mut wake: Option<Instant> = None;
         let mut earliest = |at: Option<Instant>| {
