@@ -425,8 +425,10 @@ fn forged_link(intruder_dir: &str, hub: &str, transport: &str, victim: &str) {
         .expect("joined");
     let kind: TransportKind = transport.parse().expect("transport");
     let identity = credentials.reloadable().expect("identity");
-    let dial = DialOptions::new(hub, "localhost")
-        .with_tls(tls::client_config_reloadable(&[credentials.ca.clone()], identity).expect("tls"));
+    let dial = DialOptions::new(hub, "localhost").with_tls(
+        tls::client_config_reloadable(std::slice::from_ref(&credentials.ca), identity)
+            .expect("tls"),
+    );
     actix::System::new().block_on(async move {
         let hive = beehive::Hive::new("intruder", beehive::HiveConfig::default());
         let config = hub::EdgeHubConfig {
