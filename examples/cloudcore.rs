@@ -175,7 +175,7 @@ fn main() -> Result<()> {
     let Some(command) = args.command else {
         anyhow::bail!("give a command: run, token (see --help)");
     };
-    let ca = CloudCa::load_or_create(&settings.data_dir.join("ca")).context("the cloud CA")?;
+    let ca = CloudCa::load_or_create(&settings.ca_dir()).context("the cloud CA")?;
     match command {
         Command::Token { ttl_secs } => {
             println!("{}", ca.issue_token(Duration::from_secs(ttl_secs)));

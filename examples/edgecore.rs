@@ -227,7 +227,7 @@ fn main() -> Result<()> {
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let pki = settings.data_dir.join("pki");
+    let pki = settings.certificate_dir();
     let Some(command) = args.command else {
         bail!("give a command: join, run (see --help)");
     };

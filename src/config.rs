@@ -175,6 +175,9 @@ pub struct CloudHubSection {
     pub keepalive_interval: u64,
     /// Lifetime of node certificates, days.
     pub node_certificate_days: u64,
+    /// Where the cloud's CA (certificate and key) lives; created on first
+    /// use. Empty: `<dataDir>/ca`.
+    pub ca_dir: PathBuf,
 }
 
 impl Default for CloudCoreConfig {
@@ -209,12 +212,40 @@ impl Default for CloudHubSection {
             advertise_address: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
             keepalive_interval: 15,
             node_certificate_days: 365,
+            ca_dir: PathBuf::new(),
         }
     }
 }
 
 /// cloudcore's metrics address by default.
 pub const DEFAULT_CLOUD_METRICS: &str = "127.0.0.1:10004";
+
+impl CloudCoreConfig {
+    /// Where the CA lives.
+    pub fn ca_dir(&self) -> PathBuf {
+        or_under(&self.modules.cloud_hub.ca_dir, &self.data_dir, "ca")
+    }
+}
+
+impl EdgeCoreConfig {
+    /// Where the node's credentials live.
+    pub fn certificate_dir(&self) -> PathBuf {
+        or_under(
+            &self.modules.edge_hub.certificate_dir,
+            &self.data_dir,
+            "pki",
+        )
+    }
+}
+
+/// `path`, or `dir/name` when `path` is empty.
+fn or_under(path: &Path, dir: &Path, name: &str) -> PathBuf {
+    if path.as_os_str().is_empty() {
+        dir.join(name)
+    } else {
+        path.to_path_buf()
+    }
+}
 
 impl Check for CloudCoreConfig {
     fn check(&self) -> Result<(), String> {
@@ -315,6 +346,10 @@ pub struct EdgeHubSection {
     /// certificate is renewed once two thirds of its lifetime have passed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_server: Option<String>,
+    /// Where the node's credentials live (`ca.crt`, and `node.pem` with
+    /// its certificate and key), written by `edgecore join`. Empty:
+    /// `<dataDir>/pki`.
+    pub certificate_dir: PathBuf,
 }
 
 /// metamanager's settings.
@@ -410,6 +445,7 @@ impl Default for EdgeHubSection {
             node_name: None,
             keepalive_interval: 15,
             http_server: None,
+            certificate_dir: PathBuf::new(),
         }
     }
 }
