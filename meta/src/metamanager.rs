@@ -98,6 +98,13 @@ impl Module for MetaManager {
                     self.hive
                         .send_resp(msg.response(module::METAMANAGER, answer));
                 }
+                // A status is the edge's own report: the cloud is never
+                // asked for one the edge does not hold.
+                Ok(None) if is_status(&resource.resource_type) => {
+                    self.hive.send_resp(
+                        msg.error_response(module::METAMANAGER, format!("{resource} not held")),
+                    );
+                }
                 Ok(None) => self.ask_the_cloud(msg, &resource),
                 Err(reason) => {
                     self.hive
