@@ -21,6 +21,7 @@
 pub mod certs;
 mod cloud;
 mod edge;
+pub mod kubeedge;
 pub mod protocol;
 pub mod queue;
 mod stats;
