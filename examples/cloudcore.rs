@@ -114,8 +114,11 @@ impl Run {
     /// The configuration with these flags applied.
     fn apply(self, mut config: CloudCoreConfig) -> Result<CloudCoreConfig> {
         let hub = &mut config.modules.cloud_hub;
-        // Transports named on the command line are the ones that run.
-        if self.ws.is_some() || self.quic.is_some() || self.uds.is_some() {
+        // Transports given an address on the command line are the ones
+        // that run ("off" only turns one off).
+        let named = |flag: &Option<String>| flag.as_deref().is_some_and(|f| f != "off");
+        let uds = self.uds.as_ref().map(|p| p.to_string_lossy().into_owned());
+        if named(&self.ws) || named(&self.quic) || named(&uds) {
             hub.websocket.enable = false;
             hub.quic.enable = false;
             hub.unixsocket.enable = false;
@@ -146,13 +149,17 @@ impl Run {
 /// Where the configuration file is read from by default.
 const DEFAULT_CONFIG: &str = "/etc/edgehive/cloudcore.yaml";
 
-fn logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+fn logging(filter: &str) -> Result<()> {
+    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => filter,
+        Err(_) => tracing_subscriber::EnvFilter::try_new(filter)
+            .map_err(|err| anyhow::anyhow!("log: {filter:?} is not a log filter: {err}"))?,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -171,7 +178,7 @@ fn main() -> Result<()> {
     if let Some(log) = args.log {
         settings.log = log;
     }
-    logging(&settings.log);
+    logging(&settings.log)?;
     let Some(command) = args.command else {
         anyhow::bail!("give a command: run, token (see --help)");
     };

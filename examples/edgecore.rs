@@ -53,9 +53,10 @@ enum Command {
         /// The cloud's certificate endpoints, host:port.
         #[arg(long)]
         certs: String,
-        /// The cloud's name in its certificate.
-        #[arg(long, default_value = "localhost")]
-        server_name: String,
+        /// The cloud's name in its certificate (default:
+        /// modules.edgeHub.serverName).
+        #[arg(long)]
+        server_name: Option<String>,
         /// A token from `cloudcore token`.
         #[arg(long, env = "EDGEHIVE_TOKEN")]
         token: String,
@@ -100,7 +101,7 @@ struct Run {
     metaserver: Option<String>,
     /// The CRI runtime's socket (containerd); "off" runs no pods
     /// (modules.edged.criSocket, modules.edged.enable).
-    #[arg(long, env = "EDGEHIVE_CRI_SOCKET")]
+    #[arg(long)]
     cri_socket: Option<String>,
     /// The pod sandbox image (modules.edged.podSandboxImage).
     #[arg(long)]
@@ -221,8 +222,11 @@ fn main() -> Result<()> {
     if let Some(log) = args.log {
         settings.log = log;
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&settings.log));
+    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => filter,
+        Err(_) => tracing_subscriber::EnvFilter::try_new(&settings.log)
+            .map_err(|err| anyhow::anyhow!("log: {:?} is not a log filter: {err}", settings.log))?,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -238,6 +242,8 @@ fn main() -> Result<()> {
             token,
             node,
         } => actix::System::new().block_on(async move {
+            let server_name =
+                server_name.unwrap_or_else(|| settings.modules.edge_hub.server_name.clone());
             let credentials = join(&certs, &server_name, &token, &node)
                 .await
                 .context("join")?;
@@ -394,16 +400,29 @@ async fn run(settings: EdgeCoreConfig, config: EdgeHubConfig) -> Result<()> {
                 let mut page = metrics::Exposition::default();
                 page.hive(&hive);
                 page.edgehub(&hub.stats, *hub.online.borrow());
+                // The statuses of the pods held (a deleted pod's last status
+                // stays in the store).
+                let held: std::collections::HashSet<String> = store
+                    .list_type(None, beehive::constants::resource_type::POD)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(key, _)| key)
+                    .collect();
                 let statuses = store
                     .list_type(None, beehive::constants::resource_type::POD_STATUS)
                     .unwrap_or_default();
-                page.pods_by_phase(statuses.iter().map(|(_, record)| {
-                    record
-                        .object
-                        .as_ref()
-                        .and_then(|status| status["phase"].as_str())
-                        .unwrap_or("Unknown")
-                }));
+                page.pods_by_phase(
+                    statuses
+                        .iter()
+                        .filter(|(key, _)| held.contains(&key.replacen("/podstatus/", "/pod/", 1)))
+                        .map(|(_, record)| {
+                            record
+                                .object
+                                .as_ref()
+                                .and_then(|status| status["phase"].as_str())
+                                .unwrap_or("Unknown")
+                        }),
+                );
                 if let Some(counts) = &twin_counts {
                     let counts = *counts.borrow();
                     page.gauge(

@@ -82,7 +82,9 @@ pub struct Listener {
     /// Whether it runs.
     #[serde(default = "yes")]
     pub enable: bool,
-    /// host:port (a socket path for a Unix socket).
+    /// host:port (a socket path for a Unix socket); checked only when it
+    /// runs.
+    #[serde(default)]
     pub address: String,
 }
 
@@ -277,6 +279,9 @@ impl Check for CloudCoreConfig {
                 check_host_port(key, &listener.address)?;
             }
         }
+        if hub.unixsocket.enable && hub.unixsocket.address.is_empty() {
+            return Err("modules.cloudHub.unixsocket.address: the socket path is empty".to_owned());
+        }
         Ok(())
     }
 }
@@ -338,13 +343,11 @@ pub struct EdgeHubSection {
     pub server_name: String,
     /// This node's name; needed over uds only (other transports take it
     /// from the certificate).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
     /// Keepalive interval, seconds; a silent link is closed after two.
     pub keepalive_interval: u64,
     /// The cloud's certificate endpoints (host:port), where the node's
     /// certificate is renewed once two thirds of its lifetime have passed.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub http_server: Option<String>,
     /// Where the node's credentials live (`ca.crt`, and `node.pem` with
     /// its certificate and key), written by `edgecore join`. Empty:
@@ -371,6 +374,7 @@ pub struct EdgedSection {
     /// The pod sandbox image.
     pub pod_sandbox_image: String,
     /// This node's IP, reported as its InternalIP.
+    #[serde(rename = "nodeIP")]
     pub node_ip: String,
     /// edged's HTTP server (`/healthz`, `/pods`, `/containerLogs/...`);
     /// it shows every pod's logs: keep it on loopback.
@@ -504,6 +508,8 @@ impl Check for EdgeCoreConfig {
         }
         if hub.transport != "uds" {
             check_host_port("modules.edgeHub.server", &hub.server)?;
+        } else if hub.server.is_empty() {
+            return Err("modules.edgeHub.server: the cloud's socket path is empty".to_owned());
         }
         if hub.keepalive_interval == 0 {
             return Err(
@@ -519,6 +525,18 @@ impl Check for EdgeCoreConfig {
                 "modules.eventBus.mqttServerExternal",
                 &bus.mqtt_server_external,
             )?;
+        }
+        for (key, listener) in [
+            (
+                "modules.metaManager.metaServer.address",
+                &self.modules.meta_manager.meta_server,
+            ),
+            ("modules.edged.server.address", &self.modules.edged.server),
+            ("modules.metrics.address", &self.modules.metrics),
+        ] {
+            if listener.enable {
+                check_host_port(key, &listener.address)?;
+            }
         }
         if self.modules.device_twin.report_period_ms == 0 {
             return Err("modules.deviceTwin.reportPeriodMs: must be at least 1".to_owned());
@@ -584,5 +602,8 @@ mod tests {
         )
         .expect_err("refused");
         assert!(none.contains("enable at least one"), "{none}");
+        let off: CloudCoreConfig =
+            parse("modules:\n  metrics:\n    enable: false\n").expect("no address needed when off");
+        assert!(!off.modules.metrics.enable);
     }
 }

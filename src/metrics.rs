@@ -74,13 +74,17 @@ impl Exposition {
                 count,
             );
         }
-        for module in hive.modules() {
+        let modules = hive.modules();
+        for module in &modules {
             self.gauge(
                 "edgehive_module_queue_depth",
                 "Messages waiting in a module's mailbox.",
                 &[("module", &module.name)],
                 module.queued as u64,
             );
+        }
+        // Each metric's samples stay together, as the format requires.
+        for module in &modules {
             self.counter(
                 "edgehive_module_restarts_total",
                 "Times a module was restarted.",

@@ -181,6 +181,7 @@ fn the_system_end_to_end(transport: &str) {
     let metaserver = format!("127.0.0.1:{}", free_port());
     let broker = format!("127.0.0.1:{}", free_port());
     let edge_metrics = format!("127.0.0.1:{}", free_port());
+    let edged_server = format!("127.0.0.1:{}", free_port());
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
     let cloud_args: Vec<String> = [
         "--data-dir",
@@ -211,7 +212,7 @@ fn the_system_end_to_end(transport: &str) {
         "--metaserver",
         &metaserver,
         "--edged-server",
-        "127.0.0.1:0",
+        &edged_server,
         "--mqtt-broker",
         &broker,
         "--metrics",
@@ -293,8 +294,14 @@ fn the_system_end_to_end(transport: &str) {
         "hello"
     );
 
-    // The cloud dies (SIGKILL): the pod keeps running.
+    // The cloud dies (SIGKILL): once the edge has noticed, the pod still
+    // runs.
     drop(cloud);
+    until("the edge noticing the cloud is gone", || {
+        scrape(&runtime, &edge_metrics)
+            .contains("edgehive_edgehub_connected 0\n")
+            .then_some(())
+    });
     assert_eq!(
         containers(&runtime, &cri, &uid),
         vec![(id.clone(), attempt, true)]
@@ -305,15 +312,25 @@ fn the_system_end_to_end(transport: &str) {
     edge.stop();
     let edge = Process::start(edgecore, &edge_args);
     edge.wait_for("metaserver ready", Duration::from_secs(30));
-    let edge_api = meta::controller::AdminClient::new(&metaserver);
-    until("the restarted edge reporting its pod Running again", || {
-        let pod = runtime
-            .block_on(edge_api.get("/api/v1/namespaces/default/pods/web"))
-            .ok()?;
-        (pod["status"]["phase"] == "Running"
-            && pod["status"]["containerStatuses"][0]["restartCount"] == 0)
+    // The restarted edged's own live view (its HTTP server), not what
+    // the store held from before.
+    let edged_api = meta::controller::AdminClient::new(&edged_server);
+    until(
+        "the restarted edged running the pod in the same container",
+        || {
+            let pods = runtime.block_on(edged_api.get("/pods")).ok()?;
+            let pod = pods["items"]
+                .as_array()?
+                .iter()
+                .find(|p| p["metadata"]["name"] == "web")?;
+            let status = &pod["status"]["containerStatuses"][0];
+            (pod["status"]["phase"] == "Running"
+                && status["containerID"] == container_id.as_str()
+                && status["restartCount"] == 0
+                && status["state"]["running"].is_object())
             .then_some(())
-    });
+        },
+    );
     assert_eq!(
         containers(&runtime, &cri, &uid),
         vec![(id.clone(), attempt, true)]
@@ -328,6 +345,15 @@ fn the_system_end_to_end(transport: &str) {
     );
     until("the node Ready again", || {
         (node_ready(&admin, &node).as_deref() == Some("True")).then_some(())
+    });
+    until("reports from the edge reaching the new cloud", || {
+        let page = scrape(&runtime, &cloud_metrics);
+        let upstream = page.lines().find_map(|l| {
+            l.strip_prefix("edgehive_cloudhub_upstream_total ")?
+                .parse::<u64>()
+                .ok()
+        })?;
+        (upstream >= 1).then_some(())
     });
     let pod = until("the pod's status converged", || {
         cloud_pod(&admin).filter(|p| {
@@ -385,7 +411,7 @@ fn the_system_end_to_end(transport: &str) {
                 .lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
         };
-        let sessions = metric("edgehive_cloudhub_sessions_total");
+        let sessions = metric("edgehive_cloudhub_sessions_total").expect("sessions metric");
         let intruder_dir = format!("{dir}/intruder");
         join("intruder", &intruder_dir);
         forged_link(&intruder_dir, &hub, transport, &node);
@@ -394,7 +420,7 @@ fn the_system_end_to_end(transport: &str) {
         });
         assert_eq!(
             metric("edgehive_cloudhub_sessions_total"),
-            sessions,
+            Some(sessions),
             "no session for the intruder"
         );
         let (ok, out, _) = ctl(&admin, &["get", "nodes"]);

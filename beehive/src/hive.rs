@@ -231,10 +231,11 @@ impl Hive {
             }
             registry.start_order.retain(|n| n != &name);
             registry.start_order.push(name.clone());
-            let handled = registry
+            // Counters survive a module started again under its name.
+            let (handled, restarts) = registry
                 .modules
                 .get(&name)
-                .map(|slot| slot.handled.clone())
+                .map(|slot| (slot.handled.clone(), slot.restarts))
                 .unwrap_or_default();
             registry.modules.insert(
                 name.clone(),
@@ -245,7 +246,7 @@ impl Hive {
                     control,
                     flush_timeout: config.flush_timeout(),
                     running: true,
-                    restarts: 0,
+                    restarts,
                 },
             );
             registry.rebuild_group(&group);

@@ -153,6 +153,8 @@ impl PodWorker {
     /// started (a pod loaded from the store at start-up).
     pub fn recalling(mut self) -> Self {
         self.recall = true;
+        // A configmap may have changed while edged was down.
+        self.refresh_volumes = true;
         self
     }
 
@@ -334,7 +336,8 @@ impl PodWorker {
             let objects = self.objects.read().map(|o| o.clone()).unwrap_or_default();
             let pod_dir = self.config.pod_dir(&self.uid());
             if let Err(err) = volumes::prepare(&self.pod, &pod_dir, &objects) {
-                warn!(pod = %spec::pod_key(&self.pod), error = %err.message, "volumes not refreshed");
+                warn!(pod = %spec::pod_key(&self.pod), error = %err.message, "volumes not refreshed; trying again");
+                self.refresh_volumes = true;
             }
         }
         let mut observed = self.observe(&sandbox_id).await?;
