@@ -647,6 +647,8 @@ async fn open_session(
             stats,
         }
     });
+    // The node waits for a first word before it counts its link as up.
+    let _ = sender.try_send(&protocol::keepalive(module::CLOUDHUB), Lane::Ordered);
     // Sent before the session can report an ack: both come from this arbiter.
     hub.do_send(SessionUp { node, id, sender });
 }

@@ -409,10 +409,30 @@ async fn run_link(
     if sender.send(&protocol::hello(&config.node)).await.is_err() {
         return;
     }
+    // Up only once the cloud has accepted the hello (it answers at once);
+    // a refused link must not take the offline backlog with it.
+    let first = tokio::select! {
+        first = tokio::time::timeout(config.keepalive * 7 / 4, receiver.recv()) => first,
+        _ = cut.notified() => return,
+    };
+    let first = match first {
+        Ok(Some(Ok(msg))) => msg,
+        Ok(Some(Err(err))) => return warn!(error = %err, "link to the cloud failed"),
+        Ok(None) => return warn!("the cloud closed the link after the hello (refused?)"),
+        Err(_) => {
+            // Silence, as a frozen cloud keeps it: a keepalive timeout.
+            warn!("no answer from the cloud to the hello; closing the link");
+            stats.count(&stats.keepalive_timeouts);
+            return;
+        }
+    };
     hub.do_send(LinkUp {
         id,
         sender: sender.clone(),
     });
+    if protocol::kind(&first) == Kind::Payload {
+        deliver(first, &sender, hive, config, stats).await;
+    }
     let keepalive = config.keepalive;
     let mut ticker = tokio::time::interval(keepalive / 4);
     let mut last_seen = Instant::now();
