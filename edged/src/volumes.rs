@@ -167,6 +167,7 @@ fn write_files(
             }
         }
     }
+    let mut written = std::collections::HashSet::new();
     for (relative, bytes, mode) in files {
         // No way out of the volume.
         if relative
@@ -176,6 +177,7 @@ fn write_files(
             continue;
         }
         let path = dir.join(&relative);
+        written.insert(path.clone());
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
@@ -186,6 +188,21 @@ fn write_files(
         }
         let mode = mode.or(default_mode).unwrap_or(0o644) as u32;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o777))?;
+    }
+    // A key the object no longer has leaves the volume too.
+    remove_unlisted(dir, &written)
+}
+
+/// Removes the files under `dir` that are not in `keep`.
+fn remove_unlisted(dir: &Path, keep: &std::collections::HashSet<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            remove_unlisted(&path, keep)?;
+        } else if !keep.contains(&path) {
+            std::fs::remove_file(&path)?;
+        }
     }
     Ok(())
 }
@@ -287,5 +304,20 @@ mod tests {
         // A missing configmap is an error that says which.
         let err = prepare(&pod, dir.path(), &Objects::new()).expect_err("missing");
         assert!(err.message.contains("settings"), "{err}");
+
+        // An update rewrites what changed and removes what went away.
+        let mut updated = objects.clone();
+        updated.insert(
+            "ns/configmap/settings".to_owned(),
+            json!({"data": {"speed": "slow"}}),
+        );
+        let volumes = prepare(&pod, dir.path(), &updated).expect("volumes");
+        let conf = &volumes["conf"].path;
+        assert_eq!(
+            std::fs::read_to_string(conf.join("speed")).expect("file"),
+            "slow"
+        );
+        assert!(!conf.join("mode").exists(), "a removed key's file stays");
+        assert!(volumes["creds"].path.join("nested/token").exists());
     }
 }
