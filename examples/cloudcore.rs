@@ -97,19 +97,6 @@ struct Run {
     metrics: Option<String>,
 }
 
-/// Applies `flag` to `listener`: an address enables it there, "off"
-/// disables it.
-fn override_listener(listener: &mut config::Listener, flag: Option<String>) {
-    match flag.as_deref() {
-        None => {}
-        Some("off") => listener.enable = false,
-        Some(address) => {
-            listener.enable = true;
-            listener.address = address.to_owned();
-        }
-    }
-}
-
 impl Run {
     /// The configuration with these flags applied.
     fn apply(self, mut config: CloudCoreConfig) -> Result<CloudCoreConfig> {
@@ -123,13 +110,11 @@ impl Run {
             hub.quic.enable = false;
             hub.unixsocket.enable = false;
         }
-        override_listener(&mut hub.websocket, self.ws);
-        override_listener(&mut hub.quic, self.quic);
-        override_listener(
-            &mut hub.unixsocket,
-            self.uds.map(|p| p.to_string_lossy().into_owned()),
-        );
-        override_listener(&mut hub.https, self.certs);
+        hub.websocket.apply_flag(self.ws);
+        hub.quic.apply_flag(self.quic);
+        hub.unixsocket
+            .apply_flag(self.uds.map(|p| p.to_string_lossy().into_owned()));
+        hub.https.apply_flag(self.certs);
         if !self.names.is_empty() {
             hub.advertise_address = self.names;
         }
@@ -139,8 +124,8 @@ impl Run {
         if let Some(days) = self.cert_days {
             hub.node_certificate_days = days;
         }
-        override_listener(&mut config.modules.admin, self.admin);
-        override_listener(&mut config.modules.metrics, self.metrics);
+        config.modules.admin.apply_flag(self.admin);
+        config.modules.metrics.apply_flag(self.metrics);
         config::Check::check(&config).map_err(|reason| anyhow::anyhow!("{reason}"))?;
         Ok(config)
     }

@@ -130,19 +130,6 @@ struct Run {
     metrics: Option<String>,
 }
 
-/// Applies `flag` to `listener`: an address enables it there, "off"
-/// disables it.
-fn override_listener(listener: &mut config::Listener, flag: Option<String>) {
-    match flag.as_deref() {
-        None => {}
-        Some("off") => listener.enable = false,
-        Some(address) => {
-            listener.enable = true;
-            listener.address = address.to_owned();
-        }
-    }
-}
-
 impl Run {
     /// The configuration with these flags applied.
     fn apply(self, mut config: EdgeCoreConfig) -> Result<EdgeCoreConfig> {
@@ -166,7 +153,7 @@ impl Run {
         if self.certs.is_some() {
             hub.http_server = self.certs;
         }
-        override_listener(&mut modules.meta_manager.meta_server, self.metaserver);
+        modules.meta_manager.meta_server.apply_flag(self.metaserver);
         match self.cri_socket.as_deref() {
             None => {}
             Some("off") => modules.edged.enable = false,
@@ -181,7 +168,7 @@ impl Run {
         if let Some(ip) = self.node_ip {
             modules.edged.node_ip = ip;
         }
-        override_listener(&mut modules.edged.server, self.edged_server);
+        modules.edged.server.apply_flag(self.edged_server);
         let bus = &mut modules.event_bus;
         match (self.mqtt, self.mqtt_broker.as_deref()) {
             (Some(external), _) => {
@@ -197,7 +184,7 @@ impl Run {
             }
             (None, None) => {}
         }
-        override_listener(&mut modules.metrics, self.metrics);
+        modules.metrics.apply_flag(self.metrics);
         config::Check::check(&config).map_err(|reason| anyhow::anyhow!("{reason}"))?;
         Ok(config)
     }

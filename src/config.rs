@@ -103,6 +103,19 @@ impl Listener {
         }
     }
 
+    /// Applies a command-line flag: an address enables it there, "off"
+    /// disables it, none leaves it as the file says.
+    pub fn apply_flag(&mut self, flag: Option<String>) {
+        match flag.as_deref() {
+            None => {}
+            Some("off") => self.enable = false,
+            Some(address) => {
+                self.enable = true;
+                self.address = address.to_owned();
+            }
+        }
+    }
+
     /// Its address, when it runs.
     pub fn enabled(&self) -> Option<&str> {
         self.enable.then_some(self.address.as_str())

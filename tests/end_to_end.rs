@@ -18,7 +18,7 @@ use std::time::Duration;
 use edged::Cri;
 use edged::cri::api;
 use serde_json::Value;
-use support::{Process, ctl, free_port, tempfile_dir, until};
+use support::{Process, ctl, free_port, join_node, tempfile_dir, until};
 
 mod support;
 
@@ -235,28 +235,7 @@ fn the_system_end_to_end(transport: &str) {
 
     let cloud = Process::start(cloudcore, &cloud_args);
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
-    let join = |name: &str, data_dir: &str| {
-        let token = std::process::Command::new(cloudcore)
-            .args(["--data-dir", &cloud_dir, "token", "--ttl-secs", "600"])
-            .output()
-            .expect("token");
-        let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
-        let joined = std::process::Command::new(edgecore)
-            .args([
-                "--data-dir",
-                data_dir,
-                "join",
-                "--certs",
-                &certs,
-                "--token",
-                &token,
-                "--node",
-                name,
-            ])
-            .status()
-            .expect("join");
-        assert!(joined.success());
-    };
+    let join = |name: &str, data_dir: &str| join_node(&cloud_dir, &certs, name, data_dir);
     if transport != "uds" {
         join(&node, &edge_dir);
     }

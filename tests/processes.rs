@@ -5,10 +5,9 @@
 //! MetaServer, and its deletion too.
 #![cfg(feature = "cli")]
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Process, ctl, free_port, tempfile_dir, until};
+use support::{Process, ctl, free_port, join_node, tempfile_dir, until};
 
 mod support;
 
@@ -59,30 +58,7 @@ fn start_pair(name: &str, node: &str) -> Pair {
         ],
     );
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
-    let token = Command::new(cloudcore)
-        .args(["--data-dir", &cloud_dir, "token", "--ttl-secs", "600"])
-        .output()
-        .expect("token");
-    assert!(token.status.success());
-    let token = String::from_utf8(token.stdout)
-        .expect("utf8")
-        .trim()
-        .to_owned();
-    let joined = Command::new(edgecore)
-        .args([
-            "--data-dir",
-            &edge_dir,
-            "join",
-            "--certs",
-            &certs,
-            "--token",
-            &token,
-            "--node",
-            node,
-        ])
-        .status()
-        .expect("join");
-    assert!(joined.success());
+    join_node(&cloud_dir, &certs, node, &edge_dir);
 
     // From now on edgecore runs without the token.
     let edge = Process::start(

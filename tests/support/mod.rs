@@ -116,3 +116,30 @@ pub fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Joins node `name` (its data in `data_dir`) to the cloud whose data is in
+/// `cloud_dir` and whose certificate endpoints are at `certs`, with a fresh
+/// token, as a user would: `cloudcore token`, then `edgecore join`.
+pub fn join_node(cloud_dir: &str, certs: &str, name: &str, data_dir: &str) {
+    let token = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .args(["--data-dir", cloud_dir, "token", "--ttl-secs", "600"])
+        .output()
+        .expect("token");
+    assert!(token.status.success(), "cloudcore token failed");
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
+    let joined = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+        .args([
+            "--data-dir",
+            data_dir,
+            "join",
+            "--certs",
+            certs,
+            "--token",
+            &token,
+            "--node",
+            name,
+        ])
+        .status()
+        .expect("join");
+    assert!(joined.success(), "edgecore join failed");
+}
