@@ -53,12 +53,22 @@ async fn a_forged_node_name_is_refused(kind: TransportKind) {
         edge_config(&world, "n2", Some("n1"), &cloud.address, KEEPALIVE),
         &world.path("edge.redb"),
     );
+    // A report waiting to go up: a refused link must not take it.
+    let report =
+        Message::new().build_router("edged", group::RESOURCE, "default/podstatus/kept", "update");
+    edge.hive
+        .send(module::EDGEHUB, report)
+        .await
+        .expect("queued");
     let hub = cloud.handle.stats.clone();
     eventually(&hub.changes, "two refusals", || {
         get(&hub.refused_links) >= 2
     })
     .await;
     assert_eq!(get(&hub.sessions_opened), 0);
+    let stats = &edge.handle.stats;
+    assert_eq!(get(&stats.upstream_sent), 0, "sent on a refused link");
+    assert!(!*edge.handle.online.borrow());
     assert!(
         edge.store
             .get("default/pod/for-n2")
