@@ -43,6 +43,7 @@ mod error;
 pub mod frame;
 mod link;
 mod listener;
+#[cfg(any(feature = "quic", feature = "uds"))]
 mod stream;
 #[cfg(feature = "tls")]
 pub mod tls;
@@ -69,6 +70,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Four bytes a dialer sends first on byte-stream transports (UDS, QUIC's
 /// ordered stream): a protocol check before any frame.
+#[cfg(any(feature = "quic", feature = "uds"))]
 pub(crate) const PREAMBLE: [u8; 4] = *b"EHV1";
 
 /// One way of linking a cloud and an edge.
@@ -191,6 +193,7 @@ impl ListenOptions {
     }
 
     /// Whether TLS is configured.
+    #[cfg(feature = "uds")]
     pub(crate) fn has_tls(&self) -> bool {
         #[cfg(feature = "tls")]
         return self.tls.is_some();
@@ -242,6 +245,7 @@ impl DialOptions {
     }
 
     /// Whether TLS is configured.
+    #[cfg(feature = "uds")]
     pub(crate) fn has_tls(&self) -> bool {
         #[cfg(feature = "tls")]
         return self.tls.is_some();

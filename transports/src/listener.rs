@@ -57,6 +57,7 @@ impl Listener {
     }
 
     /// Runs `f` when the listener shuts down (QUIC closes its endpoint).
+    #[cfg(any(feature = "quic", feature = "uds"))]
     pub(crate) fn on_shutdown(
         mut self,
         f: impl FnOnce() -> ShutdownFuture + Send + 'static,

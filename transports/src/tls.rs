@@ -269,6 +269,7 @@ pub fn key_from_pem(pem: &[u8]) -> Result<PrivateKeyDer<'static>, TransportError
 }
 
 /// The server name to verify, from a host name or an IP address.
+#[cfg(feature = "ws")]
 pub(crate) fn server_name(name: &str) -> Result<ServerName<'static>, TransportError> {
     ServerName::try_from(name.to_owned()).map_err(|e| tls_error("server name", e))
 }
