@@ -56,7 +56,7 @@ mod uds;
 mod ws;
 
 pub use error::{FrameError, TransportError};
-pub use link::{Lane, Limits, Link, LinkReceiver, LinkSender, PeerIdentity};
+pub use link::{Lane, Limits, Link, LinkReceiver, LinkSender, MAX_HEADERS, PeerIdentity};
 pub use listener::Listener;
 #[cfg(feature = "quic")]
 pub use quic::{ALPN, Quic};
@@ -216,6 +216,9 @@ pub struct DialOptions {
     pub allow_plaintext: bool,
     /// Frame size, timeouts, queues.
     pub limits: Limits,
+    /// Headers sent with a WebSocket upgrade request (other transports
+    /// have none).
+    pub headers: Vec<(String, String)>,
 }
 
 impl DialOptions {
@@ -228,7 +231,14 @@ impl DialOptions {
             tls: None,
             allow_plaintext: false,
             limits: Limits::default(),
+            headers: Vec::new(),
         }
+    }
+
+    /// With a header on the WebSocket upgrade request.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
     }
 
     /// With a client TLS configuration (see [`tls::client_config`]).

@@ -41,7 +41,15 @@ pub struct PeerIdentity {
     pub common_name: Option<String>,
     /// The peer's certificate chain (DER), leaf first; empty without TLS.
     pub certificates: Vec<Vec<u8>>,
+    /// The headers of a WebSocket upgrade request (lower-case names, at
+    /// most [`MAX_HEADERS`]), as the accepting side saw them; empty for
+    /// other transports. KubeEdge's edges name themselves here
+    /// (`node_id`).
+    pub headers: Vec<(String, String)>,
 }
+
+/// Upgrade headers kept per link at most.
+pub const MAX_HEADERS: usize = 64;
 
 /// Size limits, timeouts and queue depths of a listener or a dial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -292,6 +292,7 @@ pub(crate) fn identity(remote: String, chain: Option<&[CertificateDer<'_>]>) -> 
         remote,
         common_name: certificates.first().and_then(|leaf| common_name(leaf)),
         certificates,
+        headers: Vec::new(),
     }
 }
 

@@ -117,18 +117,32 @@ where
 
 async fn upgrade_server<S>(
     stream: S,
-    peer: PeerIdentity,
+    mut peer: PeerIdentity,
     path: Arc<str>,
     limits: Limits,
 ) -> Result<Link, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // The request's headers, kept for the link's peer identity.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = seen.clone();
     // tungstenite's callback signature, large error variant and all.
     #[allow(clippy::result_large_err)]
     let check_path =
         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
             if request.uri().path() == &*path {
+                let headers: Vec<(String, String)> = request
+                    .headers()
+                    .iter()
+                    .filter_map(|(name, value)| {
+                        Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                    })
+                    .take(crate::link::MAX_HEADERS)
+                    .collect();
+                if let Ok(mut kept) = keep.lock() {
+                    *kept = headers;
+                }
                 Ok(response)
             } else {
                 let mut refusal = ErrorResponse::new(Some(format!(
@@ -143,20 +157,33 @@ where
         tokio_tungstenite::accept_hdr_async_with_config(stream, check_path, Some(config(&limits)))
             .await
             .map_err(ws_error)?;
+    if let Ok(mut kept) = seen.lock() {
+        peer.headers = std::mem::take(&mut *kept);
+    }
     Ok(into_link(ws, peer, &limits))
 }
 
 async fn upgrade_client<S>(
     stream: S,
     url: String,
+    headers: &[(String, String)],
     peer: PeerIdentity,
     limits: Limits,
 ) -> Result<Link, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().map_err(ws_error)?;
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| TransportError::Config(format!("header name {name:?}: {e}")))?;
+        let value = http::HeaderValue::from_str(value)
+            .map_err(|e| TransportError::Config(format!("header value {value:?}: {e}")))?;
+        request.headers_mut().append(name, value);
+    }
     let (ws, _response) =
-        tokio_tungstenite::client_async_with_config(url, stream, Some(config(&limits)))
+        tokio_tungstenite::client_async_with_config(request, stream, Some(config(&limits)))
             .await
             .map_err(ws_error)?;
     Ok(into_link(ws, peer, &limits))
@@ -248,7 +275,7 @@ impl Transport for WebSocket {
                             .map_err(|e| TransportError::Tls(e.to_string()))?;
                         let peer = tls::identity(remote, stream.get_ref().1.peer_certificates());
                         let url = format!("wss://{}{}", options.server_name, self.path);
-                        upgrade_client(stream, url, peer, limits).await
+                        upgrade_client(stream, url, &options.headers, peer, limits).await
                     }
                     (None, true) => {
                         let peer = PeerIdentity {
@@ -256,7 +283,7 @@ impl Transport for WebSocket {
                             ..PeerIdentity::default()
                         };
                         let url = format!("ws://{}{}", options.address, self.path);
-                        upgrade_client(tcp, url, peer, limits).await
+                        upgrade_client(tcp, url, &options.headers, peer, limits).await
                     }
                     (None, false) => Err(TransportError::Config(
                         "WebSocket without TLS must be allowed explicitly (allow_plaintext)".into(),

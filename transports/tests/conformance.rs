@@ -417,3 +417,36 @@ conformance!(
         a_stalled_handshake_holds_up_nobody,
     ]
 );
+
+/// A WebSocket upgrade carries the dialer's headers to the accepting side
+/// (KubeEdge's edges name themselves there), over mutual TLS.
+#[tokio::test]
+async fn websocket_upgrade_headers_reach_the_accepting_side() {
+    let rig = Rig::new(TransportKind::WebSocket);
+    let mut listener = rig.listen().await;
+    let dial = rig
+        .dial_options(&listener)
+        .with_header("node_id", "edge-7")
+        .with_header("project_id", "e632aba927ea4ac2b575ec1603d56f10")
+        .with_header("ConnectionUse", "msg");
+    let _client = rig.transport.dial(&dial).await.expect("dial");
+    let server = within(listener.accept()).await.expect("accepted link");
+    let header = |name: &str| {
+        server
+            .peer
+            .headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    };
+    assert_eq!(header("node_id"), Some("edge-7"));
+    assert_eq!(
+        header("project_id"),
+        Some("e632aba927ea4ac2b575ec1603d56f10")
+    );
+    assert_eq!(header("connectionuse"), Some("msg"), "names are lower-case");
+    assert_eq!(server.peer.common_name.as_deref(), Some("node-a"));
+    // A header that cannot be sent is a clear error, not a panic.
+    let bad = rig.dial_options(&listener).with_header("bad name", "x");
+    assert!(rig.transport.dial(&bad).await.is_err());
+}
