@@ -21,7 +21,9 @@
 pub mod certs;
 mod cloud;
 mod edge;
-pub mod kubeedge;
+/// KubeEdge's JSON message format (lives with the transports, which can
+/// carry it on a link).
+pub use transports::kubeedge;
 pub mod protocol;
 pub mod queue;
 mod stats;

@@ -31,6 +31,9 @@ pub enum FrameError {
     /// The peer does not speak this protocol (wrong preamble or frame type).
     #[error("peer does not speak the edgehive protocol: {0}")]
     Protocol(String),
+    /// A frame of a foreign codec (KubeEdge's JSON) that is not a message.
+    #[error("frame is not a valid message: {0}")]
+    Foreign(String),
 }
 
 /// What can go wrong with a listener, a dial or a link.

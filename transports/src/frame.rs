@@ -31,6 +31,45 @@ pub fn decode(payload: &[u8]) -> Result<Message, FrameError> {
     Message::from_bytes(payload).map_err(FrameError::Decode)
 }
 
+/// How a link turns messages into frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Codec {
+    /// edgehive's own: MessagePack, one message per frame.
+    #[default]
+    MessagePack,
+    /// KubeEdge's: JSON, one message per frame (see [`crate::kubeedge`]),
+    /// for KubeEdge peers.
+    KubeEdgeJson,
+}
+
+impl Codec {
+    /// Encodes `msg`, refusing a frame larger than `max`.
+    pub fn encode(self, msg: &Message, max: usize) -> Result<Bytes, FrameError> {
+        match self {
+            Codec::MessagePack => encode(msg, max),
+            Codec::KubeEdgeJson => {
+                let payload = crate::kubeedge::encode(msg);
+                if payload.len() > max {
+                    return Err(FrameError::TooLarge {
+                        len: payload.len(),
+                        max,
+                    });
+                }
+                Ok(Bytes::from(payload))
+            }
+        }
+    }
+
+    /// Decodes a frame payload (already within the frame limit).
+    pub fn decode(self, payload: &[u8]) -> Result<Message, FrameError> {
+        match self {
+            Codec::MessagePack => decode(payload),
+            Codec::KubeEdgeJson => crate::kubeedge::decode(payload, usize::MAX)
+                .map_err(|err| FrameError::Foreign(err.to_string())),
+        }
+    }
+}
+
 /// Appends the length prefix and `payload` to `dst`.
 pub fn put_length_prefixed(dst: &mut BytesMut, payload: &[u8]) {
     dst.reserve(LENGTH_PREFIX + payload.len());

@@ -41,6 +41,7 @@ use std::pin::Pin;
 
 mod error;
 pub mod frame;
+pub mod kubeedge;
 mod link;
 mod listener;
 #[cfg(any(feature = "quic", feature = "uds"))]
@@ -56,6 +57,7 @@ mod uds;
 mod ws;
 
 pub use error::{FrameError, TransportError};
+pub use frame::Codec;
 pub use link::{Lane, Limits, Link, LinkReceiver, LinkSender, MAX_HEADERS, PeerIdentity};
 pub use listener::Listener;
 #[cfg(feature = "quic")]
@@ -165,6 +167,8 @@ pub struct ListenOptions {
     pub allow_plaintext: bool,
     /// Frame size, timeouts, queues.
     pub limits: Limits,
+    /// How messages become frames on the links accepted here.
+    pub codec: Codec,
 }
 
 impl ListenOptions {
@@ -176,7 +180,14 @@ impl ListenOptions {
             tls: None,
             allow_plaintext: false,
             limits: Limits::default(),
+            codec: Codec::default(),
         }
+    }
+
+    /// With another codec (KubeEdge's JSON for KubeEdge peers).
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
     }
 
     /// With a server TLS configuration (see [`tls::server_config`]).
@@ -219,6 +230,8 @@ pub struct DialOptions {
     /// Headers sent with a WebSocket upgrade request (other transports
     /// have none).
     pub headers: Vec<(String, String)>,
+    /// How messages become frames on the dialed link.
+    pub codec: Codec,
 }
 
 impl DialOptions {
@@ -232,7 +245,14 @@ impl DialOptions {
             allow_plaintext: false,
             limits: Limits::default(),
             headers: Vec::new(),
+            codec: Codec::default(),
         }
+    }
+
+    /// With another codec (KubeEdge's JSON to talk to KubeEdge).
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
     }
 
     /// With a header on the WebSocket upgrade request.
@@ -264,8 +284,21 @@ impl DialOptions {
     }
 }
 
+/// Refuses a codec other than edgehive's own on `transport` (KubeEdge's
+/// JSON travels on WebSocket links only).
+#[cfg(any(feature = "quic", feature = "uds"))]
+pub(crate) fn native_codec_only(codec: Codec, transport: &str) -> Result<(), TransportError> {
+    if codec == Codec::MessagePack {
+        Ok(())
+    } else {
+        Err(TransportError::Config(format!(
+            "{transport} links carry edgehive's own codec only; KubeEdge's JSON is for WebSocket"
+        )))
+    }
+}
+
 /// Refuses TLS settings for a transport that carries none.
-#[allow(dead_code)]
+#[cfg(feature = "uds")]
 pub(crate) fn refuse_tls(has_tls: bool, transport: &str) -> Result<(), TransportError> {
     if has_tls {
         return Err(TransportError::Config(format!(

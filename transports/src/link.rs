@@ -15,7 +15,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use crate::error::{FrameError, TransportError};
-use crate::frame::{self, DEFAULT_MAX_FRAME};
+use crate::frame::{Codec, DEFAULT_MAX_FRAME};
 
 /// Which stream of a link a message travels on.
 ///
@@ -149,6 +149,7 @@ pub struct Link {
 pub struct LinkSender {
     outbox: Arc<SenderGuard>,
     max_frame: usize,
+    codec: Codec,
     state: Arc<LinkState>,
 }
 
@@ -161,7 +162,7 @@ impl LinkSender {
 
     /// Sends a message on `lane`.
     pub async fn send_on(&self, msg: &Message, lane: Lane) -> Result<(), TransportError> {
-        let frame = frame::encode(msg, self.max_frame)?;
+        let frame = self.codec.encode(msg, self.max_frame)?;
         self.send_frame(frame, lane).await
     }
 
@@ -186,7 +187,7 @@ impl LinkSender {
     /// Queues a message without waiting (encoded within this link's frame
     /// limit): [`TransportError::QueueFull`] when the send queue is full.
     pub fn try_send(&self, msg: &Message, lane: Lane) -> Result<(), TransportError> {
-        let frame = frame::encode(msg, self.max_frame)?;
+        let frame = self.codec.encode(msg, self.max_frame)?;
         self.try_send_frame(frame, lane)
     }
 
@@ -272,6 +273,7 @@ impl LinkSender {
 /// task that calls [`LinkReceiver::recv`]: no hop through another task, and
 /// decoding runs beside the sending side's writer. `recv` is cancel-safe.
 pub struct LinkReceiver {
+    codec: Codec,
     source: Box<dyn FrameSource>,
     state: Arc<LinkState>,
     peer: String,
@@ -286,7 +288,7 @@ impl LinkReceiver {
             Ok(frame) => frame,
             Err(err) => return Some(Err(err)),
         };
-        match frame::decode(&frame) {
+        match self.codec.decode(&frame) {
             Ok(msg) => Some(Ok(msg)),
             Err(err) => {
                 warn!(peer = %self.peer, error = %err, "closing link");
@@ -367,6 +369,7 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
     source: S,
     sink: K,
     limits: &Limits,
+    codec: Codec,
 ) -> Link {
     let (closed, _) = watch::channel(false);
     let state = Arc::new(LinkState { closed });
@@ -386,9 +389,11 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
         sender: LinkSender {
             outbox: Arc::new(SenderGuard { outbox }),
             max_frame: limits.max_frame,
+            codec,
             state: state.clone(),
         },
         receiver: LinkReceiver {
+            codec,
             source: Box::new(source),
             state,
             peer: peer.remote.clone(),

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::error::{FrameError, TransportError};
+use crate::frame::Codec;
 use crate::frame::LENGTH_PREFIX;
 use crate::link::{FrameSink, FrameSource, Lane, Limits, Link, spawn_link};
 use crate::listener::Listener;
@@ -171,7 +172,7 @@ fn into_link(connection: Connection, send: SendStream, recv: RecvStream, limits:
         connection,
         ordered: StreamSink::new(send),
     };
-    spawn_link(peer, source, sink, limits)
+    spawn_link(peer, source, sink, limits, Codec::MessagePack)
 }
 
 impl Quic {
@@ -203,6 +204,7 @@ impl Transport for Quic {
         options: &'a ListenOptions,
     ) -> BoxFuture<'a, Result<Listener, TransportError>> {
         Box::pin(async move {
+            crate::native_codec_only(options.codec, "quic")?;
             let Some(tls) = options.tls.as_ref() else {
                 return Err(TransportError::Config(
                     "QUIC always needs a TLS server configuration".into(),
@@ -276,6 +278,7 @@ impl Transport for Quic {
 
     fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>> {
         Box::pin(async move {
+            crate::native_codec_only(options.codec, "quic")?;
             let Some(tls) = options.tls.as_ref() else {
                 return Err(TransportError::Config(
                     "QUIC always needs a TLS client configuration".into(),

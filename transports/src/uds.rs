@@ -11,6 +11,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
 use crate::error::{FrameError, TransportError};
+use crate::frame::Codec;
 use crate::link::{Limits, Link, PeerIdentity, spawn_link};
 use crate::listener::Listener;
 use crate::stream::{StreamSink, StreamSource};
@@ -43,6 +44,7 @@ fn link(stream: UnixStream, remote: String, limits: &Limits) -> Link {
         StreamSource::new(read, limits.max_frame),
         StreamSink::new(write),
         limits,
+        Codec::MessagePack,
     )
 }
 
@@ -82,6 +84,7 @@ impl Transport for UnixSocket {
         options: &'a ListenOptions,
     ) -> BoxFuture<'a, Result<Listener, TransportError>> {
         Box::pin(async move {
+            crate::native_codec_only(options.codec, "uds")?;
             refuse_tls(options.has_tls(), "uds")?;
             let path = PathBuf::from(&options.address);
             clear_stale_socket(&path)?;
@@ -119,6 +122,7 @@ impl Transport for UnixSocket {
 
     fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>> {
         Box::pin(async move {
+            crate::native_codec_only(options.codec, "uds")?;
             refuse_tls(options.has_tls(), "uds")?;
             let limits = options.limits;
             let mut stream = tokio::time::timeout(

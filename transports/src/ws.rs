@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, htt
 use tracing::warn;
 
 use crate::error::{FrameError, TransportError};
+use crate::frame::Codec;
 use crate::link::{FrameSink, FrameSource, Lane, Limits, Link, PeerIdentity, spawn_link};
 use crate::listener::Listener;
 use crate::tls;
@@ -107,12 +108,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S>
     }
 }
 
-fn into_link<S>(ws: WebSocketStream<S>, peer: PeerIdentity, limits: &Limits) -> Link
+fn into_link<S>(ws: WebSocketStream<S>, peer: PeerIdentity, limits: &Limits, codec: Codec) -> Link
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, stream) = ws.split();
-    spawn_link(peer, WsSource { stream }, WsSink { sink }, limits)
+    spawn_link(peer, WsSource { stream }, WsSink { sink }, limits, codec)
 }
 
 async fn upgrade_server<S>(
@@ -120,6 +121,7 @@ async fn upgrade_server<S>(
     mut peer: PeerIdentity,
     path: Arc<str>,
     limits: Limits,
+    codec: Codec,
 ) -> Result<Link, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -160,7 +162,7 @@ where
     if let Ok(mut kept) = seen.lock() {
         peer.headers = std::mem::take(&mut *kept);
     }
-    Ok(into_link(ws, peer, &limits))
+    Ok(into_link(ws, peer, &limits, codec))
 }
 
 async fn upgrade_client<S>(
@@ -169,6 +171,7 @@ async fn upgrade_client<S>(
     headers: &[(String, String)],
     peer: PeerIdentity,
     limits: Limits,
+    codec: Codec,
 ) -> Result<Link, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -186,7 +189,7 @@ where
         tokio_tungstenite::client_async_with_config(request, stream, Some(config(&limits)))
             .await
             .map_err(ws_error)?;
-    Ok(into_link(ws, peer, &limits))
+    Ok(into_link(ws, peer, &limits, codec))
 }
 
 impl Transport for WebSocket {
@@ -216,6 +219,7 @@ impl Transport for WebSocket {
                 .map_err(|e| TransportError::io("local address", e))?
                 .to_string();
             let path: Arc<str> = self.path.as_str().into();
+            let codec = options.codec;
             Ok(Listener::new(local, &options.limits, move |queue| {
                 tokio::spawn(async move {
                     loop {
@@ -242,14 +246,14 @@ impl Transport for WebSocket {
                                         remote,
                                         stream.get_ref().1.peer_certificates(),
                                     );
-                                    upgrade_server(stream, peer, path, limits).await
+                                    upgrade_server(stream, peer, path, limits, codec).await
                                 }
                                 None => {
                                     let peer = PeerIdentity {
                                         remote,
                                         ..PeerIdentity::default()
                                     };
-                                    upgrade_server(tcp, peer, path, limits).await
+                                    upgrade_server(tcp, peer, path, limits, codec).await
                                 }
                             }
                         });
@@ -275,7 +279,8 @@ impl Transport for WebSocket {
                             .map_err(|e| TransportError::Tls(e.to_string()))?;
                         let peer = tls::identity(remote, stream.get_ref().1.peer_certificates());
                         let url = format!("wss://{}{}", options.server_name, self.path);
-                        upgrade_client(stream, url, &options.headers, peer, limits).await
+                        upgrade_client(stream, url, &options.headers, peer, limits, options.codec)
+                            .await
                     }
                     (None, true) => {
                         let peer = PeerIdentity {
@@ -283,7 +288,8 @@ impl Transport for WebSocket {
                             ..PeerIdentity::default()
                         };
                         let url = format!("ws://{}{}", options.address, self.path);
-                        upgrade_client(tcp, url, &options.headers, peer, limits).await
+                        upgrade_client(tcp, url, &options.headers, peer, limits, options.codec)
+                            .await
                     }
                     (None, false) => Err(TransportError::Config(
                         "WebSocket without TLS must be allowed explicitly (allow_plaintext)".into(),

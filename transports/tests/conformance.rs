@@ -450,3 +450,51 @@ async fn websocket_upgrade_headers_reach_the_accepting_side() {
     let bad = rig.dial_options(&listener).with_header("bad name", "x");
     assert!(rig.transport.dial(&bad).await.is_err());
 }
+
+/// A WebSocket link can carry KubeEdge's JSON instead of MessagePack: a
+/// message crosses in KubeEdge's shape, and a frame that is not a KubeEdge
+/// message closes that link with a clear error. QUIC and Unix sockets
+/// refuse the codec.
+#[tokio::test]
+async fn websocket_links_carry_kubeedge_json() {
+    use transports::Codec;
+    let mut rig = Rig::new(TransportKind::WebSocket);
+    rig.listen = rig.listen.clone().with_codec(Codec::KubeEdgeJson);
+    let mut listener = rig.listen().await;
+    let dial = rig.dial_options(&listener).with_codec(Codec::KubeEdgeJson);
+    let client = rig.transport.dial(&dial).await.expect("dial");
+    let mut server = within(listener.accept()).await.expect("accepted link");
+    let sent = numbered(0, 1);
+    client.sender.send(&sent).await.expect("send");
+    let got = within(server.receiver.recv())
+        .await
+        .expect("a message")
+        .expect("decodes");
+    assert_eq!(got.id(), sent.id());
+    assert_eq!(got.content(), sent.content());
+    // What went over the wire is KubeEdge's JSON.
+    let frame = transports::Codec::KubeEdgeJson
+        .encode(&sent, 1 << 20)
+        .expect("encodes");
+    let json: serde_json::Value = serde_json::from_slice(&frame).expect("JSON");
+    assert_eq!(json["header"]["msg_id"], sent.id().to_string());
+    client
+        .sender
+        .try_send_frame(Bytes::from_static(b"{not json"), Lane::Ordered)
+        .expect("queued");
+    let refused = within(server.receiver.recv()).await.expect("an answer");
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not a valid message")),
+        "{refused:?}"
+    );
+    assert_ends(&mut server.receiver).await;
+
+    let quic = Rig::new(TransportKind::Quic);
+    let refused = quic
+        .transport
+        .listen(&quic.listen.clone().with_codec(Codec::KubeEdgeJson))
+        .await;
+    assert!(refused.is_err());
+}

@@ -12,8 +12,9 @@
 //! written from KubeEdge's public message model (empty fields are left
 //! out, as Go's `omitempty` does). Go byte slices in `content` travel
 //! base64-encoded: a string content that decodes from base64 to JSON is
-//! read as that JSON. This is the groundwork of the KubeEdge-compatible
-//! link; the native edgehive link stays MessagePack.
+//! read as that JSON. A link carries it when its options ask for
+//! [`crate::Codec::KubeEdgeJson`]; the native edgehive link stays
+//! MessagePack.
 
 use beehive::{Header, Message, Router};
 use serde::{Deserialize, Serialize};
