@@ -40,6 +40,13 @@ pub enum CriError {
     },
 }
 
+impl CriError {
+    /// Makes a failed `call`'s status into an error (for `map_err`).
+    pub fn call(call: &'static str) -> impl FnOnce(tonic::Status) -> CriError {
+        move |status| CriError::Call { call, status }
+    }
+}
+
 /// Both CRI services over one channel; cheap to clone.
 #[derive(Clone)]
 pub struct Cri {
@@ -100,10 +107,7 @@ impl Cri {
             })
             .await
             .map(|listed| listed.into_inner().items)
-            .map_err(|status| CriError::Call {
-                call: "ListPodSandbox",
-                status,
-            })
+            .map_err(CriError::call("ListPodSandbox"))
     }
 
     /// The containers labelled `label=value`, in `sandbox` if given.
@@ -127,10 +131,7 @@ impl Cri {
             })
             .await
             .map(|listed| listed.into_inner().containers)
-            .map_err(|status| CriError::Call {
-                call: "ListContainers",
-                status,
-            })
+            .map_err(CriError::call("ListContainers"))
     }
 
     /// A sandbox's status.
@@ -143,10 +144,7 @@ impl Cri {
             })
             .await
             .map(|answer| answer.into_inner().status.unwrap_or_default())
-            .map_err(|status| CriError::Call {
-                call: "PodSandboxStatus",
-                status,
-            })
+            .map_err(CriError::call("PodSandboxStatus"))
     }
 
     /// The runtime's name and version, as CRI reports them.
@@ -158,9 +156,6 @@ impl Cri {
             })
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|status| CriError::Call {
-                call: "Version",
-                status,
-            })
+            .map_err(CriError::call("Version"))
     }
 }

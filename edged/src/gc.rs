@@ -67,10 +67,7 @@ impl ImageCollector {
         let in_use: HashSet<String> = runtime
             .list_containers(api::ListContainersRequest { filter: None })
             .await
-            .map_err(|status| CriError::Call {
-                call: "ListContainers",
-                status,
-            })?
+            .map_err(CriError::call("ListContainers"))?
             .into_inner()
             .containers
             .into_iter()
@@ -80,10 +77,7 @@ impl ImageCollector {
         let listed = images
             .list_images(api::ListImagesRequest { filter: None })
             .await
-            .map_err(|status| CriError::Call {
-                call: "ListImages",
-                status,
-            })?
+            .map_err(CriError::call("ListImages"))?
             .into_inner()
             .images;
         for image in &listed {
@@ -97,10 +91,7 @@ impl ImageCollector {
         let filesystem = images
             .image_fs_info(api::ImageFsInfoRequest {})
             .await
-            .map_err(|status| CriError::Call {
-                call: "ImageFsInfo",
-                status,
-            })?
+            .map_err(CriError::call("ImageFsInfo"))?
             .into_inner();
         let mountpoint = filesystem
             .image_filesystems

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
 use serde_json::Value;
 
 use crate::cri::api;
@@ -66,52 +66,25 @@ pub fn prepare(
                     read_only: false,
                 },
             );
-        } else if let Some(source) = &volume.config_map {
-            let path = pod_dir.join("volumes/configmap").join(&volume.name);
-            let key = format!("{namespace}/configmap/{}", source.name);
+        } else if let Some(source) = ObjectVolume::of(volume) {
+            let path = pod_dir.join("volumes").join(source.kind).join(&volume.name);
+            let key = format!("{namespace}/{}/{}", source.kind, source.name);
             match objects.get(&key) {
                 Some(object) => write_files(
                     &path,
                     object,
-                    false,
-                    source.items.as_deref(),
+                    source.kind == "secret",
+                    source.items,
                     source.default_mode,
                 )
                 .map_err(io)?,
-                None if source.optional.unwrap_or(false) => {
-                    std::fs::create_dir_all(&path).map_err(io)?
-                }
+                None if source.optional => std::fs::create_dir_all(&path).map_err(io)?,
                 None => {
                     return Err(volume_error(format!(
-                        "configmap {:?} not found",
-                        source.name
+                        "{} {:?} not found",
+                        source.kind, source.name
                     )));
                 }
-            }
-            out.insert(
-                volume.name.clone(),
-                HostVolume {
-                    path,
-                    read_only: true,
-                },
-            );
-        } else if let Some(source) = &volume.secret {
-            let name = source.secret_name.clone().unwrap_or_default();
-            let path = pod_dir.join("volumes/secret").join(&volume.name);
-            let key = format!("{namespace}/secret/{name}");
-            match objects.get(&key) {
-                Some(object) => write_files(
-                    &path,
-                    object,
-                    true,
-                    source.items.as_deref(),
-                    source.default_mode,
-                )
-                .map_err(io)?,
-                None if source.optional.unwrap_or(false) => {
-                    std::fs::create_dir_all(&path).map_err(io)?
-                }
-                None => return Err(volume_error(format!("secret {name:?} not found"))),
             }
             out.insert(
                 volume.name.clone(),
@@ -123,6 +96,38 @@ pub fn prepare(
         }
     }
     Ok(out)
+}
+
+/// A configMap or secret volume: which object, and how to write it.
+struct ObjectVolume<'a> {
+    /// `configmap` or `secret` (also its beehive resource type).
+    kind: &'static str,
+    name: String,
+    items: Option<&'a [KeyToPath]>,
+    default_mode: Option<i32>,
+    optional: bool,
+}
+
+impl<'a> ObjectVolume<'a> {
+    fn of(volume: &'a Volume) -> Option<ObjectVolume<'a>> {
+        if let Some(source) = &volume.config_map {
+            return Some(ObjectVolume {
+                kind: "configmap",
+                name: source.name.clone(),
+                items: source.items.as_deref(),
+                default_mode: source.default_mode,
+                optional: source.optional.unwrap_or(false),
+            });
+        }
+        let source = volume.secret.as_ref()?;
+        Some(ObjectVolume {
+            kind: "secret",
+            name: source.secret_name.clone().unwrap_or_default(),
+            items: source.items.as_deref(),
+            default_mode: source.default_mode,
+            optional: source.optional.unwrap_or(false),
+        })
+    }
 }
 
 /// Writes a configmap's or secret's keys as files in `dir` (only `items`

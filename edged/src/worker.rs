@@ -450,10 +450,7 @@ impl PodWorker {
                 runtime_handler: String::new(),
             })
             .await
-            .map_err(|status| CriError::Call {
-                call: "RunPodSandbox",
-                status,
-            })?
+            .map_err(CriError::call("RunPodSandbox"))?
             .into_inner()
             .pod_sandbox_id;
         info!(pod = %spec::pod_key(&self.pod), sandbox = %id, "sandbox started");
@@ -486,10 +483,7 @@ impl PodWorker {
                     verbose: false,
                 })
                 .await
-                .map_err(|status| CriError::Call {
-                    call: "ContainerStatus",
-                    status,
-                })?
+                .map_err(CriError::call("ContainerStatus"))?
                 .into_inner()
                 .status;
             if let Some(status) = status {
@@ -581,10 +575,7 @@ impl PodWorker {
                     container_id: latest.id.clone(),
                 })
                 .await
-                .map_err(|status| CriError::Call {
-                    call: "StartContainer",
-                    status,
-                })?;
+                .map_err(CriError::call("StartContainer"))?;
             return Ok(None);
         }
         // Exited (or unknown): restart if the policy says so.
@@ -787,10 +778,7 @@ impl PodWorker {
                     verbose: false,
                 })
                 .await
-                .map_err(|status| CriError::Call {
-                    call: "ImageStatus",
-                    status,
-                })?
+                .map_err(CriError::call("ImageStatus"))?
                 .into_inner()
                 .image;
             if let Some(present) = present {
@@ -812,10 +800,7 @@ impl PodWorker {
             })
             .await
             .map(|r| r.into_inner().image_ref)
-            .map_err(|status| CriError::Call {
-                call: "PullImage",
-                status,
-            })
+            .map_err(CriError::call("PullImage"))
     }
 
     fn grace(&self) -> i64 {
@@ -1095,10 +1080,7 @@ pub async fn teardown(
                 pod_sandbox_id: sandbox.id,
             })
             .await
-            .map_err(|status| CriError::Call {
-                call: "RemovePodSandbox",
-                status,
-            })?;
+            .map_err(CriError::call("RemovePodSandbox"))?;
     }
     let dir = config.pod_dir(uid);
     // A large emptyDir takes a while: off the actor thread.
