@@ -134,36 +134,21 @@ impl Run {
 /// Where the configuration file is read from by default.
 const DEFAULT_CONFIG: &str = "/etc/edgehive/cloudcore.yaml";
 
-fn logging(filter: &str) -> Result<()> {
-    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
-        Ok(filter) => filter,
-        Err(_) => tracing_subscriber::EnvFilter::try_new(filter)
-            .map_err(|err| anyhow::anyhow!("log: {filter:?} is not a log filter: {err}"))?,
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
-    Ok(())
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     if args.defaultconfig {
         print!("{}", config::to_yaml(&CloudCoreConfig::default()));
         return Ok(());
     }
-    let mut settings: CloudCoreConfig = match &args.config {
-        Some(path) => config::load(path, true)?,
-        None => config::load(std::path::Path::new(DEFAULT_CONFIG), false)?,
-    };
+    let mut settings: CloudCoreConfig =
+        config::read(args.config.as_deref(), std::path::Path::new(DEFAULT_CONFIG))?;
     if let Some(dir) = args.data_dir {
         settings.data_dir = dir;
     }
     if let Some(log) = args.log {
         settings.log = log;
     }
-    logging(&settings.log)?;
+    config::init_logging(&settings.log).map_err(anyhow::Error::msg)?;
     let Some(command) = args.command else {
         anyhow::bail!("give a command: run, token (see --help)");
     };

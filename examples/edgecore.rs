@@ -199,25 +199,15 @@ fn main() -> Result<()> {
         print!("{}", config::to_yaml(&EdgeCoreConfig::default()));
         return Ok(());
     }
-    let mut settings: EdgeCoreConfig = match &args.config {
-        Some(path) => config::load(path, true)?,
-        None => config::load(std::path::Path::new(DEFAULT_CONFIG), false)?,
-    };
+    let mut settings: EdgeCoreConfig =
+        config::read(args.config.as_deref(), std::path::Path::new(DEFAULT_CONFIG))?;
     if let Some(dir) = args.data_dir {
         settings.data_dir = dir;
     }
     if let Some(log) = args.log {
         settings.log = log;
     }
-    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
-        Ok(filter) => filter,
-        Err(_) => tracing_subscriber::EnvFilter::try_new(&settings.log)
-            .map_err(|err| anyhow::anyhow!("log: {:?} is not a log filter: {err}", settings.log))?,
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    config::init_logging(&settings.log).map_err(anyhow::Error::msg)?;
     let pki = settings.certificate_dir();
     let Some(command) = args.command else {
         bail!("give a command: join, run (see --help)");

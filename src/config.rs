@@ -54,6 +54,34 @@ pub fn load<T: for<'de> Deserialize<'de> + Default + Check>(
     })
 }
 
+/// Reads the file a binary was given (`explicit`, which must exist), or
+/// else `default` if it exists, or else the defaults.
+pub fn read<T: for<'de> Deserialize<'de> + Default + Check>(
+    explicit: Option<&Path>,
+    default: &Path,
+) -> Result<T, ConfigError> {
+    match explicit {
+        Some(path) => load(path, true),
+        None => load(default, false),
+    }
+}
+
+/// Sets up a binary's logging: RUST_LOG when it is set, `log` (a
+/// RUST_LOG-style filter, the `log` key) otherwise; a filter that does not
+/// parse is an error naming the key.
+pub fn init_logging(log: &str) -> Result<(), String> {
+    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => filter,
+        Err(_) => tracing_subscriber::EnvFilter::try_new(log)
+            .map_err(|err| format!("log: {log:?} is not a log filter: {err}"))?,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    Ok(())
+}
+
 /// Parses and checks a configuration; the error names the key.
 pub fn parse<T: for<'de> Deserialize<'de> + Default + Check>(text: &str) -> Result<T, String> {
     if text.trim().is_empty() {
