@@ -728,9 +728,13 @@ impl Twins {
         let payload = msg.content();
         let event = protocol::event_id_of(payload);
         let answer = match &request {
-            Request::TwinUpdate(id) => self.update_twins(id, payload).map(Answer::AfterWrite),
+            Request::TwinUpdate(id) => self
+                .update_twins(id, payload)
+                .map(|result| Answer::AfterWrite(id.clone(), result)),
             Request::TwinGet(id) => self.twins_of(id, &event).map(Answer::Now),
-            Request::StateUpdate(id) => self.update_state(id, payload).map(Answer::AfterWrite),
+            Request::StateUpdate(id) => self
+                .update_state(id, payload)
+                .map(|result| Answer::AfterWrite(id.clone(), result)),
             Request::MembershipGet(node) => self.membership(node, &event).map(Answer::Now),
             Request::Connected(id) | Request::Disconnected(id) => {
                 let state = if matches!(request, Request::Connected(_)) {
@@ -750,12 +754,8 @@ impl Twins {
         };
         match answer {
             Ok(Answer::Now(result)) => self.publish(topic, result).await,
-            Ok(Answer::AfterWrite(result)) => {
+            Ok(Answer::AfterWrite(id, result)) => {
                 self.count(|c| c.accepted += 1);
-                let id = match &request {
-                    Request::TwinUpdate(id) | Request::StateUpdate(id) => id.clone(),
-                    _ => String::new(),
-                };
                 self.waiting
                     .entry(id)
                     .or_default()
@@ -1065,10 +1065,11 @@ impl Twins {
     }
 }
 
-/// How a request is answered: at once, or after the next status write.
+/// How a request is answered: at once, or after the next status write of
+/// its device.
 enum Answer {
     Now(Value),
-    AfterWrite(Value),
+    AfterWrite(String, Value),
 }
 
 /// A refusal: KubeEdge's code and the reason.

@@ -1011,17 +1011,17 @@ impl Controller {
         if object.get("status") == Some(status) {
             return None;
         }
-        let mut pod = object;
+        let mut object = object;
         // The new revision is the status's; the node keeps the spec's.
-        let held = spec_revision(&pod).to_string();
-        if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        let held = spec_revision(&object).to_string();
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
             if let Some(annotations) = annotations.as_object_mut() {
                 annotations.insert(SPEC_REVISION.to_owned(), Value::String(held));
             }
         }
-        pod["status"] = status.clone();
-        Some(pod)
+        object["status"] = status.clone();
+        Some(object)
     }
 
     async fn node_status(&mut self, node: &str, what: &EdgeResource, status: &Value) {
