@@ -341,25 +341,32 @@ impl Controller {
             };
             let Some(input) = input else { break };
             match input {
-                Input::Hive(msg) if bound_status_of(&msg).is_some() => {
-                    // Status reports waiting behind this one are stored
-                    // with it, in one commit; anything else waits its turn.
-                    let mut reports = vec![msg];
-                    while reports.len() < STATUS_BATCH {
-                        match requests.try_recv() {
-                            Ok(Input::Hive(next)) if bound_status_of(&next).is_some() => {
-                                reports.push(next);
+                Input::Hive(msg) => match StatusReport::of(msg) {
+                    Ok(first) => {
+                        // Status reports waiting behind this one are stored
+                        // with it, in one commit; anything else waits its
+                        // turn.
+                        let mut reports = vec![first];
+                        while reports.len() < STATUS_BATCH {
+                            match requests.try_recv() {
+                                Ok(Input::Hive(next)) => match StatusReport::of(next) {
+                                    Ok(report) => reports.push(report),
+                                    Err(other) => {
+                                        carried = Some(Input::Hive(other));
+                                        break;
+                                    }
+                                },
+                                Ok(other) => {
+                                    carried = Some(other);
+                                    break;
+                                }
+                                Err(_) => break,
                             }
-                            Ok(other) => {
-                                carried = Some(other);
-                                break;
-                            }
-                            Err(_) => break,
                         }
+                        self.bound_statuses(reports).await;
                     }
-                    self.bound_statuses(reports).await;
-                }
-                Input::Hive(msg) => self.on_message(msg).await,
+                    Err(msg) => self.on_message(msg).await,
+                },
                 Input::Apply(objects, done) => {
                     let _ = done.send(self.apply_all(objects).await);
                 }
@@ -914,10 +921,6 @@ impl Controller {
             (operation::QUERY, _) => self.answer_query(&node, &edge, &msg),
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
-                resource_type::POD_STATUS | resource_type::DEVICE_STATUS,
-            ) => self.bound_statuses(vec![msg]).await,
-            (
-                operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
                 resource_type::NODE_STATUS,
             ) => self.node_status(&node, &edge, msg.content()).await,
             (op, kind) => {
@@ -944,13 +947,16 @@ impl Controller {
     /// Stores the statuses nodes report of objects bound to them (pods,
     /// devices), all in one commit, the latest per object; a node never
     /// sets the status of another node's object.
-    async fn bound_statuses(&mut self, reports: Vec<HiveMessage>) {
+    async fn bound_statuses(&mut self, reports: Vec<StatusReport>) {
         let mut order: Vec<ObjectKey> = Vec::new();
         let mut updated: HashMap<ObjectKey, (String, Value)> = HashMap::new();
-        for msg in &reports {
-            let Some((kind, node, what)) = bound_status_of(msg) else {
-                continue;
-            };
+        for StatusReport {
+            kind,
+            node,
+            what,
+            msg,
+        } in reports
+        {
             let key = ObjectKey::new(kind, what.namespace.as_str(), what.name.as_str());
             let base = match updated.get(&key) {
                 Some((_, object)) => Ok(Some(object.clone())),
@@ -1154,21 +1160,43 @@ impl Controller {
 /// Status reports stored in one commit at most.
 const STATUS_BATCH: usize = 512;
 
-/// The kind, node and object of a status report of an object bound to a
-/// node (a pod's or a device's status), if `msg` is one.
-fn bound_status_of(msg: &HiveMessage) -> Option<(Kind, String, EdgeResource)> {
-    if !matches!(
-        msg.operation(),
-        operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH
-    ) || msg.group() == group::NODE_EVENTS
-    {
-        return None;
+/// A node's status report of an object bound to it (a pod's or a
+/// device's status), read once where the controller takes its inputs.
+struct StatusReport {
+    kind: Kind,
+    node: String,
+    what: EdgeResource,
+    msg: HiveMessage,
+}
+
+impl StatusReport {
+    /// The report `msg` is, or `msg` back when it is none.
+    // Both sides hold the message: boxing one would only add an allocation.
+    #[allow(clippy::result_large_err)]
+    fn of(msg: HiveMessage) -> Result<StatusReport, HiveMessage> {
+        let status_operation = matches!(
+            msg.operation(),
+            operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH
+        );
+        if !status_operation || msg.group() == group::NODE_EVENTS {
+            return Err(msg);
+        }
+        let Ok(resource) = msg.resource().parse::<CloudResource>() else {
+            return Err(msg);
+        };
+        let kind = [Kind::Pod, Kind::Device]
+            .into_iter()
+            .find(|k| k.status_type() == Some(resource.resource.resource_type.as_str()));
+        match kind {
+            Some(kind) => Ok(StatusReport {
+                kind,
+                node: resource.node,
+                what: resource.resource,
+                msg,
+            }),
+            None => Err(msg),
+        }
     }
-    let resource = msg.resource().parse::<CloudResource>().ok()?;
-    let kind = [Kind::Pod, Kind::Device]
-        .into_iter()
-        .find(|k| k.status_type() == Some(resource.resource.resource_type.as_str()))?;
-    Some((kind, resource.node, resource.resource))
 }
 
 /// A minimal object naming `key`, for a deletion whose object is gone.
