@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
-use hub::{CloudEndpoint, CloudHub, CloudHubConfig};
+use hub::{CloudEndpoint, CloudHub, CloudHubConfig, Dialect};
 use meta::controller::{AdminApi, ControllerConfig, EdgeController, RedbDesiredStore};
 use transports::{ListenOptions, TransportKind, tls};
 
@@ -64,6 +64,10 @@ struct Run {
     /// --ws, --quic, --uds replaces the file's choice of transports.
     #[arg(long)]
     ws: Option<String>,
+    /// WebSocket (wss) listen address in KubeEdge's dialect, for KubeEdge
+    /// edgecores (modules.cloudHub.kubeedgeWebsocket).
+    #[arg(long)]
+    kubeedge_ws: Option<String>,
     /// QUIC listen address (modules.cloudHub.quic).
     #[arg(long)]
     quic: Option<String>,
@@ -105,12 +109,14 @@ impl Run {
         // that run ("off" only turns one off).
         let named = |flag: &Option<String>| flag.as_deref().is_some_and(|f| f != "off");
         let uds = self.uds.as_ref().map(|p| p.to_string_lossy().into_owned());
-        if named(&self.ws) || named(&self.quic) || named(&uds) {
+        if named(&self.ws) || named(&self.kubeedge_ws) || named(&self.quic) || named(&uds) {
             hub.websocket.enable = false;
+            hub.kubeedge_websocket.enable = false;
             hub.quic.enable = false;
             hub.unixsocket.enable = false;
         }
         hub.websocket.apply_flag(self.ws);
+        hub.kubeedge_websocket.apply_flag(self.kubeedge_ws);
         hub.quic.apply_flag(self.quic);
         hub.unixsocket
             .apply_flag(self.uds.map(|p| p.to_string_lossy().into_owned()));
@@ -187,15 +193,21 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let (chain, key) = ca.issue_server(&names, Duration::from_secs(365 * 24 * 3600))?;
     let server_tls = tls::server_config(chain, key, Some(&[ca.root()]))?;
     let mut endpoints = Vec::new();
-    for (kind, listener) in [
-        (TransportKind::WebSocket, &hub_settings.websocket),
-        (TransportKind::Quic, &hub_settings.quic),
+    for (kind, dialect, listener) in [
+        (TransportKind::WebSocket, Dialect::Native, &hub_settings.websocket),
+        (
+            TransportKind::WebSocket,
+            Dialect::KubeEdge,
+            &hub_settings.kubeedge_websocket,
+        ),
+        (TransportKind::Quic, Dialect::Native, &hub_settings.quic),
     ] {
         if let Some(address) = listener.enabled() {
             endpoints.push(CloudEndpoint {
                 kind,
                 options: ListenOptions::new(address).with_tls(server_tls.clone()),
                 trust_hello: false,
+                dialect,
             });
         }
     }
@@ -204,6 +216,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             kind: TransportKind::UnixSocket,
             options: ListenOptions::new(path),
             trust_hello: true,
+            dialect: Dialect::Native,
         });
     }
     let hive = Hive::new("cloud", HiveConfig::default());

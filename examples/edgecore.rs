@@ -78,6 +78,10 @@ struct Run {
     /// ws, quic or uds (modules.edgeHub.transport).
     #[arg(long)]
     transport: Option<String>,
+    /// native, or kubeedge to talk to the cloud as a KubeEdge edgecore
+    /// does, over ws (modules.edgeHub.dialect).
+    #[arg(long)]
+    dialect: Option<hub::Dialect>,
     /// The cloud's name in its certificate (modules.edgeHub.serverName).
     #[arg(long)]
     server_name: Option<String>,
@@ -143,6 +147,9 @@ impl Run {
         }
         if let Some(name) = self.server_name {
             hub.server_name = name;
+        }
+        if let Some(dialect) = self.dialect {
+            hub.dialect = dialect;
         }
         if self.node.is_some() {
             hub.node_name = self.node;
@@ -268,6 +275,7 @@ fn main() -> Result<()> {
             };
             let config = EdgeHubConfig {
                 keepalive: Duration::from_secs(hub.keepalive_interval),
+                dialect: hub.dialect,
                 ..EdgeHubConfig::new(node, transport, dial)
             };
             actix::System::new().block_on(async move {

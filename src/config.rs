@@ -206,6 +206,11 @@ pub struct CloudModules {
 pub struct CloudHubSection {
     /// WebSocket over TLS (wss).
     pub websocket: Listener,
+    /// WebSocket over TLS in KubeEdge's dialect, for unmodified KubeEdge
+    /// edgecores (off by default). To move a KubeEdge fleet, put this on
+    /// the address the nodes know (KubeEdge's is port 10000) and the
+    /// native `websocket` elsewhere.
+    pub kubeedge_websocket: Listener,
     /// QUIC.
     pub quic: Listener,
     /// Unix domain socket (local edges, trusted by file permissions).
@@ -249,6 +254,7 @@ impl Default for CloudHubSection {
     fn default() -> Self {
         CloudHubSection {
             websocket: Listener::on("0.0.0.0:10000"),
+            kubeedge_websocket: Listener::off("0.0.0.0:10010"),
             quic: Listener::off("0.0.0.0:10001"),
             unixsocket: Listener::off("/var/lib/edgehive/cloud/cloudhub.sock"),
             https: Listener::on("0.0.0.0:10002"),
@@ -293,9 +299,14 @@ fn or_under(path: &Path, dir: &Path, name: &str) -> PathBuf {
 impl Check for CloudCoreConfig {
     fn check(&self) -> Result<(), String> {
         let hub = &self.modules.cloud_hub;
-        if !(hub.websocket.enable || hub.quic.enable || hub.unixsocket.enable) {
+        if !(hub.websocket.enable
+            || hub.kubeedge_websocket.enable
+            || hub.quic.enable
+            || hub.unixsocket.enable)
+        {
             return Err(
-                "modules.cloudHub: enable at least one of websocket, quic, unixsocket".to_owned(),
+                "modules.cloudHub: enable at least one of websocket, kubeedgeWebsocket, quic, unixsocket"
+                    .to_owned(),
             );
         }
         if hub.keepalive_interval == 0 {
@@ -311,6 +322,10 @@ impl Check for CloudCoreConfig {
         }
         for (key, listener) in [
             ("modules.cloudHub.websocket.address", &hub.websocket),
+            (
+                "modules.cloudHub.kubeedgeWebsocket.address",
+                &hub.kubeedge_websocket,
+            ),
             ("modules.cloudHub.quic.address", &hub.quic),
             ("modules.cloudHub.https.address", &hub.https),
             ("modules.admin.address", &self.modules.admin),
@@ -387,6 +402,9 @@ pub struct EdgeHubSection {
     pub node_name: Option<String>,
     /// Keepalive interval, seconds; a silent link is closed after two.
     pub keepalive_interval: u64,
+    /// `native`, or `kubeedge` to talk to the cloud as a KubeEdge
+    /// edgecore does (over `ws`, to a cloud's KubeEdge endpoint).
+    pub dialect: hub::Dialect,
     /// The cloud's certificate endpoints (host:port), where the node's
     /// certificate is renewed once two thirds of its lifetime have passed.
     pub http_server: Option<String>,
@@ -489,6 +507,7 @@ impl Default for EdgeHubSection {
             server_name: "localhost".to_owned(),
             node_name: None,
             keepalive_interval: 15,
+            dialect: hub::Dialect::Native,
             http_server: None,
             certificate_dir: PathBuf::new(),
         }
@@ -544,6 +563,12 @@ impl Check for EdgeCoreConfig {
         if !["ws", "quic", "uds"].contains(&hub.transport.as_str()) {
             return Err(format!(
                 "modules.edgeHub.transport: expected ws, quic or uds, got {:?}",
+                hub.transport
+            ));
+        }
+        if hub.dialect == hub::Dialect::KubeEdge && hub.transport != "ws" {
+            return Err(format!(
+                "modules.edgeHub.dialect: kubeedge runs over ws only, not {:?}",
                 hub.transport
             ));
         }

@@ -268,6 +268,7 @@ async fn one_run(
             kind,
             options,
             trust_hello: kind == TransportKind::UnixSocket,
+            dialect: hub::Dialect::Native,
         }],
         keepalive: KEEPALIVE,
         ..CloudHubConfig::default()

@@ -176,6 +176,7 @@ impl Rig {
                     kind: TransportKind::WebSocket,
                     options,
                     trust_hello: false,
+                    dialect: hub::Dialect::Native,
                 }],
                 store: Some(dir.path().join("queues.redb")),
                 ..CloudHubConfig::default()

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use transports::{Lane, Link, LinkSender, ListenOptions, Listener, TransportError, TransportKind};
 
 use crate::HubError;
+use crate::dialect::{Dialect, NODE_ID_HEADER, node_of_common_name};
 use crate::protocol::{self, Hello, Kind};
 use crate::queue::{AckOutcome, NodeQueue, PushOutcome};
 use crate::stats::HubStats;
@@ -31,6 +32,9 @@ pub struct CloudEndpoint {
     /// certificate. Only for links that are protected otherwise (a Unix
     /// socket's file permissions); off by default.
     pub trust_hello: bool,
+    /// How nodes on this endpoint talk: edgehive's own dialect, or
+    /// KubeEdge's (WebSocket only), so KubeEdge edgecores can join.
+    pub dialect: Dialect,
 }
 
 /// How cloudhub runs.
@@ -107,8 +111,9 @@ impl CloudHub {
         let mut addresses = Vec::new();
         for endpoint in &config.endpoints {
             let transport = endpoint.kind.transport()?;
-            let listener = transport.listen(&endpoint.options).await?;
-            info!(kind = %endpoint.kind, address = listener.local_addr(), "cloudhub listening");
+            let options = endpoint.dialect.listen_options(endpoint.options.clone());
+            let listener = transport.listen(&options).await?;
+            info!(kind = %endpoint.kind, dialect = %endpoint.dialect, address = listener.local_addr(), "cloudhub listening");
             addresses.push((endpoint.kind, listener.local_addr().to_owned()));
             listeners.push((endpoint.clone(), listener));
         }
@@ -240,14 +245,19 @@ impl CloudHub {
         });
     }
 
-    fn node_event(&self, node: &str, op: &str) {
+    /// Tells the `nodeevents` group that `node` came or went; a connect
+    /// says the node's dialect (`{"dialect": "kubeedge"}`).
+    fn node_event(&self, node: &str, op: &str, dialect: Option<Dialect>) {
         let hive = self.hive.clone();
-        let event = HiveMessage::new().build_router(
+        let mut event = HiveMessage::new().build_router(
             module::CLOUDHUB,
             group::NODE_EVENTS,
             format!("node/{node}"),
             op,
         );
+        if let Some(dialect) = dialect {
+            event = event.with_content(serde_json::json!({ "dialect": dialect }));
+        }
         actix::spawn(async move {
             // Nobody may be watching; that is fine.
             let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
@@ -447,6 +457,7 @@ struct SessionUp {
     node: String,
     id: u64,
     sender: LinkSender,
+    dialect: Dialect,
 }
 
 /// A node's session ended.
@@ -506,7 +517,7 @@ impl Handler<SessionUp> for CloudHub {
         self.load_from_store(&up.node);
         self.queue(&up.node).link_lost();
         self.pump(&up.node, ctx);
-        self.node_event(&up.node, operation::NODE_CONNECTED);
+        self.node_event(&up.node, operation::NODE_CONNECTED, Some(up.dialect));
         self.stats.set_connected(self.sessions.len());
     }
 }
@@ -527,7 +538,7 @@ impl Handler<SessionDown> for CloudHub {
             queue.link_lost();
         }
         self.gone_since.insert(down.node.clone(), Instant::now());
-        self.node_event(&down.node, operation::NODE_DISCONNECTED);
+        self.node_event(&down.node, operation::NODE_DISCONNECTED, None);
         self.stats.set_connected(self.sessions.len());
     }
 }
@@ -576,6 +587,7 @@ async fn accept_loop(
         actix::spawn(open_session(
             link,
             endpoint.trust_hello,
+            endpoint.dialect,
             hub.clone(),
             hive.clone(),
             config.clone(),
@@ -585,37 +597,53 @@ async fn accept_loop(
     warn!(kind = %endpoint.kind, "cloudhub listener stopped");
 }
 
-/// Takes the hello, checks the node's identity, starts its session.
+/// Learns who the node is (its hello, or on a KubeEdge link its
+/// `node_id` header), checks that against its certificate, starts its
+/// session.
 async fn open_session(
     mut link: Link,
     trust_hello: bool,
+    dialect: Dialect,
     hub: Addr<CloudHub>,
     hive: Hive,
     config: Arc<CloudHubConfig>,
     stats: Arc<HubStats>,
 ) {
     let remote = link.peer.remote.clone();
-    let first = tokio::time::timeout(config.hello_timeout, link.receiver.recv()).await;
-    let hello = match first {
-        Ok(Some(Ok(msg))) if protocol::kind(&msg) == Kind::Hello => msg.body::<Hello>().ok(),
-        _ => None,
-    };
-    let refusal = match (&hello, &link.peer.common_name) {
-        (None, _) => Some("no hello".to_owned()),
-        (Some(hello), _) if !crate::certs::valid_node_name(&hello.node) => {
-            Some(format!("invalid node name {:?}", hello.node))
+    let named = match dialect {
+        Dialect::Native => {
+            let first = tokio::time::timeout(config.hello_timeout, link.receiver.recv()).await;
+            match first {
+                Ok(Some(Ok(msg))) if protocol::kind(&msg) == Kind::Hello => {
+                    msg.body::<Hello>().ok().map(|hello| hello.node)
+                }
+                _ => None,
+            }
         }
-        (Some(hello), Some(certified)) if certified != &hello.node => Some(format!(
-            "certificate of node {certified:?} presented as node {:?}",
-            hello.node
+        Dialect::KubeEdge => link
+            .peer
+            .headers
+            .iter()
+            .find(|(name, _)| name == NODE_ID_HEADER)
+            .map(|(_, value)| value.clone()),
+    };
+    let certified = link.peer.common_name.as_deref().map(node_of_common_name);
+    let refusal = match (&named, certified) {
+        (None, _) if dialect == Dialect::KubeEdge => Some("no node_id header".to_owned()),
+        (None, _) => Some("no hello".to_owned()),
+        (Some(named), _) if !crate::certs::valid_node_name(named) => {
+            Some(format!("invalid node name {named:?}"))
+        }
+        (Some(named), Some(certified)) if certified != named => Some(format!(
+            "certificate of node {certified:?} presented as node {named:?}"
         )),
         (Some(_), None) if !trust_hello => Some("no client certificate".to_owned()),
         _ => None,
     };
-    let node = match (refusal, hello) {
-        (None, Some(hello)) => hello.node,
+    let node = match (refusal, named) {
+        (None, Some(named)) => named,
         (refusal, _) => {
-            warn!(%remote, reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
+            warn!(%remote, %dialect, reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
             stats.count(&stats.refused_links);
             link.sender.close().await;
             return;
@@ -641,16 +669,24 @@ async fn open_session(
             hub: session_hub,
             hive,
             sender: session_sender,
+            dialect,
             keepalive: config.keepalive,
             last_seen: Instant::now(),
             last_sent: Instant::now(),
             stats,
         }
     });
-    // The node waits for a first word before it counts its link as up.
-    let _ = sender.try_send(&protocol::keepalive(module::CLOUDHUB), Lane::Ordered);
+    if dialect.cloud_keeps_alive() {
+        // The node waits for a first word before it counts its link as up.
+        let _ = sender.try_send(&protocol::keepalive(module::CLOUDHUB), Lane::Ordered);
+    }
     // Sent before the session can report an ack: both come from this arbiter.
-    hub.do_send(SessionUp { node, id, sender });
+    hub.do_send(SessionUp {
+        node,
+        id,
+        sender,
+        dialect,
+    });
 }
 
 /// The live link of one node.
@@ -660,6 +696,7 @@ struct NodeSession {
     hub: Addr<CloudHub>,
     hive: Hive,
     sender: LinkSender,
+    dialect: Dialect,
     keepalive: Duration,
     last_seen: Instant,
     last_sent: Instant,
@@ -679,7 +716,9 @@ impl Actor for NodeSession {
                 ctx.stop();
                 return;
             }
-            if session.last_sent.elapsed() >= session.keepalive {
+            if session.dialect.cloud_keeps_alive()
+                && session.last_sent.elapsed() >= session.keepalive
+            {
                 session.last_sent = Instant::now();
                 let _ = session
                     .sender
@@ -709,14 +748,20 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             }
         };
         self.last_seen = Instant::now();
-        match protocol::kind(&msg) {
+        match self.dialect.kind(&msg) {
             Kind::Keepalive => {}
             Kind::Ack(id) => self.hub.do_send(Acked {
                 node: self.node.clone(),
                 id,
             }),
             Kind::Hello => debug!(node = %self.node, "second hello ignored"),
-            Kind::Payload => match protocol::to_cloud(&self.node, msg) {
+            // KubeEdge's edges report failures this way; its cloud only logs them.
+            Kind::Payload if self.dialect == Dialect::KubeEdge && msg.operation() == operation::ERROR => {
+                warn!(node = %self.node, resource = msg.resource(), content = %msg.content(), "the node reports an error");
+            }
+            Kind::Payload => match protocol::to_cloud(&self.node, msg)
+                .map(|msg| self.dialect.to_cloud_modules(msg))
+            {
                 Ok(msg) if crate::edge::is_answer(&self.hive, &msg) => {
                     self.hive.send_resp(msg);
                 }

@@ -14,6 +14,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 use transports::{DialOptions, Lane, Link, LinkSender, TransportError, TransportKind};
 
+use crate::dialect::Dialect;
 use crate::protocol::{self, Kind};
 use crate::stats::EdgeHubStats;
 
@@ -37,6 +38,9 @@ pub struct EdgeHubConfig {
     /// Time an edge module gets to persist an object before the link is
     /// reset (so the cloud sends it again).
     pub persist_timeout: Duration,
+    /// How this edge talks to the cloud: edgehive's own dialect, or
+    /// KubeEdge's (to a cloud endpoint that speaks it).
+    pub dialect: Dialect,
 }
 
 impl EdgeHubConfig {
@@ -51,6 +55,7 @@ impl EdgeHubConfig {
             reconnect_max: Duration::from_secs(30),
             offline_buffer: 10_000,
             persist_timeout: Duration::from_secs(30),
+            dialect: Dialect::Native,
         }
     }
 
@@ -211,7 +216,7 @@ impl EdgeHub {
         };
         let sender = sender.clone();
         while let Some(msg) = self.offline.pop() {
-            match sender.try_send(&msg, Lane::Ordered) {
+            match self.send_up(&sender, &msg) {
                 Ok(()) => self.stats.count(&self.stats.upstream_sent),
                 Err(TransportError::QueueFull) => {
                     self.offline.unpop(msg);
@@ -234,6 +239,14 @@ impl EdgeHub {
                     return;
                 }
             }
+        }
+    }
+
+    /// Puts an edge module's message on the link, in the link's dialect.
+    fn send_up(&self, sender: &LinkSender, msg: &HiveMessage) -> Result<(), TransportError> {
+        match self.config.dialect {
+            Dialect::Native => sender.try_send(msg, Lane::Ordered),
+            dialect => sender.try_send(&dialect.upstream(msg.clone()), Lane::Ordered),
         }
     }
 
@@ -276,7 +289,7 @@ impl Module for EdgeHub {
             let sent = self
                 .link
                 .as_ref()
-                .is_some_and(|(_, sender)| sender.try_send(&msg, Lane::Ordered).is_ok());
+                .is_some_and(|(_, sender)| self.send_up(sender, &msg).is_ok());
             if sent {
                 self.stats.count(&self.stats.upstream_sent);
             } else {
@@ -291,7 +304,7 @@ impl Module for EdgeHub {
             self.flush_offline(ctx);
             return Ok(());
         };
-        match sender.try_send(&msg, Lane::Ordered) {
+        match self.send_up(sender, &msg) {
             Ok(()) => self.stats.count(&self.stats.upstream_sent),
             Err(TransportError::Frame(err)) => warn!(error = %err, "message for the cloud refused"),
             Err(_) => {
@@ -365,10 +378,11 @@ async fn connect_loop(
             return;
         }
     };
+    let dial = config.dialect.dial_options(&config.node, config.dial.clone());
     let mut attempt = 0u32;
     let mut id = 0u64;
     while hub.connected() {
-        match transport.dial(&config.dial).await {
+        match transport.dial(&dial).await {
             Ok(link) => {
                 attempt = 0;
                 id += 1;
@@ -406,32 +420,51 @@ async fn run_link(
         mut receiver,
         ..
     } = link;
-    if sender.send(&protocol::hello(&config.node)).await.is_err() {
-        return;
-    }
-    // Up only once the cloud has accepted the hello (it answers at once);
-    // a refused link must not take the offline backlog with it.
-    let first = tokio::select! {
-        first = tokio::time::timeout(config.keepalive * 7 / 4, receiver.recv()) => first,
-        _ = cut.notified() => return,
-    };
-    let first = match first {
-        Ok(Some(Ok(msg))) => msg,
-        Ok(Some(Err(err))) => return warn!(error = %err, "link to the cloud failed"),
-        Ok(None) => return warn!("the cloud closed the link after the hello (refused?)"),
-        Err(_) => {
-            // Silence, as a frozen cloud keeps it: a keepalive timeout.
-            warn!("no answer from the cloud to the hello; closing the link");
-            stats.count(&stats.keepalive_timeouts);
+    let dialect = config.dialect;
+    if dialect.has_hello() {
+        if sender.send(&protocol::hello(&config.node)).await.is_err() {
             return;
         }
-    };
-    hub.do_send(LinkUp {
-        id,
-        sender: sender.clone(),
-    });
-    if protocol::kind(&first) == Kind::Payload {
-        deliver(first, &sender, hive, config, stats).await;
+        // Up only once the cloud has accepted the hello (it answers at once);
+        // a refused link must not take the offline backlog with it.
+        let first = tokio::select! {
+            first = tokio::time::timeout(config.keepalive * 7 / 4, receiver.recv()) => first,
+            _ = cut.notified() => return,
+        };
+        let first = match first {
+            Ok(Some(Ok(msg))) => msg,
+            Ok(Some(Err(err))) => return warn!(error = %err, "link to the cloud failed"),
+            Ok(None) => return warn!("the cloud closed the link after the hello (refused?)"),
+            Err(_) => {
+                // Silence, as a frozen cloud keeps it: a keepalive timeout.
+                warn!("no answer from the cloud to the hello; closing the link");
+                stats.count(&stats.keepalive_timeouts);
+                return;
+            }
+        };
+        hub.do_send(LinkUp {
+            id,
+            sender: sender.clone(),
+        });
+        if protocol::kind(&first) == Kind::Payload {
+            deliver(first, &sender, hive, config, stats).await;
+        }
+    } else {
+        // A KubeEdge cloud says nothing first: up as soon as the link is,
+        // and the node registers itself.
+        hub.do_send(LinkUp {
+            id,
+            sender: sender.clone(),
+        });
+        if let Some(registration) = dialect.registration(&config.node) {
+            let (hive, timeout) = (hive.clone(), config.persist_timeout);
+            actix::spawn(async move {
+                match hive.send_sync(module::EDGEHUB, registration, timeout).await {
+                    Ok(answer) => debug!(answer = %answer.content(), "node registered"),
+                    Err(err) => warn!(error = %err, "node registration not answered"),
+                }
+            });
+        }
     }
     let keepalive = config.keepalive;
     let mut ticker = tokio::time::interval(keepalive / 4);
@@ -462,14 +495,14 @@ async fn run_link(
                 break;
             }
             _ = ticker.tick() => {
-                if last_seen.elapsed() > keepalive * 7 / 4 {
+                if dialect.cloud_keeps_alive() && last_seen.elapsed() > keepalive * 7 / 4 {
                     warn!("no keepalive from the cloud; closing the link");
                     stats.count(&stats.keepalive_timeouts);
                     break;
                 }
                 if last_sent.elapsed() >= keepalive {
                     last_sent = Instant::now();
-                    let _ = sender.try_send(&protocol::keepalive(module::EDGEHUB), Lane::Ordered);
+                    let _ = sender.try_send(&dialect.keepalive(), Lane::Ordered);
                 }
             }
         }
@@ -531,7 +564,7 @@ async fn deliver(
         }
         return;
     }
-    let ack = protocol::ack(&msg, module::EDGEHUB);
+    let ack = config.dialect.ack(&msg);
     let hive = hive.clone();
     let sender = sender.clone();
     let stats = stats.clone();

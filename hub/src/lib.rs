@@ -17,9 +17,12 @@
 //!   intervals instead of TCP's minutes.
 //! - Node connect and disconnect are beehive messages to the `nodeevents`
 //!   group.
+//! - Each endpoint speaks a [`Dialect`]: edgehive's own, or KubeEdge's, so
+//!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
 
 pub mod certs;
 mod cloud;
+pub mod dialect;
 mod edge;
 /// KubeEdge's JSON message format (lives with the transports, which can
 /// carry it on a link).
@@ -30,6 +33,7 @@ mod stats;
 pub mod store;
 
 pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
+pub use dialect::Dialect;
 pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
 pub use stats::{Changes, EdgeHubStats, HubStats};
 

@@ -49,6 +49,7 @@ async fn cloud() -> Cloud {
                 kind: TransportKind::WebSocket,
                 options: ListenOptions::new("127.0.0.1:0").with_tls(server_tls),
                 trust_hello: false,
+                dialect: hub::Dialect::Native,
             }],
             ..CloudHubConfig::default()
         },

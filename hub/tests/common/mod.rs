@@ -68,6 +68,7 @@ impl World {
             kind: self.kind,
             options,
             trust_hello: self.kind == TransportKind::UnixSocket,
+            dialect: hub::Dialect::Native,
         }
     }
 

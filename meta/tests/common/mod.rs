@@ -76,6 +76,7 @@ impl Cloud {
                     kind: TransportKind::WebSocket,
                     options: options.clone(),
                     trust_hello: false,
+                    dialect: hub::Dialect::Native,
                 }],
                 keepalive: Duration::from_secs(2),
                 store: Some(dir.path().join("queues.redb")),
