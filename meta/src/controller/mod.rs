@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod client;
 pub mod desired;
+pub mod kubeedge;
 pub mod manifest;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -194,6 +195,8 @@ impl EdgeController {
             bound: HashMap::new(),
             held: HashMap::new(),
             connected: HashSet::new(),
+            kubeedge_nodes: HashSet::new(),
+            leases: HashMap::new(),
             reported_ready: HashMap::new(),
             loaded: false,
             out_of_step: BTreeSet::new(),
@@ -246,6 +249,12 @@ struct Controller {
     held: HashMap<String, BTreeSet<ObjectKey>>,
     /// Nodes whose link is up.
     connected: HashSet<String>,
+    /// Connected nodes that speak KubeEdge's dialect: they report no
+    /// inventory, so each connect sends them everything they should hold.
+    kubeedge_nodes: HashSet<String>,
+    /// Each KubeEdge node's lease (kept in memory: it is renewed every
+    /// few seconds).
+    leases: HashMap<String, Value>,
     /// The `Ready` condition each node last reported itself.
     reported_ready: HashMap<String, NodeCondition>,
     /// Whether the desired state has been read since start.
@@ -900,10 +909,18 @@ impl Controller {
             match msg.operation() {
                 operation::NODE_CONNECTED => {
                     self.connected.insert(node.clone());
-                    self.ask_inventory(&node);
+                    if msg.content()["dialect"] == "kubeedge" {
+                        self.kubeedge_nodes.insert(node.clone());
+                        // Nothing held is known: everything desired goes.
+                        self.reconcile(&node, Ok(BTreeMap::new())).await;
+                    } else {
+                        self.kubeedge_nodes.remove(&node);
+                        self.ask_inventory(&node);
+                    }
                 }
                 operation::NODE_DISCONNECTED => {
                     self.connected.remove(&node);
+                    self.leases.remove(&node);
                 }
                 _ => return,
             }
@@ -918,11 +935,34 @@ impl Controller {
         let node = resource.node.clone();
         let edge = resource.resource;
         match (msg.operation(), edge.resource_type.as_str()) {
+            (_, resource_type::LEASE) => self.lease(&node, &edge, &msg),
             (operation::QUERY, _) => self.answer_query(&node, &edge, &msg),
+            (operation::INSERT | operation::UPDATE, resource_type::NODE) => {
+                let answer = match edge.name == node {
+                    true => self.adopt_node(&node, msg.content()).await,
+                    false => Err("a node registers only itself".to_owned()),
+                };
+                self.answer_write(&msg, answer);
+            }
+            (operation::PATCH, resource_type::NODE_PATCH) => {
+                let answer = self.patch_node(&node, &edge, msg.content()).await;
+                self.answer_write(&msg, answer);
+            }
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
                 resource_type::NODE_STATUS,
-            ) => self.node_status(&node, &edge, msg.content()).await,
+            ) => {
+                let status = kubeedge::status_of(msg.content());
+                match self.node_status(&node, &edge, status).await {
+                    Ok(()) => self.answer_node(&msg, json!("OK")),
+                    Err(reason) => self.refuse_sync(&msg, &reason),
+                }
+            }
+            (operation::PATCH, resource_type::POD_PATCH) => {
+                // A readable one is a status report, taken with the others.
+                let reason = kubeedge::patch_of(msg.content()).err();
+                self.refuse_sync(&msg, reason.as_deref().unwrap_or("unreadable patch"));
+            }
             (op, kind) => {
                 debug!(%node, op, kind, "not for the edgecontroller; ignored");
                 self.refuse_sync(&msg, "the edgecontroller does not take this");
@@ -930,13 +970,154 @@ impl Controller {
         }
     }
 
+    /// Refuses a request that waits for an answer: a node's goes back down
+    /// its link, a cloud module's to it directly.
     fn refuse_sync(&self, msg: &HiveMessage, reason: &str) {
-        if msg.is_sync() {
-            let mut refusal = msg.error_response(module::EDGECONTROLLER, reason);
-            // A refusal is not an object to acknowledge.
-            refusal.header.resource_version.clear();
+        if !msg.is_sync() {
+            return;
+        }
+        let refusal = msg.error_response(module::EDGECONTROLLER, reason);
+        if msg.resource().parse::<CloudResource>().is_ok() {
+            self.send_to_node(refusal);
+        } else {
             self.hive.send_resp(refusal);
         }
+    }
+
+    /// Answers a node's request that waits for an answer.
+    fn answer_node(&self, msg: &HiveMessage, content: Value) {
+        if msg.is_sync() {
+            self.send_to_node(msg.response(module::EDGECONTROLLER, content));
+        }
+    }
+
+    /// Answers a KubeEdge node's write with the stored object, or with a
+    /// Kubernetes Status error.
+    fn answer_write(&self, msg: &HiveMessage, written: Result<Value, String>) {
+        let content = match written {
+            Ok(object) => kubeedge::object_answer(object),
+            Err(reason) => kubeedge::error_answer(400, "BadRequest", &reason),
+        };
+        self.answer_node(msg, content);
+    }
+
+    /// Sends an answer down to its node through cloudhub.
+    fn send_to_node(&self, mut answer: HiveMessage) {
+        // An answer is not an object to acknowledge.
+        answer.header.resource_version.clear();
+        answer.header.sync = false;
+        let hive = self.hive.clone();
+        actix::spawn(async move {
+            if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
+                debug!(error = %err, "answer to a node not sent");
+            }
+        });
+    }
+
+    /// Takes what a node says of its own Node object (its registration, or
+    /// a patch of it applied to the stored object): its labels,
+    /// annotations and status. Returns the object as stored.
+    async fn adopt_node(&mut self, node: &str, given: &Value) -> Result<Value, String> {
+        let key = ObjectKey::new(Kind::Node, "", node);
+        match given.get("status").filter(|status| !status.is_null()) {
+            Some(status) => {
+                let what = EdgeResource::new("default", resource_type::NODE_STATUS, node);
+                self.node_status(node, &what, status).await?;
+            }
+            None => self.update_node(node, None).await,
+        }
+        let mut object = self
+            .store
+            .get(&key)
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| format!("node {node} not stored"))?;
+        let before = object.clone();
+        for field in ["labels", "annotations"] {
+            let Some(given) = given
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_object)
+            else {
+                continue;
+            };
+            if let Some(held) = object["metadata"]
+                .as_object_mut()
+                .map(|metadata| metadata.entry(field).or_insert_with(|| json!({})))
+                .and_then(Value::as_object_mut)
+            {
+                held.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        if object == before {
+            return Ok(object);
+        }
+        self.store
+            .put(key, object)
+            .await
+            .map(|(stored, _)| stored)
+            .map_err(|err| err.to_string())
+    }
+
+    /// Applies a KubeEdge node's patch of its own Node object.
+    async fn patch_node(
+        &mut self,
+        node: &str,
+        what: &EdgeResource,
+        content: &Value,
+    ) -> Result<Value, String> {
+        if what.name != node {
+            return Err("a node patches only itself".to_owned());
+        }
+        let patch = kubeedge::patch_of(content)?;
+        self.update_node(node, None).await;
+        let key = ObjectKey::new(Kind::Node, "", node);
+        let mut object = self
+            .store
+            .get(&key)
+            .map_err(|err| err.to_string())?
+            .unwrap_or_default();
+        kubeedge::strategic_merge(&mut object, &patch);
+        self.adopt_node(node, &object).await
+    }
+
+    /// A KubeEdge node's lease: its own only, kept in memory, answered as
+    /// a kubelet expects (NotFound before the first is written).
+    fn lease(&mut self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
+        if what.name != node {
+            let reason = "a node holds only its own lease";
+            return self.answer_node(msg, kubeedge::error_answer(403, "Forbidden", reason));
+        }
+        let answer = match msg.operation() {
+            operation::QUERY => match self.leases.get(node) {
+                Some(lease) => kubeedge::object_answer(lease.clone()),
+                None => kubeedge::error_answer(
+                    404,
+                    "NotFound",
+                    &format!("leases.coordination.k8s.io {node:?} not found"),
+                ),
+            },
+            operation::INSERT | operation::UPDATE => {
+                let mut lease = msg.content().clone();
+                let version = self
+                    .leases
+                    .get(node)
+                    .and_then(|held| held.pointer("/metadata/resourceVersion"))
+                    .and_then(Value::as_str)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    + 1;
+                if let Some(metadata) = lease.get_mut("metadata").and_then(Value::as_object_mut) {
+                    metadata.insert("resourceVersion".into(), json!(version.to_string()));
+                }
+                self.leases.insert(node.to_owned(), lease.clone());
+                kubeedge::object_answer(lease)
+            }
+            other => kubeedge::error_answer(
+                405,
+                "MethodNotAllowed",
+                &format!("{other} of a lease"),
+            ),
+        };
+        self.answer_node(msg, answer);
     }
 
     fn refuse_status(&self, node: &str, what: &EdgeResource, reason: &str) {
@@ -950,72 +1131,97 @@ impl Controller {
     async fn bound_statuses(&mut self, reports: Vec<StatusReport>) {
         let mut order: Vec<ObjectKey> = Vec::new();
         let mut updated: HashMap<ObjectKey, (String, Value)> = HashMap::new();
-        for StatusReport {
-            kind,
-            node,
-            what,
-            msg,
-        } in reports
-        {
-            let key = ObjectKey::new(kind, what.namespace.as_str(), what.name.as_str());
+        // Reports that wait for an answer (a KubeEdge edge's), with the
+        // object they are about, or why they were refused.
+        let mut waiting: Vec<(StatusReport, Result<ObjectKey, String>)> = Vec::new();
+        for report in reports {
+            let key = ObjectKey::new(
+                report.kind,
+                report.what.namespace.as_str(),
+                report.what.name.as_str(),
+            );
             let base = match updated.get(&key) {
                 Some((_, object)) => Ok(Some(object.clone())),
                 None => self.store.get(&key),
             };
-            let object = match base {
-                Ok(Some(object)) => object,
-                Ok(None) => {
-                    self.refuse_status(&node, &what, "no such object");
-                    continue;
+            let taken = match base {
+                Ok(Some(object)) => report.status_for(&object).and_then(|status| {
+                    self.with_status(report.kind, &report.node, object, &status)
+                }),
+                Ok(None) => Err("no such object".to_owned()),
+                Err(err) => Err(err.to_string()),
+            };
+            let outcome = match taken {
+                Ok(Some(object)) => {
+                    if !updated.contains_key(&key) {
+                        order.push(key.clone());
+                    }
+                    updated.insert(key.clone(), (report.node.clone(), object));
+                    Ok(key)
                 }
-                Err(err) => {
-                    self.refuse_status(&node, &what, &err.to_string());
-                    continue;
+                Ok(None) => Ok(key),
+                Err(reason) => {
+                    self.refuse_status(&report.node, &report.what, &reason);
+                    Err(reason)
                 }
             };
-            if let Some(object) = self.with_status(kind, &node, &what, object, msg.content()) {
-                if !updated.contains_key(&key) {
-                    order.push(key.clone());
-                }
-                updated.insert(key, (node, object));
+            if report.msg.is_sync() {
+                waiting.push((report, outcome));
             }
         }
         let writes: Vec<_> = order
             .into_iter()
             .filter_map(|key| {
                 let (node, object) = updated.remove(&key)?;
-                let put = self.store.put(key, object);
-                Some(async move { (node, put.await) })
+                let put = self.store.put(key.clone(), object);
+                Some(async move { (key, node, put.await) })
             })
             .collect();
-        for (node, stored) in futures_util::future::join_all(writes).await {
+        let mut failed = HashSet::new();
+        for (key, node, stored) in futures_util::future::join_all(writes).await {
             match stored {
                 Ok(_) => self.count(|c| c.status_applied += 1),
-                Err(err) => warn!(%node, error = %err, "status not stored"),
+                Err(err) => {
+                    warn!(%node, error = %err, "status not stored");
+                    failed.insert(key);
+                }
+            }
+        }
+        for (report, outcome) in waiting {
+            let outcome = outcome.and_then(|key| match failed.contains(&key) {
+                true => Err("the status could not be stored".to_owned()),
+                false => Ok(key),
+            });
+            match (&report.change, outcome) {
+                (StatusChange::Patch(_), Ok(key)) => {
+                    let object = self.store.get(&key).map_err(|err| err.to_string());
+                    let object = object.and_then(|o| o.ok_or_else(|| "gone".to_owned()));
+                    self.answer_write(&report.msg, object);
+                }
+                (StatusChange::Patch(_), Err(reason)) => {
+                    self.answer_write(&report.msg, Err(reason));
+                }
+                (StatusChange::Replace(_), Ok(_)) => self.answer_node(&report.msg, json!("OK")),
+                (StatusChange::Replace(_), Err(reason)) => self.refuse_sync(&report.msg, &reason),
             }
         }
     }
 
-    /// `object` with the status `node` reports, if the node may set it and
-    /// it changes anything.
+    /// `object` with the status `node` reports if it changes anything
+    /// (`None` if not), or why the node may not set it.
     fn with_status(
         &self,
         kind: Kind,
         node: &str,
-        what: &EdgeResource,
         object: Value,
         status: &Value,
-    ) -> Option<Value> {
+    ) -> Result<Option<Value>, String> {
         if node_name(&object).as_deref() != Some(node) {
-            self.refuse_status(node, what, "the object is not bound to this node");
-            return None;
+            return Err("the object is not bound to this node".to_owned());
         }
-        if let Err(err) = kind.check_status(status) {
-            self.refuse_status(node, what, &err.to_string());
-            return None;
-        }
+        kind.check_status(status).map_err(|err| err.to_string())?;
         if object.get("status") == Some(status) {
-            return None;
+            return Ok(None);
         }
         let mut object = object;
         // The new revision is the status's; the node keeps the spec's.
@@ -1027,15 +1233,24 @@ impl Controller {
             }
         }
         object["status"] = status.clone();
-        Some(object)
+        Ok(Some(object))
     }
 
-    async fn node_status(&mut self, node: &str, what: &EdgeResource, status: &Value) {
+    async fn node_status(
+        &mut self,
+        node: &str,
+        what: &EdgeResource,
+        status: &Value,
+    ) -> Result<(), String> {
+        let refused = |reason: &str| {
+            self.refuse_status(node, what, reason);
+            Err(reason.to_owned())
+        };
         if what.name != node {
-            return self.refuse_status(node, what, "a node reports only its own status");
+            return refused("a node reports only its own status");
         }
         let Ok(reported) = NodeStatus::deserialize(status) else {
-            return self.refuse_status(node, what, "not a NodeStatus");
+            return refused("not a NodeStatus");
         };
         if let Some(ready) = reported
             .conditions
@@ -1047,6 +1262,7 @@ impl Controller {
         }
         self.update_node(node, Some(reported)).await;
         self.count(|c| c.status_applied += 1);
+        Ok(())
     }
 
     /// Writes the node's object: its reported status if given, and its
@@ -1139,20 +1355,12 @@ impl Controller {
             Kind::Node => key.name == node,
         });
         let found = entitled.and_then(|key| self.store.get(&key).ok().flatten());
-        let mut answer = match found {
+        self.send_to_node(match found {
             Some(object) => msg.response(module::EDGECONTROLLER, object),
             None => msg.error_response(
                 module::EDGECONTROLLER,
                 format!("{what} not found for node {node}"),
             ),
-        };
-        // An answer is not an object to acknowledge.
-        answer.header.resource_version.clear();
-        let hive = self.hive.clone();
-        actix::spawn(async move {
-            if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
-                debug!(error = %err, "query answer not sent");
-            }
         });
     }
 }
@@ -1166,7 +1374,17 @@ struct StatusReport {
     kind: Kind,
     node: String,
     what: EdgeResource,
+    change: StatusChange,
     msg: HiveMessage,
+}
+
+/// What a status report does to the object's status.
+enum StatusChange {
+    /// Replaces it (edgehive's `podstatus`, KubeEdge's older wrapped one).
+    Replace(Value),
+    /// Patches the object (KubeEdge's `podpatch`); only its status and a
+    /// required uid are taken.
+    Patch(Value),
 }
 
 impl StatusReport {
@@ -1184,17 +1402,50 @@ impl StatusReport {
         let Ok(resource) = msg.resource().parse::<CloudResource>() else {
             return Err(msg);
         };
-        let kind = [Kind::Pod, Kind::Device]
-            .into_iter()
-            .find(|k| k.status_type() == Some(resource.resource.resource_type.as_str()));
-        match kind {
-            Some(kind) => Ok(StatusReport {
-                kind,
-                node: resource.node,
-                what: resource.resource,
-                msg,
-            }),
-            None => Err(msg),
+        let resource_type = resource.resource.resource_type.as_str();
+        let (kind, change) = if resource_type == resource_type::POD_PATCH
+            && msg.operation() == operation::PATCH
+        {
+            match kubeedge::patch_of(msg.content()) {
+                Ok(patch) => (Kind::Pod, StatusChange::Patch(patch)),
+                Err(_) => return Err(msg),
+            }
+        } else {
+            let Some(kind) = [Kind::Pod, Kind::Device]
+                .into_iter()
+                .find(|k| k.status_type() == Some(resource_type))
+            else {
+                return Err(msg);
+            };
+            let status = kubeedge::status_of(msg.content()).clone();
+            (kind, StatusChange::Replace(status))
+        };
+        Ok(StatusReport {
+            kind,
+            node: resource.node,
+            what: resource.resource,
+            change,
+            msg,
+        })
+    }
+
+    /// The status `object` gets from this report, or why it gets none.
+    fn status_for(&self, object: &Value) -> Result<Value, String> {
+        match &self.change {
+            StatusChange::Replace(status) => Ok(status.clone()),
+            StatusChange::Patch(patch) => {
+                let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
+                if let Some(required) = kubeedge::required_uid(patch)
+                    && uid.is_some_and(|uid| uid != required)
+                {
+                    return Err(format!("the patch is for uid {required}, not {uid:?}"));
+                }
+                let mut status = object.get("status").cloned().unwrap_or(Value::Null);
+                if let Some(patch) = patch.get("status") {
+                    kubeedge::strategic_merge(&mut status, patch);
+                }
+                Ok(status)
+            }
         }
     }
 }

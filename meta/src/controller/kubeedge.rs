@@ -1,0 +1,206 @@
+//! What a KubeEdge edge sends up, and the answers it waits for.
+//!
+//! A KubeEdge edge (edged is a kubelet there) registers its Node with an
+//! insert, reports node and pod status as patches (`nodepatch`,
+//! `podpatch`: a strategic merge patch as JSON text), keeps a node lease,
+//! and asks for configmaps and secrets. Each write is answered with
+//! `{"Object": <the stored object>, "Err": null}`, or `Err` holding a
+//! Kubernetes Status (`{"ErrStatus": {...}}`); older edges send
+//! `nodestatus` / `podstatus` updates wrapped in `{"UID", "Name",
+//! "Status"}` and get `"OK"`.
+
+use serde_json::{Value, json};
+
+/// The answer to a write: the object as stored.
+pub fn object_answer(object: Value) -> Value {
+    json!({ "Object": object, "Err": null })
+}
+
+/// The answer to a write that failed: a Kubernetes Status error.
+pub fn error_answer(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "Object": null,
+        "Err": { "ErrStatus": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }},
+    })
+}
+
+/// The patch a KubeEdge edge sent: JSON text in a string (a Go byte slice
+/// arrives already decoded), or a JSON object.
+pub fn patch_of(content: &Value) -> Result<Value, String> {
+    let patch = match content {
+        Value::String(text) => serde_json::from_str(text)
+            .map_err(|err| format!("the patch is not JSON: {err}"))?,
+        other => other.clone(),
+    };
+    if patch.is_object() {
+        Ok(patch)
+    } else {
+        Err("a patch is a JSON object".to_owned())
+    }
+}
+
+/// The status a status report carries: KubeEdge's older edges wrap it
+/// (`{"UID", "Name", "Status"}`), edgehive's send it bare.
+pub fn status_of(content: &Value) -> &Value {
+    match content.get("Status") {
+        Some(status) if content.get("UID").is_some() || content.get("Name").is_some() => status,
+        _ => content,
+    }
+}
+
+/// The uid a patch requires of its object (a kubelet names the pod it
+/// means, so a patch for a pod since re-created is refused).
+pub fn required_uid(patch: &Value) -> Option<&str> {
+    patch.pointer("/metadata/uid").and_then(Value::as_str)
+}
+
+/// Applies a strategic merge patch to `target`, as far as node and pod
+/// status need: objects merge field by field, `null` deletes, lists of
+/// objects Kubernetes merges by a key (conditions and addresses by `type`,
+/// container statuses by `name`, pod and host IPs by `ip`) merge item by
+/// item (`$patch: delete` removes one), other lists are replaced, and
+/// order and retain-keys directives are ignored.
+pub fn strategic_merge(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if fields.get("$patch").and_then(Value::as_str) == Some("replace") {
+        *target = Value::Object(Default::default());
+    }
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let Value::Object(object) = target else {
+        return;
+    };
+    for (name, value) in fields {
+        if name.starts_with('$') {
+            continue;
+        }
+        match (value, merge_key(name)) {
+            (Value::Null, _) => {
+                object.remove(name);
+            }
+            (Value::Array(items), Some(key)) => {
+                merge_list(object.entry(name.clone()).or_insert(Value::Null), items, key);
+            }
+            (Value::Object(_), _) => {
+                strategic_merge(object.entry(name.clone()).or_insert(Value::Null), value);
+            }
+            (other, _) => {
+                object.insert(name.clone(), other.clone());
+            }
+        }
+    }
+}
+
+/// The key Kubernetes merges a list field's items by.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "conditions" | "addresses" => Some("type"),
+        "containerStatuses"
+        | "initContainerStatuses"
+        | "ephemeralContainerStatuses"
+        | "volumesAttached"
+        | "resourceClaimStatuses" => Some("name"),
+        "podIPs" | "hostIPs" => Some("ip"),
+        _ => None,
+    }
+}
+
+fn merge_list(target: &mut Value, items: &[Value], key: &str) {
+    if !target.is_array() {
+        *target = Value::Array(Vec::new());
+    }
+    let Value::Array(list) = target else {
+        return;
+    };
+    for item in items {
+        let id = item.get(key);
+        let position = id.and_then(|id| list.iter().position(|held| held.get(key) == Some(id)));
+        if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+            if let Some(position) = position {
+                list.remove(position);
+            }
+            continue;
+        }
+        match position {
+            Some(position) => strategic_merge(&mut list[position], item),
+            None => {
+                let mut added = Value::Null;
+                strategic_merge(&mut added, item);
+                list.push(added);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kubelet_status_patch_merges_conditions_by_type() {
+        let mut status = json!({
+            "phase": "Pending",
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "PodScheduled", "status": "True"}
+            ],
+            "podIP": "10.0.0.9"
+        });
+        let patch = patch_of(&json!(
+            r#"{"metadata":{"uid":"u-1"},"status":{"$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"}],
+                "conditions":[{"type":"Ready","status":"True"}],"phase":"Running","podIP":null,
+                "containerStatuses":[{"name":"main","ready":true}]}}"#
+        ))
+        .expect("patch");
+        assert_eq!(required_uid(&patch), Some("u-1"));
+        strategic_merge(&mut status, &patch["status"]);
+        assert_eq!(
+            status,
+            json!({
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "PodScheduled", "status": "True"}
+                ],
+                "containerStatuses": [{"name": "main", "ready": true}]
+            })
+        );
+        strategic_merge(
+            &mut status,
+            &json!({"conditions": [{"type": "PodScheduled", "$patch": "delete"}]}),
+        );
+        assert_eq!(status["conditions"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn lists_without_a_merge_key_are_replaced() {
+        let mut status = json!({"images": [{"names": ["a"]}, {"names": ["b"]}]});
+        strategic_merge(&mut status, &json!({"images": [{"names": ["c"]}]}));
+        assert_eq!(status, json!({"images": [{"names": ["c"]}]}));
+    }
+
+    #[test]
+    fn wrapped_and_bare_statuses_read_alike() {
+        let bare = json!({"phase": "Running"});
+        let wrapped = json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}});
+        assert_eq!(status_of(&bare), status_of(&wrapped));
+        assert!(patch_of(&json!("[1]")).is_err());
+        assert!(patch_of(&json!("{not json")).is_err());
+        assert_eq!(
+            error_answer(404, "NotFound", "gone")["Err"]["ErrStatus"]["code"],
+            json!(404)
+        );
+    }
+}
