@@ -37,6 +37,8 @@ pub struct Cloud {
     pub admin: AdminApiHandle,
     pub client: AdminClient,
     pub address: String,
+    /// cloudhub's endpoint in KubeEdge's dialect.
+    pub kubeedge_address: String,
     pub dir: tempfile::TempDir,
 }
 
@@ -48,8 +50,19 @@ impl Cloud {
         Cloud::start_with(pki, dir, "127.0.0.1:0").await
     }
 
-    /// A cloud with `pki`, its stores in `dir`, cloudhub on `listen`.
+    /// A cloud with `pki`, its stores in `dir`, cloudhub on `listen` (and
+    /// in KubeEdge's dialect on a fresh port).
     pub async fn start_with(pki: DevPki, dir: tempfile::TempDir, listen: &str) -> Cloud {
+        Cloud::start_on(pki, dir, listen, "127.0.0.1:0").await
+    }
+
+    /// Like [`Cloud::start_with`], KubeEdge's endpoint on `kubeedge_listen`.
+    pub async fn start_on(
+        pki: DevPki,
+        dir: tempfile::TempDir,
+        listen: &str,
+        kubeedge_listen: &str,
+    ) -> Cloud {
         let hive = Hive::new("cloud", HiveConfig::default());
         // After a restart in this process the last cloud's store threads
         // may still be letting go of the files: there is no event for
@@ -68,16 +81,25 @@ impl Cloud {
         let controller = EdgeController::start(&hive, store.shared(), ControllerConfig::default())
             .expect("controller");
         let (chain, key) = pki.server("localhost").expect("server cert");
-        let options = ListenOptions::new(listen)
-            .with_tls(tls::server_config(chain, key, Some(&[pki.root()])).expect("tls"));
+        let server_tls = tls::server_config(chain, key, Some(&[pki.root()])).expect("tls");
+        let options = ListenOptions::new(listen).with_tls(server_tls.clone());
+        let kubeedge_options = ListenOptions::new(kubeedge_listen).with_tls(server_tls);
         let hub = loop {
             let config = CloudHubConfig {
-                endpoints: vec![CloudEndpoint {
-                    kind: TransportKind::WebSocket,
-                    options: options.clone(),
-                    trust_hello: false,
-                    dialect: hub::Dialect::Native,
-                }],
+                endpoints: vec![
+                    CloudEndpoint {
+                        kind: TransportKind::WebSocket,
+                        options: options.clone(),
+                        trust_hello: false,
+                        dialect: hub::Dialect::Native,
+                    },
+                    CloudEndpoint {
+                        kind: TransportKind::WebSocket,
+                        options: kubeedge_options.clone(),
+                        trust_hello: false,
+                        dialect: hub::Dialect::KubeEdge,
+                    },
+                ],
                 keepalive: Duration::from_secs(2),
                 store: Some(dir.path().join("queues.redb")),
                 ..CloudHubConfig::default()
@@ -92,6 +114,7 @@ impl Cloud {
             }
         };
         let address = hub.addresses[0].1.clone();
+        let kubeedge_address = hub.addresses[1].1.clone();
         let admin = AdminApi::start(controller.clone(), "127.0.0.1:0").expect("admin API");
         let client = AdminClient::new(&admin.address.to_string());
         Cloud {
@@ -102,6 +125,7 @@ impl Cloud {
             admin,
             client,
             address,
+            kubeedge_address,
             dir,
         }
     }
@@ -121,13 +145,14 @@ impl Cloud {
             admin,
             client,
             address,
+            kubeedge_address,
             dir,
         } = self;
         admin.stop().await;
         let _ = hive.shutdown().await;
         drop((hub, controller, client));
         while_down().await;
-        Cloud::start_with(pki, dir, &address).await
+        Cloud::start_on(pki, dir, &address, &kubeedge_address).await
     }
 
     /// Waits until the controller's counts satisfy `condition`.
@@ -180,17 +205,33 @@ impl Edge {
     /// Like [`Edge::start`], with the edge store in `dir` (`edge.redb`),
     /// which may hold objects already.
     pub async fn start_in(cloud: &Cloud, node: &str, dir: tempfile::TempDir) -> Edge {
+        Edge::start_speaking(cloud, node, dir, hub::Dialect::Native).await
+    }
+
+    /// An edge for `node` that talks to `cloud` in `dialect` (KubeEdge's
+    /// goes to the cloud's KubeEdge endpoint).
+    pub async fn start_speaking(
+        cloud: &Cloud,
+        node: &str,
+        dir: tempfile::TempDir,
+        dialect: hub::Dialect,
+    ) -> Edge {
         let hive = Hive::new("edge", HiveConfig::default());
         let store = EdgeStore::open(&dir.path().join("edge.redb")).expect("edge store");
         MetaManager::start(&hive, store.clone()).expect("metamanager");
         let edged = recorder(&hive, module::EDGED, group::EDGED);
         let identity = cloud.pki.client(node).expect("client cert");
-        let dial = DialOptions::new(&cloud.address, "localhost")
+        let address = match dialect {
+            hub::Dialect::Native => &cloud.address,
+            hub::Dialect::KubeEdge => &cloud.kubeedge_address,
+        };
+        let dial = DialOptions::new(address, "localhost")
             .with_tls(tls::client_config(&[cloud.pki.root()], Some(identity)).expect("tls"));
         let config = EdgeHubConfig {
             keepalive: Duration::from_secs(2),
             reconnect_initial: Duration::from_millis(20),
             reconnect_max: Duration::from_millis(200),
+            dialect,
             ..EdgeHubConfig::new(node, TransportKind::WebSocket, dial)
         };
         let hub = EdgeHub::start(&hive, config).expect("edgehub");

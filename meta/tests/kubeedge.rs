@@ -1,0 +1,392 @@
+//! KubeEdge's edges against an edgehive cloud: cloudhub's KubeEdge
+//! endpoint (WebSocket, mutual TLS, JSON frames) and the edgecontroller.
+//!
+//! The first tests script a KubeEdge edgecore frame by frame: every frame
+//! it sends is JSON in KubeEdge's exact message shape, written here from
+//! KubeEdge's message model; every frame the cloud sends is read as JSON
+//! and checked field by field. The last runs edgehive's own edge in
+//! KubeEdge's dialect.
+
+mod common;
+
+use std::time::Duration;
+
+use beehive::Uuid;
+use common::{Cloud, Edge, configmap_yaml, next, pod_yaml};
+use hub::Dialect;
+use serde_json::{Value, json};
+use transports::tls;
+use transports::{DialOptions, Link, TransportKind};
+
+/// A KubeEdge edge's raw link: frames are JSON on the wire.
+struct KubeEdgeEdge {
+    link: Link,
+}
+
+impl KubeEdgeEdge {
+    /// Dials the cloud's KubeEdge endpoint as KubeEdge's edgehub does:
+    /// `node_id`, `project_id` and `ConnectionUse` headers, a certificate
+    /// whose common name is `certified`.
+    async fn dial(cloud: &Cloud, node_id: Option<&str>, certified: &str) -> KubeEdgeEdge {
+        let identity = cloud.pki.client(certified).expect("client cert");
+        let mut options = DialOptions::new(&cloud.kubeedge_address, "localhost")
+            .with_tls(tls::client_config(&[cloud.pki.root()], Some(identity)).expect("tls"))
+            .with_codec(transports::Codec::KubeEdgeJson)
+            .with_header("project_id", "e632aba927ea4ac2b575ec1603d56f10")
+            .with_header("ConnectionUse", "msg");
+        if let Some(node) = node_id {
+            options = options.with_header("node_id", node);
+        }
+        let link = TransportKind::WebSocket
+            .transport()
+            .expect("ws")
+            .dial(&options)
+            .await
+            .expect("dial");
+        KubeEdgeEdge { link }
+    }
+
+    /// Sends one frame, given as the JSON a KubeEdge edge writes.
+    async fn send(&self, frame: Value) {
+        let bytes = serde_json::to_vec(&frame).expect("json");
+        let msg = transports::kubeedge::decode(&bytes, 1 << 20).expect("a KubeEdge frame");
+        // What goes on the wire is that JSON again.
+        let wire: Value =
+            serde_json::from_slice(&transports::kubeedge::encode(&msg)).expect("json");
+        assert_eq!(wire, frame);
+        self.link.sender.send(&msg).await.expect("sent");
+    }
+
+    /// The next frame from the cloud, as JSON.
+    async fn recv(&mut self, what: &str) -> Value {
+        let msg = tokio::time::timeout(Duration::from_secs(30), self.link.receiver.recv())
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+            .unwrap_or_else(|| panic!("link closed while waiting for {what}"))
+            .unwrap_or_else(|err| panic!("link failed while waiting for {what}: {err}"));
+        serde_json::from_slice(&transports::kubeedge::encode(&msg)).expect("json")
+    }
+
+    /// Sends a request and returns the cloud's answer to it.
+    async fn ask(&mut self, frame: Value, what: &str) -> Value {
+        let id = frame["header"]["msg_id"].clone();
+        self.send(frame).await;
+        let answer = self.recv(what).await;
+        assert_eq!(answer["header"]["parent_msg_id"], id, "{what}: {answer}");
+        assert_eq!(answer["route"]["operation"], "response", "{what}: {answer}");
+        assert_eq!(answer["route"]["source"], "edgecontroller", "{what}");
+        answer
+    }
+}
+
+fn id() -> String {
+    Uuid::new_v4().to_string()
+}
+
+fn now() -> i64 {
+    beehive::message::now_millis()
+}
+
+/// A request from the edge's edged, routed through its metamanager.
+fn request(operation: &str, resource: &str, content: Value) -> Value {
+    json!({
+        "header": {"msg_id": id(), "timestamp": now()},
+        "route": {"source": "edged", "group": "meta", "operation": operation, "resource": resource},
+        "content": content,
+    })
+}
+
+fn keepalive() -> Value {
+    json!({
+        "header": {"msg_id": id(), "timestamp": now()},
+        "route": {"source": "websocket", "group": "resource", "operation": "keepalive", "resource": "node"},
+        "content": "ping",
+    })
+}
+
+/// metamanager's acknowledgement of a stored object.
+fn ack(object: &Value) -> Value {
+    json!({
+        "header": {"msg_id": id(), "parent_msg_id": object["header"]["msg_id"], "timestamp": now()},
+        "route": {"source": object["route"]["source"], "group": object["route"]["group"],
+                  "operation": "response", "resource": object["route"]["resource"]},
+        "content": "OK",
+    })
+}
+
+async fn acked(cloud: &Cloud, n: u64) {
+    let stats = cloud.hub.stats.clone();
+    assert!(
+        stats
+            .changes
+            .wait_for(Duration::from_secs(30), || {
+                hub::HubStats::get(&stats.acked) >= n
+            })
+            .await,
+        "{n} acks never settled"
+    );
+}
+
+fn ready(node: &Value) -> Value {
+    node["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[actix::test]
+async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
+    let cloud = Cloud::start().await;
+    // KubeEdge's edges ask for certificates named system:node:<node>.
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-1"), "system:node:kube-1").await;
+    edge.send(keepalive()).await;
+
+    // Registration: the cloud says nothing first, so the first frame it
+    // sends is the answer, with the Node as stored.
+    let answer = edge
+        .ask(
+            request(
+                "insert",
+                "default/node/kube-1",
+                json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": "kube-1", "labels": {"site": "plant-7"}}}),
+            ),
+            "the registration's answer",
+        )
+        .await;
+    // KubeEdge's cloud answers in group resource.
+    assert_eq!(answer["route"]["group"], "resource");
+    assert_eq!(answer["route"]["resource"], "default/node/kube-1");
+    assert_eq!(answer["content"]["Err"], Value::Null);
+    assert_eq!(answer["content"]["Object"]["metadata"]["name"], "kube-1");
+    assert_eq!(
+        answer["content"]["Object"]["metadata"]["labels"]["site"],
+        "plant-7"
+    );
+    assert!(answer["header"].get("resourceversion").is_none());
+
+    // Node status as a kubelet sends it: a strategic merge patch, as text.
+    let patch = json!({"status": {
+        "$setElementOrder/conditions": [{"type": "Ready"}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        "nodeInfo": {"kubeletVersion": "v1.31.12-kubeedge-v1.23.0", "architecture": "amd64",
+                     "bootID": "", "containerRuntimeVersion": "containerd://1.7", "kernelVersion": "",
+                     "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                     "osImage": "Debian", "systemUUID": ""},
+        "addresses": [{"type": "InternalIP", "address": "192.0.2.21"}]}});
+    let answer = edge
+        .ask(
+            request("patch", "default/nodepatch/kube-1", json!(patch.to_string())),
+            "the node patch's answer",
+        )
+        .await;
+    assert_eq!(answer["content"]["Err"], Value::Null, "{answer}");
+    let node = &answer["content"]["Object"];
+    assert_eq!(
+        node["status"]["nodeInfo"]["kubeletVersion"],
+        "v1.31.12-kubeedge-v1.23.0"
+    );
+    assert_eq!(ready(node), "True");
+    let stored = cloud
+        .client
+        .get("/api/v1/nodes/kube-1")
+        .await
+        .expect("node");
+    assert_eq!(stored["status"]["addresses"][0]["address"], "192.0.2.21");
+    assert_eq!(stored["metadata"]["labels"]["site"], "plant-7");
+
+    // The node lease: NotFound until the kubelet writes it.
+    let lease = request("query", "kube-node-lease/lease/kube-1", Value::Null);
+    let answer = edge.ask(lease, "the lease query's answer").await;
+    assert_eq!(answer["content"]["Err"]["ErrStatus"]["code"], 404);
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": "kube-1", "namespace": "kube-node-lease"},
+                       "spec": {"holderIdentity": "kube-1", "leaseDurationSeconds": 40}});
+    let answer = edge
+        .ask(
+            request("insert", "kube-node-lease/lease/kube-1", lease),
+            "the lease's answer",
+        )
+        .await;
+    assert_eq!(
+        answer["content"]["Object"]["spec"]["holderIdentity"],
+        "kube-1"
+    );
+
+    // A pod and its configmap come down, each in KubeEdge's shape with a
+    // version, each kept until acknowledged.
+    cloud.apply(&configmap_yaml("conf", "v1")).await;
+    cloud.apply(&pod_yaml("web", "kube-1", &["conf"])).await;
+    let mut objects = Vec::new();
+    for what in ["an object", "another object"] {
+        let object = edge.recv(what).await;
+        assert_eq!(object["route"]["source"], "edgecontroller");
+        assert_eq!(object["route"]["group"], "resource");
+        assert_eq!(object["route"]["operation"], "insert");
+        assert!(object["header"]["resourceversion"].is_string(), "{object}");
+        assert!(object["header"].get("parent_msg_id").is_none());
+        objects.push(object);
+    }
+    let mut resources: Vec<&str> = objects
+        .iter()
+        .filter_map(|o| o["route"]["resource"].as_str())
+        .collect();
+    resources.sort();
+    assert_eq!(resources, ["default/configmap/conf", "default/pod/web"]);
+    let pod = objects
+        .iter()
+        .find(|o| o["route"]["resource"] == "default/pod/web")
+        .expect("pod")
+        .clone();
+    assert_eq!(pod["content"]["spec"]["nodeName"], "kube-1");
+    for object in &objects {
+        edge.send(ack(object)).await;
+    }
+    acked(&cloud, 2).await;
+    assert_eq!(hub::HubStats::get(&cloud.hub.stats.pending), 0);
+
+    // Pod status as a kubelet sends it: a patch naming the pod's uid.
+    let uid = pod["content"]["metadata"]["uid"].clone();
+    let patch = json!({"metadata": {"uid": uid}, "status": {
+        "$setElementOrder/conditions": [{"type": "Ready"}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "phase": "Running", "podIP": "10.88.0.9",
+        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "busybox",
+                               "imageID": "", "state": {"running": {}}}]}});
+    let answer = edge
+        .ask(
+            request("patch", "default/podpatch/web", json!(patch.to_string())),
+            "the pod patch's answer",
+        )
+        .await;
+    assert_eq!(answer["content"]["Err"], Value::Null, "{answer}");
+    assert_eq!(answer["content"]["Object"]["status"]["phase"], "Running");
+    let stored = cloud
+        .client
+        .get("/api/v1/namespaces/default/pods/web")
+        .await
+        .expect("pod");
+    assert_eq!(stored["status"]["podIP"], "10.88.0.9");
+
+    // KubeEdge's older wrapped pod status is taken too, and answered "OK".
+    let legacy = json!({"UID": uid, "Name": "web", "Status": {"phase": "Running", "podIP": "10.88.0.10"}});
+    let answer = edge
+        .ask(
+            request("update", "default/podstatus/web", legacy),
+            "the legacy status's answer",
+        )
+        .await;
+    assert_eq!(answer["content"], "OK");
+
+    // A query for the configmap its pod uses is answered with the object.
+    let answer = edge
+        .ask(
+            request("query", "default/configmap/conf", Value::Null),
+            "the configmap",
+        )
+        .await;
+    assert_eq!(answer["content"]["data"]["key"], "v1");
+
+    // Nothing here may touch another node's objects.
+    let answer = edge
+        .ask(
+            request("patch", "default/nodepatch/node-x", json!("{\"status\":{}}")),
+            "a foreign node patch's answer",
+        )
+        .await;
+    assert!(answer["content"]["Err"]["ErrStatus"]["message"].is_string());
+    cloud.apply(&pod_yaml("other", "node-x", &[])).await;
+    let patch = json!({"status": {"phase": "Failed"}}).to_string();
+    let answer = edge
+        .ask(
+            request("patch", "default/podpatch/other", json!(patch)),
+            "a foreign pod patch's answer",
+        )
+        .await;
+    assert!(
+        answer["content"]["Err"]["ErrStatus"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not bound")),
+        "{answer}"
+    );
+    edge.link.sender.close().await;
+    cloud.shutdown().await;
+}
+
+#[actix::test]
+async fn a_kubeedge_link_is_refused_unless_node_id_matches_the_certificate() {
+    let cloud = Cloud::start().await;
+    let stats = cloud.hub.stats.clone();
+    for (node_id, certified) in [
+        (Some("kube-2"), "system:node:kube-3"),
+        (None, "system:node:kube-2"),
+        (Some("../kube-2"), "../kube-2"),
+    ] {
+        let refused = hub::HubStats::get(&stats.refused_links);
+        let mut edge = KubeEdgeEdge::dial(&cloud, node_id, certified).await;
+        // Closed by the cloud without a word.
+        let closed = tokio::time::timeout(Duration::from_secs(30), edge.link.receiver.recv())
+            .await
+            .expect("the cloud never closed the link");
+        assert!(!matches!(closed, Some(Ok(_))), "{node_id:?}: {closed:?}");
+        assert!(
+            stats
+                .changes
+                .wait_for(Duration::from_secs(30), || {
+                    hub::HubStats::get(&stats.refused_links) > refused
+                })
+                .await
+        );
+    }
+    assert_eq!(hub::HubStats::get(&stats.sessions_opened), 0);
+    cloud.shutdown().await;
+}
+
+/// edgehive's own edge, speaking KubeEdge's dialect: its node registers,
+/// its pod arrives and is acknowledged after metamanager stored it, and
+/// its statuses reach the cloud as patches.
+#[actix::test]
+async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
+    let cloud = Cloud::start().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut edge = Edge::start_speaking(&cloud, "kube-4", dir, Dialect::KubeEdge).await;
+    cloud.apply(&pod_yaml("web", "kube-4", &[])).await;
+    let got = next(&mut edge.edged, "the pod at kube-4").await;
+    assert_eq!(got.resource(), "default/pod/web");
+    acked(&cloud, 1).await;
+
+    edge.report(
+        "default/podstatus/web",
+        json!({"phase": "Running", "podIP": "10.88.0.4"}),
+    )
+    .await;
+    edge.report(
+        "default/nodestatus/kube-4",
+        json!({"nodeInfo": {"kubeletVersion": "edgehive", "architecture": "amd64", "bootID": "",
+               "containerRuntimeVersion": "containerd", "kernelVersion": "", "kubeProxyVersion": "",
+               "machineID": "", "operatingSystem": "linux", "osImage": "Debian", "systemUUID": ""}}),
+    )
+    .await;
+    cloud
+        .counts("both statuses", |c| c.status_applied >= 2)
+        .await;
+    let pod = cloud
+        .client
+        .get("/api/v1/namespaces/default/pods/web")
+        .await
+        .expect("pod");
+    assert_eq!(pod["status"]["podIP"], "10.88.0.4");
+    let node = cloud
+        .client
+        .get("/api/v1/nodes/kube-4")
+        .await
+        .expect("node");
+    // The registration's labels: only a KubeEdge-speaking edge sends them.
+    assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "kube-4");
+    assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "edgehive");
+    assert_eq!(ready(&node), "True");
+    assert_eq!(hub::HubStats::get(&cloud.hub.stats.foreign_messages), 0);
+    edge.shutdown().await;
+    cloud.shutdown().await;
+}
