@@ -194,7 +194,11 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let server_tls = tls::server_config(chain, key, Some(&[ca.root()]))?;
     let mut endpoints = Vec::new();
     for (kind, dialect, listener) in [
-        (TransportKind::WebSocket, Dialect::Native, &hub_settings.websocket),
+        (
+            TransportKind::WebSocket,
+            Dialect::Native,
+            &hub_settings.websocket,
+        ),
         (
             TransportKind::WebSocket,
             Dialect::KubeEdge,

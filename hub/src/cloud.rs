@@ -756,7 +756,9 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             }),
             Kind::Hello => debug!(node = %self.node, "second hello ignored"),
             // KubeEdge's edges report failures this way; its cloud only logs them.
-            Kind::Payload if self.dialect == Dialect::KubeEdge && msg.operation() == operation::ERROR => {
+            Kind::Payload
+                if self.dialect == Dialect::KubeEdge && msg.operation() == operation::ERROR =>
+            {
                 warn!(node = %self.node, resource = msg.resource(), content = %msg.content(), "the node reports an error");
             }
             Kind::Payload => match protocol::to_cloud(&self.node, msg)

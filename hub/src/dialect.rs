@@ -60,9 +60,7 @@ impl std::str::FromStr for Dialect {
         match text {
             "native" => Ok(Dialect::Native),
             "kubeedge" => Ok(Dialect::KubeEdge),
-            other => Err(format!(
-                "unknown dialect {other:?} (native or kubeedge)"
-            )),
+            other => Err(format!("unknown dialect {other:?} (native or kubeedge)")),
         }
     }
 }
@@ -111,7 +109,12 @@ impl Dialect {
         match self {
             Dialect::Native => protocol::keepalive(module::EDGEHUB),
             Dialect::KubeEdge => Message::new()
-                .build_router(KUBEEDGE_EDGEHUB, group::RESOURCE, "node", operation::KEEPALIVE)
+                .build_router(
+                    KUBEEDGE_EDGEHUB,
+                    group::RESOURCE,
+                    "node",
+                    operation::KEEPALIVE,
+                )
                 .with_content(json!("ping")),
         }
     }
@@ -183,10 +186,8 @@ impl Dialect {
                 && msg.operation() != operation::DELETE
             {
                 let patch = json!({ "status": msg.content() });
-                msg.router.resource = format!(
-                    "{}/{patch_type}/{}",
-                    resource.namespace, resource.name
-                );
+                msg.router.resource =
+                    format!("{}/{patch_type}/{}", resource.namespace, resource.name);
                 msg.router.operation = operation::PATCH.to_owned();
                 msg.content = Value::String(patch.to_string());
             }
@@ -311,12 +312,8 @@ mod tests {
         assert_eq!(patch.resource(), "default/nodepatch/n1");
         assert_eq!(patch.operation(), "patch");
         // A query keeps its form; only its group is KubeEdge's.
-        let mut query = Message::new().build_router(
-            "metamanager",
-            "resource",
-            "default/configmap/cm",
-            "query",
-        );
+        let mut query =
+            Message::new().build_router("metamanager", "resource", "default/configmap/cm", "query");
         query.header.sync = true;
         let sent = Dialect::KubeEdge.upstream(query);
         assert_eq!(
@@ -333,7 +330,8 @@ mod tests {
         let taken = Dialect::KubeEdge.to_cloud_modules(insert);
         assert!(taken.is_sync());
         assert_eq!(taken.group(), "resource");
-        let native = Message::new().build_router("edged", "resource", "default/podstatus/a", "update");
+        let native =
+            Message::new().build_router("edged", "resource", "default/podstatus/a", "update");
         assert!(!Dialect::Native.to_cloud_modules(native).is_sync());
     }
 

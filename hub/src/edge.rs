@@ -378,7 +378,9 @@ async fn connect_loop(
             return;
         }
     };
-    let dial = config.dialect.dial_options(&config.node, config.dial.clone());
+    let dial = config
+        .dialect
+        .dial_options(&config.node, config.dial.clone());
     let mut attempt = 0u32;
     let mut id = 0u64;
     while hub.connected() {

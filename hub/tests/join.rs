@@ -11,7 +11,10 @@ use std::time::{Duration, SystemTime};
 
 use beehive::{Hive, HiveConfig};
 use common::{eventually, get, pod, start_edge};
-use hub::certs::{CertServer, CertServerConfig, CloudCa, JoinError, NodeCredentials, join, renew};
+use hub::certs::{
+    CertServer, CertServerConfig, CloudCa, JoinError, NodeCredentials, https_request, join, renew,
+    sha256_hex,
+};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig, EdgeHubConfig};
 use hyper::StatusCode;
 use transports::{DialOptions, ListenOptions, TransportKind, tls};
@@ -45,12 +48,20 @@ async fn cloud() -> Cloud {
     let hub = CloudHub::start(
         &hive,
         CloudHubConfig {
-            endpoints: vec![CloudEndpoint {
-                kind: TransportKind::WebSocket,
-                options: ListenOptions::new("127.0.0.1:0").with_tls(server_tls),
-                trust_hello: false,
-                dialect: hub::Dialect::Native,
-            }],
+            endpoints: vec![
+                CloudEndpoint {
+                    kind: TransportKind::WebSocket,
+                    options: ListenOptions::new("127.0.0.1:0").with_tls(server_tls.clone()),
+                    trust_hello: false,
+                    dialect: hub::Dialect::Native,
+                },
+                CloudEndpoint {
+                    kind: TransportKind::WebSocket,
+                    options: ListenOptions::new("127.0.0.1:0").with_tls(server_tls),
+                    trust_hello: false,
+                    dialect: hub::Dialect::KubeEdge,
+                },
+            ],
             ..CloudHubConfig::default()
         },
     )
@@ -273,4 +284,130 @@ async fn a_renewed_certificate_is_presented_on_the_next_link() {
     let seen = listener.accept().await.expect("link");
     assert_eq!(seen.peer.certificates[0], renewed.cert.as_ref());
     assert_eq!(seen.peer.common_name.as_deref(), Some("edge-1"));
+}
+
+/// A KubeEdge edgecore's join, request by request: `GET /ca.crt` without
+/// trusting the server, the CA checked against the token's hash, then
+/// `GET /edge.crt` with the JWT alone as the bearer, a `NodeName` header and
+/// a DER CSR for `system:node:<node>` (organization `system:nodes`) from an
+/// ECDSA P-256 key. The certificate it gets opens a session on the cloud's
+/// KubeEdge endpoint under that node's `node_id`.
+#[actix::test]
+async fn a_kubeedge_edge_joins_as_keadm_does() {
+    use hyper::Method;
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let token = cloud.ca.issue_token(Duration::from_secs(600));
+    let (ca_hash, jwt) = token.split_once('.').expect("hash.jwt");
+    assert_eq!(jwt.split('.').count(), 3);
+
+    let bootstrap = tls::bootstrap_client_config().expect("bootstrap tls");
+    let (status, ca) = https_request(
+        &address,
+        "localhost",
+        bootstrap,
+        Method::GET,
+        "/ca.crt",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .expect("ca.crt");
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        sha256_hex(&ca),
+        ca_hash,
+        "the token vouches for the CA served"
+    );
+    let ca = tls::CertificateDer::from(ca.to_vec());
+
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "system:node:kube-9");
+    let csr = params.serialize_request(&key).expect("csr").der().to_vec();
+    let trusting = tls::client_config(std::slice::from_ref(&ca), None).expect("tls");
+    let edge_crt = |headers: Vec<(&'static str, String)>, csr: Vec<u8>| {
+        let trusting = trusting.clone();
+        let address = address.clone();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            https_request(
+                &address,
+                "localhost",
+                trusting,
+                Method::GET,
+                "/edge.crt",
+                &headers,
+                csr,
+            )
+            .await
+            .expect("edge.crt")
+        }
+    };
+    let bearer = format!("Bearer {jwt}");
+
+    // The NodeName header must name the CSR's node; a bad JWT is refused.
+    let (status, _) = edge_crt(
+        vec![
+            ("Authorization", bearer.clone()),
+            ("NodeName", "kube-8".into()),
+        ],
+        csr.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = edge_crt(
+        vec![
+            ("Authorization", format!("{bearer}x")),
+            ("NodeName", "kube-9".into()),
+        ],
+        csr.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let (status, cert) = edge_crt(
+        vec![("Authorization", bearer), ("NodeName", "kube-9".into())],
+        csr,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&cert));
+    let cert = tls::CertificateDer::from(cert.to_vec());
+    assert_eq!(
+        tls::common_name(cert.as_ref()).as_deref(),
+        Some("system:node:kube-9")
+    );
+
+    let identity = (
+        vec![cert],
+        tls::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    );
+    let options = DialOptions::new(&cloud.hub.addresses[1].1, "localhost")
+        .with_tls(tls::client_config(&[ca], Some(identity)).expect("tls"))
+        .with_codec(transports::Codec::KubeEdgeJson)
+        .with_header("node_id", "kube-9")
+        .with_header("project_id", "e632aba927ea4ac2b575ec1603d56f10")
+        .with_header("ConnectionUse", "msg");
+    let link = TransportKind::WebSocket
+        .transport()
+        .expect("ws")
+        .dial(&options)
+        .await
+        .expect("dial");
+    let stats = cloud.hub.stats.clone();
+    assert!(
+        stats
+            .changes
+            .wait_for(Duration::from_secs(30), || get(&stats.sessions_opened) == 1)
+            .await,
+        "no session for kube-9"
+    );
+    assert_eq!(get(&stats.refused_links), 0);
+    link.sender.close().await;
 }

@@ -177,7 +177,11 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
         "addresses": [{"type": "InternalIP", "address": "192.0.2.21"}]}});
     let answer = edge
         .ask(
-            request("patch", "default/nodepatch/kube-1", json!(patch.to_string())),
+            request(
+                "patch",
+                "default/nodepatch/kube-1",
+                json!(patch.to_string()),
+            ),
             "the node patch's answer",
         )
         .await;
@@ -270,7 +274,8 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
     assert_eq!(stored["status"]["podIP"], "10.88.0.9");
 
     // KubeEdge's older wrapped pod status is taken too, and answered "OK".
-    let legacy = json!({"UID": uid, "Name": "web", "Status": {"phase": "Running", "podIP": "10.88.0.10"}});
+    let legacy =
+        json!({"UID": uid, "Name": "web", "Status": {"phase": "Running", "podIP": "10.88.0.10"}});
     let answer = edge
         .ask(
             request("update", "default/podstatus/web", legacy),
@@ -291,7 +296,11 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
     // Nothing here may touch another node's objects.
     let answer = edge
         .ask(
-            request("patch", "default/nodepatch/node-x", json!("{\"status\":{}}")),
+            request(
+                "patch",
+                "default/nodepatch/node-x",
+                json!("{\"status\":{}}"),
+            ),
             "a foreign node patch's answer",
         )
         .await;
@@ -383,7 +392,10 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
         .await
         .expect("node");
     // The registration's labels: only a KubeEdge-speaking edge sends them.
-    assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "kube-4");
+    assert_eq!(
+        node["metadata"]["labels"]["kubernetes.io/hostname"],
+        "kube-4"
+    );
     assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "edgehive");
     assert_eq!(ready(&node), "True");
     assert_eq!(hub::HubStats::get(&cloud.hub.stats.foreign_messages), 0);

@@ -115,6 +115,7 @@ impl NodeCredentials {
         };
         let cert = first(&cert)?;
         let node = tls::common_name(cert.as_ref())
+            .map(|name| crate::dialect::node_of_common_name(&name).to_owned())
             .ok_or_else(|| JoinError::Certificate("no common name".into()))?;
         Ok(Some(NodeCredentials {
             node,
@@ -249,14 +250,15 @@ fn key_and_csr(node: &str) -> Result<(KeyPair, Vec<u8>), JoinError> {
     Ok((key, csr.der().to_vec()))
 }
 
-/// One HTTPS request to the certificate endpoints.
-async fn request(
+/// One HTTPS request to a cloud's certificate endpoints at `address`
+/// (at most 30 s; the answer's body at most 1 MiB).
+pub async fn https_request(
     address: &str,
     server_name: &str,
     tls_config: Arc<ClientConfig>,
     method: Method,
     path: &str,
-    token: Option<&str>,
+    headers: &[(&str, &str)],
     body: Vec<u8>,
 ) -> Result<(StatusCode, Bytes), JoinError> {
     let exchange = async {
@@ -276,8 +278,8 @@ async fn request(
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, server_name);
-        if let Some(token) = token {
-            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
         }
         let request = builder.body(Full::new(Bytes::from(body))).map_err(http)?;
         let response = sender.send_request(request).await.map_err(http)?;
@@ -319,13 +321,13 @@ pub async fn join(
     }
     let (ca_hash, _) = token.split_once('.').ok_or(JoinError::BadToken)?;
     let bootstrap = tls::bootstrap_client_config().map_err(certificate)?;
-    let (status, ca) = request(
+    let (status, ca) = https_request(
         address,
         server_name,
         bootstrap,
         Method::GET,
         "/ca.crt",
-        None,
+        &[],
         Vec::new(),
     )
     .await?;
@@ -336,13 +338,15 @@ pub async fn join(
     let ca = CertificateDer::from(ca.to_vec());
     let trusting = tls::client_config(std::slice::from_ref(&ca), None).map_err(certificate)?;
     let (key, csr) = key_and_csr(node)?;
-    let (status, cert) = request(
+    // As KubeEdge's edges ask: GET with the CSR, the node named in a header.
+    let bearer = format!("Bearer {token}");
+    let (status, cert) = https_request(
         address,
         server_name,
         trusting,
-        Method::POST,
+        Method::GET,
         "/edge.crt",
-        Some(token),
+        &[("Authorization", &bearer), ("NodeName", node)],
         csr,
     )
     .await?;
@@ -363,13 +367,13 @@ pub async fn renew(
     current: &NodeCredentials,
 ) -> Result<NodeCredentials, JoinError> {
     let (key, csr) = key_and_csr(&current.node)?;
-    let (status, cert) = request(
+    let (status, cert) = https_request(
         address,
         server_name,
         current.client_tls()?,
-        Method::POST,
+        Method::GET,
         "/edge.crt",
-        None,
+        &[("NodeName", &current.node)],
         csr,
     )
     .await?;

@@ -2,8 +2,9 @@
 //! certificates issued from a CSR, and their renewal.
 //!
 //! A join token is KubeEdge's: `hex(sha256(CA certificate))` + `.` + a JWT
-//! (HS256) whose key is derived from the CA's private key, carrying its
-//! expiry. A joining edge fetches the CA over HTTPS without trusting it yet
+//! (HS256) keyed with the CA's private key as KubeEdge keys it (an EC key's
+//! SEC1 DER), carrying its expiry, so a token from a KubeEdge cloudcore
+//! whose CA this cloud took over still works. A joining edge fetches the CA over HTTPS without trusting it yet
 //! and accepts it only if its hash matches the token; then it sends a CSR
 //! with the token and gets a certificate whose common name is its node name.
 //! From then on it connects with mutual TLS, and the hub binds every
@@ -23,7 +24,7 @@ use rcgen::{
 };
 use transports::tls::{CertificateDer, Identity, PrivateKeyDer};
 
-pub use join::{JoinError, NodeCredentials, join, keep_renewed, renew};
+pub use join::{JoinError, NodeCredentials, https_request, join, keep_renewed, renew};
 pub use server::{CertServer, CertServerConfig};
 
 /// Why a certificate operation failed.
@@ -104,7 +105,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub struct CloudCa {
     issuer: Issuer<'static, KeyPair>,
     cert: CertificateDer<'static>,
+    /// Signs tokens: the key's SEC1 DER (KubeEdge's), or its PKCS#8 DER
+    /// when it is not an EC P-256 key.
     token_key: ring::hmac::Key,
+    /// Also accepted: the PKCS#8 DER key of edgehive's earlier tokens.
+    older_token_key: ring::hmac::Key,
 }
 
 impl CloudCa {
@@ -143,7 +148,12 @@ impl CloudCa {
     /// A CA from its certificate and key in PEM.
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<CloudCa, CertError> {
         let key = KeyPair::from_pem(key_pem).map_err(cert_error)?;
-        let token_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.serialized_der());
+        let pkcs8 = key.serialized_der();
+        let token_key = ring::hmac::Key::new(
+            ring::hmac::HMAC_SHA256,
+            &p256_sec1_der(pkcs8).unwrap_or_else(|| pkcs8.to_vec()),
+        );
+        let older_token_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, pkcs8);
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(cert_error)?;
         let cert = transports::tls::certs_from_pem(cert_pem.as_bytes())
             .map_err(cert_error)?
@@ -154,6 +164,7 @@ impl CloudCa {
             issuer,
             cert,
             token_key,
+            older_token_key,
         })
     }
 
@@ -200,8 +211,10 @@ impl CloudCa {
         let signature = URL_SAFE_NO_PAD
             .decode(signature)
             .map_err(|_| CertError::InvalidToken)?;
-        ring::hmac::verify(&self.token_key, signed.as_bytes(), &signature)
-            .map_err(|_| CertError::InvalidToken)?;
+        [&self.token_key, &self.older_token_key]
+            .into_iter()
+            .find(|key| ring::hmac::verify(key, signed.as_bytes(), &signature).is_ok())
+            .ok_or(CertError::InvalidToken)?;
         let (_, payload) = signed.split_once('.').ok_or(CertError::InvalidToken)?;
         let payload = URL_SAFE_NO_PAD
             .decode(payload)
@@ -217,7 +230,9 @@ impl CloudCa {
 
     /// Issues a client certificate for the node a CSR (DER or PEM) names,
     /// valid until `not_after`. With `presented`, the CSR must name that
-    /// node (a renewal by the node itself).
+    /// node (a renewal by the node itself). A KubeEdge edge names itself
+    /// `system:node:<node>` (organization `system:nodes`); its certificate
+    /// keeps that name.
     pub fn sign_csr(
         &self,
         csr: &[u8],
@@ -229,14 +244,15 @@ impl CloudCa {
             _ => CertificateSigningRequestParams::from_der(&csr.to_vec().into()),
         }
         .map_err(cert_error)?;
-        let node = request
+        let common_name = request
             .params
             .distinguished_name
             .get(&DnType::CommonName)
             .map(dn_text)
             .unwrap_or_default();
+        let node = crate::dialect::node_of_common_name(&common_name).to_owned();
         if !valid_node_name(&node) {
-            return Err(CertError::BadNodeName(node));
+            return Err(CertError::BadNodeName(common_name));
         }
         if let Some(presented) = presented
             && presented != node
@@ -250,9 +266,14 @@ impl CloudCa {
         params.is_ca = IsCa::NoCa;
         params.subject_alt_names.clear();
         params.distinguished_name = rcgen::DistinguishedName::new();
+        if common_name != node {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, "system:nodes");
+        }
         params
             .distinguished_name
-            .push(DnType::CommonName, node.clone());
+            .push(DnType::CommonName, common_name);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
@@ -260,6 +281,65 @@ impl CloudCa {
         let cert = request.signed_by(&self.issuer).map_err(cert_error)?;
         Ok((node, cert.der().clone()))
     }
+}
+
+/// An EC P-256 private key (PKCS#8 DER) in SEC1 DER, as Go's
+/// `x509.MarshalECPrivateKey` writes it (KubeEdge keys its tokens with
+/// that); `None` for any other key.
+fn p256_sec1_der(pkcs8: &[u8]) -> Option<Vec<u8>> {
+    /// prime256v1's OID, whole (tag, length, value).
+    const P256: [u8; 10] = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+    let (outer, _) = der_item(pkcs8, 0x30)?;
+    let (_version, rest) = der_item(outer, 0x02)?;
+    let (algorithm, rest) = der_item(rest, 0x30)?;
+    if !algorithm.ends_with(&P256) {
+        return None;
+    }
+    let (ec_key, _) = der_item(rest, 0x04)?;
+    let (ec_key, _) = der_item(ec_key, 0x30)?;
+    let (_version, rest) = der_item(ec_key, 0x02)?;
+    let (private, mut rest) = der_item(rest, 0x04)?;
+    let mut public = None;
+    while !rest.is_empty() {
+        let tag = rest[0];
+        let (value, next) = der_item(rest, tag)?;
+        if tag == 0xa1 {
+            public = Some(der_item(value, 0x03)?.0);
+        }
+        rest = next;
+    }
+    let public = public?;
+    if private.len() > 32 || public.len() != 66 {
+        return None;
+    }
+    let mut key = vec![0x30, 0x77, 0x02, 0x01, 0x01, 0x04, 0x20];
+    key.extend(std::iter::repeat_n(0, 32 - private.len()));
+    key.extend_from_slice(private);
+    key.extend_from_slice(&[0xa0, 0x0a]);
+    key.extend_from_slice(&P256);
+    key.extend_from_slice(&[0xa1, 0x44, 0x03, 0x42]);
+    key.extend_from_slice(public);
+    Some(key)
+}
+
+/// The value of the DER item with `tag` at the start of `bytes`, and what
+/// follows it.
+fn der_item(bytes: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&first, rest) = bytes.split_first()?;
+    if first != tag {
+        return None;
+    }
+    let (&length, rest) = rest.split_first()?;
+    let (length, rest) = match length {
+        short if short < 0x80 => (usize::from(short), rest),
+        0x81 => (usize::from(*rest.first()?), rest.get(1..)?),
+        0x82 => (
+            usize::from(*rest.first()?) << 8 | usize::from(*rest.get(1)?),
+            rest.get(2..)?,
+        ),
+        _ => return None,
+    };
+    Some((rest.get(..length)?, rest.get(length..)?))
 }
 
 fn dn_text(value: &DnValue) -> String {
@@ -314,6 +394,40 @@ mod tests {
         assert_eq!(again.root(), ca.root());
         let token = ca.issue_token(Duration::from_secs(60));
         again.check_token(&token).expect("same CA, same token key");
+    }
+
+    /// A token checked the way KubeEdge checks it: four dot-separated
+    /// parts; the first the hex SHA-256 of the CA certificate's DER (what
+    /// `/ca.crt` serves); the rest an HS256 JWT with only `exp`, signed
+    /// with the CA key's SEC1 DER (Go's `x509.MarshalECPrivateKey`).
+    #[test]
+    fn tokens_verify_as_kubeedge_verifies_them() {
+        let (dir, ca) = ca();
+        let token = ca.issue_token(Duration::from_secs(60));
+        let parts: Vec<&str> = token.split('.').collect();
+        assert_eq!(parts.len(), 4);
+        assert_eq!(parts[0], sha256_hex(ca.root().as_ref()));
+        let decode = |part: &str| -> serde_json::Value {
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).expect("base64url")).expect("json")
+        };
+        assert_eq!(
+            decode(parts[1]),
+            serde_json::json!({"alg": "HS256", "typ": "JWT"})
+        );
+        let claims = decode(parts[2]);
+        assert_eq!(claims.as_object().map(|c| c.len()), Some(1));
+        assert!(claims["exp"].as_u64().is_some_and(|exp| exp > unix_now()));
+
+        let pem = std::fs::read_to_string(dir.path().join("ca.key")).expect("key");
+        let key = KeyPair::from_pem(&pem).expect("key");
+        let sec1 = p256_sec1_der(key.serialized_der()).expect("an EC P-256 CA key");
+        assert_eq!(sec1.len(), 121);
+        assert_eq!(&sec1[..7], &[0x30, 0x77, 0x02, 0x01, 0x01, 0x04, 0x20]);
+        assert_eq!(&sec1[sec1.len() - 65..], key.public_key_raw());
+        let signature = URL_SAFE_NO_PAD.decode(parts[3]).expect("signature");
+        let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &sec1);
+        let signed = format!("{}.{}", parts[1], parts[2]);
+        ring::hmac::verify(&hmac, signed.as_bytes(), &signature).expect("SEC1-keyed HS256");
     }
 
     #[test]

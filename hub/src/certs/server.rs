@@ -1,8 +1,10 @@
 //! The certificate endpoints, over HTTPS as in KubeEdge:
-//! `GET /ca.crt` gives the CA certificate (DER); `POST /edge.crt` takes a
-//! CSR (DER or PEM) and gives the node's certificate (DER). A node joins
-//! with `Authorization: Bearer <join token>`; a node that presents its
-//! current certificate renews it, for its own name only.
+//! `GET /ca.crt` gives the CA certificate (DER); `GET /edge.crt` (KubeEdge's
+//! edges) or `POST /edge.crt` takes a CSR (DER or PEM) in the body and
+//! gives the node's certificate (DER). A node joins with `Authorization:
+//! Bearer <join token>` (the JWT part, as KubeEdge sends it, or the whole
+//! token); a node that presents its current certificate renews it, for its
+//! own name only. A `NodeName` header, when sent, must name the CSR's node.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -126,7 +128,8 @@ async fn serve(
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .and_then(|leaf| tls::common_name(leaf.as_ref()));
+                .and_then(|leaf| tls::common_name(leaf.as_ref()))
+                .map(|name| crate::dialect::node_of_common_name(&name).to_owned());
             let service = hyper::service::service_fn(move |request| {
                 let (ca, presented) = (ca.clone(), presented.clone());
                 async move {
@@ -168,7 +171,9 @@ async fn route(
 ) -> Response<Full<Bytes>> {
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/ca.crt") => reply(StatusCode::OK, ca.root().as_ref().to_vec()),
-        (&Method::POST, "/edge.crt") => issue(request, ca, cert_ttl, presented).await,
+        (&Method::GET | &Method::POST, "/edge.crt") => {
+            issue(request, ca, cert_ttl, presented).await
+        }
         _ => reply(StatusCode::NOT_FOUND, "no such endpoint"),
     }
 }
@@ -179,14 +184,25 @@ async fn issue(
     cert_ttl: Duration,
     presented: Option<&str>,
 ) -> Response<Full<Bytes>> {
+    let named = match request.headers().get("NodeName").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(node)) => Some(node.to_owned()),
+        Some(Err(_)) => return reply(StatusCode::BAD_REQUEST, "unreadable NodeName header"),
+    };
     if presented.is_none() {
         let token = request
             .headers()
             .get(hyper::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        if let Err(err) = ca.check_token(token.trim()) {
+            .unwrap_or_default()
+            .trim();
+        // KubeEdge's edges send the JWT only: the CA hash is theirs to check.
+        let token = match token.split('.').count() {
+            3 => format!("{}.{token}", super::sha256_hex(ca.root().as_ref())),
+            _ => token.to_owned(),
+        };
+        if let Err(err) = ca.check_token(&token) {
             warn!(error = %err, "join refused");
             return reply(StatusCode::UNAUTHORIZED, err.to_string());
         }
@@ -201,6 +217,10 @@ async fn issue(
         }
     };
     match ca.sign_csr(&csr, SystemTime::now() + cert_ttl, presented) {
+        Ok((node, _)) if named.as_ref().is_some_and(|named| *named != node) => reply(
+            StatusCode::BAD_REQUEST,
+            format!("the CSR names node {node:?}, the NodeName header another"),
+        ),
         Ok((node, cert)) => {
             info!(%node, renewal = presented.is_some(), "node certificate issued");
             reply(StatusCode::OK, cert.as_ref().to_vec())

@@ -36,8 +36,9 @@ pub fn error_answer(code: u16, reason: &str, message: &str) -> Value {
 /// arrives already decoded), or a JSON object.
 pub fn patch_of(content: &Value) -> Result<Value, String> {
     let patch = match content {
-        Value::String(text) => serde_json::from_str(text)
-            .map_err(|err| format!("the patch is not JSON: {err}"))?,
+        Value::String(text) => {
+            serde_json::from_str(text).map_err(|err| format!("the patch is not JSON: {err}"))?
+        }
         other => other.clone(),
     };
     if patch.is_object() {
@@ -91,7 +92,11 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                 object.remove(name);
             }
             (Value::Array(items), Some(key)) => {
-                merge_list(object.entry(name.clone()).or_insert(Value::Null), items, key);
+                merge_list(
+                    object.entry(name.clone()).or_insert(Value::Null),
+                    items,
+                    key,
+                );
             }
             (Value::Object(_), _) => {
                 strategic_merge(object.entry(name.clone()).or_insert(Value::Null), value);

@@ -1111,11 +1111,9 @@ impl Controller {
                 self.leases.insert(node.to_owned(), lease.clone());
                 kubeedge::object_answer(lease)
             }
-            other => kubeedge::error_answer(
-                405,
-                "MethodNotAllowed",
-                &format!("{other} of a lease"),
-            ),
+            other => {
+                kubeedge::error_answer(405, "MethodNotAllowed", &format!("{other} of a lease"))
+            }
         };
         self.answer_node(msg, answer);
     }
@@ -1403,23 +1401,22 @@ impl StatusReport {
             return Err(msg);
         };
         let resource_type = resource.resource.resource_type.as_str();
-        let (kind, change) = if resource_type == resource_type::POD_PATCH
-            && msg.operation() == operation::PATCH
-        {
-            match kubeedge::patch_of(msg.content()) {
-                Ok(patch) => (Kind::Pod, StatusChange::Patch(patch)),
-                Err(_) => return Err(msg),
-            }
-        } else {
-            let Some(kind) = [Kind::Pod, Kind::Device]
-                .into_iter()
-                .find(|k| k.status_type() == Some(resource_type))
-            else {
-                return Err(msg);
+        let (kind, change) =
+            if resource_type == resource_type::POD_PATCH && msg.operation() == operation::PATCH {
+                match kubeedge::patch_of(msg.content()) {
+                    Ok(patch) => (Kind::Pod, StatusChange::Patch(patch)),
+                    Err(_) => return Err(msg),
+                }
+            } else {
+                let Some(kind) = [Kind::Pod, Kind::Device]
+                    .into_iter()
+                    .find(|k| k.status_type() == Some(resource_type))
+                else {
+                    return Err(msg);
+                };
+                let status = kubeedge::status_of(msg.content()).clone();
+                (kind, StatusChange::Replace(status))
             };
-            let status = kubeedge::status_of(msg.content()).clone();
-            (kind, StatusChange::Replace(status))
-        };
         Ok(StatusReport {
             kind,
             node: resource.node,
