@@ -9,7 +9,8 @@
 //! converges and nothing is re-created; a configmap update changes the file
 //! inside the container; a device's desired value reaches the mapper and its
 //! reported value the cloud, through MQTT; the pod's deletion leaves nothing
-//! in containerd; an edge presenting another node's name is refused.
+//! in containerd; an edge presenting another node's name is refused. The
+//! same again with edgecore speaking KubeEdge's dialect.
 #![cfg(feature = "cli")]
 
 use std::path::PathBuf;
@@ -35,6 +36,13 @@ fn over_quic() {
 #[test]
 fn over_a_unix_socket() {
     the_system_end_to_end("uds");
+}
+
+/// edgecore speaking KubeEdge's dialect (JSON frames, `node_id` header, its
+/// keepalives, acks and status patches) to cloudcore's KubeEdge endpoint.
+#[test]
+fn in_kubeedges_dialect() {
+    the_system_end_to_end("kubeedge");
 }
 
 fn cri_socket() -> PathBuf {
@@ -183,11 +191,16 @@ fn the_system_end_to_end(transport: &str) {
     let edge_metrics = format!("127.0.0.1:{}", free_port());
     let edged_server = format!("127.0.0.1:{}", free_port());
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
+    // KubeEdge's dialect runs over WebSocket, on the cloud's KubeEdge endpoint.
+    let (cloud_flag, edge_transport) = match transport {
+        "kubeedge" => ("--kubeedge-ws".to_owned(), "ws"),
+        other => (format!("--{other}"), other),
+    };
     let cloud_args: Vec<String> = [
         "--data-dir",
         &cloud_dir,
         "run",
-        &format!("--{transport}"),
+        &cloud_flag,
         &hub,
         "--certs",
         &certs,
@@ -208,7 +221,7 @@ fn the_system_end_to_end(transport: &str) {
         "--cloud",
         &hub,
         "--transport",
-        transport,
+        edge_transport,
         "--metaserver",
         &metaserver,
         "--edged-server",
@@ -230,6 +243,9 @@ fn the_system_end_to_end(transport: &str) {
     ]);
     if transport == "uds" {
         edge_args.extend(["--node".to_owned(), node.clone()]);
+    }
+    if transport == "kubeedge" {
+        edge_args.extend(["--dialect".to_owned(), "kubeedge".to_owned()]);
     }
     let edge_args: Vec<&str> = edge_args.iter().map(String::as_str).collect();
 
@@ -428,7 +444,10 @@ fn forged_link(intruder_dir: &str, hub: &str, transport: &str, victim: &str) {
     let credentials = NodeCredentials::load(&PathBuf::from(intruder_dir).join("pki"))
         .expect("readable")
         .expect("joined");
-    let kind: TransportKind = transport.parse().expect("transport");
+    let (kind, dialect) = match transport {
+        "kubeedge" => (TransportKind::WebSocket, hub::Dialect::KubeEdge),
+        other => (other.parse().expect("transport"), hub::Dialect::Native),
+    };
     let identity = credentials.reloadable().expect("identity");
     let dial = DialOptions::new(hub, "localhost").with_tls(
         tls::client_config_reloadable(std::slice::from_ref(&credentials.ca), identity)
@@ -438,6 +457,7 @@ fn forged_link(intruder_dir: &str, hub: &str, transport: &str, victim: &str) {
         let hive = beehive::Hive::new("intruder", beehive::HiveConfig::default());
         let config = hub::EdgeHubConfig {
             reconnect_initial: Duration::from_millis(50),
+            dialect,
             ..hub::EdgeHubConfig::new(victim, kind, dial)
         };
         let handle = hub::EdgeHub::start(&hive, config).expect("edgehub");
