@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use beehive::{Hive, HiveConfig, Message};
-use hub::{CloudEndpoint, CloudHub, CloudHubConfig, HubStats, protocol};
+use hub::{CloudEndpoint, CloudHub, CloudHubConfig, Dialect, HubStats, protocol};
 use transports::tls::{self, CertificateDer, DevPki, PrivateKeyDer};
 use transports::{DialOptions, ListenOptions, TransportKind};
 
@@ -99,6 +99,7 @@ fn read_identities(
 /// send keepalives, until killed.
 pub fn child_main(
     kind: TransportKind,
+    dialect: Dialect,
     address: &str,
     nodes: usize,
     identities: Option<&Path>,
@@ -119,7 +120,7 @@ pub fn child_main(
         };
         let dialing = Arc::new(tokio::sync::Semaphore::new(64));
         for (i, cert) in certs.drain(..).enumerate().take(nodes) {
-            let mut dial = DialOptions::new(address, "localhost");
+            let mut dial = dialect.dial_options(&node_name(i), DialOptions::new(address, "localhost"));
             if let (Some(root), Some((cert, key))) = (&root, cert) {
                 dial = dial.with_tls(tls::client_config(std::slice::from_ref(root), Some((vec![cert], key)))?);
             }
@@ -136,7 +137,7 @@ pub fn child_main(
                         return;
                     }
                 };
-                if link.sender.send(&protocol::hello(&node_name(i))).await.is_err() {
+                if dialect.has_hello() && link.sender.send(&protocol::hello(&node_name(i))).await.is_err() {
                     return;
                 }
                 drop(permit);
@@ -146,14 +147,14 @@ pub fn child_main(
                         next = link.receiver.recv() => {
                             let Some(Ok(msg)) = next else { return };
                             if protocol::kind(&msg) == protocol::Kind::Payload && protocol::needs_ack(&msg) {
-                                let ack = protocol::ack(&msg, "edgehub");
+                                let ack = dialect.ack(&msg);
                                 if link.sender.send(&ack).await.is_err() {
                                     return;
                                 }
                             }
                         }
                         _ = keepalive.tick() => {
-                            let _ = link.sender.send(&protocol::keepalive("edgehub")).await;
+                            let _ = link.sender.send(&dialect.keepalive()).await;
                         }
                     }
                 }
@@ -196,6 +197,7 @@ fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
 pub fn run(
     _scale: Scale,
     kind: TransportKind,
+    dialect: Dialect,
     node_counts: &[usize],
     quick: bool,
     report: &mut Report,
@@ -206,6 +208,8 @@ pub fn run(
             "__hub-cloud",
             "--kind",
             kind.name(),
+            "--dialect",
+            &dialect.to_string(),
             "--nodes",
             &nodes.to_string(),
         ]);
@@ -229,12 +233,13 @@ pub fn run(
 }
 
 /// The cloud process of one run: prints its rows as JSON lines.
-pub fn cloud_main(scale: Scale, kind: TransportKind, nodes: usize) -> Result<()> {
+pub fn cloud_main(scale: Scale, kind: TransportKind, dialect: Dialect, nodes: usize) -> Result<()> {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
     let dir = std::env::temp_dir().join(format!("edgehive-hub-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut report = Report::default();
-    let result = actix::System::new().block_on(one_run(scale, kind, nodes, &dir, &mut report));
+    let result =
+        actix::System::new().block_on(one_run(scale, kind, dialect, nodes, &dir, &mut report));
     let _ = std::fs::remove_dir_all(&dir);
     result.with_context(|| format!("hub with {nodes} nodes"))?;
     report.print_json_rows()
@@ -243,11 +248,15 @@ pub fn cloud_main(scale: Scale, kind: TransportKind, nodes: usize) -> Result<()>
 async fn one_run(
     scale: Scale,
     kind: TransportKind,
+    dialect: Dialect,
     nodes: usize,
     dir: &Path,
     report: &mut Report,
 ) -> Result<()> {
-    let scenario = format!("hub/{kind}/{nodes}");
+    let scenario = match dialect {
+        Dialect::Native => format!("hub/{kind}/{nodes}"),
+        Dialect::KubeEdge => format!("hub/{kind}-kubeedge/{nodes}"),
+    };
     let pki = DevPki::new("edgehive bench CA")?;
     let mut options = ListenOptions::new(match kind {
         TransportKind::UnixSocket => dir
@@ -268,7 +277,7 @@ async fn one_run(
             kind,
             options,
             trust_hello: kind == TransportKind::UnixSocket,
-            dialect: hub::Dialect::Native,
+            dialect,
         }],
         keepalive: KEEPALIVE,
         ..CloudHubConfig::default()
@@ -284,6 +293,8 @@ async fn one_run(
             "__hub-nodes",
             "--kind",
             kind.name(),
+            "--dialect",
+            &dialect.to_string(),
             "--address",
             &address,
             "--nodes",
@@ -297,10 +308,14 @@ async fn one_run(
     let started = Instant::now();
     let _child = ChildGuard(command.spawn().context("spawn the simulated nodes")?);
     let progress = stats.clone();
+    let progress_scenario = scenario.clone();
     let reporter = actix::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            eprintln!("hub/{kind}/{nodes}: {} connected", get(&progress.connected));
+            eprintln!(
+                "{progress_scenario}: {} connected",
+                get(&progress.connected)
+            );
         }
     });
     let connected = wait_until(
@@ -345,7 +360,11 @@ async fn one_run(
 
     // One node's sustained downstream.
     let objects = scale.messages / 10;
-    let frame_len = object(&node_name(0), "p-000000", 1).to_bytes()?.len();
+    let sample = object(&node_name(0), "p-000000", 1);
+    let frame_len = match dialect {
+        Dialect::Native => sample.to_bytes()?.len(),
+        Dialect::KubeEdge => transports::kubeedge::encode(&sample).len(),
+    };
     let node0 = node_name(0);
     let started = Instant::now();
     let sender = hive.clone();

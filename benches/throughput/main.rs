@@ -28,6 +28,10 @@ struct Args {
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
     kind: Option<transports::TransportKind>,
+    /// Hub scenarios: native or kubeedge (the link's dialect); over ws both
+    /// if omitted.
+    #[arg(long)]
+    dialect: Option<hub::Dialect>,
     /// Also print one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -70,7 +74,8 @@ fn main() -> Result<()> {
         let kind = args.kind.unwrap_or(transports::TransportKind::UnixSocket);
         let address = args.address.as_deref().unwrap_or_default();
         let nodes = args.nodes.first().copied().unwrap_or(1);
-        return hub_bench::child_main(kind, address, nodes, args.identities.as_deref());
+        let dialect = args.dialect.unwrap_or_default();
+        return hub_bench::child_main(kind, dialect, address, nodes, args.identities.as_deref());
     }
     if args.group.as_deref() == Some("__meta-rss") {
         let path = args.address.as_deref().unwrap_or("meta-rss.redb");
@@ -95,7 +100,7 @@ fn main() -> Result<()> {
     if args.group.as_deref() == Some("__hub-cloud") {
         let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
         let nodes = args.nodes.first().copied().unwrap_or(1);
-        return hub_bench::cloud_main(scale, kind, nodes);
+        return hub_bench::cloud_main(scale, kind, args.dialect.unwrap_or_default(), nodes);
     }
     let selected: Vec<&str> = match args.group.as_deref() {
         None | Some("all") => GROUPS.to_vec(),
@@ -120,7 +125,16 @@ fn main() -> Result<()> {
                     (true, false) => vec![1_000, 10_000],
                 };
                 let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
-                hub_bench::run(scale, kind, &nodes, args.quick, &mut report)?
+                let dialects = match (args.dialect, kind) {
+                    (Some(dialect), _) => vec![dialect],
+                    (None, transports::TransportKind::WebSocket) => {
+                        vec![hub::Dialect::Native, hub::Dialect::KubeEdge]
+                    }
+                    (None, _) => vec![hub::Dialect::Native],
+                };
+                for dialect in dialects {
+                    hub_bench::run(scale, kind, dialect, &nodes, args.quick, &mut report)?
+                }
             }
             "meta" => meta_bench::run(scale, &mut report)?,
             "pods" => pods_bench::run(scale, &mut report)?,
