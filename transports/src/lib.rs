@@ -318,7 +318,32 @@ pub(crate) async fn resolve(address: &str) -> Result<std::net::SocketAddr, Trans
         .ok_or_else(|| TransportError::Config(format!("{address} resolves to no address")))
 }
 
-/// A TCP connection within the connect timeout, with Nagle off.
+/// Sets a TCP connection up for a link: Nagle off, and a peer that stops
+/// answering given up after `limits.dead_peer_timeout`.
+#[allow(dead_code)]
+pub(crate) fn tune_tcp(stream: &tokio::net::TcpStream, limits: &Limits) {
+    let _ = stream.set_nodelay(true);
+    let timeout = limits.dead_peer_timeout;
+    if timeout.is_zero() {
+        return;
+    }
+    let socket = socket2::SockRef::from(stream);
+    // Idle a third of the time, then three probes a ninth apart: given up
+    // after two thirds, well within the timeout.
+    let probe = (timeout / 9).max(std::time::Duration::from_secs(1));
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time((timeout / 3).max(std::time::Duration::from_secs(1)))
+        .with_interval(probe)
+        .with_retries(3);
+    if let Err(err) = socket.set_tcp_keepalive(&keepalive) {
+        tracing::debug!(error = %err, "TCP keepalive not set");
+    }
+    if let Err(err) = socket.set_tcp_user_timeout(Some(timeout)) {
+        tracing::debug!(error = %err, "TCP user timeout not set");
+    }
+}
+
+/// A TCP connection within the connect timeout, tuned by [`tune_tcp`].
 #[allow(dead_code)]
 pub(crate) async fn tcp_connect(
     addr: std::net::SocketAddr,
@@ -331,6 +356,58 @@ pub(crate) async fn tcp_connect(
             after: limits.connect_timeout,
         })?
         .map_err(|e| TransportError::io(format!("connect {addr}"), e))?;
-    let _ = stream.set_nodelay(true);
+    tune_tcp(&stream, limits);
     Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Both ends of a link give up on a silent peer within the limit
+    /// (what the kernel then does with it is the kernel's).
+    #[tokio::test]
+    async fn tcp_links_give_up_on_a_silent_peer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let limits = Limits {
+            dead_peer_timeout: Duration::from_secs(18),
+            ..Limits::default()
+        };
+        let dialed = tcp_connect(listener.local_addr().expect("addr"), &limits)
+            .await
+            .expect("connect");
+        let socket = socket2::SockRef::from(&dialed);
+        assert_eq!(
+            socket.tcp_user_timeout().expect("read"),
+            Some(Duration::from_secs(18))
+        );
+        assert!(socket.keepalive().expect("read"));
+        assert_eq!(
+            socket.tcp_keepalive_time().expect("read"),
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().expect("read"),
+            Duration::from_secs(2)
+        );
+        assert_eq!(socket.tcp_keepalive_retries().expect("read"), 3);
+        assert!(dialed.nodelay().expect("read"));
+
+        let untouched = Limits {
+            dead_peer_timeout: Duration::ZERO,
+            ..Limits::default()
+        };
+        let plain = tcp_connect(listener.local_addr().expect("addr"), &untouched)
+            .await
+            .expect("connect");
+        assert_eq!(
+            socket2::SockRef::from(&plain)
+                .tcp_user_timeout()
+                .expect("read"),
+            None
+        );
+    }
 }

@@ -65,6 +65,13 @@ pub struct Limits {
     pub send_queue: usize,
     /// Frames from independent QUIC streams waiting to be received.
     pub recv_queue: usize,
+    /// A TCP peer that stops answering (its host gone, the network cut)
+    /// is given up after about this long, so the link ends instead of
+    /// hanging half-open: TCP keepalive probes while the link is idle,
+    /// `TCP_USER_TIMEOUT` while sent data waits unacknowledged. It covers
+    /// a peer that sends no keepalives of its own (a KubeEdge cloud).
+    /// Zero leaves the kernel's defaults (hours).
+    pub dead_peer_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -75,6 +82,7 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             send_queue: 1024,
             recv_queue: 1024,
+            dead_peer_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -231,10 +231,10 @@ impl Transport for WebSocket {
                                 continue;
                             }
                         };
-                        let _ = tcp.set_nodelay(true);
                         let remote = remote.to_string();
                         let (acceptor, path, limits) =
                             (acceptor.clone(), path.clone(), *queue.limits());
+                        crate::tune_tcp(&tcp, &limits);
                         queue.handshake(remote.clone(), async move {
                             match acceptor {
                                 Some(acceptor) => {
