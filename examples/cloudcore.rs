@@ -54,7 +54,7 @@ enum Command {
         ttl_secs: u64,
     },
     /// Runs the cloud.
-    Run(Run),
+    Run(Box<Run>),
 }
 
 /// Flags of `run`; each overrides its key in the configuration file.
@@ -165,7 +165,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Run(run) => {
-            let settings = run.apply(settings)?;
+            let settings = (*run).apply(settings)?;
             actix::System::new().block_on(serve(Arc::new(ca), settings))
         }
     }

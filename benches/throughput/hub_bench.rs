@@ -137,7 +137,7 @@ pub fn child_main(
                         return;
                     }
                 };
-                if dialect.has_hello() && link.sender.send(&protocol::hello(&node_name(i))).await.is_err() {
+                if link.sender.send(&dialect.opener(&node_name(i))).await.is_err() {
                     return;
                 }
                 drop(permit);

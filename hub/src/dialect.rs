@@ -92,10 +92,15 @@ impl Dialect {
         }
     }
 
-    /// Whether the edge opens with a hello and waits for the cloud's first
-    /// word (native), or is up as soon as the link is (KubeEdge).
-    pub fn has_hello(self) -> bool {
-        self == Dialect::Native
+    /// What the edge says first on a new link: the hello (native), or its
+    /// node registration (KubeEdge). Either is answered at once, and the
+    /// edge counts its link as up only then, so a refused link takes
+    /// nothing with it.
+    pub fn opener(self, node: &str) -> Message {
+        match self {
+            Dialect::Native => protocol::hello(node),
+            Dialect::KubeEdge => self.registration(node),
+        }
     }
 
     /// Whether the cloud sends keepalives (a KubeEdge cloud never does, so
@@ -169,8 +174,10 @@ impl Dialect {
 
     /// An edge module's message in this dialect's form, just before it
     /// goes on the link. A KubeEdge edge reports node and pod status as
-    /// patches of the objects (a JSON patch as a string), sends its
-    /// requests in group `meta`, and carries no versions or `sync` flag up.
+    /// patches of the objects (a strategic merge patch as a string; the
+    /// whole status replaces the old one, as edgehive's edge reports it
+    /// whole), sends its requests in group `meta`, and carries no versions
+    /// or `sync` flag up.
     pub fn upstream(self, mut msg: Message) -> Message {
         if self == Dialect::Native {
             return msg;
@@ -185,7 +192,11 @@ impl Dialect {
                 && msg.operation() != operation::QUERY
                 && msg.operation() != operation::DELETE
             {
-                let patch = json!({ "status": msg.content() });
+                let mut status = msg.content().clone();
+                if let Some(fields) = status.as_object_mut() {
+                    fields.insert("$patch".to_owned(), json!("replace"));
+                }
+                let patch = json!({ "status": status });
                 msg.router.resource =
                     format!("{}/{patch_type}/{}", resource.namespace, resource.name);
                 msg.router.operation = operation::PATCH.to_owned();
@@ -202,10 +213,7 @@ impl Dialect {
 
     /// The node registration a KubeEdge edge sends when its link comes up:
     /// an insert of its Node object, answered with the cloud's copy.
-    pub fn registration(self, node: &str) -> Option<Message> {
-        if self == Dialect::Native {
-            return None;
-        }
+    fn registration(self, node: &str) -> Message {
         let arch = match std::env::consts::ARCH {
             "x86_64" => "amd64",
             "aarch64" => "arm64",
@@ -225,16 +233,14 @@ impl Dialect {
                 },
             },
         });
-        Some(
-            Message::new()
-                .build_router(
-                    module::EDGED,
-                    group::META,
-                    format!("default/{}/{node}", resource_type::NODE),
-                    operation::INSERT,
-                )
-                .with_content(object),
-        )
+        Message::new()
+            .build_router(
+                module::EDGED,
+                group::META,
+                format!("default/{}/{node}", resource_type::NODE),
+                operation::INSERT,
+            )
+            .with_content(object)
     }
 }
 
@@ -303,7 +309,7 @@ mod tests {
             shape(&patch),
             json!({"header": {}, "route": {"source": "edged", "group": "meta",
                    "operation": "patch", "resource": "default/podpatch/web"},
-                   "content": "{\"status\":{\"phase\":\"Running\"}}"})
+                   "content": "{\"status\":{\"$patch\":\"replace\",\"phase\":\"Running\"}}"})
         );
         let node = Message::new()
             .build_router("edged", "resource", "default/nodestatus/n1", "update")

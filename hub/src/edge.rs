@@ -423,50 +423,35 @@ async fn run_link(
         ..
     } = link;
     let dialect = config.dialect;
-    if dialect.has_hello() {
-        if sender.send(&protocol::hello(&config.node)).await.is_err() {
+    let opener = dialect.opener(&config.node);
+    if sender.send(&opener).await.is_err() {
+        return;
+    }
+    // Up only once the cloud has accepted the opener (it answers at once);
+    // a refused link must not take the offline backlog with it.
+    let first = tokio::select! {
+        first = tokio::time::timeout(config.keepalive * 7 / 4, receiver.recv()) => first,
+        _ = cut.notified() => return,
+    };
+    let first = match first {
+        Ok(Some(Ok(msg))) => msg,
+        Ok(Some(Err(err))) => return warn!(error = %err, "link to the cloud failed"),
+        Ok(None) => return warn!("the cloud closed the link after the hello (refused?)"),
+        Err(_) => {
+            // Silence, as a frozen cloud keeps it: a keepalive timeout.
+            warn!("no answer from the cloud to the hello; closing the link");
+            stats.count(&stats.keepalive_timeouts);
             return;
         }
-        // Up only once the cloud has accepted the hello (it answers at once);
-        // a refused link must not take the offline backlog with it.
-        let first = tokio::select! {
-            first = tokio::time::timeout(config.keepalive * 7 / 4, receiver.recv()) => first,
-            _ = cut.notified() => return,
-        };
-        let first = match first {
-            Ok(Some(Ok(msg))) => msg,
-            Ok(Some(Err(err))) => return warn!(error = %err, "link to the cloud failed"),
-            Ok(None) => return warn!("the cloud closed the link after the hello (refused?)"),
-            Err(_) => {
-                // Silence, as a frozen cloud keeps it: a keepalive timeout.
-                warn!("no answer from the cloud to the hello; closing the link");
-                stats.count(&stats.keepalive_timeouts);
-                return;
-            }
-        };
-        hub.do_send(LinkUp {
-            id,
-            sender: sender.clone(),
-        });
-        if protocol::kind(&first) == Kind::Payload {
-            deliver(first, &sender, hive, config, stats).await;
-        }
-    } else {
-        // A KubeEdge cloud says nothing first: up as soon as the link is,
-        // and the node registers itself.
-        hub.do_send(LinkUp {
-            id,
-            sender: sender.clone(),
-        });
-        if let Some(registration) = dialect.registration(&config.node) {
-            let (hive, timeout) = (hive.clone(), config.persist_timeout);
-            actix::spawn(async move {
-                match hive.send_sync(module::EDGEHUB, registration, timeout).await {
-                    Ok(answer) => debug!(answer = %answer.content(), "node registered"),
-                    Err(err) => warn!(error = %err, "node registration not answered"),
-                }
-            });
-        }
+    };
+    hub.do_send(LinkUp {
+        id,
+        sender: sender.clone(),
+    });
+    if first.parent_id() == Some(opener.id()) {
+        debug!(answer = %first.content(), "node registered");
+    } else if protocol::kind(&first) == Kind::Payload {
+        deliver(first, &sender, hive, config, stats).await;
     }
     let keepalive = config.keepalive;
     let mut ticker = tokio::time::interval(keepalive / 4);

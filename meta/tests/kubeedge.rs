@@ -377,15 +377,24 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
                "machineID": "", "operatingSystem": "linux", "osImage": "Debian", "systemUUID": ""}}),
     )
     .await;
-    cloud
-        .counts("both statuses", |c| c.status_applied >= 2)
-        .await;
+    // Both went up as KubeEdge's patches, not edgehive's status updates.
+    cloud.counts("both patches", |c| c.patches >= 2).await;
     let pod = cloud
         .client
         .get("/api/v1/namespaces/default/pods/web")
         .await
         .expect("pod");
     assert_eq!(pod["status"]["podIP"], "10.88.0.4");
+    // A whole status replaces the last one: what it leaves out is gone.
+    edge.report("default/podstatus/web", json!({"phase": "Succeeded"}))
+        .await;
+    cloud.counts("the third patch", |c| c.patches >= 3).await;
+    let pod = cloud
+        .client
+        .get("/api/v1/namespaces/default/pods/web")
+        .await
+        .expect("pod");
+    assert_eq!(pod["status"], json!({"phase": "Succeeded"}));
     let node = cloud
         .client
         .get("/api/v1/nodes/kube-4")

@@ -147,7 +147,17 @@ impl CloudCa {
 
     /// A CA from its certificate and key in PEM.
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<CloudCa, CertError> {
-        let key = KeyPair::from_pem(key_pem).map_err(cert_error)?;
+        let key = match transports::tls::key_from_pem(key_pem.as_bytes()) {
+            // KubeEdge's CA key: SEC1.
+            Ok(PrivateKeyDer::Sec1(sec1)) => {
+                let pkcs8 = p256_pkcs8_der(sec1.secret_sec1_der()).ok_or_else(|| {
+                    CertError::Certificate("an EC CA key must be P-256 with its public key".into())
+                })?;
+                KeyPair::try_from(&PrivateKeyDer::Pkcs8(pkcs8.into()))
+            }
+            _ => KeyPair::from_pem(key_pem),
+        }
+        .map_err(cert_error)?;
         let pkcs8 = key.serialized_der();
         let token_key = ring::hmac::Key::new(
             ring::hmac::HMAC_SHA256,
@@ -283,12 +293,13 @@ impl CloudCa {
     }
 }
 
+/// prime256v1's OID, whole (tag, length, value).
+const P256: [u8; 10] = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+
 /// An EC P-256 private key (PKCS#8 DER) in SEC1 DER, as Go's
 /// `x509.MarshalECPrivateKey` writes it (KubeEdge keys its tokens with
 /// that); `None` for any other key.
 fn p256_sec1_der(pkcs8: &[u8]) -> Option<Vec<u8>> {
-    /// prime256v1's OID, whole (tag, length, value).
-    const P256: [u8; 10] = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
     let (outer, _) = der_item(pkcs8, 0x30)?;
     let (_version, rest) = der_item(outer, 0x02)?;
     let (algorithm, rest) = der_item(rest, 0x30)?;
@@ -296,22 +307,7 @@ fn p256_sec1_der(pkcs8: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let (ec_key, _) = der_item(rest, 0x04)?;
-    let (ec_key, _) = der_item(ec_key, 0x30)?;
-    let (_version, rest) = der_item(ec_key, 0x02)?;
-    let (private, mut rest) = der_item(rest, 0x04)?;
-    let mut public = None;
-    while !rest.is_empty() {
-        let tag = rest[0];
-        let (value, next) = der_item(rest, tag)?;
-        if tag == 0xa1 {
-            public = Some(der_item(value, 0x03)?.0);
-        }
-        rest = next;
-    }
-    let public = public?;
-    if private.len() > 32 || public.len() != 66 {
-        return None;
-    }
+    let (private, public) = ec_key_parts(ec_key)?;
     let mut key = vec![0x30, 0x77, 0x02, 0x01, 0x01, 0x04, 0x20];
     key.extend(std::iter::repeat_n(0, 32 - private.len()));
     key.extend_from_slice(private);
@@ -320,6 +316,46 @@ fn p256_sec1_der(pkcs8: &[u8]) -> Option<Vec<u8>> {
     key.extend_from_slice(&[0xa1, 0x44, 0x03, 0x42]);
     key.extend_from_slice(public);
     Some(key)
+}
+
+/// A SEC1 EC P-256 private key (KubeEdge's `ca.key`, `EC PRIVATE KEY`) as
+/// PKCS#8 DER, which is what the signing library takes.
+fn p256_pkcs8_der(sec1: &[u8]) -> Option<Vec<u8>> {
+    let (private, public) = ec_key_parts(sec1)?;
+    let mut ec_key = vec![0x30, 0x6b, 0x02, 0x01, 0x01, 0x04, 0x20];
+    ec_key.extend(std::iter::repeat_n(0, 32 - private.len()));
+    ec_key.extend_from_slice(private);
+    ec_key.extend_from_slice(&[0xa1, 0x44, 0x03, 0x42]);
+    ec_key.extend_from_slice(public);
+    // version 0, id-ecPublicKey with prime256v1, the key as an octet string.
+    let mut key = vec![0x30, 0x81, 0x87, 0x02, 0x01, 0x00, 0x30, 0x13];
+    key.extend_from_slice(&[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01]);
+    key.extend_from_slice(&P256);
+    key.extend_from_slice(&[0x04, 0x6d]);
+    key.extend_from_slice(&ec_key);
+    Some(key)
+}
+
+/// The private scalar and the public key (the bit string's content, with
+/// its unused-bits byte) of a P-256 `ECPrivateKey` (RFC 5915), which must
+/// carry its public key.
+fn ec_key_parts(ec_key: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (ec_key, _) = der_item(ec_key, 0x30)?;
+    let (_version, rest) = der_item(ec_key, 0x02)?;
+    let (private, mut rest) = der_item(rest, 0x04)?;
+    let mut public = None;
+    while !rest.is_empty() {
+        let tag = rest[0];
+        let (value, next) = der_item(rest, tag)?;
+        match tag {
+            0xa0 if value != P256 => return None,
+            0xa1 => public = Some(der_item(value, 0x03)?.0),
+            _ => {}
+        }
+        rest = next;
+    }
+    let public = public?;
+    (private.len() <= 32 && public.len() == 66).then_some((private, public))
 }
 
 /// The value of the DER item with `tag` at the start of `bytes`, and what
@@ -428,6 +464,49 @@ mod tests {
         let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &sec1);
         let signed = format!("{}.{}", parts[1], parts[2]);
         ring::hmac::verify(&hmac, signed.as_bytes(), &signature).expect("SEC1-keyed HS256");
+    }
+
+    /// A CA taken over from KubeEdge: its key in SEC1 PEM (`EC PRIVATE
+    /// KEY`, Go's format) loads, signs, and keys tokens the same way.
+    #[test]
+    fn a_kubeedge_ca_with_a_sec1_key_is_taken_over() {
+        let (dir, ca) = ca();
+        let pem = std::fs::read_to_string(dir.path().join("ca.key")).expect("key");
+        let key = KeyPair::from_pem(&pem).expect("key");
+        let sec1 = p256_sec1_der(key.serialized_der()).expect("sec1");
+        assert_eq!(
+            p256_pkcs8_der(&sec1).and_then(|pkcs8| p256_sec1_der(&pkcs8)),
+            Some(sec1.clone())
+        );
+        let sec1_pem = format!(
+            "-----BEGIN EC PRIVATE KEY-----\n{}\n-----END EC PRIVATE KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(&sec1)
+        );
+        let cert_pem = std::fs::read_to_string(dir.path().join("ca.crt")).expect("cert");
+        let taken = CloudCa::from_pem(&cert_pem, &sec1_pem).expect("a SEC1 CA key loads");
+        // Tokens of one verify with the other: the same key, keyed alike.
+        taken
+            .check_token(&ca.issue_token(Duration::from_secs(60)))
+            .expect("same token key");
+        let until = SystemTime::now() + Duration::from_secs(60);
+        let (node, cert) = taken.sign_csr(&csr("edge-5"), until, None).expect("signs");
+        assert_eq!(node, "edge-5");
+        let root = ca.root();
+        let (_, issued) = x509_parser::parse_x509_certificate(cert.as_ref()).expect("cert");
+        let (_, authority) = x509_parser::parse_x509_certificate(root.as_ref()).expect("CA");
+        assert_eq!(issued.issuer(), authority.subject());
+        assert!(
+            issued
+                .verify_signature(Some(authority.public_key()))
+                .is_ok()
+        );
+        assert!(
+            CloudCa::from_pem(
+                &cert_pem,
+                "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -16,6 +16,69 @@ pub fn object_answer(object: Value) -> Value {
     json!({ "Object": object, "Err": null })
 }
 
+/// Why a node's write was refused, as a Kubernetes Status says it (so a
+/// kubelet's `IsNotFound`, `IsConflict` and the like work).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// HTTP status code.
+    pub code: u16,
+    /// Kubernetes' reason (`NotFound`, `Conflict`, ...).
+    pub reason: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl Refusal {
+    /// 400: unreadable.
+    pub fn bad_request(message: impl Into<String>) -> Refusal {
+        Refusal::new(400, "BadRequest", message)
+    }
+
+    /// 403: not this node's to change.
+    pub fn forbidden(message: impl Into<String>) -> Refusal {
+        Refusal::new(403, "Forbidden", message)
+    }
+
+    /// 404: no such object.
+    pub fn not_found(message: impl Into<String>) -> Refusal {
+        Refusal::new(404, "NotFound", message)
+    }
+
+    /// 409: meant for another incarnation of the object.
+    pub fn conflict(message: impl Into<String>) -> Refusal {
+        Refusal::new(409, "Conflict", message)
+    }
+
+    /// 422: well-formed but not valid.
+    pub fn invalid(message: impl Into<String>) -> Refusal {
+        Refusal::new(422, "Invalid", message)
+    }
+
+    /// 500: the cloud failed.
+    pub fn internal(message: impl Into<String>) -> Refusal {
+        Refusal::new(500, "InternalError", message)
+    }
+
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The answer a KubeEdge edge expects for it.
+    pub fn answer(&self) -> Value {
+        error_answer(self.code, self.reason, &self.message)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// The answer to a write that failed: a Kubernetes Status error.
 pub fn error_answer(code: u16, reason: &str, message: &str) -> Value {
     json!({
@@ -66,9 +129,11 @@ pub fn required_uid(patch: &Value) -> Option<&str> {
 /// Applies a strategic merge patch to `target`, as far as node and pod
 /// status need: objects merge field by field, `null` deletes, lists of
 /// objects Kubernetes merges by a key (conditions and addresses by `type`,
-/// container statuses by `name`, pod and host IPs by `ip`) merge item by
-/// item (`$patch: delete` removes one), other lists are replaced, and
-/// order and retain-keys directives are ignored.
+/// pod and host IPs by `ip`) merge item by
+/// item (`$patch: delete` removes one), other lists (container statuses
+/// among them, which Kubernetes keeps atomic) are replaced, `$patch:
+/// replace` replaces a map, and order and retain-keys directives are
+/// ignored.
 pub fn strategic_merge(target: &mut Value, patch: &Value) {
     let Value::Object(fields) = patch else {
         *target = patch.clone();
@@ -112,11 +177,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
 fn merge_key(field: &str) -> Option<&'static str> {
     match field {
         "conditions" | "addresses" => Some("type"),
-        "containerStatuses"
-        | "initContainerStatuses"
-        | "ephemeralContainerStatuses"
-        | "volumesAttached"
-        | "resourceClaimStatuses" => Some("name"),
+        "resourceClaimStatuses" => Some("name"),
         "podIPs" | "hostIPs" => Some("ip"),
         _ => None,
     }
@@ -166,7 +227,7 @@ mod tests {
         let patch = patch_of(&json!(
             r#"{"metadata":{"uid":"u-1"},"status":{"$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"}],
                 "conditions":[{"type":"Ready","status":"True"}],"phase":"Running","podIP":null,
-                "containerStatuses":[{"name":"main","ready":true}]}}"#
+                "containerStatuses":[{"name":"main","ready":true,"state":{"running":{}}}]}}"#
         ))
         .expect("patch");
         assert_eq!(required_uid(&patch), Some("u-1"));
@@ -179,14 +240,30 @@ mod tests {
                     {"type": "Ready", "status": "True"},
                     {"type": "PodScheduled", "status": "True"}
                 ],
-                "containerStatuses": [{"name": "main", "ready": true}]
+                "containerStatuses": [{"name": "main", "ready": true, "state": {"running": {}}}]
             })
+        );
+        // Container statuses are atomic: a new state replaces the old one.
+        strategic_merge(
+            &mut status,
+            &json!({"containerStatuses": [{"name": "main", "ready": false,
+                                           "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        );
+        assert_eq!(
+            status["containerStatuses"],
+            json!([{"name": "main", "ready": false, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}])
         );
         strategic_merge(
             &mut status,
             &json!({"conditions": [{"type": "PodScheduled", "$patch": "delete"}]}),
         );
         assert_eq!(status["conditions"].as_array().map(Vec::len), Some(1));
+        // A whole status replaced, as edgehive's edge sends it.
+        strategic_merge(
+            &mut status,
+            &json!({"$patch": "replace", "phase": "Succeeded"}),
+        );
+        assert_eq!(status, json!({"phase": "Succeeded"}));
     }
 
     #[test]

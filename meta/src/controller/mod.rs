@@ -43,6 +43,7 @@ pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
 
 use crate::api::ApiError;
 use crate::kinds::{Kind, ObjectKey, references, valid_name};
+use kubeedge::Refusal;
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -79,6 +80,8 @@ pub struct ControllerCounts {
     pub status_refused: u64,
     /// Queries from nodes answered.
     pub queries: u64,
+    /// Status patches (KubeEdge's `nodepatch`, `podpatch`) applied.
+    pub patches: u64,
     /// Node link events seen.
     pub node_events: u64,
 }
@@ -343,7 +346,7 @@ impl Controller {
                     input = requests.recv() => input,
                     _ = retry.tick() => {
                         self.try_load().await;
-                        self.retry_out_of_step();
+                        self.retry_out_of_step().await;
                         continue;
                     }
                 },
@@ -721,7 +724,7 @@ impl Controller {
         }
     }
 
-    fn retry_out_of_step(&mut self) {
+    async fn retry_out_of_step(&mut self) {
         let due: Vec<String> = self
             .out_of_step
             .iter()
@@ -730,8 +733,26 @@ impl Controller {
             .collect();
         for node in due {
             self.out_of_step.remove(&node);
-            self.ask_inventory(&node);
+            self.resync(&node).await;
         }
+    }
+
+    /// Brings a node in step: an edgehive node is asked for its inventory;
+    /// a KubeEdge node reports none, so it is assumed to hold its pods and
+    /// devices at some version (each goes again at its own version, which
+    /// it ignores if held) and none of the objects they use (each goes at a
+    /// fresh version, which supersedes a withdrawal).
+    async fn resync(&mut self, node: &str) {
+        if !self.kubeedge_nodes.contains(node) {
+            return self.ask_inventory(node);
+        }
+        let assumed = self
+            .bound
+            .iter()
+            .filter(|(_, (bound, _))| bound == node)
+            .map(|(key, _)| (key.edge_resource().to_string(), "0".to_owned()))
+            .collect();
+        self.reconcile(node, Ok(assumed)).await;
     }
 
     /// Asks `node` what it holds; the answer comes back as an
@@ -911,12 +932,10 @@ impl Controller {
                     self.connected.insert(node.clone());
                     if msg.content()["dialect"] == "kubeedge" {
                         self.kubeedge_nodes.insert(node.clone());
-                        // Nothing held is known: everything desired goes.
-                        self.reconcile(&node, Ok(BTreeMap::new())).await;
                     } else {
                         self.kubeedge_nodes.remove(&node);
-                        self.ask_inventory(&node);
                     }
+                    self.resync(&node).await;
                 }
                 operation::NODE_DISCONNECTED => {
                     self.connected.remove(&node);
@@ -940,7 +959,7 @@ impl Controller {
             (operation::INSERT | operation::UPDATE, resource_type::NODE) => {
                 let answer = match edge.name == node {
                     true => self.adopt_node(&node, msg.content()).await,
-                    false => Err("a node registers only itself".to_owned()),
+                    false => Err(Refusal::forbidden("a node registers only itself")),
                 };
                 self.answer_write(&msg, answer);
             }
@@ -955,13 +974,14 @@ impl Controller {
                 let status = kubeedge::status_of(msg.content());
                 match self.node_status(&node, &edge, status).await {
                     Ok(()) => self.answer_node(&msg, json!("OK")),
-                    Err(reason) => self.refuse_sync(&msg, &reason),
+                    Err(refusal) => self.refuse_sync(&msg, &refusal.message),
                 }
             }
             (operation::PATCH, resource_type::POD_PATCH) => {
                 // A readable one is a status report, taken with the others.
                 let reason = kubeedge::patch_of(msg.content()).err();
-                self.refuse_sync(&msg, reason.as_deref().unwrap_or("unreadable patch"));
+                let reason = reason.unwrap_or_else(|| "unreadable patch".to_owned());
+                self.answer_write(&msg, Err(Refusal::bad_request(reason)));
             }
             (op, kind) => {
                 debug!(%node, op, kind, "not for the edgecontroller; ignored");
@@ -993,10 +1013,10 @@ impl Controller {
 
     /// Answers a KubeEdge node's write with the stored object, or with a
     /// Kubernetes Status error.
-    fn answer_write(&self, msg: &HiveMessage, written: Result<Value, String>) {
+    fn answer_write(&self, msg: &HiveMessage, written: Result<Value, Refusal>) {
         let content = match written {
             Ok(object) => kubeedge::object_answer(object),
-            Err(reason) => kubeedge::error_answer(400, "BadRequest", &reason),
+            Err(refusal) => refusal.answer(),
         };
         self.answer_node(msg, content);
     }
@@ -1017,7 +1037,7 @@ impl Controller {
     /// Takes what a node says of its own Node object (its registration, or
     /// a patch of it applied to the stored object): its labels,
     /// annotations and status. Returns the object as stored.
-    async fn adopt_node(&mut self, node: &str, given: &Value) -> Result<Value, String> {
+    async fn adopt_node(&mut self, node: &str, given: &Value) -> Result<Value, Refusal> {
         let key = ObjectKey::new(Kind::Node, "", node);
         match given.get("status").filter(|status| !status.is_null()) {
             Some(status) => {
@@ -1029,8 +1049,8 @@ impl Controller {
         let mut object = self
             .store
             .get(&key)
-            .map_err(|err| err.to_string())?
-            .ok_or_else(|| format!("node {node} not stored"))?;
+            .map_err(|err| Refusal::internal(err.to_string()))?
+            .ok_or_else(|| Refusal::internal(format!("node {node} not stored")))?;
         let before = object.clone();
         for field in ["labels", "annotations"] {
             let Some(given) = given
@@ -1054,7 +1074,7 @@ impl Controller {
             .put(key, object)
             .await
             .map(|(stored, _)| stored)
-            .map_err(|err| err.to_string())
+            .map_err(|err| Refusal::internal(err.to_string()))
     }
 
     /// Applies a KubeEdge node's patch of its own Node object.
@@ -1063,37 +1083,38 @@ impl Controller {
         node: &str,
         what: &EdgeResource,
         content: &Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Refusal> {
         if what.name != node {
-            return Err("a node patches only itself".to_owned());
+            return Err(Refusal::forbidden("a node patches only itself"));
         }
-        let patch = kubeedge::patch_of(content)?;
+        let patch = kubeedge::patch_of(content).map_err(Refusal::bad_request)?;
         self.update_node(node, None).await;
         let key = ObjectKey::new(Kind::Node, "", node);
         let mut object = self
             .store
             .get(&key)
-            .map_err(|err| err.to_string())?
+            .map_err(|err| Refusal::internal(err.to_string()))?
             .unwrap_or_default();
         kubeedge::strategic_merge(&mut object, &patch);
-        self.adopt_node(node, &object).await
+        let adopted = self.adopt_node(node, &object).await?;
+        self.count(|c| c.patches += 1);
+        Ok(adopted)
     }
 
     /// A KubeEdge node's lease: its own only, kept in memory, answered as
     /// a kubelet expects (NotFound before the first is written).
     fn lease(&mut self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
         if what.name != node {
-            let reason = "a node holds only its own lease";
-            return self.answer_node(msg, kubeedge::error_answer(403, "Forbidden", reason));
+            let refusal = Refusal::forbidden("a node holds only its own lease");
+            return self.answer_node(msg, refusal.answer());
         }
         let answer = match msg.operation() {
             operation::QUERY => match self.leases.get(node) {
                 Some(lease) => kubeedge::object_answer(lease.clone()),
-                None => kubeedge::error_answer(
-                    404,
-                    "NotFound",
-                    &format!("leases.coordination.k8s.io {node:?} not found"),
-                ),
+                None => {
+                    Refusal::not_found(format!("leases.coordination.k8s.io {node:?} not found"))
+                        .answer()
+                }
             },
             operation::INSERT | operation::UPDATE => {
                 let mut lease = msg.content().clone();
@@ -1111,9 +1132,7 @@ impl Controller {
                 self.leases.insert(node.to_owned(), lease.clone());
                 kubeedge::object_answer(lease)
             }
-            other => {
-                kubeedge::error_answer(405, "MethodNotAllowed", &format!("{other} of a lease"))
-            }
+            other => Refusal::bad_request(format!("{other} of a lease")).answer(),
         };
         self.answer_node(msg, answer);
     }
@@ -1131,7 +1150,7 @@ impl Controller {
         let mut updated: HashMap<ObjectKey, (String, Value)> = HashMap::new();
         // Reports that wait for an answer (a KubeEdge edge's), with the
         // object they are about, or why they were refused.
-        let mut waiting: Vec<(StatusReport, Result<ObjectKey, String>)> = Vec::new();
+        let mut waiting: Vec<(StatusReport, Result<ObjectKey, Refusal>)> = Vec::new();
         for report in reports {
             let key = ObjectKey::new(
                 report.kind,
@@ -1146,8 +1165,8 @@ impl Controller {
                 Ok(Some(object)) => report.status_for(&object).and_then(|status| {
                     self.with_status(report.kind, &report.node, object, &status)
                 }),
-                Ok(None) => Err("no such object".to_owned()),
-                Err(err) => Err(err.to_string()),
+                Ok(None) => Err(Refusal::not_found("no such object")),
+                Err(err) => Err(Refusal::internal(err.to_string())),
             };
             let outcome = match taken {
                 Ok(Some(object)) => {
@@ -1158,9 +1177,9 @@ impl Controller {
                     Ok(key)
                 }
                 Ok(None) => Ok(key),
-                Err(reason) => {
-                    self.refuse_status(&report.node, &report.what, &reason);
-                    Err(reason)
+                Err(refusal) => {
+                    self.refuse_status(&report.node, &report.what, &refusal.message);
+                    Err(refusal)
                 }
             };
             if report.msg.is_sync() {
@@ -1187,20 +1206,26 @@ impl Controller {
         }
         for (report, outcome) in waiting {
             let outcome = outcome.and_then(|key| match failed.contains(&key) {
-                true => Err("the status could not be stored".to_owned()),
+                true => Err(Refusal::internal("the status could not be stored")),
                 false => Ok(key),
             });
             match (&report.change, outcome) {
                 (StatusChange::Patch(_), Ok(key)) => {
-                    let object = self.store.get(&key).map_err(|err| err.to_string());
-                    let object = object.and_then(|o| o.ok_or_else(|| "gone".to_owned()));
+                    self.count(|c| c.patches += 1);
+                    let object = match self.store.get(&key) {
+                        Ok(Some(object)) => Ok(object),
+                        Ok(None) => Err(Refusal::not_found("deleted meanwhile")),
+                        Err(err) => Err(Refusal::internal(err.to_string())),
+                    };
                     self.answer_write(&report.msg, object);
                 }
-                (StatusChange::Patch(_), Err(reason)) => {
-                    self.answer_write(&report.msg, Err(reason));
+                (StatusChange::Patch(_), Err(refusal)) => {
+                    self.answer_write(&report.msg, Err(refusal));
                 }
                 (StatusChange::Replace(_), Ok(_)) => self.answer_node(&report.msg, json!("OK")),
-                (StatusChange::Replace(_), Err(reason)) => self.refuse_sync(&report.msg, &reason),
+                (StatusChange::Replace(_), Err(refusal)) => {
+                    self.refuse_sync(&report.msg, &refusal.message)
+                }
             }
         }
     }
@@ -1213,11 +1238,12 @@ impl Controller {
         node: &str,
         object: Value,
         status: &Value,
-    ) -> Result<Option<Value>, String> {
+    ) -> Result<Option<Value>, Refusal> {
         if node_name(&object).as_deref() != Some(node) {
-            return Err("the object is not bound to this node".to_owned());
+            return Err(Refusal::forbidden("the object is not bound to this node"));
         }
-        kind.check_status(status).map_err(|err| err.to_string())?;
+        kind.check_status(status)
+            .map_err(|err| Refusal::invalid(err.to_string()))?;
         if object.get("status") == Some(status) {
             return Ok(None);
         }
@@ -1239,16 +1265,16 @@ impl Controller {
         node: &str,
         what: &EdgeResource,
         status: &Value,
-    ) -> Result<(), String> {
-        let refused = |reason: &str| {
-            self.refuse_status(node, what, reason);
-            Err(reason.to_owned())
+    ) -> Result<(), Refusal> {
+        let refused = |refusal: Refusal| {
+            self.refuse_status(node, what, &refusal.message);
+            Err(refusal)
         };
         if what.name != node {
-            return refused("a node reports only its own status");
+            return refused(Refusal::forbidden("a node reports only its own status"));
         }
         let Ok(reported) = NodeStatus::deserialize(status) else {
-            return refused("not a NodeStatus");
+            return refused(Refusal::invalid("not a NodeStatus"));
         };
         if let Some(ready) = reported
             .conditions
@@ -1353,6 +1379,14 @@ impl Controller {
             Kind::Node => key.name == node,
         });
         let found = entitled.and_then(|key| self.store.get(&key).ok().flatten());
+        if what.resource_type == resource_type::NODE && self.kubeedge_nodes.contains(node) {
+            // A kubelet reads its Node as a write's answer: {Object, Err}.
+            let answer = match found {
+                Some(object) => kubeedge::object_answer(object),
+                None => Refusal::not_found(format!("node {:?} not found", what.name)).answer(),
+            };
+            return self.send_to_node(msg.response(module::EDGECONTROLLER, answer));
+        }
         self.send_to_node(match found {
             Some(object) => msg.response(module::EDGECONTROLLER, object),
             None => msg.error_response(
@@ -1427,7 +1461,7 @@ impl StatusReport {
     }
 
     /// The status `object` gets from this report, or why it gets none.
-    fn status_for(&self, object: &Value) -> Result<Value, String> {
+    fn status_for(&self, object: &Value) -> Result<Value, Refusal> {
         match &self.change {
             StatusChange::Replace(status) => Ok(status.clone()),
             StatusChange::Patch(patch) => {
@@ -1435,7 +1469,9 @@ impl StatusReport {
                 if let Some(required) = kubeedge::required_uid(patch)
                     && uid.is_some_and(|uid| uid != required)
                 {
-                    return Err(format!("the patch is for uid {required}, not {uid:?}"));
+                    return Err(Refusal::conflict(format!(
+                        "the patch is for uid {required}, not {uid:?}"
+                    )));
                 }
                 let mut status = object.get("status").cloned().unwrap_or(Value::Null);
                 if let Some(patch) = patch.get("status") {
