@@ -388,12 +388,11 @@ async fn a_kubeedge_edge_joins_as_keadm_does() {
         vec![cert],
         tls::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
     );
-    let options = DialOptions::new(&cloud.hub.addresses[1].1, "localhost")
-        .with_tls(tls::client_config(&[ca], Some(identity)).expect("tls"))
-        .with_codec(transports::Codec::KubeEdgeJson)
-        .with_header("node_id", "kube-9")
-        .with_header("project_id", "e632aba927ea4ac2b575ec1603d56f10")
-        .with_header("ConnectionUse", "msg");
+    let options = hub::Dialect::KubeEdge.dial_options(
+        "kube-9",
+        DialOptions::new(&cloud.hub.addresses[1].1, "localhost")
+            .with_tls(tls::client_config(&[ca], Some(identity)).expect("tls")),
+    );
     let link = TransportKind::WebSocket
         .transport()
         .expect("ws")
