@@ -177,7 +177,10 @@ impl LinkSender {
     /// Sends an already encoded frame payload (encode once, send to many).
     pub async fn send_frame(&self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
         self.check_size(&frame)?;
-        let mut frame = (frame, lane);
+        // Room, as nearly always: queued without setting up a wait.
+        let Some(mut frame) = self.offer((frame, lane), None)? else {
+            return Ok(());
+        };
         loop {
             let room = self.outbox.outbox.room.notified();
             let mut room = std::pin::pin!(room);

@@ -1,12 +1,23 @@
 //! WebSocket transport: wss (TLS 1.3, optional mutual TLS) or, when asked
-//! for explicitly, plain ws. One binary WebSocket message per beehive
-//! message, on one ordered stream; the WebSocket layer enforces the frame
-//! limit from each frame's header, before reading its body.
+//! for explicitly, plain ws, on one ordered stream; the WebSocket layer
+//! enforces the frame limit from each frame's header, before reading its
+//! body.
+//!
+//! With the MessagePack codec a binary WebSocket message carries one frame
+//! as it is, or, when the writer has several small frames at once, a batch:
+//! the byte [`BATCH_MARK`] (never the first byte of a MessagePack message),
+//! then each frame as a 4-byte big-endian length and its bytes, at most
+//! [`BATCH_BYTES`] (or the frame limit) in all. Batching spares every small
+//! message a WebSocket frame, its mask and a TLS record of its own. With
+//! KubeEdge's JSON codec each message is one WebSocket message, as its
+//! peers expect.
+
+use std::collections::VecDeque;
 
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -66,14 +77,74 @@ fn ws_error(err: WsError) -> TransportError {
     }
 }
 
+/// First byte of a WebSocket message that carries a batch of frames: 0xc1
+/// is the one byte MessagePack never uses.
+pub const BATCH_MARK: u8 = 0xc1;
+
+/// Largest batch a writer puts in one WebSocket message (less when the
+/// frame limit is lower).
+pub const BATCH_BYTES: usize = 64 * 1024;
+
+/// Frames at least this large go in a message of their own, uncopied.
+const ALONE: usize = 8 * 1024;
+
+/// The frames of a batch message, as slices of it (no copies), each
+/// checked against the limit.
+fn unbatch(message: &Bytes, max_frame: usize) -> Result<VecDeque<Bytes>, FrameError> {
+    let mut frames = VecDeque::new();
+    let mut at = 1;
+    while at < message.len() {
+        let header = message
+            .get(at..at + 4)
+            .ok_or_else(|| FrameError::Protocol("truncated batch".into()))?;
+        let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        at += 4;
+        if len > max_frame {
+            return Err(FrameError::TooLarge {
+                len,
+                max: max_frame,
+            });
+        }
+        if len > message.len() - at {
+            return Err(FrameError::Protocol("truncated batch".into()));
+        }
+        frames.push_back(message.slice(at..at + len));
+        at += len;
+    }
+    if frames.is_empty() {
+        return Err(FrameError::Protocol("empty batch".into()));
+    }
+    Ok(frames)
+}
+
 struct WsSource<S> {
     stream: SplitStream<WebSocketStream<S>>,
+    /// Whether batches may arrive (the MessagePack codec).
+    batched: bool,
+    max_frame: usize,
+    /// The rest of the last batch.
+    pending: VecDeque<Bytes>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSource<S> {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
+        if let Some(frame) = self.pending.pop_front() {
+            return Poll::Ready(Ok(Some(frame)));
+        }
         loop {
             return Poll::Ready(match ready!(self.stream.poll_next_unpin(cx)) {
+                Some(Ok(WsMessage::Binary(message)))
+                    if self.batched && message.first() == Some(&BATCH_MARK) =>
+                {
+                    match unbatch(&message, self.max_frame) {
+                        Ok(mut frames) => {
+                            let first = frames.pop_front();
+                            self.pending = frames;
+                            Ok(first)
+                        }
+                        Err(err) => Err(err.into()),
+                    }
+                }
                 Some(Ok(WsMessage::Binary(frame))) => Ok(Some(frame)),
                 Some(Ok(WsMessage::Close(_))) | None => Ok(None),
                 Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => continue,
@@ -89,17 +160,82 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSourc
 
 struct WsSink<S> {
     sink: SplitSink<WebSocketStream<S>, WsMessage>,
+    /// Largest batch; zero sends every frame alone (KubeEdge's codec).
+    batch_bytes: usize,
+    /// A small frame waiting: sent alone if no other joins it.
+    first: Option<Bytes>,
+    /// The batch being built, once a second small frame came.
+    batch: BytesMut,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsSink<S> {
+    /// Sends what is waiting: a lone frame as it is, or the batch.
+    async fn send_waiting(&mut self) -> Result<(), TransportError> {
+        match self.first.take() {
+            Some(frame) => self.send_alone(frame).await,
+            None if !self.batch.is_empty() => {
+                let batch = self.batch.split().freeze();
+                self.sink
+                    .feed(WsMessage::Binary(batch))
+                    .await
+                    .map_err(ws_error)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Sends one frame in a message of its own. A frame that starts like a
+    /// batch (not MessagePack, so it will fail to decode) goes as a batch of
+    /// one, so the peer decodes exactly what was sent.
+    async fn send_alone(&mut self, frame: Bytes) -> Result<(), TransportError> {
+        let message = if self.batch_bytes > 0 && frame.first() == Some(&BATCH_MARK) {
+            let mut wrapped = BytesMut::with_capacity(5 + frame.len());
+            wrapped.put_u8(BATCH_MARK);
+            wrapped.put_u32(frame.len() as u32);
+            wrapped.extend_from_slice(&frame);
+            wrapped.freeze()
+        } else {
+            frame
+        };
+        self.sink
+            .feed(WsMessage::Binary(message))
+            .await
+            .map_err(ws_error)
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S> {
     async fn write_frame(&mut self, frame: Bytes, _lane: Lane) -> Result<(), TransportError> {
-        self.sink
-            .feed(WsMessage::Binary(frame))
-            .await
-            .map_err(ws_error)
+        let len = frame.len();
+        if len >= ALONE || 5 + 2 * (4 + len) > self.batch_bytes {
+            self.send_waiting().await?;
+            return self.send_alone(frame).await;
+        }
+        let waiting = match &self.first {
+            Some(first) => 1 + 4 + first.len(),
+            None => self.batch.len(),
+        };
+        if waiting > 0 && waiting + 4 + len > self.batch_bytes {
+            self.send_waiting().await?;
+        }
+        if self.batch.is_empty() && self.first.is_none() {
+            self.first = Some(frame);
+            return Ok(());
+        }
+        if let Some(first) = self.first.take() {
+            self.batch
+                .reserve(self.batch_bytes.min(1 + 8 + first.len() + len + 4096));
+            self.batch.put_u8(BATCH_MARK);
+            self.batch.put_u32(first.len() as u32);
+            self.batch.extend_from_slice(&first);
+        }
+        self.batch.put_u32(len as u32);
+        self.batch.extend_from_slice(&frame);
+        Ok(())
     }
 
     async fn flush(&mut self) -> Result<(), TransportError> {
+        self.send_waiting().await?;
         self.sink.flush().await.map_err(ws_error)
     }
 
@@ -113,7 +249,24 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, stream) = ws.split();
-    spawn_link(peer, WsSource { stream }, WsSink { sink }, limits, codec)
+    let batched = codec == Codec::MessagePack;
+    let source = WsSource {
+        stream,
+        batched,
+        max_frame: limits.max_frame,
+        pending: VecDeque::new(),
+    };
+    let sink = WsSink {
+        sink,
+        batch_bytes: if batched {
+            BATCH_BYTES.min(limits.max_frame)
+        } else {
+            0
+        },
+        first: None,
+        batch: BytesMut::new(),
+    };
+    spawn_link(peer, source, sink, limits, codec)
 }
 
 async fn upgrade_server<S>(
@@ -303,5 +456,52 @@ impl Transport for WebSocket {
                     after: limits.handshake_timeout,
                 })?
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(frames: &[&[u8]]) -> Bytes {
+        let mut out = BytesMut::new();
+        out.put_u8(BATCH_MARK);
+        for frame in frames {
+            out.put_u32(frame.len() as u32);
+            out.extend_from_slice(frame);
+        }
+        out.freeze()
+    }
+
+    #[test]
+    fn a_batch_splits_into_its_frames_without_copies() {
+        let message = batch(&[b"one", b"", b"three"]);
+        let frames = unbatch(&message, 16).expect("batch");
+        assert_eq!(frames, [&b"one"[..], b"", b"three"]);
+        assert_eq!(frames[2].as_ptr(), message[message.len() - 5..].as_ptr());
+    }
+
+    #[test]
+    fn bad_batches_are_refused() {
+        assert!(matches!(
+            unbatch(&batch(&[&[0u8; 17]]), 16),
+            Err(FrameError::TooLarge { len: 17, max: 16 })
+        ));
+        let mut truncated = batch(&[b"abcdef"]).to_vec();
+        truncated.truncate(truncated.len() - 1);
+        assert!(matches!(
+            unbatch(&Bytes::from(truncated), 16),
+            Err(FrameError::Protocol(_))
+        ));
+        assert!(unbatch(&Bytes::from_static(&[BATCH_MARK, 0, 0]), 16).is_err());
+        assert!(unbatch(&Bytes::from_static(&[BATCH_MARK]), 16).is_err());
+        // A length that overflows what follows is refused, not trusted.
+        assert!(
+            unbatch(
+                &Bytes::from_static(&[BATCH_MARK, 0xff, 0xff, 0xff, 0xf0, 1]),
+                usize::MAX
+            )
+            .is_err()
+        );
     }
 }
