@@ -80,12 +80,14 @@ impl Dialect {
     }
 
     /// `options` set up to dial the cloud as `node` in this dialect: a
-    /// KubeEdge edge names itself in the upgrade headers.
+    /// KubeEdge edge names itself in the upgrade headers, and upgrades at
+    /// `/<project>/<node>/events`.
     pub fn dial_options(self, node: &str, options: DialOptions) -> DialOptions {
         match self {
             Dialect::Native => options.with_codec(Codec::MessagePack),
             Dialect::KubeEdge => options
                 .with_codec(Codec::KubeEdgeJson)
+                .with_path(format!("/{KUBEEDGE_PROJECT_ID}/{node}/events"))
                 .with_header(NODE_ID_HEADER, node)
                 .with_header("project_id", KUBEEDGE_PROJECT_ID)
                 .with_header("ConnectionUse", "msg"),

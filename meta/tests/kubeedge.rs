@@ -32,6 +32,11 @@ impl KubeEdgeEdge {
         let mut options = DialOptions::new(&cloud.kubeedge_address, "localhost")
             .with_tls(tls::client_config(&[cloud.pki.root()], Some(identity)).expect("tls"))
             .with_codec(transports::Codec::KubeEdgeJson)
+            // KubeEdge's edgehub upgrades at its own path.
+            .with_path(format!(
+                "/e632aba927ea4ac2b575ec1603d56f10/{}/events",
+                node_id.unwrap_or("unnamed")
+            ))
             .with_header("project_id", "e632aba927ea4ac2b575ec1603d56f10")
             .with_header("ConnectionUse", "msg");
         if let Some(node) = node_id {

@@ -230,6 +230,9 @@ pub struct DialOptions {
     /// Headers sent with a WebSocket upgrade request (other transports
     /// have none).
     pub headers: Vec<(String, String)>,
+    /// The URL path of a WebSocket upgrade request, instead of the
+    /// transport's own (KubeEdge's edges dial `/<project>/<node>/events`).
+    pub path: Option<String>,
     /// How messages become frames on the dialed link.
     pub codec: Codec,
 }
@@ -245,8 +248,16 @@ impl DialOptions {
             allow_plaintext: false,
             limits: Limits::default(),
             headers: Vec::new(),
+            path: None,
             codec: Codec::default(),
         }
+    }
+
+    /// With a WebSocket upgrade request to `path` (other transports have
+    /// none).
+    pub fn with_path(mut self, path: impl Into<String>) -> Self {
+        self.path = Some(path.into());
+        self
     }
 
     /// With another codec (KubeEdge's JSON to talk to KubeEdge).

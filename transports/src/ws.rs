@@ -286,7 +286,9 @@ where
     #[allow(clippy::result_large_err)]
     let check_path =
         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
-            if request.uri().path() == &*path {
+            // A KubeEdge edge names its own path (`/<project>/<node>/events`);
+            // KubeEdge's cloud takes any, and so does this endpoint.
+            if codec == Codec::KubeEdgeJson || request.uri().path() == &*path {
                 let headers: Vec<(String, String)> = request
                     .headers()
                     .iter()
@@ -419,6 +421,7 @@ impl Transport for WebSocket {
     fn dial<'a>(&'a self, options: &'a DialOptions) -> BoxFuture<'a, Result<Link, TransportError>> {
         Box::pin(async move {
             let limits = options.limits;
+            let path = options.path.as_deref().unwrap_or(&self.path);
             let addr = resolve(&options.address).await?;
             let tcp: TcpStream = tcp_connect(addr, &limits).await?;
             let remote = addr.to_string();
@@ -431,7 +434,7 @@ impl Transport for WebSocket {
                             .await
                             .map_err(|e| TransportError::Tls(e.to_string()))?;
                         let peer = tls::identity(remote, stream.get_ref().1.peer_certificates());
-                        let url = format!("wss://{}{}", options.server_name, self.path);
+                        let url = format!("wss://{}{}", options.server_name, path);
                         upgrade_client(stream, url, &options.headers, peer, limits, options.codec)
                             .await
                     }
@@ -440,7 +443,7 @@ impl Transport for WebSocket {
                             remote,
                             ..PeerIdentity::default()
                         };
-                        let url = format!("ws://{}{}", options.address, self.path);
+                        let url = format!("ws://{}{}", options.address, path);
                         upgrade_client(tcp, url, &options.headers, peer, limits, options.codec)
                             .await
                     }

@@ -461,9 +461,20 @@ async fn websocket_links_carry_kubeedge_json() {
     let mut rig = Rig::new(TransportKind::WebSocket);
     rig.listen = rig.listen.clone().with_codec(Codec::KubeEdgeJson);
     let mut listener = rig.listen().await;
-    let dial = rig.dial_options(&listener).with_codec(Codec::KubeEdgeJson);
+    // At KubeEdge's path, which a KubeEdge endpoint takes as any other;
+    // an edgehive endpoint takes only its own.
+    let dial = rig
+        .dial_options(&listener)
+        .with_codec(Codec::KubeEdgeJson)
+        .with_path("/e632aba927ea4ac2b575ec1603d56f10/edge-7/events");
     let client = rig.transport.dial(&dial).await.expect("dial");
     let mut server = within(listener.accept()).await.expect("accepted link");
+    let native = Rig::new(TransportKind::WebSocket);
+    let native_listener = native.listen().await;
+    let elsewhere = native
+        .dial_options(&native_listener)
+        .with_path("/e632aba927ea4ac2b575ec1603d56f10/edge-7/events");
+    assert!(native.transport.dial(&elsewhere).await.is_err());
     let sent = numbered(0, 1);
     client.sender.send(&sent).await.expect("send");
     let got = within(server.receiver.recv())
