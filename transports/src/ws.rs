@@ -10,7 +10,8 @@
 //! [`BATCH_BYTES`] (or the frame limit) in all. Batching spares every small
 //! message a WebSocket frame, its mask and a TLS record of its own. With
 //! KubeEdge's JSON codec each message is one WebSocket message, as its
-//! peers expect.
+//! peers expect, in a text message (gorilla's `WriteJSON` sends text);
+//! either kind is taken from them.
 
 use std::collections::VecDeque;
 
@@ -27,7 +28,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::CapacityError;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, http};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, Utf8Bytes, http};
 use tracing::warn;
 
 use crate::error::{FrameError, TransportError};
@@ -146,6 +147,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSourc
                     }
                 }
                 Some(Ok(WsMessage::Binary(frame))) => Ok(Some(frame)),
+                // KubeEdge's peers send their JSON as text.
+                Some(Ok(WsMessage::Text(text))) if !self.batched => Ok(Some(Bytes::from(text))),
                 Some(Ok(WsMessage::Close(_))) | None => Ok(None),
                 Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => continue,
                 Some(Ok(WsMessage::Text(_))) => {
@@ -162,6 +165,8 @@ struct WsSink<S> {
     sink: SplitSink<WebSocketStream<S>, WsMessage>,
     /// Largest batch; zero sends every frame alone (KubeEdge's codec).
     batch_bytes: usize,
+    /// Frames go as text messages (KubeEdge's JSON), binary otherwise.
+    text: bool,
     /// A small frame waiting: sent alone if no other joins it.
     first: Option<Bytes>,
     /// The batch being built, once a second small frame came.
@@ -193,14 +198,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsSink<S> {
             wrapped.put_u8(BATCH_MARK);
             wrapped.put_u32(frame.len() as u32);
             wrapped.extend_from_slice(&frame);
-            wrapped.freeze()
+            WsMessage::Binary(wrapped.freeze())
+        } else if self.text {
+            // JSON is UTF-8; anything else (a raw frame) goes as binary.
+            match Utf8Bytes::try_from(frame.clone()) {
+                Ok(text) => WsMessage::Text(text),
+                Err(_) => WsMessage::Binary(frame),
+            }
         } else {
-            frame
+            WsMessage::Binary(frame)
         };
-        self.sink
-            .feed(WsMessage::Binary(message))
-            .await
-            .map_err(ws_error)
+        self.sink.feed(message).await.map_err(ws_error)
     }
 }
 
@@ -263,6 +271,7 @@ where
         } else {
             0
         },
+        text: codec == Codec::KubeEdgeJson,
         first: None,
         batch: BytesMut::new(),
     };

@@ -509,3 +509,44 @@ async fn websocket_links_carry_kubeedge_json() {
         .await;
     assert!(refused.is_err());
 }
+
+/// KubeEdge's edges write their JSON with gorilla's `WriteJSON`: text
+/// WebSocket messages. A KubeEdge endpoint takes them from a plain
+/// WebSocket client at KubeEdge's path, and answers in text too.
+#[tokio::test]
+async fn a_kubeedge_endpoint_takes_and_sends_text_messages() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    use transports::{Codec, ListenOptions};
+    let transport = TransportKind::WebSocket.transport().expect("ws");
+    let mut options = ListenOptions::new("127.0.0.1:0").with_codec(Codec::KubeEdgeJson);
+    options.allow_plaintext = true;
+    let mut listener = transport.listen(&options).await.expect("listen");
+    let url = format!(
+        "ws://{}/e632aba927ea4ac2b575ec1603d56f10/edge-7/events",
+        listener.local_addr()
+    );
+    let tcp = tokio::net::TcpStream::connect(listener.local_addr())
+        .await
+        .expect("connect");
+    let (mut client, _) = tokio_tungstenite::client_async(url, tcp)
+        .await
+        .expect("upgrade");
+    let mut server = within(listener.accept()).await.expect("accepted link");
+    let keepalive = r#"{"header":{"msg_id":"00000000-0000-4000-8000-000000000001","timestamp":1},"route":{"source":"websocket","group":"resource","operation":"keepalive","resource":"node"},"content":"ping"}"#;
+    client.send(WsMessage::text(keepalive)).await.expect("sent");
+    let got = within(server.receiver.recv())
+        .await
+        .expect("a message")
+        .expect("decodes");
+    assert_eq!(got.operation(), "keepalive");
+    assert_eq!(got.content(), &serde_json::json!("ping"));
+    server.sender.send(&got).await.expect("sent back");
+    match within(client.next()).await {
+        Some(Ok(WsMessage::Text(text))) => {
+            let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(json["route"]["operation"], "keepalive");
+        }
+        other => panic!("expected a text message, got {other:?}"),
+    }
+}
