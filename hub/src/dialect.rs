@@ -4,7 +4,7 @@
 //!
 //! | | native | KubeEdge |
 //! | --- | --- | --- |
-//! | frames | MessagePack | JSON, one message per WebSocket frame |
+//! | frames | MessagePack | JSON, one message per WebSocket text message, upgraded at any path |
 //! | node name | the hello, checked against the certificate | the `node_id` upgrade header, checked against the certificate |
 //! | cloud's first word | a keepalive | nothing |
 //! | keepalives | both ways | the edge's only (`websocket`/`resource`/`node`/`keepalive`, `"ping"`) |
