@@ -55,9 +55,14 @@ fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig
     Ok(Arc::new(config))
 }
 
-/// Frames from the ordered stream and from every independent stream, merged.
+/// Frames from the ordered stream, read in the receiver's own task (no
+/// hop per frame), and from every independent stream, merged as they
+/// come. The link ends with the ordered stream.
 struct QuicSource {
-    frames: mpsc::Receiver<Result<Option<Bytes>, TransportError>>,
+    ordered: StreamSource<RecvStream>,
+    independent: mpsc::Receiver<Result<Bytes, TransportError>>,
+    /// No more independent streams will come.
+    independent_done: bool,
 }
 
 impl FrameSource for QuicSource {
@@ -65,9 +70,15 @@ impl FrameSource for QuicSource {
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<Option<Bytes>, TransportError>> {
-        self.frames
-            .poll_recv(cx)
-            .map(|next| next.unwrap_or(Ok(None)))
+        use std::task::Poll;
+        if !self.independent_done {
+            match self.independent.poll_recv(cx) {
+                Poll::Ready(Some(frame)) => return Poll::Ready(frame.map(Some)),
+                Poll::Ready(None) => self.independent_done = true,
+                Poll::Pending => {}
+            }
+        }
+        self.ordered.poll_frame(cx)
     }
 }
 
@@ -89,29 +100,22 @@ async fn read_independent(mut recv: RecvStream, max: usize) -> Result<Bytes, Tra
 }
 
 fn spawn_readers(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicSource {
-    let (frames, merged) = mpsc::channel(limits.recv_queue.max(1));
+    let (frames, independent) = mpsc::channel(limits.recv_queue.max(1));
     let max = limits.max_frame;
-    let ordered_frames = frames.clone();
-    tokio::spawn(async move {
-        let mut source = StreamSource::new(ordered, max);
-        loop {
-            let next = std::future::poll_fn(|cx| source.poll_frame(cx)).await;
-            let end = !matches!(next, Ok(Some(_)));
-            if ordered_frames.send(next).await.is_err() || end {
-                break;
-            }
-        }
-    });
     tokio::spawn(async move {
         while let Ok(recv) = connection.accept_uni().await {
             let frames = frames.clone();
             tokio::spawn(async move {
-                let frame = read_independent(recv, max).await.map(Some);
+                let frame = read_independent(recv, max).await;
                 let _ = frames.send(frame).await;
             });
         }
     });
-    QuicSource { frames: merged }
+    QuicSource {
+        ordered: StreamSource::new(ordered, max),
+        independent,
+        independent_done: false,
+    }
 }
 
 struct QuicSink {
