@@ -938,8 +938,9 @@ impl Controller {
                     self.resync(&node).await;
                 }
                 operation::NODE_DISCONNECTED => {
+                    // The lease stays: a disconnect may reach here after
+                    // the next session renewed it.
                     self.connected.remove(&node);
-                    self.leases.remove(&node);
                 }
                 _ => return,
             }
