@@ -56,11 +56,15 @@ impl Default for WebSocket {
 }
 
 fn config(limits: &Limits) -> WebSocketConfig {
-    // Small starting buffers: tungstenite's 128 KiB defaults would cost an
-    // idle node session more than everything else together.
+    // A small read buffer: tungstenite's 128 KiB default, allocated up
+    // front, would cost an idle node session more than everything else
+    // together. The write threshold allocates nothing until written to; at
+    // a batch's size it hands TLS whole batches (fewer, larger records and
+    // writes; 64 KiB frames went 0.32-0.40 of raw TCP at 16 KiB, 0.44-0.51
+    // at 64 KiB).
     WebSocketConfig::default()
         .read_buffer_size(8 * 1024)
-        .write_buffer_size(16 * 1024)
+        .write_buffer_size(64 * 1024)
         .max_message_size(Some(limits.max_frame))
         .max_frame_size(Some(limits.max_frame))
 }
