@@ -515,7 +515,10 @@ impl Handler<SessionUp> for CloudHub {
         }
         self.gone_since.remove(&up.node);
         self.load_from_store(&up.node);
-        self.queue(&up.node).link_lost();
+        let window = up.dialect.window(self.config.window);
+        let queue = self.queue(&up.node);
+        queue.set_window(window);
+        queue.link_lost();
         self.pump(&up.node, ctx);
         self.node_event(&up.node, operation::NODE_CONNECTED, Some(up.dialect));
         self.stats.set_connected(self.sessions.len());

@@ -30,6 +30,10 @@ pub const KUBEEDGE_PROJECT_ID: &str = "e632aba927ea4ac2b575ec1603d56f10";
 /// The upgrade header that names the node on a KubeEdge link.
 pub const NODE_ID_HEADER: &str = "node_id";
 
+/// Objects in flight to a KubeEdge node at most (its edge queues 100
+/// messages and drops the oldest beyond that).
+pub const KUBEEDGE_WINDOW: usize = 64;
+
 /// The name KubeEdge's edgehub goes by as a message source.
 pub const KUBEEDGE_EDGEHUB: &str = "websocket";
 
@@ -109,6 +113,18 @@ impl Dialect {
     /// a KubeEdge edge cannot tell a quiet cloud from a gone one).
     pub fn cloud_keeps_alive(self) -> bool {
         self == Dialect::Native
+    }
+
+    /// How many objects may wait for a node's acknowledgement at once, of
+    /// the `configured` window. A KubeEdge edge takes its messages into a
+    /// queue of 100 that drops the oldest when full, and its cloud never
+    /// resends a dropped one here; at most [`KUBEEDGE_WINDOW`] in flight
+    /// leaves room for the answers to its own requests.
+    pub fn window(self, configured: usize) -> usize {
+        match self {
+            Dialect::Native => configured,
+            Dialect::KubeEdge => configured.min(KUBEEDGE_WINDOW),
+        }
     }
 
     /// The edge's keepalive.
@@ -341,6 +357,13 @@ mod tests {
         let native =
             Message::new().build_router("edged", "resource", "default/podstatus/a", "update");
         assert!(!Dialect::Native.to_cloud_modules(native).is_sync());
+    }
+
+    #[test]
+    fn a_kubeedge_node_never_has_more_in_flight_than_its_queue_holds() {
+        assert_eq!(Dialect::KubeEdge.window(512), KUBEEDGE_WINDOW);
+        assert_eq!(Dialect::KubeEdge.window(8), 8);
+        assert_eq!(Dialect::Native.window(512), 512);
     }
 
     #[test]

@@ -86,6 +86,11 @@ impl NodeQueue {
         }
     }
 
+    /// Changes how many objects may be in flight (from the next batch on).
+    pub fn set_window(&mut self, window: usize) {
+        self.window = window.max(1);
+    }
+
     /// Adds an object (keyed by its resource string) for the node.
     pub fn push(&mut self, msg: Message) -> PushOutcome {
         let held = self.entries.len();
@@ -243,6 +248,19 @@ mod tests {
                 (name, m.resource_version().to_owned())
             })
             .collect()
+    }
+
+    #[test]
+    fn a_narrower_window_holds_back_the_rest() {
+        let mut q = NodeQueue::new(8, 100);
+        for i in 0..8 {
+            q.push(object(&format!("p{i}"), 1));
+        }
+        q.set_window(3);
+        assert_eq!(q.next_batch().len(), 3);
+        assert!(q.next_batch().is_empty(), "window full");
+        q.set_window(5);
+        assert_eq!(q.next_batch().len(), 2);
     }
 
     #[test]

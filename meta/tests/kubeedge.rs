@@ -416,3 +416,55 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
     edge.shutdown().await;
     cloud.shutdown().await;
 }
+
+/// A KubeEdge edge queues at most 100 incoming messages and drops the
+/// oldest beyond that, so no more than 64 objects are in flight to it;
+/// each ack lets the next one go.
+#[actix::test]
+async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
+    let cloud = Cloud::start().await;
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-6"), "system:node:kube-6").await;
+    let stats = cloud.hub.stats.clone();
+    let connected = stats
+        .changes
+        .wait_for(Duration::from_secs(30), || {
+            hub::HubStats::get(&stats.connected) == 1
+        })
+        .await;
+    assert!(connected);
+    let sent_before = hub::HubStats::get(&stats.downstream_sent);
+    for i in 0..100 {
+        let object = beehive::Message::new()
+            .build_router(
+                "edgecontroller",
+                "resource",
+                format!("node/kube-6/default/configmap/cm-{i}"),
+                "insert",
+            )
+            .with_resource_version("1")
+            .with_content(json!({"kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}}));
+        cloud.hive.send("cloudhub", object).await.expect("queued");
+    }
+    assert!(
+        stats
+            .changes
+            .wait_for(Duration::from_secs(30), || {
+                hub::HubStats::get(&stats.pending) == 100
+            })
+            .await
+    );
+    assert_eq!(hub::HubStats::get(&stats.downstream_sent) - sent_before, 64);
+    let first = edge.recv("the first object").await;
+    edge.send(ack(&first)).await;
+    assert!(
+        stats
+            .changes
+            .wait_for(Duration::from_secs(30), || {
+                hub::HubStats::get(&stats.downstream_sent) - sent_before == 65
+            })
+            .await,
+        "an ack lets the next object go"
+    );
+    edge.link.sender.close().await;
+    cloud.shutdown().await;
+}
