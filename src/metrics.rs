@@ -143,6 +143,11 @@ impl Exposition {
                 &stats.acked,
             ),
             (
+                "edgehive_cloudhub_resent_total",
+                "Objects sent again because their ack was overdue (KubeEdge nodes).",
+                &stats.resent,
+            ),
+            (
                 "edgehive_cloudhub_upstream_total",
                 "Messages from nodes passed to cloud modules.",
                 &stats.upstream,

@@ -55,6 +55,9 @@ pub struct CloudHubConfig {
     pub evict_after: Duration,
     /// Where the queues persist; none keeps them in memory only.
     pub store: Option<PathBuf>,
+    /// An object a KubeEdge node has not acknowledged this long is sent
+    /// again (KubeEdge's own cloud retries after 5 s).
+    pub kubeedge_resend_after: Duration,
 }
 
 impl Default for CloudHubConfig {
@@ -67,6 +70,7 @@ impl Default for CloudHubConfig {
             max_objects_per_node: 100_000,
             evict_after: Duration::from_secs(3600),
             store: None,
+            kubeedge_resend_after: Duration::from_secs(10),
         }
     }
 }
@@ -83,6 +87,7 @@ pub struct CloudHubHandle {
 struct Session {
     id: u64,
     sender: LinkSender,
+    dialect: Dialect,
 }
 
 /// The cloudhub module.
@@ -264,6 +269,31 @@ impl CloudHub {
         });
     }
 
+    /// Sends again what nodes that may drop messages (KubeEdge's) left
+    /// unacknowledged too long.
+    fn resend_overdue(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let nodes: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, session)| session.dialect.resends_unacknowledged())
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in nodes {
+            let overdue = self
+                .queues
+                .get_mut(&node)
+                .map_or(0, |queue| queue.resend_overdue(now));
+            if overdue > 0 {
+                debug!(%node, overdue, "unacknowledged objects sent again");
+                for _ in 0..overdue {
+                    self.stats.count(&self.stats.resent);
+                }
+                self.pump(&node, ctx);
+            }
+        }
+    }
+
     /// Drops the in-memory queues of nodes gone longer than `evict_after`.
     fn evict_gone(&mut self) {
         let evict_after = self.config.evict_after;
@@ -345,6 +375,8 @@ impl Module for CloudHub {
         }
         let evict_every = (self.config.evict_after / 4).max(Duration::from_secs(1));
         ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
+        let resend_check = (self.config.kubeedge_resend_after / 4).max(Duration::from_millis(100));
+        ctx.run_interval(resend_check, |hub, ctx| hub.resend_overdue(ctx));
     }
 
     /// A message for a node. An object (it carries a resource version) is
@@ -508,6 +540,7 @@ impl Handler<SessionUp> for CloudHub {
             Session {
                 id: up.id,
                 sender: up.sender,
+                dialect: up.dialect,
             },
         ) {
             // A reconnect while the old link lingers: the new one wins.
@@ -516,8 +549,13 @@ impl Handler<SessionUp> for CloudHub {
         self.gone_since.remove(&up.node);
         self.load_from_store(&up.node);
         let window = up.dialect.window(self.config.window);
+        let resend_after = up
+            .dialect
+            .resends_unacknowledged()
+            .then_some(self.config.kubeedge_resend_after);
         let queue = self.queue(&up.node);
         queue.set_window(window);
+        queue.set_resend_after(resend_after);
         queue.link_lost();
         self.pump(&up.node, ctx);
         self.node_event(&up.node, operation::NODE_CONNECTED, Some(up.dialect));

@@ -127,6 +127,13 @@ impl Dialect {
         }
     }
 
+    /// Whether an object left unacknowledged is sent again after a while,
+    /// link or no link: a KubeEdge edge may drop what it received (a full
+    /// queue, a failed store), and says so to nobody.
+    pub fn resends_unacknowledged(self) -> bool {
+        self == Dialect::KubeEdge
+    }
+
     /// The edge's keepalive.
     pub fn keepalive(self) -> Message {
         match self {

@@ -9,6 +9,7 @@
 //! link drops, everything in flight is sent again on the next link.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use beehive::{Message, Uuid};
 
@@ -61,6 +62,12 @@ pub struct NodeQueue {
     pending: VecDeque<String>,
     /// Message id on the wire -> resource.
     in_flight: HashMap<Uuid, String>,
+    /// An object unacknowledged this long is sent again (for peers that
+    /// may drop what they received); none waits for the link to drop.
+    resend_after: Option<Duration>,
+    /// When each message went on the wire, oldest first (kept only with
+    /// `resend_after`).
+    sent: VecDeque<(Instant, Uuid)>,
 }
 
 /// Whether version `a` is older than `b`. Kubernetes resource versions are
@@ -83,7 +90,40 @@ impl NodeQueue {
             entries: HashMap::new(),
             pending: VecDeque::new(),
             in_flight: HashMap::new(),
+            resend_after: None,
+            sent: VecDeque::new(),
         }
+    }
+
+    /// Sends an object again when unacknowledged for `after` (`None`: only
+    /// after the link drops).
+    pub fn set_resend_after(&mut self, after: Option<Duration>) {
+        self.resend_after = after;
+        if after.is_none() {
+            self.sent.clear();
+        }
+    }
+
+    /// Puts what waited longer than the resend time for its ack back in
+    /// front of the queue, oldest first; returns how many.
+    pub fn resend_overdue(&mut self, now: Instant) -> usize {
+        let Some(after) = self.resend_after else {
+            return 0;
+        };
+        let mut overdue = Vec::new();
+        while let Some(&(at, id)) = self.sent.front() {
+            if now.saturating_duration_since(at) < after {
+                break;
+            }
+            self.sent.pop_front();
+            if self.in_flight.contains_key(&id) {
+                overdue.push(id);
+            }
+        }
+        for id in overdue.iter().rev() {
+            self.requeue(*id);
+        }
+        overdue.len()
     }
 
     /// Changes how many objects may be in flight (from the next batch on).
@@ -141,6 +181,9 @@ impl NodeQueue {
             let id = entry.newest.id();
             entry.in_flight = Some(id);
             self.in_flight.insert(id, resource);
+            if self.resend_after.is_some() {
+                self.sent.push_back((Instant::now(), id));
+            }
             batch.push(entry.newest.clone());
         }
         batch
@@ -185,6 +228,7 @@ impl NodeQueue {
     /// The link is gone: everything in flight goes out again, first, on the
     /// next link, in the order it was first sent.
     pub fn link_lost(&mut self) {
+        self.sent.clear();
         let mut resend: Vec<(Uuid, String)> = self.in_flight.drain().collect();
         // Message ids are random; keep the pending order stable instead.
         resend.sort_by(|a, b| a.1.cmp(&b.1));
@@ -248,6 +292,39 @@ mod tests {
                 (name, m.resource_version().to_owned())
             })
             .collect()
+    }
+
+    #[test]
+    fn what_waits_too_long_for_its_ack_goes_again_first() {
+        let mut q = NodeQueue::new(8, 100);
+        q.set_resend_after(Some(Duration::from_secs(10)));
+        for name in ["a", "b", "c"] {
+            q.push(object(name, 1));
+        }
+        let sent = q.next_batch();
+        assert_eq!(sent.len(), 3);
+        q.ack(sent[1].id());
+        q.push(object("d", 1));
+        let now = Instant::now();
+        assert_eq!(q.resend_overdue(now), 0, "not yet due");
+        assert_eq!(q.resend_overdue(now + Duration::from_secs(11)), 2);
+        let again = q.next_batch();
+        let names: Vec<&str> = again.iter().map(|m| m.resource()).collect();
+        assert_eq!(
+            names,
+            [
+                "node/n1/default/pod/a",
+                "node/n1/default/pod/c",
+                "node/n1/default/pod/d"
+            ]
+        );
+        // The same versions, so an ack of either send settles them.
+        assert_eq!(again[0].id(), sent[0].id());
+        assert!(matches!(q.ack(sent[0].id()), AckOutcome::Delivered { .. }));
+        let mut plain = NodeQueue::new(8, 100);
+        plain.push(object("a", 1));
+        plain.next_batch();
+        assert_eq!(plain.resend_overdue(now + Duration::from_secs(3600)), 0);
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct HubStats {
     pub acked: AtomicU64,
     /// Acks for nothing in flight (duplicates, late).
     pub duplicate_acks: AtomicU64,
+    /// Objects sent again because their ack was overdue (KubeEdge nodes).
+    pub resent: AtomicU64,
     /// Messages from nodes passed to cloud modules.
     pub upstream: AtomicU64,
     /// Messages with nowhere to go (no node prefix, node offline for a

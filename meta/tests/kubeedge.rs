@@ -422,7 +422,7 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
 /// each ack lets the next one go.
 #[actix::test]
 async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
-    let cloud = Cloud::start().await;
+    let cloud = Cloud::start_resending_after(Duration::from_millis(500)).await;
     let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-6"), "system:node:kube-6").await;
     let stats = cloud.hub.stats.clone();
     let connected = stats
@@ -453,18 +453,38 @@ async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
             })
             .await
     );
-    assert_eq!(hub::HubStats::get(&stats.downstream_sent) - sent_before, 64);
+    let sent = hub::HubStats::get(&stats.downstream_sent) - sent_before;
+    assert_eq!(sent - hub::HubStats::get(&stats.resent), 64);
     let first = edge.recv("the first object").await;
     edge.send(ack(&first)).await;
     assert!(
         stats
             .changes
             .wait_for(Duration::from_secs(30), || {
-                hub::HubStats::get(&stats.downstream_sent) - sent_before == 65
+                hub::HubStats::get(&stats.downstream_sent)
+                    - sent_before
+                    - hub::HubStats::get(&stats.resent)
+                    >= 65
             })
             .await,
         "an ack lets the next object go"
     );
+    // What the edge leaves unacknowledged (it may have dropped it) comes
+    // again after the resend time (here 500 ms), the same version; what it
+    // acknowledged does not.
+    let mut sends = Vec::new();
+    while sends.len() < 2 {
+        let frame = edge.recv("cm-1, sent and sent again").await;
+        assert_ne!(
+            frame["header"]["msg_id"], first["header"]["msg_id"],
+            "an acknowledged object came again"
+        );
+        if frame["route"]["resource"] == "default/configmap/cm-1" {
+            sends.push(frame);
+        }
+    }
+    assert_eq!(sends[0]["header"]["msg_id"], sends[1]["header"]["msg_id"]);
+    assert!(hub::HubStats::get(&stats.resent) >= 1);
     edge.link.sender.close().await;
     cloud.shutdown().await;
 }

@@ -56,12 +56,32 @@ impl Cloud {
         Cloud::start_on(pki, dir, listen, "127.0.0.1:0").await
     }
 
+    /// A fresh cloud that sends a KubeEdge node's unacknowledged objects
+    /// again after `after`.
+    pub async fn start_resending_after(after: Duration) -> Cloud {
+        let dir = tempfile::tempdir().expect("dir");
+        let pki = DevPki::new("meta test CA").expect("CA");
+        Cloud::start_full(pki, dir, "127.0.0.1:0", "127.0.0.1:0", after).await
+    }
+
     /// Like [`Cloud::start_with`], KubeEdge's endpoint on `kubeedge_listen`.
     pub async fn start_on(
         pki: DevPki,
         dir: tempfile::TempDir,
         listen: &str,
         kubeedge_listen: &str,
+    ) -> Cloud {
+        // Longer than any test waits for an ack.
+        let resend = Duration::from_secs(120);
+        Cloud::start_full(pki, dir, listen, kubeedge_listen, resend).await
+    }
+
+    async fn start_full(
+        pki: DevPki,
+        dir: tempfile::TempDir,
+        listen: &str,
+        kubeedge_listen: &str,
+        kubeedge_resend_after: Duration,
     ) -> Cloud {
         let hive = Hive::new("cloud", HiveConfig::default());
         // After a restart in this process the last cloud's store threads
@@ -101,6 +121,7 @@ impl Cloud {
                     },
                 ],
                 keepalive: Duration::from_secs(2),
+                kubeedge_resend_after,
                 store: Some(dir.path().join("queues.redb")),
                 ..CloudHubConfig::default()
             };
