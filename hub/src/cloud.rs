@@ -276,7 +276,11 @@ impl CloudHub {
         let nodes: Vec<String> = self
             .sessions
             .iter()
-            .filter(|(_, session)| session.dialect.resends_unacknowledged())
+            // A link still writing what it was given is slow, not lossy:
+            // its objects are not overdue yet.
+            .filter(|(_, session)| {
+                session.dialect.resends_unacknowledged() && session.sender.queued() == 0
+            })
             .map(|(node, _)| node.clone())
             .collect();
         for node in nodes {

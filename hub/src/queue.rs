@@ -50,6 +50,11 @@ struct Entry {
     in_flight: Option<Uuid>,
     /// Whether the resource sits in the pending list.
     queued: bool,
+    /// When the version in flight was sent (kept only with resends on).
+    sent_at: Option<Instant>,
+    /// How often this object was sent again for want of an ack; each
+    /// time the next resend waits twice as long.
+    resends: u32,
 }
 
 /// Objects waiting for one node's acknowledgement.
@@ -63,11 +68,9 @@ pub struct NodeQueue {
     /// Message id on the wire -> resource.
     in_flight: HashMap<Uuid, String>,
     /// An object unacknowledged this long is sent again (for peers that
-    /// may drop what they received); none waits for the link to drop.
+    /// may drop what they received), then after twice, four and eight
+    /// times as long; none waits for the link to drop.
     resend_after: Option<Duration>,
-    /// When each message went on the wire, oldest first (kept only with
-    /// `resend_after`).
-    sent: VecDeque<(Instant, Uuid)>,
 }
 
 /// Whether version `a` is older than `b`. Kubernetes resource versions are
@@ -91,7 +94,6 @@ impl NodeQueue {
             pending: VecDeque::new(),
             in_flight: HashMap::new(),
             resend_after: None,
-            sent: VecDeque::new(),
         }
     }
 
@@ -99,28 +101,35 @@ impl NodeQueue {
     /// after the link drops).
     pub fn set_resend_after(&mut self, after: Option<Duration>) {
         self.resend_after = after;
-        if after.is_none() {
-            self.sent.clear();
-        }
     }
 
-    /// Puts what waited longer than the resend time for its ack back in
-    /// front of the queue, oldest first; returns how many.
+    /// Puts what waited too long for its ack back in front of the queue,
+    /// the longest waiting first; returns how many. The caller calls this
+    /// only while the link has sent everything it was given, so the wait
+    /// is the peer's, not the link's.
     pub fn resend_overdue(&mut self, now: Instant) -> usize {
         let Some(after) = self.resend_after else {
             return 0;
         };
-        let mut overdue = Vec::new();
-        while let Some(&(at, id)) = self.sent.front() {
-            if now.saturating_duration_since(at) < after {
-                break;
+        let mut overdue: Vec<(Instant, Uuid)> = self
+            .in_flight
+            .iter()
+            .filter_map(|(id, resource)| {
+                let entry = self.entries.get(resource)?;
+                let sent_at = entry.sent_at?;
+                let wait = after.saturating_mul(1 << entry.resends.min(3));
+                (now.saturating_duration_since(sent_at) >= wait).then_some((sent_at, *id))
+            })
+            .collect();
+        overdue.sort();
+        for (_, id) in overdue.iter().rev() {
+            if let Some(entry) = self
+                .in_flight
+                .get(id)
+                .and_then(|resource| self.entries.get_mut(resource))
+            {
+                entry.resends = entry.resends.saturating_add(1);
             }
-            self.sent.pop_front();
-            if self.in_flight.contains_key(&id) {
-                overdue.push(id);
-            }
-        }
-        for id in overdue.iter().rev() {
             self.requeue(*id);
         }
         overdue.len()
@@ -156,6 +165,8 @@ impl NodeQueue {
                         newest: msg,
                         in_flight: None,
                         queued: true,
+                        sent_at: None,
+                        resends: 0,
                     },
                 );
                 PushOutcome::Queued
@@ -181,9 +192,7 @@ impl NodeQueue {
             let id = entry.newest.id();
             entry.in_flight = Some(id);
             self.in_flight.insert(id, resource);
-            if self.resend_after.is_some() {
-                self.sent.push_back((Instant::now(), id));
-            }
+            entry.sent_at = self.resend_after.map(|_| Instant::now());
             batch.push(entry.newest.clone());
         }
         batch
@@ -198,6 +207,8 @@ impl NodeQueue {
             return AckOutcome::Unknown;
         };
         entry.in_flight = None;
+        entry.sent_at = None;
+        entry.resends = 0;
         if entry.newest.id() == id {
             self.entries.remove(&resource);
             AckOutcome::Delivered { resource }
@@ -218,6 +229,7 @@ impl NodeQueue {
         };
         if let Some(entry) = self.entries.get_mut(&resource) {
             entry.in_flight = None;
+            entry.sent_at = None;
             if !entry.queued {
                 entry.queued = true;
                 self.pending.push_front(resource);
@@ -228,13 +240,13 @@ impl NodeQueue {
     /// The link is gone: everything in flight goes out again, first, on the
     /// next link, in the order it was first sent.
     pub fn link_lost(&mut self) {
-        self.sent.clear();
         let mut resend: Vec<(Uuid, String)> = self.in_flight.drain().collect();
         // Message ids are random; keep the pending order stable instead.
         resend.sort_by(|a, b| a.1.cmp(&b.1));
         for (_, resource) in resend.into_iter().rev() {
             if let Some(entry) = self.entries.get_mut(&resource) {
                 entry.in_flight = None;
+                entry.sent_at = None;
                 if !entry.queued {
                     entry.queued = true;
                     self.pending.push_front(resource);
@@ -321,6 +333,21 @@ mod tests {
         // The same versions, so an ack of either send settles them.
         assert_eq!(again[0].id(), sent[0].id());
         assert!(matches!(q.ack(sent[0].id()), AckOutcome::Delivered { .. }));
+        // A second resend of c waits twice as long; d (sent once) is due.
+        let later = Instant::now() + Duration::from_secs(11);
+        assert_eq!(q.resend_overdue(later), 1, "only d");
+        assert_eq!(
+            q.resend_overdue(later + Duration::from_secs(10)),
+            1,
+            "then c"
+        );
+        // Taken back unsent (no room on the link), nothing is due.
+        let mut full = NodeQueue::new(8, 100);
+        full.set_resend_after(Some(Duration::from_secs(10)));
+        full.push(object("a", 1));
+        let batch = full.next_batch();
+        full.requeue(batch[0].id());
+        assert_eq!(full.resend_overdue(later + Duration::from_secs(3600)), 0);
         let mut plain = NodeQueue::new(8, 100);
         plain.push(object("a", 1));
         plain.next_batch();

@@ -339,8 +339,10 @@ pub(crate) fn tune_tcp(stream: &tokio::net::TcpStream, limits: &Limits) {
         return;
     }
     let socket = socket2::SockRef::from(stream);
-    // Idle a third of the time, then three probes a ninth apart: given up
-    // after two thirds, well within the timeout.
+    // Idle a third of the time, then probes a ninth apart. With
+    // TCP_USER_TIMEOUT set, Linux gives up once the timeout has passed
+    // since the peer last answered, so a silent peer goes after about the
+    // timeout whether the link was idle or sending.
     let probe = (timeout / 9).max(std::time::Duration::from_secs(1));
     let keepalive = socket2::TcpKeepalive::new()
         .with_time((timeout / 3).max(std::time::Duration::from_secs(1)))
@@ -349,6 +351,7 @@ pub(crate) fn tune_tcp(stream: &tokio::net::TcpStream, limits: &Limits) {
     if let Err(err) = socket.set_tcp_keepalive(&keepalive) {
         tracing::debug!(error = %err, "TCP keepalive not set");
     }
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
     if let Err(err) = socket.set_tcp_user_timeout(Some(timeout)) {
         tracing::debug!(error = %err, "TCP user timeout not set");
     }
@@ -378,6 +381,7 @@ mod tests {
 
     /// Both ends of a link give up on a silent peer within the limit
     /// (what the kernel then does with it is the kernel's).
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn tcp_links_give_up_on_a_silent_peer() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

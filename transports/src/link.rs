@@ -68,7 +68,8 @@ pub struct Limits {
     /// A TCP peer that stops answering (its host gone, the network cut)
     /// is given up after about this long, so the link ends instead of
     /// hanging half-open: TCP keepalive probes while the link is idle,
-    /// `TCP_USER_TIMEOUT` while sent data waits unacknowledged. It covers
+    /// `TCP_USER_TIMEOUT` (Linux) bounding how long the peer may stay
+    /// silent. It covers
     /// a peer that sends no keepalives of its own (a KubeEdge cloud).
     /// Zero leaves the kernel's defaults (hours).
     pub dead_peer_timeout: Duration,

@@ -13,8 +13,6 @@
 //! peers expect, in a text message (gorilla's `WriteJSON` sends text);
 //! either kind is taken from them.
 
-use std::collections::VecDeque;
-
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
@@ -55,7 +53,14 @@ impl Default for WebSocket {
     }
 }
 
-fn config(limits: &Limits) -> WebSocketConfig {
+fn config(limits: &Limits, codec: Codec) -> WebSocketConfig {
+    // A peer batches up to its own limit or 64 KiB: a message that size is
+    // taken even under a smaller limit here (each frame in it, and a lone
+    // frame, is still held to this side's limit).
+    let max_message = match codec {
+        Codec::MessagePack => limits.max_frame.max(BATCH_BYTES + 5),
+        Codec::KubeEdgeJson => limits.max_frame,
+    };
     // A small read buffer: tungstenite's 128 KiB default, allocated up
     // front, would cost an idle node session more than everything else
     // together. The write threshold allocates nothing until written to; at
@@ -65,8 +70,8 @@ fn config(limits: &Limits) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(8 * 1024)
         .write_buffer_size(64 * 1024)
-        .max_message_size(Some(limits.max_frame))
-        .max_frame_size(Some(limits.max_frame))
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message))
 }
 
 fn ws_error(err: WsError) -> TransportError {
@@ -90,36 +95,41 @@ pub const BATCH_MARK: u8 = 0xc1;
 /// frame limit is lower).
 pub const BATCH_BYTES: usize = 64 * 1024;
 
+/// The upgrade header by which both ends say they read batches; a side
+/// batches only when the other said so, so an older peer is never sent
+/// one.
+pub const BATCH_HEADER: &str = "x-edgehive-batch";
+
 /// Frames at least this large go in a message of their own, uncopied.
 const ALONE: usize = 8 * 1024;
 
-/// The frames of a batch message, as slices of it (no copies), each
-/// checked against the limit.
-fn unbatch(message: &Bytes, max_frame: usize) -> Result<VecDeque<Bytes>, FrameError> {
-    let mut frames = VecDeque::new();
-    let mut at = 1;
-    while at < message.len() {
-        let header = message
-            .get(at..at + 4)
-            .ok_or_else(|| FrameError::Protocol("truncated batch".into()))?;
-        let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        at += 4;
-        if len > max_frame {
-            return Err(FrameError::TooLarge {
-                len,
-                max: max_frame,
-            });
-        }
-        if len > message.len() - at {
-            return Err(FrameError::Protocol("truncated batch".into()));
-        }
-        frames.push_back(message.slice(at..at + len));
-        at += len;
+/// The frame of a batch message at `at` (where its length prefix starts),
+/// as a slice of the message (no copy), checked against the limit, and
+/// where the next one starts. A frame is never empty (no message is), so a
+/// batch cannot make the reader do more work than its bytes.
+fn next_in_batch(
+    message: &Bytes,
+    at: usize,
+    max_frame: usize,
+) -> Result<(Bytes, usize), FrameError> {
+    let header = message
+        .get(at..at.saturating_add(4))
+        .ok_or_else(|| FrameError::Protocol("truncated batch".into()))?;
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let start = at + 4;
+    if len > max_frame {
+        return Err(FrameError::TooLarge {
+            len,
+            max: max_frame,
+        });
     }
-    if frames.is_empty() {
-        return Err(FrameError::Protocol("empty batch".into()));
+    if len == 0 {
+        return Err(FrameError::Protocol("empty frame in a batch".into()));
     }
-    Ok(frames)
+    if len > message.len() - start {
+        return Err(FrameError::Protocol("truncated batch".into()));
+    }
+    Ok((message.slice(start..start + len), start + len))
 }
 
 struct WsSource<S> {
@@ -127,28 +137,44 @@ struct WsSource<S> {
     /// Whether batches may arrive (the MessagePack codec).
     batched: bool,
     max_frame: usize,
-    /// The rest of the last batch.
-    pending: VecDeque<Bytes>,
+    /// The batch being read, and where its next frame starts.
+    batch: Option<(Bytes, usize)>,
+}
+
+impl<S> WsSource<S> {
+    /// The next frame of a batch from `at`; the rest is kept for later.
+    fn take_from_batch(
+        &mut self,
+        message: Bytes,
+        at: usize,
+    ) -> Result<Option<Bytes>, TransportError> {
+        let (frame, next) = next_in_batch(&message, at, self.max_frame)?;
+        if next < message.len() {
+            self.batch = Some((message, next));
+        }
+        Ok(Some(frame))
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSource<S> {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
-        if let Some(frame) = self.pending.pop_front() {
-            return Poll::Ready(Ok(Some(frame)));
+        if let Some((message, at)) = self.batch.take() {
+            return Poll::Ready(self.take_from_batch(message, at));
         }
         loop {
             return Poll::Ready(match ready!(self.stream.poll_next_unpin(cx)) {
                 Some(Ok(WsMessage::Binary(message)))
                     if self.batched && message.first() == Some(&BATCH_MARK) =>
                 {
-                    match unbatch(&message, self.max_frame) {
-                        Ok(mut frames) => {
-                            let first = frames.pop_front();
-                            self.pending = frames;
-                            Ok(first)
-                        }
-                        Err(err) => Err(err.into()),
+                    self.take_from_batch(message, 1)
+                }
+                // The WebSocket limit allows a batch; a lone frame has its own.
+                Some(Ok(WsMessage::Binary(frame))) if frame.len() > self.max_frame => {
+                    Err(FrameError::TooLarge {
+                        len: frame.len(),
+                        max: self.max_frame,
                     }
+                    .into())
                 }
                 Some(Ok(WsMessage::Binary(frame))) => Ok(Some(frame)),
                 // KubeEdge's peers send their JSON as text.
@@ -256,7 +282,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S>
     }
 }
 
-fn into_link<S>(ws: WebSocketStream<S>, peer: PeerIdentity, limits: &Limits, codec: Codec) -> Link
+/// The link over an upgraded connection; `peer_batches`: the peer said it
+/// reads batches.
+fn into_link<S>(
+    ws: WebSocketStream<S>,
+    peer: PeerIdentity,
+    limits: &Limits,
+    codec: Codec,
+    peer_batches: bool,
+) -> Link
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -266,11 +300,11 @@ where
         stream,
         batched,
         max_frame: limits.max_frame,
-        pending: VecDeque::new(),
+        batch: None,
     };
     let sink = WsSink {
         sink,
-        batch_bytes: if batched {
+        batch_bytes: if batched && peer_batches {
             BATCH_BYTES.min(limits.max_frame)
         } else {
             0
@@ -298,7 +332,7 @@ where
     // tungstenite's callback signature, large error variant and all.
     #[allow(clippy::result_large_err)]
     let check_path =
-        move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+        move |request: &Request, mut response: Response| -> Result<Response, ErrorResponse> {
             // A KubeEdge edge names its own path (`/<project>/<node>/events`);
             // KubeEdge's cloud takes any, and so does this endpoint.
             if codec == Codec::KubeEdgeJson || request.uri().path() == &*path {
@@ -313,6 +347,11 @@ where
                 if let Ok(mut kept) = keep.lock() {
                     *kept = headers;
                 }
+                if codec == Codec::MessagePack && request.headers().contains_key(BATCH_HEADER) {
+                    response
+                        .headers_mut()
+                        .insert(BATCH_HEADER, http::HeaderValue::from_static("1"));
+                }
                 Ok(response)
             } else {
                 let mut refusal = ErrorResponse::new(Some(format!(
@@ -323,14 +362,18 @@ where
                 Err(refusal)
             }
         };
-    let ws =
-        tokio_tungstenite::accept_hdr_async_with_config(stream, check_path, Some(config(&limits)))
-            .await
-            .map_err(ws_error)?;
+    let ws = tokio_tungstenite::accept_hdr_async_with_config(
+        stream,
+        check_path,
+        Some(config(&limits, codec)),
+    )
+    .await
+    .map_err(ws_error)?;
     if let Ok(mut kept) = seen.lock() {
         peer.headers = std::mem::take(&mut *kept);
     }
-    Ok(into_link(ws, peer, &limits, codec))
+    let peer_batches = peer.headers.iter().any(|(name, _)| name == BATCH_HEADER);
+    Ok(into_link(ws, peer, &limits, codec, peer_batches))
 }
 
 async fn upgrade_client<S>(
@@ -353,11 +396,17 @@ where
             .map_err(|e| TransportError::Config(format!("header value {value:?}: {e}")))?;
         request.headers_mut().append(name, value);
     }
-    let (ws, _response) =
-        tokio_tungstenite::client_async_with_config(request, stream, Some(config(&limits)))
+    if codec == Codec::MessagePack {
+        request
+            .headers_mut()
+            .insert(BATCH_HEADER, http::HeaderValue::from_static("1"));
+    }
+    let (ws, response) =
+        tokio_tungstenite::client_async_with_config(request, stream, Some(config(&limits, codec)))
             .await
             .map_err(ws_error)?;
-    Ok(into_link(ws, peer, &limits, codec))
+    let peer_batches = response.headers().contains_key(BATCH_HEADER);
+    Ok(into_link(ws, peer, &limits, codec, peer_batches))
 }
 
 impl Transport for WebSocket {
@@ -489,11 +538,24 @@ mod tests {
         out.freeze()
     }
 
+    fn unbatch(message: &Bytes, max: usize) -> Result<Vec<Bytes>, FrameError> {
+        let mut frames = Vec::new();
+        let mut at = 1;
+        loop {
+            let (frame, next) = next_in_batch(message, at, max)?;
+            frames.push(frame);
+            if next == message.len() {
+                return Ok(frames);
+            }
+            at = next;
+        }
+    }
+
     #[test]
     fn a_batch_splits_into_its_frames_without_copies() {
-        let message = batch(&[b"one", b"", b"three"]);
+        let message = batch(&[b"one", b"two", b"three"]);
         let frames = unbatch(&message, 16).expect("batch");
-        assert_eq!(frames, [&b"one"[..], b"", b"three"]);
+        assert_eq!(frames, [&b"one"[..], b"two", b"three"]);
         assert_eq!(frames[2].as_ptr(), message[message.len() - 5..].as_ptr());
     }
 
@@ -502,6 +564,11 @@ mod tests {
         assert!(matches!(
             unbatch(&batch(&[&[0u8; 17]]), 16),
             Err(FrameError::TooLarge { len: 17, max: 16 })
+        ));
+        // An empty frame would let a batch cost more than its bytes.
+        assert!(matches!(
+            unbatch(&batch(&[b"a", b""]), 16),
+            Err(FrameError::Protocol(_))
         ));
         let mut truncated = batch(&[b"abcdef"]).to_vec();
         truncated.truncate(truncated.len() - 1);

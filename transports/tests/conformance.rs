@@ -561,3 +561,41 @@ async fn a_kubeedge_endpoint_takes_and_sends_text_messages() {
         other => panic!("expected a pong, got {other:?}"),
     }
 }
+
+/// A peer that never said it reads batches (an older edgehive) is sent
+/// every message alone, however many wait together.
+#[tokio::test]
+async fn a_peer_that_does_not_read_batches_gets_none() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    use transports::ListenOptions;
+    let transport = TransportKind::WebSocket.transport().expect("ws");
+    let mut options = ListenOptions::new("127.0.0.1:0");
+    options.allow_plaintext = true;
+    let mut listener = transport.listen(&options).await.expect("listen");
+    let url = format!("ws://{}/edgehive", listener.local_addr());
+    let tcp = tokio::net::TcpStream::connect(listener.local_addr())
+        .await
+        .expect("connect");
+    let (mut client, response) = tokio_tungstenite::client_async(url, tcp)
+        .await
+        .expect("upgrade");
+    assert!(!response.headers().contains_key("x-edgehive-batch"));
+    let server = within(listener.accept()).await.expect("accepted link");
+    for n in 0..50 {
+        server
+            .sender
+            .try_send(&numbered(0, n), Lane::Ordered)
+            .expect("queued");
+    }
+    for n in 0..50 {
+        match within(client.next()).await {
+            Some(Ok(WsMessage::Binary(frame))) => {
+                assert_ne!(frame.first(), Some(&0xc1), "message {n} came in a batch");
+                let msg = beehive::Message::from_bytes(&frame).expect("one message");
+                assert_eq!(msg.content()["n"], n);
+            }
+            other => panic!("expected message {n}, got {other:?}"),
+        }
+    }
+}
