@@ -146,15 +146,12 @@ fn main() -> Result<()> {
         print!("{}", config::to_yaml(&CloudCoreConfig::default()));
         return Ok(());
     }
-    let mut settings: CloudCoreConfig =
-        config::read(args.config.as_deref(), std::path::Path::new(DEFAULT_CONFIG))?;
-    if let Some(dir) = args.data_dir {
-        settings.data_dir = dir;
-    }
-    if let Some(log) = args.log {
-        settings.log = log;
-    }
-    config::init_logging(&settings.log).map_err(anyhow::Error::msg)?;
+    let settings: CloudCoreConfig = config::settle(
+        args.config.as_deref(),
+        std::path::Path::new(DEFAULT_CONFIG),
+        args.data_dir,
+        args.log,
+    )?;
     let Some(command) = args.command else {
         anyhow::bail!("give a command: run, token (see --help)");
     };

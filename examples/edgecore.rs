@@ -206,15 +206,12 @@ fn main() -> Result<()> {
         print!("{}", config::to_yaml(&EdgeCoreConfig::default()));
         return Ok(());
     }
-    let mut settings: EdgeCoreConfig =
-        config::read(args.config.as_deref(), std::path::Path::new(DEFAULT_CONFIG))?;
-    if let Some(dir) = args.data_dir {
-        settings.data_dir = dir;
-    }
-    if let Some(log) = args.log {
-        settings.log = log;
-    }
-    config::init_logging(&settings.log).map_err(anyhow::Error::msg)?;
+    let settings: EdgeCoreConfig = config::settle(
+        args.config.as_deref(),
+        std::path::Path::new(DEFAULT_CONFIG),
+        args.data_dir,
+        args.log,
+    )?;
     let pki = settings.certificate_dir();
     let Some(command) = args.command else {
         bail!("give a command: join, run (see --help)");

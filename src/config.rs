@@ -27,6 +27,37 @@ pub enum ConfigError {
         /// The key and the problem, as `modules.edgeHub.transport: ...`.
         reason: String,
     },
+    /// The `log` filter does not parse.
+    #[error("{0}")]
+    Log(String),
+}
+
+/// The keys both binaries take from their command line as well as from
+/// their file.
+pub trait CoreConfig: for<'de> Deserialize<'de> + Default + Check {
+    /// `dataDir`.
+    fn data_dir_mut(&mut self) -> &mut PathBuf;
+    /// `log`.
+    fn log_mut(&mut self) -> &mut String;
+}
+
+/// A binary's settings: its file (see [`read`]), with `--data-dir` and
+/// `--log` over it, and its logging set up from the result.
+pub fn settle<T: CoreConfig>(
+    explicit: Option<&Path>,
+    default: &Path,
+    data_dir: Option<PathBuf>,
+    log: Option<String>,
+) -> Result<T, ConfigError> {
+    let mut settings: T = read(explicit, default)?;
+    if let Some(dir) = data_dir {
+        *settings.data_dir_mut() = dir;
+    }
+    if let Some(log) = log {
+        *settings.log_mut() = log;
+    }
+    init_logging(settings.log_mut()).map_err(ConfigError::Log)?;
+    Ok(settings)
 }
 
 /// Reads a configuration file; a missing `path` at the default location
@@ -296,6 +327,16 @@ fn or_under(path: &Path, dir: &Path, name: &str) -> PathBuf {
     }
 }
 
+impl CoreConfig for CloudCoreConfig {
+    fn data_dir_mut(&mut self) -> &mut PathBuf {
+        &mut self.data_dir
+    }
+
+    fn log_mut(&mut self) -> &mut String {
+        &mut self.log
+    }
+}
+
 impl Check for CloudCoreConfig {
     fn check(&self) -> Result<(), String> {
         let hub = &self.modules.cloud_hub;
@@ -556,6 +597,16 @@ impl Default for DeviceTwinSection {
 
 /// edgecore's metrics address by default.
 pub const DEFAULT_EDGE_METRICS: &str = "127.0.0.1:10351";
+
+impl CoreConfig for EdgeCoreConfig {
+    fn data_dir_mut(&mut self) -> &mut PathBuf {
+        &mut self.data_dir
+    }
+
+    fn log_mut(&mut self) -> &mut String {
+        &mut self.log
+    }
+}
 
 impl Check for EdgeCoreConfig {
     fn check(&self) -> Result<(), String> {
