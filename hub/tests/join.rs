@@ -224,7 +224,12 @@ async fn an_expired_certificate_is_refused_by_cloudhub() {
     let csr = params.serialize_request(&key).expect("csr").der().to_vec();
     let (_, expired) = cloud
         .ca
-        .sign_csr(&csr, SystemTime::now() - Duration::from_secs(60), None)
+        .sign_csr(
+            &csr,
+            SystemTime::now() - Duration::from_secs(60),
+            None,
+            None,
+        )
         .expect("issued");
     credentials.cert = expired;
     let dir = tempfile::tempdir().expect("dir");

@@ -54,6 +54,14 @@ pub enum CertError {
     /// The CSR names no valid node.
     #[error("CSR names no valid node: {0}")]
     BadNodeName(String),
+    /// The request's `NodeName` names another node than its CSR.
+    #[error("the CSR names node {requested:?}, the NodeName header {named:?}")]
+    NodeNameMismatch {
+        /// The node in the header.
+        named: String,
+        /// The node in the CSR.
+        requested: String,
+    },
     /// A node asked for a certificate of another node.
     #[error("node {presented:?} asked for a certificate of node {requested:?}")]
     ForeignNode {
@@ -240,7 +248,8 @@ impl CloudCa {
 
     /// Issues a client certificate for the node a CSR (DER or PEM) names,
     /// valid until `not_after`. With `presented`, the CSR must name that
-    /// node (a renewal by the node itself). A KubeEdge edge names itself
+    /// node (a renewal by the node itself); with `named` (the request's
+    /// `NodeName` header), that node too. A KubeEdge edge names itself
     /// `system:node:<node>` (organization `system:nodes`); its certificate
     /// keeps that name.
     pub fn sign_csr(
@@ -248,6 +257,7 @@ impl CloudCa {
         csr: &[u8],
         not_after: SystemTime,
         presented: Option<&str>,
+        named: Option<&str>,
     ) -> Result<(String, CertificateDer<'static>), CertError> {
         let mut request = match std::str::from_utf8(csr) {
             Ok(pem) if pem.contains("-----BEGIN") => CertificateSigningRequestParams::from_pem(pem),
@@ -269,6 +279,14 @@ impl CloudCa {
         {
             return Err(CertError::ForeignNode {
                 presented: presented.to_owned(),
+                requested: node,
+            });
+        }
+        if let Some(named) = named
+            && named != node
+        {
+            return Err(CertError::NodeNameMismatch {
+                named: named.to_owned(),
                 requested: node,
             });
         }
@@ -489,7 +507,9 @@ mod tests {
             .check_token(&ca.issue_token(Duration::from_secs(60)))
             .expect("same token key");
         let until = SystemTime::now() + Duration::from_secs(60);
-        let (node, cert) = taken.sign_csr(&csr("edge-5"), until, None).expect("signs");
+        let (node, cert) = taken
+            .sign_csr(&csr("edge-5"), until, None, None)
+            .expect("signs");
         assert_eq!(node, "edge-5");
         let root = ca.root();
         let (_, issued) = x509_parser::parse_x509_certificate(cert.as_ref()).expect("cert");
@@ -539,24 +559,31 @@ mod tests {
     fn a_csr_becomes_a_certificate_for_its_node_only() {
         let (_dir, ca) = ca();
         let until = SystemTime::now() + Duration::from_secs(3600);
-        let (node, cert) = ca.sign_csr(&csr("edge-1"), until, None).expect("issued");
+        let (node, cert) = ca
+            .sign_csr(&csr("edge-1"), until, None, None)
+            .expect("issued");
         assert_eq!(node, "edge-1");
         assert_eq!(
             transports::tls::common_name(cert.as_ref()).as_deref(),
             Some("edge-1")
         );
         assert!(
-            ca.sign_csr(&csr("edge-1"), until, Some("edge-1")).is_ok(),
+            ca.sign_csr(&csr("edge-1"), until, Some("edge-1"), None)
+                .is_ok(),
             "renewal by itself"
         );
         assert!(matches!(
-            ca.sign_csr(&csr("edge-2"), until, Some("edge-1")),
+            ca.sign_csr(&csr("edge-2"), until, Some("edge-1"), None),
             Err(CertError::ForeignNode { .. })
         ));
         assert!(matches!(
-            ca.sign_csr(&csr("bad/name"), until, None),
+            ca.sign_csr(&csr("edge-2"), until, None, Some("edge-3")),
+            Err(CertError::NodeNameMismatch { .. })
+        ));
+        assert!(matches!(
+            ca.sign_csr(&csr("bad/name"), until, None, None),
             Err(CertError::BadNodeName(_))
         ));
-        assert!(ca.sign_csr(b"not a csr", until, None).is_err());
+        assert!(ca.sign_csr(b"not a csr", until, None, None).is_err());
     }
 }

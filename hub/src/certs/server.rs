@@ -216,11 +216,12 @@ async fn issue(
             );
         }
     };
-    match ca.sign_csr(&csr, SystemTime::now() + cert_ttl, presented) {
-        Ok((node, _)) if named.as_ref().is_some_and(|named| *named != node) => reply(
-            StatusCode::BAD_REQUEST,
-            format!("the CSR names node {node:?}, the NodeName header another"),
-        ),
+    match ca.sign_csr(
+        &csr,
+        SystemTime::now() + cert_ttl,
+        presented,
+        named.as_deref(),
+    ) {
         Ok((node, cert)) => {
             info!(%node, renewal = presented.is_some(), "node certificate issued");
             reply(StatusCode::OK, cert.as_ref().to_vec())
