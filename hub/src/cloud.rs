@@ -290,9 +290,7 @@ impl CloudHub {
                 .map_or(0, |queue| queue.resend_overdue(now));
             if overdue > 0 {
                 debug!(%node, overdue, "unacknowledged objects sent again");
-                for _ in 0..overdue {
-                    self.stats.count(&self.stats.resent);
-                }
+                self.stats.add(&self.stats.resent, overdue as u64);
                 self.pump(&node, ctx);
             }
         }

@@ -76,7 +76,12 @@ impl HubStats {
 
     /// Adds one to `counter`.
     pub fn count(&self, counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.add(counter, 1);
+    }
+
+    /// Adds `n` to `counter`.
+    pub fn add(&self, counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
         self.changes.changed();
     }
 
