@@ -119,17 +119,22 @@ fn ack(object: &Value) -> Value {
     })
 }
 
-async fn acked(cloud: &Cloud, n: u64) {
+/// Waits until cloudhub's counters satisfy `condition`.
+async fn hub_counts(cloud: &Cloud, what: &str, condition: impl Fn(&hub::HubStats) -> bool) {
     let stats = cloud.hub.stats.clone();
-    assert!(
-        stats
-            .changes
-            .wait_for(Duration::from_secs(30), || {
-                hub::HubStats::get(&stats.acked) >= n
-            })
-            .await,
-        "{n} acks never settled"
-    );
+    let held = stats
+        .changes
+        .wait_for(Duration::from_secs(30), || condition(&stats))
+        .await;
+    assert!(held, "timed out waiting for {what}");
+}
+
+fn count(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    hub::HubStats::get(counter)
+}
+
+async fn acked(cloud: &Cloud, n: u64) {
+    hub_counts(cloud, &format!("{n} acks"), |s| count(&s.acked) >= n).await;
 }
 
 fn ready(node: &Value) -> Value {
@@ -253,7 +258,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
         edge.send(ack(object)).await;
     }
     acked(&cloud, 2).await;
-    assert_eq!(hub::HubStats::get(&cloud.hub.stats.pending), 0);
+    assert_eq!(count(&cloud.hub.stats.pending), 0);
 
     // Pod status as a kubelet sends it: a patch naming the pod's uid.
     let uid = pod["content"]["metadata"]["uid"].clone();
@@ -337,23 +342,16 @@ async fn a_kubeedge_link_is_refused_unless_node_id_matches_the_certificate() {
         (None, "system:node:kube-2"),
         (Some("../kube-2"), "../kube-2"),
     ] {
-        let refused = hub::HubStats::get(&stats.refused_links);
+        let refused = count(&stats.refused_links);
         let mut edge = KubeEdgeEdge::dial(&cloud, node_id, certified).await;
         // Closed by the cloud without a word.
         let closed = tokio::time::timeout(Duration::from_secs(30), edge.link.receiver.recv())
             .await
             .expect("the cloud never closed the link");
         assert!(!matches!(closed, Some(Ok(_))), "{node_id:?}: {closed:?}");
-        assert!(
-            stats
-                .changes
-                .wait_for(Duration::from_secs(30), || {
-                    hub::HubStats::get(&stats.refused_links) > refused
-                })
-                .await
-        );
+        hub_counts(&cloud, "the refusal", |s| count(&s.refused_links) > refused).await;
     }
-    assert_eq!(hub::HubStats::get(&stats.sessions_opened), 0);
+    assert_eq!(count(&stats.sessions_opened), 0);
     cloud.shutdown().await;
 }
 
@@ -412,7 +410,7 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
     );
     assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "edgehive");
     assert_eq!(ready(&node), "True");
-    assert_eq!(hub::HubStats::get(&cloud.hub.stats.foreign_messages), 0);
+    assert_eq!(count(&cloud.hub.stats.foreign_messages), 0);
     edge.shutdown().await;
     cloud.shutdown().await;
 }
@@ -425,14 +423,8 @@ async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
     let cloud = Cloud::start_resending_after(Duration::from_millis(500)).await;
     let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-6"), "system:node:kube-6").await;
     let stats = cloud.hub.stats.clone();
-    let connected = stats
-        .changes
-        .wait_for(Duration::from_secs(30), || {
-            hub::HubStats::get(&stats.connected) == 1
-        })
-        .await;
-    assert!(connected);
-    let sent_before = hub::HubStats::get(&stats.downstream_sent);
+    hub_counts(&cloud, "the session", |s| count(&s.connected) == 1).await;
+    let sent_before = count(&stats.downstream_sent);
     for i in 0..100 {
         let object = beehive::Message::new()
             .build_router(
@@ -445,30 +437,15 @@ async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
             .with_content(json!({"kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}}));
         cloud.hive.send("cloudhub", object).await.expect("queued");
     }
-    assert!(
-        stats
-            .changes
-            .wait_for(Duration::from_secs(30), || {
-                hub::HubStats::get(&stats.pending) == 100
-            })
-            .await
-    );
-    let sent = hub::HubStats::get(&stats.downstream_sent) - sent_before;
-    assert_eq!(sent - hub::HubStats::get(&stats.resent), 64);
+    hub_counts(&cloud, "100 objects held", |s| count(&s.pending) == 100).await;
+    let sent = count(&stats.downstream_sent) - sent_before;
+    assert_eq!(sent - count(&stats.resent), 64);
     let first = edge.recv("the first object").await;
     edge.send(ack(&first)).await;
-    assert!(
-        stats
-            .changes
-            .wait_for(Duration::from_secs(30), || {
-                hub::HubStats::get(&stats.downstream_sent)
-                    - sent_before
-                    - hub::HubStats::get(&stats.resent)
-                    >= 65
-            })
-            .await,
-        "an ack lets the next object go"
-    );
+    hub_counts(&cloud, "an ack letting the next object go", |s| {
+        count(&s.downstream_sent) - sent_before - count(&s.resent) >= 65
+    })
+    .await;
     // What the edge leaves unacknowledged (it may have dropped it) comes
     // again after the resend time (here 500 ms), the same version; what it
     // acknowledged does not.
@@ -484,7 +461,7 @@ async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
         }
     }
     assert_eq!(sends[0]["header"]["msg_id"], sends[1]["header"]["msg_id"]);
-    assert!(hub::HubStats::get(&stats.resent) >= 1);
+    assert!(count(&stats.resent) >= 1);
     edge.link.sender.close().await;
     cloud.shutdown().await;
 }
