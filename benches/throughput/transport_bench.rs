@@ -3,17 +3,27 @@
 //! a raw length-prefixed socket of the same family carrying the same bytes
 //! (TCP for ws and quic, Unix for uds). WebSocket and QUIC run with mutual
 //! TLS, as in production; the raw baseline has no TLS.
+//!
+//! The machines are shared and noisy, so every one-way figure is the median
+//! of several runs, each transport run next to its baseline's. Beside the
+//! raw socket, ws and quic also get their protocol's own ceiling in the
+//! same run, built from the libraries the transports use: TLS over TCP
+//! (tokio-rustls) for ws, a bare quinn stream for quic. The distance to the
+//! ceiling is what edgehive's own layers cost; the rest is TLS's or QUIC's.
 
 use std::time::{Duration, Instant};
+
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result, anyhow};
 use beehive::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio_rustls::rustls;
 use transports::tls::{self, DevPki};
 use transports::{DialOptions, Lane, Link, ListenOptions, Listener, Transport, TransportKind};
 
 use crate::Scale;
-use crate::report::{Report, quantile_us};
+use crate::report::{Report, median, quantile_us};
 
 /// The message sizes measured.
 const SIZES: [(usize, &str); 2] = [(256, "256B"), (64 * 1024, "64KiB")];
@@ -31,36 +41,44 @@ struct Pair {
     _listener: Listener,
 }
 
+/// Both sides' mutual-TLS configurations, made once per run.
+#[derive(Clone)]
+struct TlsPair {
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl TlsPair {
+    fn new(pki: &DevPki) -> Result<TlsPair> {
+        let (chain, key) = pki.server("cloud")?;
+        Ok(TlsPair {
+            server: tls::server_config(chain, key, Some(&[pki.root()]))?,
+            client: tls::client_config(&[pki.root()], Some(pki.client("bench-node")?))?,
+        })
+    }
+}
+
 async fn connect(
     kind: TransportKind,
-    tls_on: bool,
-    pki: &DevPki,
+    tls: Option<&TlsPair>,
     socket_dir: &std::path::Path,
 ) -> Result<Pair> {
     let transport: Box<dyn Transport> = kind.transport()?;
-    let (address, tls_server, tls_client) = match kind {
-        TransportKind::UnixSocket => (
-            socket_dir
-                .join(format!("bench-{}.sock", std::process::id()))
-                .to_string_lossy()
-                .into_owned(),
-            None,
-            None,
-        ),
-        _ if !tls_on => ("127.0.0.1:0".to_owned(), None, None),
-        _ => {
-            let (chain, key) = pki.server("cloud")?;
-            let server = tls::server_config(chain, key, Some(&[pki.root()]))?;
-            let client = tls::client_config(&[pki.root()], Some(pki.client("bench-node")?))?;
-            ("127.0.0.1:0".to_owned(), Some(server), Some(client))
-        }
+    let address = match kind {
+        TransportKind::UnixSocket => socket_dir
+            .join(format!("bench-{}.sock", std::process::id()))
+            .to_string_lossy()
+            .into_owned(),
+        _ => "127.0.0.1:0".to_owned(),
     };
+    let tls = tls.filter(|_| kind != TransportKind::UnixSocket);
+    let tls_on = tls.is_some();
     let mut listen = ListenOptions::new(address);
-    listen.tls = tls_server;
+    listen.tls = tls.map(|tls| tls.server.clone());
     listen.allow_plaintext = !tls_on;
     let mut listener = transport.listen(&listen).await?;
     let mut dial = DialOptions::new(listener.local_addr(), "localhost");
-    dial.tls = tls_client;
+    dial.tls = tls.map(|tls| tls.client.clone());
     dial.allow_plaintext = !tls_on;
     let client = transport.dial(&dial).await?;
     let server = listener
@@ -193,6 +211,17 @@ async fn raw_one_way(
     n: usize,
 ) -> Result<Duration> {
     let (client, server) = raw_pair(kind, dir).await?;
+    stream_one_way(client, server, frame, n).await
+}
+
+/// Length-prefixed frames one way over a connected stream pair, buffered
+/// as a careful hand-written sender and receiver would.
+async fn stream_one_way(
+    client: Box<dyn RawStream>,
+    server: Box<dyn RawStream>,
+    frame: &[u8],
+    n: usize,
+) -> Result<Duration> {
     let frame = frame.to_vec();
     let start = Instant::now();
     let writer = tokio::spawn(async move {
@@ -211,6 +240,121 @@ async fn raw_one_way(
     let elapsed = start.elapsed();
     drop(writer.await??);
     Ok(elapsed)
+}
+
+/// A protocol's own ceiling: the library a transport is built on, used
+/// directly, carrying the same length-prefixed frames.
+#[derive(Clone, Copy)]
+enum Ceiling {
+    /// TLS 1.3 with mutual authentication over TCP (tokio-rustls).
+    TlsOverTcp,
+    /// One bidirectional quinn stream of a mutually authenticated connection.
+    BareQuinn,
+}
+
+impl Ceiling {
+    fn of(kind: TransportKind, tls_on: bool) -> Option<Ceiling> {
+        match kind {
+            TransportKind::WebSocket if tls_on => Some(Ceiling::TlsOverTcp),
+            TransportKind::Quic => Some(Ceiling::BareQuinn),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Ceiling::TlsOverTcp => "raw tls over tcp",
+            Ceiling::BareQuinn => "bare quinn stream",
+        }
+    }
+
+    fn metric(self) -> &'static str {
+        match self {
+            Ceiling::TlsOverTcp => "one_way_vs_tls",
+            Ceiling::BareQuinn => "one_way_vs_quinn",
+        }
+    }
+
+    async fn one_way(self, tls: &TlsPair, frame: &[u8], n: usize) -> Result<Duration> {
+        match self {
+            Ceiling::TlsOverTcp => {
+                let (client, server) = tls_pair(tls).await?;
+                stream_one_way(client, server, frame, n).await
+            }
+            Ceiling::BareQuinn => {
+                let (client, server, endpoints) = quinn_pair(tls).await?;
+                let elapsed = stream_one_way(client, server, frame, n).await?;
+                for endpoint in endpoints {
+                    endpoint.close(0u32.into(), b"done");
+                }
+                Ok(elapsed)
+            }
+        }
+    }
+}
+
+/// A TCP connection under mutual TLS, as a raw stream pair.
+async fn tls_pair(tls: &TlsPair) -> Result<(Box<dyn RawStream>, Box<dyn RawStream>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+    let (client, server) = tokio::try_join!(
+        async {
+            let tcp = tokio::net::TcpStream::connect(address).await?;
+            tcp.set_nodelay(true)?;
+            let name = rustls::pki_types::ServerName::try_from("localhost")?;
+            Ok::<_, anyhow::Error>(connector.connect(name, tcp).await?)
+        },
+        async {
+            let (tcp, _) = listener.accept().await?;
+            tcp.set_nodelay(true)?;
+            Ok::<_, anyhow::Error>(acceptor.accept(tcp).await?)
+        }
+    )?;
+    Ok((Box::new(client), Box::new(server)))
+}
+
+/// A quinn connection's bidirectional stream, as a raw stream pair (and
+/// the endpoints, to close afterwards).
+async fn quinn_pair(
+    tls: &TlsPair,
+) -> Result<(Box<dyn RawStream>, Box<dyn RawStream>, [quinn::Endpoint; 2])> {
+    use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+    const ALPN: &[u8] = b"bench";
+    let mut server_tls = (*tls.server).clone();
+    server_tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut client_tls = (*tls.client).clone();
+    client_tls.alpn_protocols = vec![ALPN.to_vec()];
+    let server_config =
+        quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(server_tls)?));
+    let server = quinn::Endpoint::server(server_config, "127.0.0.1:0".parse()?)?;
+    let address = server.local_addr()?;
+    let client = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    let client_config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(client_tls)?));
+    let (dialed, accepted) = tokio::try_join!(
+        async {
+            let connection = client
+                .connect_with(client_config, address, "localhost")?
+                .await?;
+            let (mut send, recv) = connection.open_bi().await?;
+            // A stream is announced to the peer by its first bytes.
+            send.write_all(b"!").await?;
+            Ok::<_, anyhow::Error>(tokio::io::join(recv, send))
+        },
+        async {
+            let incoming = server
+                .accept()
+                .await
+                .ok_or_else(|| anyhow!("no connection"))?;
+            let connection = incoming.await?;
+            let (send, mut recv) = connection.accept_bi().await?;
+            let mut hello = [0u8; 1];
+            recv.read_exact(&mut hello).await?;
+            Ok::<_, anyhow::Error>(tokio::io::join(recv, send))
+        }
+    )?;
+    Ok((Box::new(dialed), Box::new(accepted), [client, server]))
 }
 
 async fn raw_round_trips(
@@ -241,6 +385,11 @@ async fn raw_round_trips(
     Ok(times)
 }
 
+/// One-way runs per figure; the median is reported.
+fn one_way_runs(scale: Scale) -> usize {
+    if scale.runs > 1 { 5 } else { 1 }
+}
+
 /// Runs the transport scenarios for `kinds` and adds their rows.
 pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -249,7 +398,7 @@ pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result
         .build()?;
     let dir = std::env::temp_dir();
     runtime.block_on(async {
-        let pki = DevPki::new("edgehive bench CA")?;
+        let tls = TlsPair::new(&DevPki::new("edgehive bench CA")?)?;
         // WebSocket also without TLS, to show what TLS costs.
         let mut variants = Vec::new();
         for &kind in kinds {
@@ -264,31 +413,39 @@ pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result
             } else {
                 "raw tcp socket"
             };
+            let ceiling = Ceiling::of(kind, tls_on);
             for (size, label) in SIZES {
                 let msg = message_of(size);
                 let frame = msg.to_bytes()?;
-                let n = (scale.messages / 4 * 256 / size).clamp(50, 200_000);
+                // About 256 MB of 64 KiB frames, a million of 256 B.
+                let n = (scale.messages * 256 / size).clamp(50, 1_000_000);
+                let decoded_n = (n / 4).max(50);
                 let rt =
                     (scale.round_trips / 10).clamp(100, 20_000) / if size > 1024 { 10 } else { 1 };
                 let scenario = format!("transport/{name}/{label}");
 
-                let mut pair = connect(kind, tls_on, &pki, &dir)
+                let mut pair = connect(kind, Some(&tls).filter(|_| tls_on), &dir)
                     .await
                     .with_context(|| format!("{name} link"))?;
                 transport_one_way(&mut pair, &msg, n / 10 + 1, Carry::Frames).await?; // warm-up
-                let frames = transport_one_way(&mut pair, &msg, n, Carry::Frames).await?;
-                let messages = transport_one_way(&mut pair, &msg, n, Carry::Messages).await?;
-                let raw = raw_one_way(kind, &dir, &frame, n).await?;
-                let mb = |d: Duration| (n * frame.len()) as f64 / 1e6 / d.as_secs_f64();
-                let rate = |d: Duration| n as f64 / d.as_secs_f64();
-                report.with_baseline(
-                    &scenario,
-                    "one_way",
-                    rate(frames),
-                    "msgs/s",
-                    rate(raw),
-                    baseline,
-                );
+                let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
+                let (mut frames, mut messages, mut raw, mut ceilings) =
+                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..one_way_runs(scale) {
+                    let took = transport_one_way(&mut pair, &msg, n, Carry::Frames).await?;
+                    frames.push(rate(n, took));
+                    let took =
+                        transport_one_way(&mut pair, &msg, decoded_n, Carry::Messages).await?;
+                    messages.push(rate(decoded_n, took));
+                    raw.push(rate(n, raw_one_way(kind, &dir, &frame, n).await?));
+                    if let Some(ceiling) = ceiling {
+                        let took = ceiling.one_way(&tls, &frame, n).await?;
+                        ceilings.push(rate(n, took));
+                    }
+                }
+                let (frames, messages, raw) = (median(frames), median(messages), median(raw));
+                let mb = |rate: f64| rate * frame.len() as f64 / 1e6;
+                report.with_baseline(&scenario, "one_way", frames, "msgs/s", raw, baseline);
                 report.with_baseline(
                     &scenario,
                     "one_way_bytes",
@@ -300,11 +457,21 @@ pub fn run(scale: Scale, kinds: &[TransportKind], report: &mut Report) -> Result
                 report.with_baseline(
                     &scenario,
                     "one_way_decoded",
-                    rate(messages),
+                    messages,
                     "msgs/s",
-                    rate(raw),
+                    raw,
                     baseline,
                 );
+                if let Some(ceiling) = ceiling {
+                    report.with_baseline(
+                        &scenario,
+                        ceiling.metric(),
+                        mb(frames),
+                        "MB/s",
+                        mb(median(ceilings)),
+                        ceiling.name(),
+                    );
+                }
 
                 let ours = transport_round_trips(&mut pair, &msg, rt).await?;
                 let raw = raw_round_trips(kind, &dir, &frame, rt).await?;
