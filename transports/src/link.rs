@@ -363,6 +363,10 @@ pub(crate) trait FrameSource: Send + 'static {
 
 /// Where a link's writer puts frame payloads.
 pub(crate) trait FrameSink: Send + 'static {
+    /// The writer is about to write frames of `bytes` in all (each counted
+    /// with a 4-byte length), so a sink that copies them can size its
+    /// buffer once.
+    fn expect(&mut self, _bytes: usize) {}
     /// Writes (or buffers) one frame.
     fn write_frame(
         &mut self,
@@ -441,6 +445,7 @@ async fn write_loop<K: FrameSink>(
                 _ = closed.wait_for(|closed| *closed) => break,
             }
         }
+        sink.expect(batch.iter().map(|(frame, _)| 4 + frame.len()).sum());
         let write = async {
             for (frame, lane) in batch.drain(..) {
                 sink.write_frame(frame, lane).await?;

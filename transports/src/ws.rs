@@ -201,6 +201,10 @@ struct WsSink<S> {
     first: Option<Bytes>,
     /// The batch being built, once a second small frame came.
     batch: BytesMut,
+    /// Bytes (with length prefixes) the writer still has for this sink in
+    /// its current round: a batch is allocated at its final size at once,
+    /// not grown by copying.
+    coming: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsSink<S> {
@@ -243,8 +247,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsSink<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S> {
+    fn expect(&mut self, bytes: usize) {
+        self.coming = bytes;
+    }
+
     async fn write_frame(&mut self, frame: Bytes, _lane: Lane) -> Result<(), TransportError> {
         let len = frame.len();
+        self.coming = self.coming.saturating_sub(4 + len);
         if len >= ALONE || 5 + 2 * (4 + len) > self.batch_bytes {
             self.send_waiting().await?;
             return self.send_alone(frame).await;
@@ -261,8 +270,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S>
             return Ok(());
         }
         if let Some(first) = self.first.take() {
-            self.batch
-                .reserve(self.batch_bytes.min(1 + 8 + first.len() + len + 4096));
+            self.batch.reserve(
+                self.batch_bytes
+                    .min(1 + 8 + first.len() + len + self.coming),
+            );
             self.batch.put_u8(BATCH_MARK);
             self.batch.put_u32(first.len() as u32);
             self.batch.extend_from_slice(&first);
@@ -312,6 +323,7 @@ where
         text: codec == Codec::KubeEdgeJson,
         first: None,
         batch: BytesMut::new(),
+        coming: 0,
     };
     spawn_link(peer, source, sink, limits, codec)
 }
