@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use beehive::Message;
@@ -90,12 +91,21 @@ impl Default for Limits {
 
 /// Shared by both halves: set once the link is closed, for any reason.
 struct LinkState {
+    /// For waiting until the link closes.
     closed: watch::Sender<bool>,
+    /// The same, for the per-frame check: a plain load, where borrowing
+    /// the watch takes a lock every sender and the writer contend for.
+    is_closed: AtomicBool,
 }
 
 impl LinkState {
     fn close(&self) {
+        self.is_closed.store(true, Ordering::Release);
         self.closed.send_replace(true);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.is_closed.load(Ordering::Acquire)
     }
 }
 
@@ -271,7 +281,7 @@ impl LinkSender {
 
     /// Whether the link is closed.
     pub fn is_closed(&self) -> bool {
-        *self.state.closed.borrow()
+        self.state.is_closed()
     }
 
     /// Completes when the link is closed.
@@ -341,7 +351,7 @@ impl LinkReceiver {
 
     /// Whether the link is closed (messages may still wait to be received).
     pub fn is_closed(&self) -> bool {
-        *self.state.closed.borrow()
+        self.state.is_closed()
     }
 }
 
@@ -388,7 +398,10 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
     codec: Codec,
 ) -> Link {
     let (closed, _) = watch::channel(false);
-    let state = Arc::new(LinkState { closed });
+    let state = Arc::new(LinkState {
+        closed,
+        is_closed: AtomicBool::new(false),
+    });
     let outbox = Arc::new(Outbox {
         queue: Mutex::new(Queued::default()),
         wake_writer: Notify::new(),
