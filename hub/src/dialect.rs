@@ -109,8 +109,9 @@ impl Dialect {
         }
     }
 
-    /// Whether the cloud sends keepalives (a KubeEdge cloud never does, so
-    /// a KubeEdge edge cannot tell a quiet cloud from a gone one).
+    /// Whether the cloud sends keepalives. A KubeEdge cloud never does; an
+    /// edge in its dialect pings it over WebSocket instead, and counts its
+    /// pongs as signs of life.
     pub fn cloud_keeps_alive(self) -> bool {
         self == Dialect::Native
     }

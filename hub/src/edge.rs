@@ -454,6 +454,12 @@ async fn run_link(
         deliver(first, &sender, hive, config, stats).await;
     }
     let keepalive = config.keepalive;
+    // A KubeEdge cloud sends no keepalives, but its WebSocket layer answers
+    // pings: their pongs show the cloud process alive, where a frozen one
+    // (its kernel still acknowledging) leaves the link silent.
+    let probes = !dialect.cloud_keeps_alive() && sender.can_ping();
+    let watched = dialect.cloud_keeps_alive() || probes;
+    let mut pongs = receiver.pongs();
     let mut ticker = tokio::time::interval(keepalive / 4);
     let mut last_seen = Instant::now();
     let mut last_sent = Instant::now();
@@ -482,14 +488,21 @@ async fn run_link(
                 break;
             }
             _ = ticker.tick() => {
-                if dialect.cloud_keeps_alive() && last_seen.elapsed() > keepalive * 7 / 4 {
-                    warn!("no keepalive from the cloud; closing the link");
+                if receiver.pongs() != pongs {
+                    pongs = receiver.pongs();
+                    last_seen = Instant::now();
+                }
+                if watched && last_seen.elapsed() > keepalive * 7 / 4 {
+                    warn!("nothing from the cloud, not even a pong; closing the link");
                     stats.count(&stats.keepalive_timeouts);
                     break;
                 }
                 if last_sent.elapsed() >= keepalive {
                     last_sent = Instant::now();
                     let _ = sender.try_send(&dialect.keepalive(), Lane::Ordered);
+                    if probes {
+                        let _ = sender.ping();
+                    }
                 }
             }
         }

@@ -83,3 +83,73 @@ macro_rules! per_transport {
 per_transport!(ws, transports::TransportKind::WebSocket);
 per_transport!(quic, transports::TransportKind::Quic);
 per_transport!(uds, transports::TransportKind::UnixSocket);
+
+/// A cloud in KubeEdge's dialect: it sends no keepalives of its own. It
+/// takes the edge's link and answers its node registration.
+async fn kubeedge_cloud_with_a_registered_edge(
+    world: &World,
+) -> (transports::Listener, transports::Link, common::Edge) {
+    let transport = world.kind.transport().expect("transport");
+    let endpoint = world.endpoint(&world.any_address());
+    let options = endpoint.options.with_codec(transports::Codec::KubeEdgeJson);
+    let mut listener = transport.listen(&options).await.expect("listen");
+    let config = hub::EdgeHubConfig {
+        dialect: hub::Dialect::KubeEdge,
+        ..edge_config(world, "n1", Some("n1"), listener.local_addr(), KEEPALIVE)
+    };
+    let edge = start_edge(config, &world.path("edge.redb"));
+    let mut link = listener.accept().await.expect("the edge dials");
+    let registration = link
+        .receiver
+        .recv()
+        .await
+        .expect("link open")
+        .expect("the node's registration");
+    let answer = registration.response(
+        "edgecontroller",
+        serde_json::json!({"Object": {"metadata": {"name": "n1"}}, "Err": null}),
+    );
+    link.sender.send(&answer).await.expect("answer");
+    (listener, link, edge)
+}
+
+#[actix::test]
+async fn a_frozen_kubeedge_cloud_is_dropped_by_an_edge_in_its_dialect() {
+    let world = World::new(TransportKind::WebSocket);
+    let (mut listener, frozen, edge) = kubeedge_cloud_with_a_registered_edge(&world).await;
+    // From here on nothing reads the link: the edge's pings go unanswered,
+    // while the kernel still acknowledges every byte.
+    let since = Instant::now();
+    let stats = edge.handle.stats.clone();
+    eventually(&stats.changes, "frozen cloud dropped", || {
+        get(&stats.keepalive_timeouts) >= 1
+    })
+    .await;
+    let elapsed = since.elapsed();
+    assert!(within_two_intervals(elapsed), "took {elapsed:?}");
+    let _again = listener.accept().await.expect("the edge dials again");
+    drop(frozen);
+}
+
+#[actix::test]
+async fn a_quiet_kubeedge_cloud_that_answers_pings_is_kept() {
+    let world = World::new(TransportKind::WebSocket);
+    let (_listener, mut quiet, edge) = kubeedge_cloud_with_a_registered_edge(&world).await;
+    // The cloud sends nothing, but reads, so its WebSocket layer answers
+    // the edge's pings. Three keepalive intervals pass, well beyond the
+    // timeout, on the same link.
+    let mut keepalives = 0;
+    while keepalives < 3 {
+        let msg = quiet
+            .receiver
+            .recv()
+            .await
+            .expect("the link stays up")
+            .expect("a message from the edge");
+        if msg.operation() == "keepalive" {
+            keepalives += 1;
+        }
+    }
+    assert_eq!(get(&edge.handle.stats.keepalive_timeouts), 0);
+    assert_eq!(get(&edge.handle.stats.connects), 1, "one link all along");
+}

@@ -127,6 +127,8 @@ struct Queued {
     closing: bool,
     /// Some sender waits for room.
     waiting: bool,
+    /// A liveness probe is asked for (see [`LinkSender::ping`]).
+    ping: bool,
 }
 
 impl Outbox {
@@ -170,6 +172,7 @@ pub struct LinkSender {
     max_frame: usize,
     codec: Codec,
     state: Arc<LinkState>,
+    pings: bool,
 }
 
 impl LinkSender {
@@ -263,6 +266,33 @@ impl LinkSender {
         Ok(None)
     }
 
+    /// Whether this link can probe its peer with [`Self::ping`]: WebSocket
+    /// links can (the peer's WebSocket layer answers a ping with a pong, even
+    /// when its application sends nothing); QUIC and Unix sockets cannot.
+    pub fn can_ping(&self) -> bool {
+        self.pings
+    }
+
+    /// Asks the peer for a sign of life: a WebSocket ping, sent ahead of the
+    /// frames still queued, so frames sent after it follow it. Its pong is
+    /// counted by [`LinkReceiver::pongs`]. A peer
+    /// whose process is frozen while its kernel still keeps the connection
+    /// never answers. Does nothing on links that cannot ping.
+    pub fn ping(&self) -> Result<(), TransportError> {
+        if !self.pings {
+            return Ok(());
+        }
+        let outbox = &self.outbox.outbox;
+        let mut queued = outbox.lock();
+        if queued.closing || self.is_closed() {
+            return Err(TransportError::Closed);
+        }
+        queued.ping = true;
+        drop(queued);
+        outbox.wake_writer.notify_one();
+        Ok(())
+    }
+
     /// The largest frame this link sends.
     pub fn max_frame(&self) -> usize {
         self.max_frame
@@ -353,6 +383,12 @@ impl LinkReceiver {
     pub fn is_closed(&self) -> bool {
         self.state.is_closed()
     }
+
+    /// Pongs received so far, answers to [`LinkSender::ping`]. They arrive
+    /// while [`Self::recv`] is being awaited; zero on links that cannot ping.
+    pub fn pongs(&self) -> u64 {
+        self.source.pongs()
+    }
 }
 
 impl Drop for LinkReceiver {
@@ -369,10 +405,16 @@ pub(crate) trait FrameSource: Send + 'static {
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<Option<Bytes>, TransportError>>;
+    /// Pongs received so far (transports that have pings).
+    fn pongs(&self) -> u64 {
+        0
+    }
 }
 
 /// Where a link's writer puts frame payloads.
 pub(crate) trait FrameSink: Send + 'static {
+    /// Whether [`Self::ping`] reaches the peer.
+    const PINGS: bool = false;
     /// The writer is about to write frames of `bytes` in all (each counted
     /// with a 4-byte length), so a sink that copies them can size its
     /// buffer once.
@@ -387,6 +429,10 @@ pub(crate) trait FrameSink: Send + 'static {
     fn flush(&mut self) -> impl Future<Output = Result<(), TransportError>> + Send;
     /// Flushes and closes the connection gracefully.
     fn close(&mut self) -> impl Future<Output = ()> + Send;
+    /// Sends a liveness probe, where the transport has one.
+    fn ping(&mut self) -> impl Future<Output = Result<(), TransportError>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// Starts the writer task of a connection and hands out both halves.
@@ -420,6 +466,7 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
             max_frame: limits.max_frame,
             codec,
             state: state.clone(),
+            pings: K::PINGS,
         },
         receiver: LinkReceiver {
             codec,
@@ -441,15 +488,15 @@ async fn write_loop<K: FrameSink>(
     let mut closed = state.closed.subscribe();
     let mut batch = Vec::new();
     loop {
-        let closing = {
+        let (closing, ping) = {
             let mut queued = outbox.lock();
             std::mem::swap(&mut queued.frames, &mut batch);
             if std::mem::take(&mut queued.waiting) {
                 outbox.room.notify_waiters();
             }
-            queued.closing
+            (queued.closing, std::mem::take(&mut queued.ping))
         };
-        if batch.is_empty() {
+        if batch.is_empty() && !ping {
             if closing {
                 break;
             }
@@ -460,6 +507,9 @@ async fn write_loop<K: FrameSink>(
         }
         sink.expect(batch.iter().map(|(frame, _)| 4 + frame.len()).sum());
         let write = async {
+            if ping {
+                sink.ping().await?;
+            }
             for (frame, lane) in batch.drain(..) {
                 sink.write_frame(frame, lane).await?;
             }

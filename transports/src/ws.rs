@@ -139,6 +139,8 @@ struct WsSource<S> {
     max_frame: usize,
     /// The batch being read, and where its next frame starts.
     batch: Option<(Bytes, usize)>,
+    /// Pongs received (answers to this side's pings).
+    pongs: u64,
 }
 
 impl<S> WsSource<S> {
@@ -157,6 +159,10 @@ impl<S> WsSource<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSource<S> {
+    fn pongs(&self) -> u64 {
+        self.pongs
+    }
+
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
         if let Some((message, at)) = self.batch.take() {
             return Poll::Ready(self.take_from_batch(message, at));
@@ -180,7 +186,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSource for WsSourc
                 // KubeEdge's peers send their JSON as text.
                 Some(Ok(WsMessage::Text(text))) if !self.batched => Ok(Some(Bytes::from(text))),
                 Some(Ok(WsMessage::Close(_))) | None => Ok(None),
-                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => continue,
+                Some(Ok(WsMessage::Pong(_))) => {
+                    self.pongs += 1;
+                    continue;
+                }
+                // tungstenite answers pings itself.
+                Some(Ok(WsMessage::Ping(_) | WsMessage::Frame(_))) => continue,
                 Some(Ok(WsMessage::Text(_))) => {
                     Err(FrameError::Protocol("text frame on a binary link".into()).into())
                 }
@@ -247,8 +258,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsSink<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S> {
+    const PINGS: bool = true;
+
     fn expect(&mut self, bytes: usize) {
         self.coming = bytes;
+    }
+
+    async fn ping(&mut self) -> Result<(), TransportError> {
+        self.sink
+            .feed(WsMessage::Ping(Bytes::new()))
+            .await
+            .map_err(ws_error)
     }
 
     async fn write_frame(&mut self, frame: Bytes, _lane: Lane) -> Result<(), TransportError> {
@@ -312,6 +332,7 @@ where
         batched,
         max_frame: limits.max_frame,
         batch: None,
+        pongs: 0,
     };
     let sink = WsSink {
         sink,

@@ -354,6 +354,37 @@ async fn dialing_a_silent_server_times_out(kind: TransportKind) {
     );
 }
 
+/// WebSocket links probe their peer with pings and count its pongs (a
+/// peer's WebSocket layer answers while it reads); the other transports
+/// have no probe, and a ping there changes nothing.
+async fn pings_are_answered_where_the_transport_has_them(kind: TransportKind) {
+    let rig = Rig::new(kind);
+    let mut listener = rig.listen().await;
+    let (mut client, mut server) = rig.pair(&mut listener).await;
+    let pings = kind == TransportKind::WebSocket;
+    assert_eq!(client.sender.can_ping(), pings);
+    assert_eq!(server.sender.can_ping(), pings);
+    client.sender.ping().expect("ping");
+    let request = numbered(0, 1);
+    client.sender.send(&request).await.expect("send");
+    // The server reads the ping (its pong goes out first), then the request.
+    let got = within(server.receiver.recv())
+        .await
+        .expect("open")
+        .expect("message");
+    server
+        .sender
+        .send(&got.response("cloud", serde_json::json!("ok")))
+        .await
+        .expect("reply");
+    within(client.receiver.recv())
+        .await
+        .expect("open")
+        .expect("reply");
+    assert_eq!(client.receiver.pongs(), u64::from(pings));
+    assert_eq!(server.receiver.pongs(), 0, "the server sent no ping");
+}
+
 macro_rules! conformance {
     ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
         mod $module {
@@ -381,6 +412,7 @@ conformance!(
         mutual_tls_refuses_wrong_and_missing_client_certificates,
         a_stalled_handshake_holds_up_nobody,
         dialing_a_silent_server_times_out,
+        pings_are_answered_where_the_transport_has_them,
     ]
 );
 
@@ -398,6 +430,7 @@ conformance!(
         mutual_tls_refuses_wrong_and_missing_client_certificates,
         a_stalled_handshake_holds_up_nobody,
         dialing_a_silent_server_times_out,
+        pings_are_answered_where_the_transport_has_them,
     ]
 );
 
@@ -415,6 +448,7 @@ conformance!(
         close_by_either_side_is_noticed,
         a_client_reconnects_after_the_listener_restarts,
         a_stalled_handshake_holds_up_nobody,
+        pings_are_answered_where_the_transport_has_them,
     ]
 );
 
