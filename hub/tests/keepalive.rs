@@ -43,6 +43,18 @@ async fn a_frozen_edge_is_dropped_by_the_cloud(kind: TransportKind) {
     drop(frozen);
 }
 
+/// Waits for `edge` to drop its link for silence, at most two intervals
+/// after `since`.
+async fn the_edge_drops_the_silent_cloud(edge: &common::Edge, since: Instant) {
+    let stats = &edge.handle.stats;
+    eventually(&stats.changes, "frozen cloud dropped", || {
+        get(&stats.keepalive_timeouts) >= 1
+    })
+    .await;
+    let elapsed = since.elapsed();
+    assert!(within_two_intervals(elapsed), "took {elapsed:?}");
+}
+
 async fn a_frozen_cloud_is_dropped_by_the_edge(kind: TransportKind) {
     let world = World::new(kind);
     let transport = kind.transport().expect("transport");
@@ -55,13 +67,7 @@ async fn a_frozen_cloud_is_dropped_by_the_edge(kind: TransportKind) {
     );
     let frozen = listener.accept().await.expect("the edge dials");
     let since = Instant::now();
-    let stats = edge.handle.stats.clone();
-    eventually(&stats.changes, "frozen cloud dropped", || {
-        get(&stats.keepalive_timeouts) >= 1
-    })
-    .await;
-    let elapsed = since.elapsed();
-    assert!(within_two_intervals(elapsed), "took {elapsed:?}");
+    the_edge_drops_the_silent_cloud(&edge, since).await;
     drop(frozen);
 }
 
@@ -120,13 +126,7 @@ async fn a_frozen_kubeedge_cloud_is_dropped_by_an_edge_in_its_dialect() {
     // From here on nothing reads the link: the edge's pings go unanswered,
     // while the kernel still acknowledges every byte.
     let since = Instant::now();
-    let stats = edge.handle.stats.clone();
-    eventually(&stats.changes, "frozen cloud dropped", || {
-        get(&stats.keepalive_timeouts) >= 1
-    })
-    .await;
-    let elapsed = since.elapsed();
-    assert!(within_two_intervals(elapsed), "took {elapsed:?}");
+    the_edge_drops_the_silent_cloud(&edge, since).await;
     let _again = listener.accept().await.expect("the edge dials again");
     drop(frozen);
 }
