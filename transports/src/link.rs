@@ -118,6 +118,17 @@ struct Outbox {
     /// Wakes senders waiting for room.
     room: Notify,
     capacity: usize,
+    /// A liveness probe is asked for (see [`LinkSender::ping`]). Outside
+    /// the lock: the writer looks at it before every frame, so a ping goes
+    /// ahead of whatever is still queued.
+    ping: AtomicBool,
+}
+
+impl Outbox {
+    /// Takes a pending ping request.
+    fn take_ping(&self) -> bool {
+        self.ping.load(Ordering::Relaxed) && self.ping.swap(false, Ordering::AcqRel)
+    }
 }
 
 #[derive(Default)]
@@ -127,8 +138,6 @@ struct Queued {
     closing: bool,
     /// Some sender waits for room.
     waiting: bool,
-    /// A liveness probe is asked for (see [`LinkSender::ping`]).
-    ping: bool,
 }
 
 impl Outbox {
@@ -273,22 +282,20 @@ impl LinkSender {
         self.pings
     }
 
-    /// Asks the peer for a sign of life: a WebSocket ping, sent ahead of the
-    /// frames still queued, so frames sent after it follow it. Its pong is
-    /// counted by [`LinkReceiver::pongs`]. A peer
-    /// whose process is frozen while its kernel still keeps the connection
-    /// never answers. Does nothing on links that cannot ping.
+    /// Asks the peer for a sign of life: a WebSocket ping, written next,
+    /// ahead of the frames still queued (frames sent after it follow it).
+    /// Its pong is counted by [`LinkReceiver::pongs`]. A peer whose process
+    /// is frozen while its kernel still keeps the connection never answers.
+    /// Does nothing on links that cannot ping.
     pub fn ping(&self) -> Result<(), TransportError> {
         if !self.pings {
             return Ok(());
         }
-        let outbox = &self.outbox.outbox;
-        let mut queued = outbox.lock();
-        if queued.closing || self.is_closed() {
+        if self.is_closed() {
             return Err(TransportError::Closed);
         }
-        queued.ping = true;
-        drop(queued);
+        let outbox = &self.outbox.outbox;
+        outbox.ping.store(true, Ordering::Release);
         outbox.wake_writer.notify_one();
         Ok(())
     }
@@ -415,10 +422,9 @@ pub(crate) trait FrameSource: Send + 'static {
 pub(crate) trait FrameSink: Send + 'static {
     /// Whether [`Self::ping`] reaches the peer.
     const PINGS: bool = false;
-    /// The writer is about to write frames of `bytes` in all (each counted
-    /// with a 4-byte length), so a sink that copies them can size its
-    /// buffer once.
-    fn expect(&mut self, _bytes: usize) {}
+    /// The writer is about to write `frames`, so a sink that copies them
+    /// can size its buffer once.
+    fn expect(&mut self, _frames: &[(Bytes, Lane)]) {}
     /// Writes (or buffers) one frame.
     fn write_frame(
         &mut self,
@@ -453,6 +459,7 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
         wake_writer: Notify::new(),
         room: Notify::new(),
         capacity: limits.send_queue.max(1),
+        ping: AtomicBool::new(false),
     });
     tokio::spawn(write_loop(
         sink,
@@ -488,14 +495,15 @@ async fn write_loop<K: FrameSink>(
     let mut closed = state.closed.subscribe();
     let mut batch = Vec::new();
     loop {
-        let (closing, ping) = {
+        let closing = {
             let mut queued = outbox.lock();
             std::mem::swap(&mut queued.frames, &mut batch);
             if std::mem::take(&mut queued.waiting) {
                 outbox.room.notify_waiters();
             }
-            (queued.closing, std::mem::take(&mut queued.ping))
+            queued.closing
         };
+        let ping = outbox.take_ping();
         if batch.is_empty() && !ping {
             if closing {
                 break;
@@ -505,12 +513,15 @@ async fn write_loop<K: FrameSink>(
                 _ = closed.wait_for(|closed| *closed) => break,
             }
         }
-        sink.expect(batch.iter().map(|(frame, _)| 4 + frame.len()).sum());
+        sink.expect(&batch);
         let write = async {
             if ping {
                 sink.ping().await?;
             }
             for (frame, lane) in batch.drain(..) {
+                if outbox.take_ping() {
+                    sink.ping().await?;
+                }
                 sink.write_frame(frame, lane).await?;
             }
             sink.flush().await

@@ -212,9 +212,9 @@ struct WsSink<S> {
     first: Option<Bytes>,
     /// The batch being built, once a second small frame came.
     batch: BytesMut,
-    /// Bytes (with length prefixes) the writer still has for this sink in
-    /// its current round: a batch is allocated at its final size at once,
-    /// not grown by copying.
+    /// Bytes (with length prefixes) of the small frames the writer still
+    /// has for this sink in its current round: a batch is allocated at its
+    /// final size at once, not grown by copying.
     coming: usize,
 }
 
@@ -260,8 +260,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsSink<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S> {
     const PINGS: bool = true;
 
-    fn expect(&mut self, bytes: usize) {
-        self.coming = bytes;
+    fn expect(&mut self, frames: &[(Bytes, Lane)]) {
+        self.coming = frames
+            .iter()
+            .map(|(frame, _)| frame.len())
+            .filter(|&len| len < ALONE)
+            .map(|len| 4 + len)
+            .sum();
     }
 
     async fn ping(&mut self) -> Result<(), TransportError> {
@@ -273,7 +278,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> FrameSink for WsSink<S>
 
     async fn write_frame(&mut self, frame: Bytes, _lane: Lane) -> Result<(), TransportError> {
         let len = frame.len();
-        self.coming = self.coming.saturating_sub(4 + len);
+        if len < ALONE {
+            self.coming = self.coming.saturating_sub(4 + len);
+        }
         if len >= ALONE || 5 + 2 * (4 + len) > self.batch_bytes {
             self.send_waiting().await?;
             return self.send_alone(frame).await;
