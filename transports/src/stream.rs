@@ -55,7 +55,10 @@ impl<R: AsyncRead + Unpin + Send + 'static> FrameSource for StreamSource<R> {
             if let Some(frame) = self.decoder.decode(&mut self.buf)? {
                 return Poll::Ready(Ok(Some(frame)));
             }
-            if self.buf.capacity() - self.buf.len() < self.chunk {
+            // Room for a chunk, unless much of a large frame is already
+            // here: then the decoder has reserved exactly its rest, and
+            // topping up would copy what came so far.
+            if self.buf.len() < READ_CHUNK && self.buf.capacity() - self.buf.len() < self.chunk {
                 // Bounded, whatever the peer says its frames are.
                 self.buf.reserve(self.chunk);
             }
@@ -231,5 +234,34 @@ mod tests {
             Poll::Ready(Ok(Some(payload))) => assert_eq!(payload.len(), 200),
             other => panic!("expected the frame, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_arriving_in_pieces_is_not_copied_on_the_way() {
+        let (mut writer, reader) = tokio::io::duplex(1024 * 1024);
+        let mut source = StreamSource::new(reader, 256 * 1024);
+        let frame = prefixed(&[9u8; 200_000]);
+        let mut pieces = frame.chunks(10_000);
+        writer
+            .write_all(pieces.next().expect("a piece"))
+            .await
+            .expect("write");
+        assert!(poll(&mut source).is_pending());
+        // By now the decoder has room for the whole frame.
+        let start = source.buf.as_ptr() as usize;
+        let mut got = None;
+        for piece in pieces {
+            writer.write_all(piece).await.expect("write");
+            if let Poll::Ready(next) = poll(&mut source) {
+                got = Some(next.expect("a frame").expect("not the end"));
+            }
+        }
+        let payload = got.expect("the whole frame");
+        assert_eq!(payload.as_ref(), &[9u8; 200_000][..]);
+        assert_eq!(
+            payload.as_ptr() as usize,
+            start + 4,
+            "every piece was read into the room reserved for the frame"
+        );
     }
 }
