@@ -460,6 +460,7 @@ async fn run_link(
     let probes = !dialect.cloud_keeps_alive() && sender.can_ping();
     let watched = dialect.cloud_keeps_alive() || probes;
     let mut pongs = receiver.pongs();
+    let mut written = sender.written();
     let mut ticker = tokio::time::interval(keepalive / 4);
     let mut last_seen = Instant::now();
     let mut last_sent = Instant::now();
@@ -477,6 +478,8 @@ async fn run_link(
                 last_seen = Instant::now();
                 if protocol::kind(&msg) == Kind::Payload {
                     deliver(msg, &sender, hive, config, stats).await;
+                    // Time spent here is ours, not the cloud's silence.
+                    last_seen = Instant::now();
                 }
             }
             _ = cut.notified() => {
@@ -492,6 +495,13 @@ async fn run_link(
                     pongs = receiver.pongs();
                     last_seen = Instant::now();
                 }
+                // A ping waits behind what is already on its way up; while
+                // that backlog moves, the cloud's end is taking data. Once a
+                // frozen cloud's buffers are full, it stops moving.
+                if probes && sender.written() != written && sender.backlog() > 0 {
+                    last_seen = Instant::now();
+                }
+                written = sender.written();
                 if watched && last_seen.elapsed() > keepalive * 7 / 4 {
                     warn!("nothing from the cloud, not even a pong; closing the link");
                     stats.count(&stats.keepalive_timeouts);

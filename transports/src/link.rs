@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use beehive::Message;
@@ -122,6 +122,8 @@ struct Outbox {
     /// the lock: the writer looks at it before every frame, so a ping goes
     /// ahead of whatever is still queued.
     ping: AtomicBool,
+    /// Frames handed to the connection so far; only the writer stores it.
+    written: AtomicU64,
 }
 
 impl Outbox {
@@ -138,6 +140,8 @@ struct Queued {
     closing: bool,
     /// Some sender waits for room.
     waiting: bool,
+    /// Frames ever queued (see [`LinkSender::backlog`]).
+    pushed: u64,
 }
 
 impl Outbox {
@@ -267,6 +271,7 @@ impl LinkSender {
             return Ok(Some(frame));
         }
         queued.frames.push(frame);
+        queued.pushed += 1;
         let first = queued.frames.len() == 1;
         drop(queued);
         if first {
@@ -308,6 +313,21 @@ impl LinkSender {
     /// Frames queued and not yet written.
     pub fn queued(&self) -> usize {
         self.outbox.outbox.lock().frames.len()
+    }
+
+    /// Frames handed to the connection so far. While a [`Self::backlog`]
+    /// waits, its growth shows the peer's end taking data, which a ping
+    /// stuck behind that backlog cannot.
+    pub fn written(&self) -> u64 {
+        self.outbox.outbox.written.load(Ordering::Relaxed)
+    }
+
+    /// Frames sent or queued and not yet handed to the connection, the
+    /// writer's current round included.
+    pub fn backlog(&self) -> u64 {
+        let outbox = &self.outbox.outbox;
+        let pushed = outbox.lock().pushed;
+        pushed.saturating_sub(outbox.written.load(Ordering::Relaxed))
     }
 
     /// Closes the link after what is already queued has been written.
@@ -460,6 +480,7 @@ pub(crate) fn spawn_link<S: FrameSource, K: FrameSink>(
         room: Notify::new(),
         capacity: limits.send_queue.max(1),
         ping: AtomicBool::new(false),
+        written: AtomicU64::new(0),
     });
     tokio::spawn(write_loop(
         sink,
@@ -523,6 +544,7 @@ async fn write_loop<K: FrameSink>(
                     sink.ping().await?;
                 }
                 sink.write_frame(frame, lane).await?;
+                outbox.written.fetch_add(1, Ordering::Relaxed);
             }
             sink.flush().await
         };

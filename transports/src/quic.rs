@@ -55,8 +55,10 @@ fn udp_socket(addr: SocketAddr, listening: bool) -> Result<std::net::UdpSocket, 
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| TransportError::io("UDP socket", e))?;
-    if addr.is_ipv6()
-        && addr.ip().is_unspecified()
+    // As quinn's own client endpoint: dual-stack where it can be. A
+    // listener keeps the system's choice.
+    if !listening
+        && addr.is_ipv6()
         && let Err(err) = socket.set_only_v6(false)
     {
         debug!(error = %err, "UDP socket not dual-stack");
@@ -67,8 +69,16 @@ fn udp_socket(addr: SocketAddr, listening: bool) -> Result<std::net::UdpSocket, 
     if let Err(err) = socket.set_send_buffer_size(UDP_BUFFER) {
         debug!(error = %err, "UDP send buffer not set");
     }
+    socket
+        .bind(&addr.into())
+        .map_err(|e| TransportError::io(format!("bind {addr}"), e))?;
+    let reported = socket.recv_buffer_size().unwrap_or(0);
     // Linux reports twice what it grants (the rest is its bookkeeping).
-    let granted = socket.recv_buffer_size().unwrap_or(0) / 2;
+    let granted = if cfg!(any(target_os = "linux", target_os = "android")) {
+        reported / 2
+    } else {
+        reported
+    };
     if granted < UDP_BUFFER / 2 {
         if listening {
             warn!(
@@ -81,9 +91,6 @@ fn udp_socket(addr: SocketAddr, listening: bool) -> Result<std::net::UdpSocket, 
             debug!(granted, wanted = UDP_BUFFER, "UDP receive buffer capped");
         }
     }
-    socket
-        .bind(&addr.into())
-        .map_err(|e| TransportError::io(format!("bind {addr}"), e))?;
     Ok(socket.into())
 }
 

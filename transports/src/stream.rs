@@ -33,7 +33,7 @@ pub(crate) struct StreamSource<R> {
     reader: R,
     buf: BytesMut,
     decoder: FrameDecoder,
-    /// Room added when `buf` is full: grows while reads fill it.
+    /// Free room made before a read: grows while reads fill it.
     chunk: usize,
 }
 

@@ -385,6 +385,26 @@ async fn pings_are_answered_where_the_transport_has_them(kind: TransportKind) {
     assert_eq!(server.receiver.pongs(), 0, "the server sent no ping");
 }
 
+/// A sender can tell how much the connection has taken: frames handed to
+/// it (`written`) and frames still waiting (`backlog`).
+async fn written_and_backlog_count_what_the_connection_took(kind: TransportKind) {
+    let rig = Rig::new(kind);
+    let mut listener = rig.listen().await;
+    let (client, mut server) = rig.pair(&mut listener).await;
+    assert_eq!((client.sender.written(), client.sender.backlog()), (0, 0));
+    for n in 0..3 {
+        client.sender.send(&numbered(0, n)).await.expect("send");
+    }
+    for _ in 0..3 {
+        within(server.receiver.recv())
+            .await
+            .expect("open")
+            .expect("message");
+    }
+    assert_eq!(client.sender.written(), 3);
+    assert_eq!(client.sender.backlog(), 0);
+}
+
 macro_rules! conformance {
     ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
         mod $module {
@@ -413,6 +433,7 @@ conformance!(
         a_stalled_handshake_holds_up_nobody,
         dialing_a_silent_server_times_out,
         pings_are_answered_where_the_transport_has_them,
+        written_and_backlog_count_what_the_connection_took,
     ]
 );
 
@@ -431,6 +452,7 @@ conformance!(
         a_stalled_handshake_holds_up_nobody,
         dialing_a_silent_server_times_out,
         pings_are_answered_where_the_transport_has_them,
+        written_and_backlog_count_what_the_connection_took,
     ]
 );
 
@@ -449,6 +471,7 @@ conformance!(
         a_client_reconnects_after_the_listener_restarts,
         a_stalled_handshake_holds_up_nobody,
         pings_are_answered_where_the_transport_has_them,
+        written_and_backlog_count_what_the_connection_took,
     ]
 );
 
