@@ -192,13 +192,19 @@ async fn raw_pair(
         let (server, _) = listener.accept().await?;
         Ok((Box::new(client), Box::new(server)))
     } else {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
-        let (server, _) = listener.accept().await?;
-        client.set_nodelay(true)?;
-        server.set_nodelay(true)?;
+        let (client, server) = tcp_pair().await?;
         Ok((Box::new(client), Box::new(server)))
     }
+}
+
+/// A connected loopback TCP pair, Nagle off on both ends.
+async fn tcp_pair() -> Result<(tokio::net::TcpStream, tokio::net::TcpStream)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+    let (server, _) = listener.accept().await?;
+    client.set_nodelay(true)?;
+    server.set_nodelay(true)?;
+    Ok((client, server))
 }
 
 trait RawStream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -295,23 +301,12 @@ impl Ceiling {
 
 /// A TCP connection under mutual TLS, as a raw stream pair.
 async fn tls_pair(tls: &TlsPair) -> Result<(Box<dyn RawStream>, Box<dyn RawStream>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
+    let (client, server) = tcp_pair().await?;
     let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
-    let (client, server) = tokio::try_join!(
-        async {
-            let tcp = tokio::net::TcpStream::connect(address).await?;
-            tcp.set_nodelay(true)?;
-            let name = rustls::pki_types::ServerName::try_from("localhost")?;
-            Ok::<_, anyhow::Error>(connector.connect(name, tcp).await?)
-        },
-        async {
-            let (tcp, _) = listener.accept().await?;
-            tcp.set_nodelay(true)?;
-            Ok::<_, anyhow::Error>(acceptor.accept(tcp).await?)
-        }
-    )?;
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let (client, server) =
+        tokio::try_join!(connector.connect(name, client), acceptor.accept(server))?;
     Ok((Box::new(client), Box::new(server)))
 }
 

@@ -491,17 +491,19 @@ async fn run_link(
                 break;
             }
             _ = ticker.tick() => {
-                if receiver.pongs() != pongs {
-                    pongs = receiver.pongs();
+                let heard = receiver.pongs();
+                if heard != pongs {
+                    pongs = heard;
                     last_seen = Instant::now();
                 }
                 // A ping waits behind what is already on its way up; while
                 // that backlog moves, the cloud's end is taking data. Once a
                 // frozen cloud's buffers are full, it stops moving.
-                if probes && sender.written() != written && sender.backlog() > 0 {
+                let now_written = sender.written();
+                if probes && now_written != written && sender.backlog() > 0 {
                     last_seen = Instant::now();
                 }
-                written = sender.written();
+                written = now_written;
                 if watched && last_seen.elapsed() > keepalive * 7 / 4 {
                     warn!("nothing from the cloud, not even a pong; closing the link");
                     stats.count(&stats.keepalive_timeouts);

@@ -544,7 +544,9 @@ async fn write_loop<K: FrameSink>(
                     sink.ping().await?;
                 }
                 sink.write_frame(frame, lane).await?;
-                outbox.written.fetch_add(1, Ordering::Relaxed);
+                // The only store: a plain one, no locked add per frame.
+                let written = outbox.written.load(Ordering::Relaxed) + 1;
+                outbox.written.store(written, Ordering::Relaxed);
             }
             sink.flush().await
         };
