@@ -65,8 +65,6 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// Messages queued for sending before `send` waits.
     pub send_queue: usize,
-    /// Frames from independent QUIC streams waiting to be received.
-    pub recv_queue: usize,
     /// A TCP peer that stops answering (its host gone, the network cut)
     /// is given up after about this long, so the link ends instead of
     /// hanging half-open: TCP keepalive probes while the link is idle,
@@ -84,7 +82,6 @@ impl Default for Limits {
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             send_queue: 1024,
-            recv_queue: 1024,
             dead_peer_timeout: Duration::from_secs(30),
         }
     }

@@ -3,15 +3,19 @@
 //! [`Lane::Independent`] message gets a unidirectional stream of its own, so
 //! a slow large message never holds back small ones.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use rustls::pki_types::CertificateDer;
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::error::{FrameError, TransportError};
@@ -25,6 +29,10 @@ use crate::{BoxFuture, DialOptions, ListenOptions, PREAMBLE, Transport, Transpor
 
 /// ALPN protocol id of the edgehive link.
 pub const ALPN: &[u8] = b"edgehive/1";
+
+/// Independent streams each side may have open at once; a sender with
+/// more waits for one to finish.
+const INDEPENDENT_STREAMS: u32 = 16;
 
 /// How long a graceful close waits for the peer to take what was sent.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -112,7 +120,11 @@ fn quic_error(context: &str, err: impl std::fmt::Display) -> TransportError {
 
 fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig>, TransportError> {
     let mut config = quinn::TransportConfig::default();
-    config.max_concurrent_uni_streams(VarInt::from_u32(64));
+    // Independent messages in flight at once, each way. quinn sets up the
+    // state of every stream the peer may open when the connection starts
+    // (64 cost an idle session 3 KiB); 16 large messages in flight keep
+    // a link busy.
+    config.max_concurrent_uni_streams(VarInt::from_u32(INDEPENDENT_STREAMS));
     config.max_concurrent_bidi_streams(VarInt::from_u32(1));
     // No unreliable datagrams on this link: no buffer for them.
     config.datagram_receive_buffer_size(None);
@@ -123,28 +135,47 @@ fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig
     Ok(Arc::new(config))
 }
 
-/// Frames from the ordered stream, read in the receiver's own task (no
-/// hop per frame), and from every independent stream, merged as they
-/// come. The link ends with the ordered stream.
+/// The peer's next independent stream; `None` once the connection is gone.
+type Accepting = Pin<Box<dyn Future<Output = Option<RecvStream>> + Send>>;
+
+/// The one frame of an independent stream, being read.
+type Reading = Pin<Box<dyn Future<Output = Result<Bytes, TransportError>> + Send>>;
+
+/// Frames from the ordered stream and from every independent stream,
+/// merged as they come, all read in the receiver's own task: no hop per
+/// frame, and no task or queue per link for streams that may never come
+/// (an idle node session pays for neither). Independent streams are read
+/// while the receiver waits for frames; one it is not taking holds the
+/// peer back through QUIC's own flow control. The link ends with the
+/// ordered stream.
 struct QuicSource {
     ordered: StreamSource<RecvStream>,
-    independent: mpsc::Receiver<Result<Bytes, TransportError>>,
-    /// No more independent streams will come.
-    independent_done: bool,
+    connection: Connection,
+    accepting: Option<Accepting>,
+    reading: FuturesUnordered<Reading>,
+    max_frame: usize,
+}
+
+fn accept_independent(connection: &Connection) -> Accepting {
+    let connection = connection.clone();
+    Box::pin(async move { connection.accept_uni().await.ok() })
 }
 
 impl FrameSource for QuicSource {
-    fn poll_frame(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<Option<Bytes>, TransportError>> {
-        use std::task::Poll;
-        if !self.independent_done {
-            match self.independent.poll_recv(cx) {
-                Poll::Ready(Some(frame)) => return Poll::Ready(frame.map(Some)),
-                Poll::Ready(None) => self.independent_done = true,
-                Poll::Pending => {}
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
+        while let Some(accepting) = self.accepting.as_mut() {
+            match accepting.as_mut().poll(cx) {
+                Poll::Ready(Some(recv)) => {
+                    self.reading
+                        .push(Box::pin(read_independent(recv, self.max_frame)));
+                    self.accepting = Some(accept_independent(&self.connection));
+                }
+                Poll::Ready(None) => self.accepting = None,
+                Poll::Pending => break,
             }
+        }
+        if let Poll::Ready(Some(frame)) = self.reading.poll_next_unpin(cx) {
+            return Poll::Ready(frame.map(Some));
         }
         self.ordered.poll_frame(cx)
     }
@@ -167,22 +198,13 @@ async fn read_independent(mut recv: RecvStream, max: usize) -> Result<Bytes, Tra
     Ok(Bytes::from(frame))
 }
 
-fn spawn_readers(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicSource {
-    let (frames, independent) = mpsc::channel(limits.recv_queue.max(1));
-    let max = limits.max_frame;
-    tokio::spawn(async move {
-        while let Ok(recv) = connection.accept_uni().await {
-            let frames = frames.clone();
-            tokio::spawn(async move {
-                let frame = read_independent(recv, max).await;
-                let _ = frames.send(frame).await;
-            });
-        }
-    });
+fn source(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicSource {
     QuicSource {
-        ordered: StreamSource::new(ordered, max),
-        independent,
-        independent_done: false,
+        ordered: StreamSource::new(ordered, limits.max_frame),
+        accepting: Some(accept_independent(&connection)),
+        connection,
+        reading: FuturesUnordered::new(),
+        max_frame: limits.max_frame,
     }
 }
 
@@ -239,7 +261,7 @@ fn into_link(connection: Connection, send: SendStream, recv: RecvStream, limits:
         connection.remote_address().to_string(),
         chain.as_deref().map(Vec::as_slice),
     );
-    let source = spawn_readers(connection.clone(), recv, limits);
+    let source = source(connection.clone(), recv, limits);
     let sink = QuicSink {
         connection,
         ordered: StreamSink::new(send),

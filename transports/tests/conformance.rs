@@ -475,6 +475,59 @@ conformance!(
     ]
 );
 
+/// Over QUIC a large message on its own stream does not hold back the
+/// small ordered messages sent after it, and more independent messages
+/// than may be open at once all arrive (the sender waits for streams).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_a_large_independent_message_holds_back_no_ordered_one() {
+    let rig = Rig::new(TransportKind::Quic);
+    let mut listener = rig.listen().await;
+    let (client, mut server) = rig.pair(&mut listener).await;
+    let large = sized(8 * 1024 * 1024);
+    client
+        .sender
+        .send_on(&large, Lane::Independent)
+        .await
+        .expect("send large");
+    for n in 0..20 {
+        client
+            .sender
+            .send(&numbered(0, n))
+            .await
+            .expect("send small");
+    }
+    let mut small = 0;
+    loop {
+        let msg = within(server.receiver.recv())
+            .await
+            .expect("open")
+            .expect("message");
+        if msg.id() == large.id() {
+            break;
+        }
+        small += 1;
+    }
+    assert_eq!(small, 20, "every small message came before the large one");
+
+    // Twice as many independent messages as may be open at once.
+    for n in 0..32 {
+        client
+            .sender
+            .send_on(&numbered(1, n), Lane::Independent)
+            .await
+            .expect("send");
+    }
+    let mut seen = HashSet::new();
+    for _ in 0..32 {
+        let msg = within(server.receiver.recv())
+            .await
+            .expect("open")
+            .expect("message");
+        assert!(seen.insert(msg.content()["n"].as_u64()), "duplicate");
+    }
+    assert_eq!(seen.len(), 32);
+}
+
 /// A WebSocket upgrade carries the dialer's headers to the accepting side
 /// (KubeEdge's edges name themselves there), over mutual TLS.
 #[tokio::test]
