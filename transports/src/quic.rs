@@ -16,6 +16,7 @@ use futures_util::stream::FuturesUnordered;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use rustls::pki_types::CertificateDer;
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::error::{FrameError, TransportError};
@@ -33,6 +34,10 @@ pub const ALPN: &[u8] = b"edgehive/1";
 /// Independent streams each side may have open at once; a sender with
 /// more waits for one to finish.
 const INDEPENDENT_STREAMS: u32 = 16;
+
+/// Independent messages a link's writer hands off before it waits: four
+/// times the streams that may be open, so a few slow ones do not stop it.
+const OUTSTANDING_INDEPENDENT: usize = 4 * INDEPENDENT_STREAMS as usize;
 
 /// How long a graceful close waits for the peer to take what was sent.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -135,47 +140,52 @@ fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig
     Ok(Arc::new(config))
 }
 
-/// The peer's next independent stream; `None` once the connection is gone.
-type Accepting = Pin<Box<dyn Future<Output = Option<RecvStream>> + Send>>;
+/// What the receiver waits for besides the ordered stream: the peer's next
+/// independent stream (`None` once the connection is gone), or the one
+/// frame of an independent stream being read.
+enum Independent {
+    Opened(Option<RecvStream>),
+    Frame(Result<Bytes, TransportError>),
+}
 
-/// The one frame of an independent stream, being read.
-type Reading = Pin<Box<dyn Future<Output = Result<Bytes, TransportError>> + Send>>;
+type IndependentFuture = Pin<Box<dyn Future<Output = Independent> + Send>>;
 
 /// Frames from the ordered stream and from every independent stream,
 /// merged as they come, all read in the receiver's own task: no hop per
 /// frame, and no task or queue per link for streams that may never come
 /// (an idle node session pays for neither). Independent streams are read
 /// while the receiver waits for frames; one it is not taking holds the
-/// peer back through QUIC's own flow control. The link ends with the
-/// ordered stream.
+/// peer back through QUIC's own flow control. Waiting for the next stream
+/// sits in the same set as the reads, which is polled only when one of
+/// them was woken: a frame on the ordered stream costs no look at quinn's
+/// connection state. The link ends with the ordered stream.
 struct QuicSource {
     ordered: StreamSource<RecvStream>,
     connection: Connection,
-    accepting: Option<Accepting>,
-    reading: FuturesUnordered<Reading>,
+    independent: FuturesUnordered<IndependentFuture>,
     max_frame: usize,
 }
 
-fn accept_independent(connection: &Connection) -> Accepting {
+fn accept_independent(connection: &Connection) -> IndependentFuture {
     let connection = connection.clone();
-    Box::pin(async move { connection.accept_uni().await.ok() })
+    Box::pin(async move { Independent::Opened(connection.accept_uni().await.ok()) })
 }
 
 impl FrameSource for QuicSource {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
-        while let Some(accepting) = self.accepting.as_mut() {
-            match accepting.as_mut().poll(cx) {
-                Poll::Ready(Some(recv)) => {
-                    self.reading
-                        .push(Box::pin(read_independent(recv, self.max_frame)));
-                    self.accepting = Some(accept_independent(&self.connection));
+        while let Poll::Ready(Some(next)) = self.independent.poll_next_unpin(cx) {
+            match next {
+                Independent::Frame(frame) => return Poll::Ready(frame.map(Some)),
+                Independent::Opened(Some(recv)) => {
+                    let max = self.max_frame;
+                    self.independent.push(Box::pin(async move {
+                        Independent::Frame(read_independent(recv, max).await)
+                    }));
+                    self.independent.push(accept_independent(&self.connection));
                 }
-                Poll::Ready(None) => self.accepting = None,
-                Poll::Pending => break,
+                // The connection is gone; the ordered stream ends too.
+                Independent::Opened(None) => {}
             }
-        }
-        if let Poll::Ready(Some(frame)) = self.reading.poll_next_unpin(cx) {
-            return Poll::Ready(frame.map(Some));
         }
         self.ordered.poll_frame(cx)
     }
@@ -191,19 +201,25 @@ async fn read_independent(mut recv: RecvStream, max: usize) -> Result<Bytes, Tra
     if len > max {
         return Err(FrameError::TooLarge { len, max }.into());
     }
-    let mut frame = vec![0u8; len];
-    recv.read_exact(&mut frame)
+    // Memory grows with what arrives, not with what the header claims: a
+    // peer that sends a header and stalls holds no frame-sized buffer.
+    let frame = recv
+        .read_to_end(len)
         .await
         .map_err(|e| quic_error("independent stream", e))?;
+    if frame.len() != len {
+        return Err(FrameError::Protocol("truncated independent stream".into()).into());
+    }
     Ok(Bytes::from(frame))
 }
 
 fn source(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicSource {
+    let independent = FuturesUnordered::new();
+    independent.push(accept_independent(&connection));
     QuicSource {
         ordered: StreamSource::new(ordered, limits.max_frame),
-        accepting: Some(accept_independent(&connection)),
         connection,
-        reading: FuturesUnordered::new(),
+        independent,
         max_frame: limits.max_frame,
     }
 }
@@ -211,6 +227,11 @@ fn source(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicS
 struct QuicSink {
     connection: Connection,
     ordered: StreamSink<SendStream>,
+    /// Independent messages handed off and not yet written: the writer
+    /// waits only when [`OUTSTANDING_INDEPENDENT`] are, not whenever the
+    /// peer has no stream free, so ordered messages are not held back by
+    /// independent ones waiting for a stream.
+    outstanding: Arc<Semaphore>,
 }
 
 impl FrameSink for QuicSink {
@@ -218,17 +239,31 @@ impl FrameSink for QuicSink {
         match lane {
             Lane::Ordered => self.ordered.write_frame(frame, lane).await,
             Lane::Independent => {
-                let mut stream = self
-                    .connection
-                    .open_uni()
+                if let Some(reason) = self.connection.close_reason() {
+                    return Err(quic_error("open stream", reason));
+                }
+                let permit = self
+                    .outstanding
+                    .clone()
+                    .acquire_owned()
                     .await
-                    .map_err(|e| quic_error("open stream", e))?;
+                    .map_err(|_| TransportError::Closed)?;
                 // The stream proceeds on its own; the writer moves on.
+                let connection = self.connection.clone();
                 tokio::spawn(async move {
-                    if let Err(err) = write_prefixed(&mut stream, &frame).await {
+                    let _permit = permit;
+                    let written = async {
+                        let mut stream = connection
+                            .open_uni()
+                            .await
+                            .map_err(|e| quic_error("open stream", e))?;
+                        write_prefixed(&mut stream, &frame).await?;
+                        let _ = stream.finish();
+                        Ok::<_, TransportError>(())
+                    };
+                    if let Err(err) = written.await {
                         debug!(error = %err, "independent stream write failed");
                     }
-                    let _ = stream.finish();
                 });
                 Ok(())
             }
@@ -265,6 +300,7 @@ fn into_link(connection: Connection, send: SendStream, recv: RecvStream, limits:
     let sink = QuicSink {
         connection,
         ordered: StreamSink::new(send),
+        outstanding: Arc::new(Semaphore::new(OUTSTANDING_INDEPENDENT)),
     };
     spawn_link(peer, source, sink, limits, Codec::MessagePack)
 }
