@@ -24,6 +24,9 @@ use crate::report::Report;
 
 const KEEPALIVE: Duration = Duration::from_secs(60);
 
+/// Dials a simulated node makes before it gives up.
+const DIAL_ATTEMPTS: u64 = 10;
+
 pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -130,11 +133,21 @@ pub fn child_main(
             let dialing = dialing.clone();
             tokio::spawn(async move {
                 let permit = dialing.acquire_owned().await;
-                let mut link = match transport.dial(&dial).await {
-                    Ok(link) => link,
-                    Err(err) => {
-                        eprintln!("node {i}: {err}");
-                        return;
+                // Dialled again after a refusal, as an edgehub would (a
+                // cloud busy accepting thousands lets its backlog fill).
+                let mut attempt = 0;
+                let mut link = loop {
+                    match transport.dial(&dial).await {
+                        Ok(link) => break link,
+                        Err(err) if attempt < DIAL_ATTEMPTS => {
+                            attempt += 1;
+                            tracing::debug!(node = i, %err, attempt, "dialling again");
+                            tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+                        }
+                        Err(err) => {
+                            eprintln!("node {i}: {err}");
+                            return;
+                        }
                     }
                 };
                 if link.sender.send(&dialect.opener(&node_name(i))).await.is_err() {
