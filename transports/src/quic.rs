@@ -42,13 +42,16 @@ const OUTSTANDING_INDEPENDENT: usize = 4 * INDEPENDENT_STREAMS as usize;
 /// How long a graceful close waits for the peer to take what was sent.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-/// The QUIC transport. Dials share one client endpoint (one UDP socket).
+/// The QUIC transport. Dials share one client endpoint (one UDP socket) per
+/// address family.
 #[derive(Debug, Default)]
 pub struct Quic {
     /// Idle time after which QUIC itself drops a silent connection
     /// (the hub's keepalive normally notices first).
     pub idle_timeout: Option<Duration>,
-    client: Mutex<Option<Endpoint>>,
+    /// The IPv4 and the IPv6 client endpoint, each bound on first use: an
+    /// endpoint bound for one family cannot reach a peer of the other.
+    client: Mutex<[Option<Endpoint>; 2]>,
 }
 
 /// Kernel buffer asked for on each QUIC UDP socket, each way. A cloud's one
@@ -306,9 +309,11 @@ fn into_link(connection: Connection, send: SendStream, recv: RecvStream, limits:
 }
 
 impl Quic {
-    /// The shared client endpoint, bound on first use.
+    /// The shared client endpoint of `peer`'s address family, bound on
+    /// first use.
     fn client_endpoint(&self, peer: SocketAddr) -> Result<Endpoint, TransportError> {
-        let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut clients = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        let client = &mut clients[usize::from(peer.is_ipv6())];
         if let Some(endpoint) = client.as_ref() {
             return Ok(endpoint.clone());
         }

@@ -537,6 +537,30 @@ async fn quic_a_large_independent_message_holds_back_no_ordered_one() {
     assert_eq!(seen.len(), 32);
 }
 
+/// One QUIC transport dials an IPv4 peer and then an IPv6 one: its dials
+/// share an endpoint per address family, not the first one it bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_dials_both_address_families() {
+    let rig = Rig::new(TransportKind::Quic);
+    let mut v4 = rig.listen().await;
+    let mut v6_options = rig.listen.clone();
+    v6_options.address = "[::1]:0".into();
+    let Ok(mut v6) = rig.transport.listen(&v6_options).await else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    for listener in [&mut v4, &mut v6] {
+        let client = rig.dial(listener).await;
+        let mut server = within(listener.accept()).await.expect("accepted");
+        client.sender.send(&numbered(0, 1)).await.expect("send");
+        let got = within(server.receiver.recv())
+            .await
+            .expect("open")
+            .expect("message");
+        assert_eq!(got.content()["n"], 1);
+    }
+}
+
 /// A WebSocket upgrade carries the dialer's headers to the accepting side
 /// (KubeEdge's edges name themselves there), over mutual TLS.
 #[tokio::test]
