@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Rig, assert_ends, numbered, sized, within};
+use common::{Rig, assert_ends, next_message, numbered, receive_distinct, sized, within};
 use transports::{FrameError, Lane, Limits, TransportError, TransportKind};
 
 async fn round_trip(kind: TransportKind) {
@@ -16,18 +15,12 @@ async fn round_trip(kind: TransportKind) {
     let (client, mut server) = rig.pair(&mut listener).await;
     let request = numbered(0, 1);
     client.sender.send(&request).await.expect("send");
-    let got = within(server.receiver.recv())
-        .await
-        .expect("open")
-        .expect("message");
+    let got = next_message(&mut server.receiver).await;
     assert_eq!(got, request);
     let reply = got.response("cloud", serde_json::json!("pong"));
     server.sender.send(&reply).await.expect("reply");
     let mut client_rx = client.receiver;
-    let back = within(client_rx.recv())
-        .await
-        .expect("open")
-        .expect("message");
+    let back = next_message(&mut client_rx).await;
     assert_eq!(back.parent_id(), Some(request.id()));
     if kind == TransportKind::UnixSocket {
         assert!(
@@ -56,10 +49,7 @@ async fn order_within_the_ordered_stream(kind: TransportKind) {
         }
     });
     for n in 0..1_000u64 {
-        let msg = within(server.receiver.recv())
-            .await
-            .expect("open")
-            .expect("message");
+        let msg = next_message(&mut server.receiver).await;
         assert_eq!(msg.content()["n"], n);
     }
 }
@@ -84,15 +74,7 @@ async fn concurrent_messages_arrive_exactly_once(kind: TransportKind) {
             }
         });
     }
-    let mut seen = HashSet::new();
-    for _ in 0..1_000 {
-        let msg = within(server.receiver.recv())
-            .await
-            .expect("open")
-            .expect("message");
-        let key = (msg.content()["from"].as_u64(), msg.content()["n"].as_u64());
-        assert!(seen.insert(key), "duplicate {key:?}");
-    }
+    let seen = receive_distinct(&mut server.receiver, 1_000).await;
     assert_eq!(seen.len(), 1_000);
     // Nothing beyond the thousand: closing the client ends the stream.
     client.sender.close().await;
@@ -122,10 +104,7 @@ async fn frame_limit(kind: TransportKind) {
         .send(&under)
         .await
         .expect("just under the limit");
-    let got = within(server.receiver.recv())
-        .await
-        .expect("open")
-        .expect("message");
+    let got = next_message(&mut server.receiver).await;
     assert_eq!(got, under);
 
     // A peer with a larger limit sending more than the receiver allows:
@@ -151,10 +130,7 @@ async fn frame_limit(kind: TransportKind) {
 
     // The first connection and the listener are unaffected.
     client.sender.send(&numbered(0, 7)).await.expect("send");
-    let got = within(server.receiver.recv())
-        .await
-        .expect("open")
-        .expect("message");
+    let got = next_message(&mut server.receiver).await;
     assert_eq!(got.content()["n"], 7);
 }
 
@@ -179,10 +155,7 @@ async fn a_garbled_frame_closes_only_its_connection(kind: TransportKind) {
     assert_ends(&mut bad_rx).await;
 
     good.sender.send(&numbered(1, 1)).await.expect("send");
-    let got = within(good_server.receiver.recv())
-        .await
-        .expect("open")
-        .expect("message");
+    let got = next_message(&mut good_server.receiver).await;
     assert_eq!(got.content()["from"], 1);
     // And the listener still accepts.
     let (third, mut third_server) = rig.pair(&mut listener).await;
@@ -368,10 +341,7 @@ async fn pings_are_answered_where_the_transport_has_them(kind: TransportKind) {
     let request = numbered(0, 1);
     client.sender.send(&request).await.expect("send");
     // The server reads the ping (its pong goes out first), then the request.
-    let got = within(server.receiver.recv())
-        .await
-        .expect("open")
-        .expect("message");
+    let got = next_message(&mut server.receiver).await;
     server
         .sender
         .send(&got.response("cloud", serde_json::json!("ok")))
@@ -396,10 +366,7 @@ async fn written_and_backlog_count_what_the_connection_took(kind: TransportKind)
         client.sender.send(&numbered(0, n)).await.expect("send");
     }
     for _ in 0..3 {
-        within(server.receiver.recv())
-            .await
-            .expect("open")
-            .expect("message");
+        next_message(&mut server.receiver).await;
     }
     assert_eq!(client.sender.written(), 3);
     assert_eq!(client.sender.backlog(), 0);
@@ -500,10 +467,7 @@ async fn quic_a_large_independent_message_holds_back_no_ordered_one() {
     // small ones were sent right after it: they do not wait for it.
     let (mut before_large, mut small, mut large_seen) = (0, 0, false);
     while small < 20 || !large_seen {
-        let msg = within(server.receiver.recv())
-            .await
-            .expect("open")
-            .expect("message");
+        let msg = next_message(&mut server.receiver).await;
         if msg.id() == large.id() {
             large_seen = true;
         } else {
@@ -526,14 +490,7 @@ async fn quic_a_large_independent_message_holds_back_no_ordered_one() {
             .await
             .expect("send");
     }
-    let mut seen = HashSet::new();
-    for _ in 0..32 {
-        let msg = within(server.receiver.recv())
-            .await
-            .expect("open")
-            .expect("message");
-        assert!(seen.insert(msg.content()["n"].as_u64()), "duplicate");
-    }
+    let seen = receive_distinct(&mut server.receiver, 32).await;
     assert_eq!(seen.len(), 32);
 }
 
@@ -553,10 +510,7 @@ async fn quic_dials_both_address_families() {
         let client = rig.dial(listener).await;
         let mut server = within(listener.accept()).await.expect("accepted");
         client.sender.send(&numbered(0, 1)).await.expect("send");
-        let got = within(server.receiver.recv())
-            .await
-            .expect("open")
-            .expect("message");
+        let got = next_message(&mut server.receiver).await;
         assert_eq!(got.content()["n"], 1);
     }
 }

@@ -2,6 +2,7 @@
 //! socket paths, and dial options pointing at them, for every transport.
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -146,6 +147,30 @@ pub async fn within<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(20), f)
         .await
         .expect("hung for 20 s")
+}
+
+/// The next message on `receiver`, within the test's time limit; panics
+/// if the link ended or refused what came.
+pub async fn next_message(receiver: &mut transports::LinkReceiver) -> Message {
+    within(receiver.recv())
+        .await
+        .expect("open")
+        .expect("message")
+}
+
+/// The next `count` [`numbered`] messages, each a different one: panics on
+/// a duplicate. Their `(from, n)` keys.
+pub async fn receive_distinct(
+    receiver: &mut transports::LinkReceiver,
+    count: usize,
+) -> HashSet<(Option<u64>, Option<u64>)> {
+    let mut seen = HashSet::new();
+    for _ in 0..count {
+        let msg = next_message(receiver).await;
+        let key = (msg.content()["from"].as_u64(), msg.content()["n"].as_u64());
+        assert!(seen.insert(key), "duplicate {key:?}");
+    }
+    seen
 }
 
 /// Waits for the link to end: no further message, at most an error (a
