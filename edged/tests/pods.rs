@@ -895,8 +895,10 @@ async fn init_containers_run_in_order_before_the_containers_and_startup_gates_re
     staged["spec"]["containers"][0]["volumeMounts"] =
         json!([{"name": "work", "mountPath": "/work"}]);
     // Startup passes once the file exists; until then the pod is not Ready.
+    // Five minutes of failures allowed: the test, not the probe, decides
+    // when the file appears, and a loaded machine may be slow to get there.
     staged["spec"]["containers"][0]["startupProbe"] = json!({
-        "exec": {"command": ["test", "-f", "/tmp/started"]}, "periodSeconds": 1, "failureThreshold": 30
+        "exec": {"command": ["test", "-f", "/tmp/started"]}, "periodSeconds": 1, "failureThreshold": 300
     });
     edge.send(operation::INSERT, &staged, 1).await;
     let status = edge

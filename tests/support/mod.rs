@@ -72,36 +72,9 @@ impl Drop for Process {
     }
 }
 
-/// A port free now (for TCP and UDP), below the kernel's ephemeral range.
-/// These tests stop and start processes on the same ports; a port from the
-/// ephemeral range may meanwhile become any other test's outgoing source
-/// port (an end-to-end run lost its restarted cloud's metrics port so).
-/// Below the range only this function hands ports out: at random, and never
-/// the same port twice in one test binary.
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let below = ephemeral_range_start().max(11_000);
-    loop {
-        let port = fastrand::u16(10_000..below);
-        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok();
-        if free && !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
-}
-
-/// The first port the kernel picks for `bind(0)` and outgoing connections.
-fn ephemeral_range_start() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
-}
+/// A loopback port no concurrent test is handed: these tests stop and
+/// start processes on the same ports.
+pub use transports::testing::free_port;
 
 /// Polls `check` every 100 ms for up to a minute (for state that only a
 /// poll can see, such as a file that a process writes).

@@ -46,6 +46,8 @@ mod link;
 mod listener;
 #[cfg(any(feature = "quic", feature = "uds"))]
 mod stream;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -258,8 +258,10 @@ async fn mutual_tls_refuses_wrong_and_missing_client_certificates(kind: Transpor
 }
 
 async fn a_stalled_handshake_holds_up_nobody(kind: TransportKind) {
+    // The real client's handshake, under the same limit, must finish in
+    // time on a loaded machine too.
     let limits = Limits {
-        handshake_timeout: Duration::from_millis(300),
+        handshake_timeout: Duration::from_secs(2),
         ..Limits::default()
     };
     let rig = Rig::with_limits(kind, limits);

@@ -99,7 +99,13 @@ async fn messages_cross_both_ways_and_bad_input_stops_nothing(address: SocketAdd
         )
         .await
         .expect("publish");
-    let broken = next(&mut twin, "broken JSON").await;
+    // Copies of the repeated first report may still be on their way.
+    let broken = loop {
+        let msg = next(&mut twin, "broken JSON").await;
+        if msg.content()["event_id"] != "e1" {
+            break msg;
+        }
+    };
     assert_eq!(broken.content(), &json!("{not json"));
 
     // An oversized payload: the broker drops that client, nobody else, and

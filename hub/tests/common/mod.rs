@@ -53,7 +53,8 @@ impl World {
                 ))
                 .to_string_lossy()
                 .into_owned(),
-            _ => "127.0.0.1:0".to_owned(),
+            // A held port: some tests restart the cloud on it.
+            _ => transports::testing::free_address(),
         }
     }
 

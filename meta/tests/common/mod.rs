@@ -16,6 +16,7 @@ use meta::controller::{
 };
 use meta::{EdgeStore, MetaManager, MetaServer, MetaServerHandle};
 use tokio::sync::{mpsc, watch};
+use transports::testing::free_address;
 use transports::tls::{self, DevPki};
 use transports::{DialOptions, ListenOptions, TransportKind};
 
@@ -47,13 +48,13 @@ impl Cloud {
     pub async fn start() -> Cloud {
         let dir = tempfile::tempdir().expect("dir");
         let pki = DevPki::new("meta test CA").expect("CA");
-        Cloud::start_with(pki, dir, "127.0.0.1:0").await
+        Cloud::start_with(pki, dir, &free_address()).await
     }
 
     /// A cloud with `pki`, its stores in `dir`, cloudhub on `listen` (and
     /// in KubeEdge's dialect on a fresh port).
     pub async fn start_with(pki: DevPki, dir: tempfile::TempDir, listen: &str) -> Cloud {
-        Cloud::start_on(pki, dir, listen, "127.0.0.1:0").await
+        Cloud::start_on(pki, dir, listen, &free_address()).await
     }
 
     /// A fresh cloud that sends a KubeEdge node's unacknowledged objects
@@ -61,7 +62,7 @@ impl Cloud {
     pub async fn start_resending_after(after: Duration) -> Cloud {
         let dir = tempfile::tempdir().expect("dir");
         let pki = DevPki::new("meta test CA").expect("CA");
-        Cloud::start_full(pki, dir, "127.0.0.1:0", "127.0.0.1:0", after).await
+        Cloud::start_full(pki, dir, &free_address(), &free_address(), after).await
     }
 
     /// Like [`Cloud::start_with`], KubeEdge's endpoint on `kubeedge_listen`.

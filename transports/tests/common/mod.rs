@@ -58,7 +58,8 @@ impl Rig {
                 ))
                 .to_string_lossy()
                 .into_owned(),
-            _ => "127.0.0.1:0".to_owned(),
+            // A held port: some tests restart the listener on it.
+            _ => transports::testing::free_address(),
         };
         let mut listen = ListenOptions::new(address).with_limits(limits);
         let mut client = None;

@@ -20,7 +20,7 @@ pub struct Mosquitto {
 
 impl Mosquitto {
     pub fn start(max_packet: usize) -> Mosquitto {
-        let address = free_address();
+        let address = SocketAddr::from(([127, 0, 0, 1], transports::testing::free_port()));
         let dir = tempfile::tempdir().expect("dir");
         let config = dir.path().join("mosquitto.conf");
         std::fs::write(
@@ -41,7 +41,11 @@ impl Mosquitto {
             .expect("mosquitto (run ./scripts/setup-mqtt)");
         // Up once it accepts connections (it says so nowhere else).
         let deadline = std::time::Instant::now() + WAIT;
+        let mut child = child;
         while std::net::TcpStream::connect(address).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("mosquitto exited: {status}");
+            }
             assert!(
                 std::time::Instant::now() < deadline,
                 "mosquitto never listened"
@@ -61,12 +65,6 @@ impl Drop for Mosquitto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-pub fn free_address() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
 }
 
 /// A client standing in for a mapper; returns once it is connected (and
