@@ -5,52 +5,62 @@
 //! a listener and starts it again on the same port (a cloud restart): in
 //! between, the kernel may give that port to any other process as a
 //! listener's or an outgoing connection's port. Ports from here lie below
-//! the kernel's ephemeral range, so the kernel hands them to nobody, and
-//! each is held for its process by a lock on a file named after it, so
-//! another test process skips it.
+//! the kernel's ephemeral range (where it starts above 21,000, as it does
+//! by default), so the kernel hands them to nobody, and each is held for its
+//! process by a lock on a file named after it, so another test process
+//! skips it.
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::hash::{BuildHasher, RandomState};
 use std::net::{Ipv4Addr, TcpListener, UdpSocket};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 /// The locks this process holds, by port; released when it exits.
 static HELD: Mutex<BTreeMap<u16, File>> = Mutex::new(BTreeMap::new());
 
-/// Lowest port handed out.
-const LOWEST: u16 = 10_000;
+/// Lowest port handed out: above the defaults of cloudcore and edgecore.
+const LOWEST: u16 = 20_000;
 
 /// A loopback port free for TCP and UDP, held for this process until it
 /// exits: no other caller of this function, in this process or another,
 /// gets it meanwhile.
 ///
 /// # Panics
-/// When the directory of lock files cannot be made (a test helper: a
-/// machine without a writable temporary directory cannot run the tests).
+/// When the directory of lock files cannot be made, or no port of the
+/// range is free (a test helper: such a machine cannot run the tests).
 pub fn free_port() -> u16 {
     let dir = lock_dir();
-    let below = ephemeral_range_start().max(LOWEST + 1_000);
-    let random = RandomState::new();
+    let span = ephemeral_range_start().max(LOWEST + 1_000) - LOWEST;
+    let start = RandomState::new().hash_one(std::process::id()) % u64::from(span);
     let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut attempt = 0u64;
-    loop {
-        attempt += 1;
-        let span = u64::from(below - LOWEST);
-        let port = LOWEST + u16::try_from(random.hash_one(attempt) % span).unwrap_or(0);
+    // Once round the range from a random start.
+    for step in 0..span {
+        let offset = (start + u64::from(step)) % u64::from(span);
+        let port = LOWEST + u16::try_from(offset).unwrap_or(0);
         if held.contains_key(&port) {
             continue;
         }
-        let Ok(file) = File::create(dir.join(port.to_string())) else {
+        // Never truncated, and one that is not ours to write is skipped.
+        let Ok(file) = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(port.to_string()))
+        else {
             continue;
         };
-        if file.try_lock().is_err() || !bindable(port) {
-            continue;
+        if file.try_lock().is_ok() && bindable(port) {
+            held.insert(port, file);
+            return port;
         }
-        held.insert(port, file);
-        return port;
     }
+    panic!(
+        "no free port from {LOWEST} on (lock files in {})",
+        dir.display()
+    )
 }
 
 /// `127.0.0.1:` and a port from [`free_port`].
@@ -58,9 +68,10 @@ pub fn free_address() -> String {
     format!("127.0.0.1:{}", free_port())
 }
 
-/// Where the lock files live, made if missing.
+/// Where the lock files live, made if missing: one directory per user.
 fn lock_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join("edgehive-test-ports");
+    let user = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    let dir = std::env::temp_dir().join(format!("edgehive-test-ports-{user}"));
     if let Err(err) = std::fs::create_dir_all(&dir) {
         panic!("{}: {err}", dir.display());
     }
@@ -104,7 +115,7 @@ mod tests {
         let port = free_port();
         // Another process's lock, as seen from here: a second open file
         // description cannot take it either.
-        let other = File::create(lock_dir().join(port.to_string())).expect("open");
+        let other = File::open(lock_dir().join(port.to_string())).expect("open");
         assert!(other.try_lock().is_err(), "port {port} was not held");
     }
 }

@@ -32,7 +32,7 @@ impl Mosquitto {
             ),
         )
         .expect("config");
-        let child = std::process::Command::new("mosquitto")
+        let mut child = std::process::Command::new("mosquitto")
             .arg("-c")
             .arg(&config)
             .stdout(std::process::Stdio::null())
@@ -41,15 +41,14 @@ impl Mosquitto {
             .expect("mosquitto (run ./scripts/setup-mqtt)");
         // Up once it accepts connections (it says so nowhere else).
         let deadline = std::time::Instant::now() + WAIT;
-        let mut child = child;
         while std::net::TcpStream::connect(address).is_err() {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("mosquitto exited: {status}");
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "mosquitto never listened"
-            );
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!("mosquitto never listened on {address}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         Mosquitto {
