@@ -50,8 +50,10 @@ async fn a_long_gone_node_leaves_memory_and_gets_everything_when_it_returns() {
     let config = CloudHubConfig {
         endpoints: vec![world.endpoint(&address)],
         keepalive: KEEPALIVE,
-        // Checked every second (a quarter of this, at least a second).
-        evict_after: Duration::from_millis(100),
+        // Checked every second (a quarter of this, at least a second). Long
+        // enough that all fifty are held before the first may go (a
+        // shorter time could evict some mid-way, and 50 would never show).
+        evict_after: Duration::from_secs(1),
         store: Some(world.path("cloud.redb")),
         ..CloudHubConfig::default()
     };
