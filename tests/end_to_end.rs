@@ -19,7 +19,7 @@ use std::time::Duration;
 use edged::Cri;
 use edged::cri::api;
 use serde_json::Value;
-use support::{Process, ctl, free_port, join_node, tempfile_dir, until};
+use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
 
 mod support;
 
@@ -181,15 +181,15 @@ fn the_system_end_to_end(transport: &str) {
 
     let hub = match transport {
         "uds" => format!("{dir}/cloudhub.sock"),
-        _ => format!("127.0.0.1:{}", free_port()),
+        _ => free_address(),
     };
-    let certs = format!("127.0.0.1:{}", free_port());
-    let admin = format!("127.0.0.1:{}", free_port());
-    let cloud_metrics = format!("127.0.0.1:{}", free_port());
-    let metaserver = format!("127.0.0.1:{}", free_port());
-    let broker = format!("127.0.0.1:{}", free_port());
-    let edge_metrics = format!("127.0.0.1:{}", free_port());
-    let edged_server = format!("127.0.0.1:{}", free_port());
+    let certs = free_address();
+    let admin = free_address();
+    let cloud_metrics = free_address();
+    let metaserver = free_address();
+    let broker = free_address();
+    let edge_metrics = free_address();
+    let edged_server = free_address();
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
     // KubeEdge's dialect runs over WebSocket, on the cloud's KubeEdge endpoint.
     let (cloud_flag, edge_transport) = match transport {

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use support::{Process, ctl, free_port, join_node, tempfile_dir, until};
+use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
 
 mod support;
 
@@ -34,12 +34,12 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     let dir = tempfile_dir(name);
     let cloud_dir = format!("{dir}/cloud");
     let edge_dir = format!("{dir}/edge");
-    let hub = format!("127.0.0.1:{}", free_port());
-    let certs = format!("127.0.0.1:{}", free_port());
-    let admin = format!("127.0.0.1:{}", free_port());
-    let metaserver = format!("127.0.0.1:{}", free_port());
-    let cloud_metrics = format!("127.0.0.1:{}", free_port());
-    let edge_metrics = format!("127.0.0.1:{}", free_port());
+    let hub = free_address();
+    let certs = free_address();
+    let admin = free_address();
+    let metaserver = free_address();
+    let cloud_metrics = free_address();
+    let edge_metrics = free_address();
     let keepalive = keepalive_secs.to_string();
 
     let cloud = Process::start(

@@ -475,12 +475,12 @@ async fn run_link(
                     }
                     None => break,
                 };
-                last_seen = Instant::now();
                 if protocol::kind(&msg) == Kind::Payload {
                     deliver(msg, &sender, hive, config, stats).await;
-                    // Time spent here is ours, not the cloud's silence.
-                    last_seen = Instant::now();
                 }
+                // After delivering: time spent on it is ours, not the
+                // cloud's silence.
+                last_seen = Instant::now();
             }
             _ = cut.notified() => {
                 // Gone at once: nothing flushed, nothing said.

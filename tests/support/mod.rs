@@ -72,9 +72,9 @@ impl Drop for Process {
     }
 }
 
-/// A loopback port no concurrent test is handed: these tests stop and
-/// start processes on the same ports.
-pub use transports::testing::free_port;
+/// A loopback address whose port no concurrent test is handed: these
+/// tests stop and start processes on the same ports.
+pub use transports::testing::free_address;
 
 /// Polls `check` every 100 ms for up to a minute (for state that only a
 /// poll can see, such as a file that a process writes).

@@ -166,7 +166,6 @@ struct QuicSource {
     ordered: StreamSource<RecvStream>,
     connection: Connection,
     independent: FuturesUnordered<IndependentFuture>,
-    max_frame: usize,
 }
 
 fn accept_independent(connection: &Connection) -> IndependentFuture {
@@ -180,7 +179,7 @@ impl FrameSource for QuicSource {
             match next {
                 Independent::Frame(frame) => return Poll::Ready(frame.map(Some)),
                 Independent::Opened(Some(recv)) => {
-                    let max = self.max_frame;
+                    let max = self.ordered.max_frame();
                     self.independent.push(Box::pin(async move {
                         Independent::Frame(read_independent(recv, max).await)
                     }));
@@ -223,7 +222,6 @@ fn source(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicS
         ordered: StreamSource::new(ordered, limits.max_frame),
         connection,
         independent,
-        max_frame: limits.max_frame,
     }
 }
 

@@ -46,6 +46,13 @@ impl<R> StreamSource<R> {
             chunk: READ_CHUNK,
         }
     }
+
+    /// The largest frame this source accepts (QUIC reads its independent
+    /// streams within the same limit).
+    #[cfg(feature = "quic")]
+    pub(crate) fn max_frame(&self) -> usize {
+        self.decoder.max()
+    }
 }
 
 impl<R: AsyncRead + Unpin + Send + 'static> FrameSource for StreamSource<R> {
