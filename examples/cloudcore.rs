@@ -17,11 +17,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
+use cloud::{AdminApi, ControllerConfig, EdgeController, RedbDesiredStore};
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig, Dialect};
-use meta::controller::{AdminApi, ControllerConfig, EdgeController, RedbDesiredStore};
 use transports::{ListenOptions, TransportKind, tls};
 
 /// The cloud side of edgehive.

@@ -13,9 +13,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use apis::kinds::Kind;
 use clap::{Parser, Subcommand, ValueEnum};
-use meta::controller::AdminClient;
-use meta::kinds::Kind;
+use cloud::AdminClient;
 use serde_json::Value;
 
 /// kubectl for an edgehive cloud.
@@ -27,7 +27,7 @@ struct Args {
         long,
         global = true,
         env = "EDGEHIVE_ADMIN",
-        default_value = meta::controller::admin::DEFAULT_ADDRESS
+        default_value = cloud::admin::DEFAULT_ADDRESS
     )]
     server: String,
     #[command(subcommand)]

@@ -275,7 +275,7 @@ impl Default for CloudModules {
     fn default() -> Self {
         CloudModules {
             cloud_hub: CloudHubSection::default(),
-            admin: Listener::on(meta::controller::admin::DEFAULT_ADDRESS),
+            admin: Listener::on(cloud::admin::DEFAULT_ADDRESS),
             metrics: Listener::on(DEFAULT_CLOUD_METRICS),
         }
     }

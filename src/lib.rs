@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | (always) | [`beehive`]: the module runtime and message model |
 //! | `edge` | edgehub, metamanager, edged, devicetwin, eventbus |
-//! | `cloud` | cloudhub, edgecontroller, devicecontroller |
+//! | `cloud` | cloudhub, and the [`cloud`] control plane: edgecontroller, devicecontroller, desired-state backends, admin API |
 //! | `ws`, `quic`, `uds` | the transports |
 //! | `cli` | the binaries, and [`config`]: their configuration files |
 //!
@@ -15,16 +15,20 @@
 //! edgehive = { version = "0.1", default-features = false, features = ["edge", "quic"] }
 //! ```
 
+#[cfg(any(feature = "edge", feature = "cloud"))]
+pub use apis;
 pub use beehive;
+#[cfg(feature = "cloud")]
+pub use cloud;
 #[cfg(feature = "edge")]
 pub use edged;
 #[cfg(any(feature = "edge", feature = "cloud"))]
 pub use hub;
-#[cfg(any(feature = "edge", feature = "cloud"))]
+#[cfg(feature = "edge")]
 pub use meta;
 #[cfg(any(feature = "ws", feature = "quic", feature = "uds"))]
 pub use transports;
-#[cfg(any(feature = "edge", feature = "cloud"))]
+#[cfg(feature = "edge")]
 pub use twin;
 
 #[cfg(feature = "cli")]

@@ -282,7 +282,7 @@ pub fn serve(
     .shutdown_timeout(1)
     .bind(address)?;
     let bound = server.addrs();
-    meta::api::spawn_server("metrics", &bound, server.run())
+    apis::api::spawn_server("metrics", &bound, server.run())
 }
 
 #[cfg(test)]

@@ -158,7 +158,7 @@ fn node_ready(admin: &str, node: &str) -> Option<String> {
 }
 
 fn scrape(runtime: &tokio::runtime::Runtime, address: &str) -> String {
-    let client = meta::controller::AdminClient::new(address);
+    let client = cloud::AdminClient::new(address);
     let (_, body) = runtime
         .block_on(client.raw(hyper::Method::GET, "/metrics", None))
         .expect("metrics");
@@ -309,7 +309,7 @@ fn the_system_end_to_end(transport: &str) {
     edge.wait_for("metaserver ready", Duration::from_secs(30));
     // The restarted edged's own live view (its HTTP server), not what
     // the store held from before.
-    let edged_api = meta::controller::AdminClient::new(&edged_server);
+    let edged_api = cloud::AdminClient::new(&edged_server);
     until(
         "the restarted edged running the pod in the same container",
         || {

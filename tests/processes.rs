@@ -133,7 +133,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
         .build()
         .expect("runtime");
     // Watch the edge's own API first, so the pod's arrival is an event.
-    let metaserver = meta::controller::AdminClient::new(&pair.metaserver);
+    let metaserver = cloud::AdminClient::new(&pair.metaserver);
     let mut events = runtime
         .block_on(metaserver.watch("/api/v1/namespaces/default/pods"))
         .expect("watch");
@@ -196,7 +196,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     );
     // Both sides' metrics say so.
     let scrape = |address: &str| {
-        let client = meta::controller::AdminClient::new(address);
+        let client = cloud::AdminClient::new(address);
         let (status, body) = runtime
             .block_on(client.raw(hyper::Method::GET, "/metrics", None))
             .expect("metrics");

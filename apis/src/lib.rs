@@ -1,7 +1,18 @@
-//! API types edgehive carries that k8s-openapi does not have: KubeEdge's
-//! device CRDs (`devices.kubeedge.io/v1beta1` `Device` and `DeviceModel`),
-//! written from KubeEdge's public API definitions. They implement
-//! k8s-openapi's `Resource` traits, so lists and watch events of them are
-//! built the way the core kinds' are.
+//! edgehive's object model, shared by the cloud and the edge.
+//!
+//! - [`kinds`]: the Kubernetes kinds edgehive carries between cloud and
+//!   edge, their keys, and what references what (a pod its configmaps and
+//!   secrets, a device its model);
+//! - [`devices`]: KubeEdge's device CRDs (`devices.kubeedge.io/v1beta1`
+//!   `Device` and `DeviceModel`), written from KubeEdge's public API
+//!   definitions; they implement k8s-openapi's `Resource` traits, so lists
+//!   and watch events of them are built the way the core kinds' are;
+//! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
+//!   watch, `Status` errors), served by the edge's MetaServer and the
+//!   cloud's admin API alike.
 
+pub mod api;
 pub mod devices;
+pub mod kinds;
+
+pub use kinds::{Kind, ObjectKey};

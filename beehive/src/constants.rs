@@ -30,6 +30,10 @@ pub mod operation {
     pub const NODE_DISCONNECTED: &str = "disconnect";
 }
 
+/// The resource of an inventory query: every controlled object the edge
+/// holds, with its version (`{"<ns>/<type>/<name>": "<version>"}`).
+pub const INVENTORY: &str = "*/inventory";
+
 /// Resource types (the `<type>` in a resource string).
 pub mod resource_type {
     /// A pod.

@@ -22,11 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
+use cloud::desired::StoreFuture;
+use cloud::{ControllerConfig, DesiredError, DesiredStore, EdgeController, RedbDesiredStore};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig, EdgeHub, EdgeHubConfig};
-use meta::controller::desired::StoreFuture;
-use meta::controller::{
-    ControllerConfig, DesiredError, DesiredStore, EdgeController, RedbDesiredStore,
-};
 use meta::{EdgeStore, Kind, MetaManager, ObjectKey};
 use rumqttc::{AsyncClient, QoS};
 use serde_json::{Value, json};

@@ -1,23 +1,19 @@
-//! Metadata, both halves.
+//! The edge's metadata.
 //!
-//! Edge: [`MetaManager`] keeps every object the edge holds in [`EdgeStore`]
+//! [`MetaManager`] keeps every object the edge holds in [`EdgeStore`]
 //! (redb; writes batched on a thread of their own and confirmed only after
 //! their commit), so the edge keeps running with the cloud gone, and
 //! [`MetaServer`] serves those objects to local applications as a
 //! Kubernetes-shaped API.
 //!
-//! Cloud: [`controller::EdgeController`] holds the desired state behind
-//! [`controller::DesiredStore`], sends each node what it needs and takes
-//! its status; [`controller::AdminApi`] takes Kubernetes manifests.
+//! The cloud's half (the edgecontroller that sends what this stores) is the
+//! `cloud` crate; the object model both share is the `apis` crate.
 
-pub mod api;
-pub mod controller;
-pub mod kinds;
 pub mod metamanager;
 pub mod metaserver;
 pub mod store;
 
-pub use kinds::{Kind, ObjectKey};
+pub use apis::{Kind, ObjectKey};
 pub use metamanager::MetaManager;
 pub use metaserver::{MetaServer, MetaServerHandle};
 pub use store::{EdgeStore, Record, StoreChange, StoreError, WriteOutcome};

@@ -261,9 +261,9 @@ const CONTROLLED: [&str; 5] = [
     resource_type::DEVICE_MODEL,
 ];
 
-/// The resource of an inventory query: every controlled object the edge
-/// holds, with its version (`{"<ns>/<type>/<name>": "<version>"}`).
-pub const INVENTORY: &str = "*/inventory";
+/// The resource of an inventory query (shared with the cloud's
+/// edgecontroller, which asks it).
+pub use beehive::constants::INVENTORY;
 
 /// Confirms each write right after its commit, in order, and queues it for
 /// the module that acts on it; a slow module never holds up confirmations

@@ -19,9 +19,9 @@ use tracing::warn;
 
 use beehive::constants::resource_type;
 
-use crate::api::{self, ApiError, EventStream, ObjectSource};
-use crate::kinds::{Change, Kind, ObjectKey};
 use crate::store::{EdgeStore, StoreChange, StoreError};
+use apis::api::{self, ApiError, EventStream, ObjectSource};
+use apis::kinds::{Change, Kind, ObjectKey};
 
 /// The address MetaServer listens on by default (KubeEdge's port).
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10550";
@@ -187,7 +187,7 @@ impl ObjectSource for EdgeObjects {
                         }
                         Err(RecvError::Lagged(missed)) => {
                             warn!(missed, "a watcher fell behind; its watch ends");
-                            let line = api::event_line(&crate::kinds::expired_event(
+                            let line = api::event_line(&apis::kinds::expired_event(
                                 "the watch fell behind; list again",
                             ));
                             return Some((line, (changes, watch, true)));

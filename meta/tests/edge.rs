@@ -2,22 +2,28 @@
 //! real edgehub with no cloud behind it, a real HTTP client, and a process
 //! killed with SIGKILL in the middle of a write storm.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use beehive::constants::{group, module, operation};
+use beehive::testing::recorder;
 use beehive::{Hive, HiveConfig, Message};
-use common::{next, recorder};
+use cloud::AdminClient;
+use cloud::admin::client::ClientError;
 use futures_util::StreamExt;
 use hub::{EdgeHub, EdgeHubConfig};
-use meta::controller::AdminClient;
-use meta::controller::client::ClientError;
 use meta::{EdgeStore, MetaManager, MetaServer};
 use serde_json::{Value, json};
 use transports::{DialOptions, TransportKind};
+
+/// The next message, or a failure naming what was awaited.
+async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Message>, what: &str) -> Message {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        .unwrap_or_else(|| panic!("recorder gone while waiting for {what}"))
+}
 
 const WAIT: Duration = Duration::from_secs(20);
 

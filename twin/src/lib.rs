@@ -3,7 +3,7 @@
 //! (and edge applications) to MQTT on KubeEdge's topics ([`protocol`]),
 //! and [`EmbeddedBroker`] is the in-process MQTT broker it uses by default
 //! (any MQTT 3.1.1 broker works too). The cloud's side of devices (its
-//! devicecontroller) is part of meta's edgecontroller: devices travel the
+//! devicecontroller) is part of the cloud crate's edgecontroller: devices travel the
 //! same reliable path as pods.
 
 pub mod broker;

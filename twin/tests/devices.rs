@@ -15,7 +15,7 @@ use twin::{BrokerAddress, DeviceTwin, DeviceTwinConfig, EventBus, EventBusConfig
 use common::{Cloud, Edge};
 use support::{Mosquitto, WAIT, mapper};
 
-#[path = "../../meta/tests/common/mod.rs"]
+#[path = "../../cloud/tests/common/mod.rs"]
 mod common;
 mod support;
 

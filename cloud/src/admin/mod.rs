@@ -21,10 +21,16 @@ use actix_web::{App, HttpResponse, HttpServer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ControllerHandle, DesiredStore};
-use crate::api::{self, ApiError, ObjectSource};
-use crate::controller::manifest;
-use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
+use apis::api::{self, ApiError, ObjectSource};
+use apis::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
+
+use crate::controller::ControllerHandle;
+use crate::desired::DesiredStore;
+
+pub mod client;
+pub mod manifest;
+
+pub use client::AdminClient;
 
 /// The admin API's default address.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10003";

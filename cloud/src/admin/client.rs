@@ -13,7 +13,7 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-use super::admin::{APPLY_PATH, DELETE_PATH, ManifestResults};
+use super::{APPLY_PATH, DELETE_PATH, ManifestResults};
 
 /// Time to connect and get an answer (a watch's stream is not limited).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use beehive::Message;
 use beehive::constants::{group, module, operation};
+use cloud::admin::client::ClientError;
 use common::{Cloud, Edge, configmap_yaml, next, pod_yaml};
-use meta::controller::client::ClientError;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -289,14 +289,10 @@ async fn malformed_manifests_are_refused_and_change_nothing() {
         }
     }
     // An oversized manifest is refused as such.
-    let huge = vec![b'#'; meta::controller::admin::MAX_MANIFEST_BYTES + 1];
+    let huge = vec![b'#'; cloud::admin::MAX_MANIFEST_BYTES + 1];
     let (code, _) = cloud
         .client
-        .raw(
-            hyper::Method::POST,
-            meta::controller::admin::APPLY_PATH,
-            Some(huge),
-        )
+        .raw(hyper::Method::POST, cloud::admin::APPLY_PATH, Some(huge))
         .await
         .expect("answer");
     assert_eq!(code, 413);
@@ -376,13 +372,10 @@ async fn the_desired_state_survives_a_cloud_restart() {
     let path = dir.path().join("desired.redb");
     {
         let hive = beehive::Hive::new("cloud", beehive::HiveConfig::default());
-        let store = meta::controller::RedbDesiredStore::open(&path).expect("open");
-        let controller = meta::controller::EdgeController::start(
-            &hive,
-            store.clone().shared(),
-            Default::default(),
-        )
-        .expect("start");
+        let store = cloud::RedbDesiredStore::open(&path).expect("open");
+        let controller =
+            cloud::EdgeController::start(&hive, store.clone().shared(), Default::default())
+                .expect("start");
         let object = serde_yaml_ng::from_str(&configmap_yaml("kept", "1")).expect("yaml");
         controller.apply(vec![object]).await.expect("applied");
         let _ = hive.shutdown().await;
@@ -390,10 +383,9 @@ async fn the_desired_state_survives_a_cloud_restart() {
         store.close().await;
     }
     let hive = beehive::Hive::new("cloud", beehive::HiveConfig::default());
-    let store = meta::controller::RedbDesiredStore::open(&path).expect("reopen");
+    let store = cloud::RedbDesiredStore::open(&path).expect("reopen");
     let controller =
-        meta::controller::EdgeController::start(&hive, store.shared(), Default::default())
-            .expect("start");
+        cloud::EdgeController::start(&hive, store.shared(), Default::default()).expect("start");
     let (items, _) = controller
         .store()
         .list(meta::Kind::ConfigMap, Some("default"))

@@ -17,11 +17,7 @@
 //! events) and the admin API's requests, so every change to the desired
 //! state is made by one writer, in one order.
 
-pub mod admin;
-pub mod client;
-pub mod desired;
 pub mod kubeedge;
-pub mod manifest;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -37,12 +33,11 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-pub use admin::{AdminApi, AdminApiHandle};
-pub use client::AdminClient;
-pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
+use apis::api::ApiError;
+use apis::kinds::{Kind, ObjectKey, references, valid_name};
 
-use crate::api::ApiError;
-use crate::kinds::{Kind, ObjectKey, references, valid_name};
+use crate::admin::manifest;
+use crate::desired::{DesiredError, DesiredStore};
 use kubeedge::Refusal;
 
 /// How the controller runs.
@@ -763,7 +758,7 @@ impl Controller {
         let query = HiveMessage::new().build_router(
             module::EDGECONTROLLER,
             group::RESOURCE,
-            format!("node/{node}/{}", crate::metamanager::INVENTORY),
+            format!("node/{node}/{}", beehive::constants::INVENTORY),
             operation::QUERY,
         );
         let (hive, inbox, timeout) = (

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use apis::devices::{Device, DeviceModel, DeviceStatus};
+use crate::devices::{Device, DeviceModel, DeviceStatus};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Node, NodeStatus, Pod, PodSpec, PodStatus, Secret, Service,
 };

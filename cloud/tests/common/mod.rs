@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use beehive::constants::{group, module};
 use beehive::{Hive, HiveConfig, Message};
-use hub::{
-    CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle,
-};
-use meta::controller::{
+use cloud::{
     AdminApi, AdminApiHandle, AdminClient, ControllerConfig, ControllerCounts, ControllerHandle,
     EdgeController, RedbDesiredStore,
+};
+use hub::{
+    CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle,
 };
 use meta::{EdgeStore, MetaManager, MetaServer, MetaServerHandle};
 use tokio::sync::{mpsc, watch};

@@ -17,7 +17,7 @@ use store::BatchWriter;
 use tokio::sync::oneshot;
 use tracing::error;
 
-use crate::kinds::{Kind, ObjectKey};
+use apis::kinds::{Kind, ObjectKey};
 
 /// A failure of the desired-state store.
 #[derive(Debug, Clone, thiserror::Error)]

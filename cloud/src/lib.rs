@@ -1,0 +1,24 @@
+//! edgehive's cloud control plane: everything between the desired state
+//! and cloudhub's per-node queues.
+//!
+//! - [`controller`]: the edgecontroller (devices included: KubeEdge's
+//!   devicecontroller is part of it here). It sends each node what it needs
+//!   and nothing else, withdraws what a node should no longer hold, repairs
+//!   a node's inventory when it connects, and takes the nodes' status.
+//! - [`desired`]: the desired-state boundary and its backends.
+//! - [`admin`]: the admin API that `edgehivectl` talks to (Kubernetes
+//!   manifests in, objects out), its client and the manifest parser.
+//!
+//! The edge's half (metamanager, MetaServer, edged, devicetwin) lives in
+//! other crates; nothing here imports them, so a cloud-only build compiles
+//! no edge module.
+
+pub mod admin;
+pub mod controller;
+pub mod desired;
+
+pub use admin::{AdminApi, AdminApiHandle, AdminClient};
+pub use controller::{
+    Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController,
+};
+pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
