@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
-use cloud::{AdminApi, ControllerConfig, EdgeController, RedbDesiredStore};
+use cloud::{AdminApi, ControllerConfig, EdgeController, EmbeddedStore};
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
@@ -223,7 +223,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
     let desired =
-        RedbDesiredStore::open(&data_dir.join("desired.redb")).context("desired-state store")?;
+        EmbeddedStore::open(&data_dir.join("desired.redb")).context("desired-state store")?;
     let controller =
         EdgeController::start(&hive, desired.clone().shared(), ControllerConfig::default())?;
     let admin = match settings.modules.admin.enabled() {

@@ -12,6 +12,7 @@
 //!   cloud's admin API alike.
 
 pub mod api;
+pub mod defaults;
 pub mod devices;
 pub mod kinds;
 

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
-use cloud::desired::StoreFuture;
-use cloud::{ControllerConfig, DesiredError, DesiredStore, EdgeController, RedbDesiredStore};
+use cloud::desired::{StoreFuture, WatchStream};
+use cloud::{ControllerConfig, DesiredError, DesiredState, EdgeController, EmbeddedStore};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig, EdgeHub, EdgeHubConfig};
 use meta::{EdgeStore, Kind, MetaManager, ObjectKey};
 use rumqttc::{AsyncClient, QoS};
@@ -94,11 +94,11 @@ struct Rig {
 /// The desired-state store, telling the bench of each device status it
 /// commits.
 struct Observed {
-    inner: Arc<dyn DesiredStore>,
+    inner: Arc<dyn DesiredState>,
     committed: mpsc::UnboundedSender<(Instant, Value)>,
 }
 
-impl DesiredStore for Observed {
+impl DesiredState for Observed {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
         self.inner.get(key)
     }
@@ -107,19 +107,32 @@ impl DesiredStore for Observed {
         self.inner.list(kind, namespace)
     }
 
-    fn put(&self, key: ObjectKey, object: Value) -> StoreFuture<(Value, u64)> {
-        let put = self.inner.put(key.clone(), object);
+    fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
+        self.inner.watch(kind, since)
+    }
+
+    fn create(&self, object: Value) -> StoreFuture<Value> {
+        self.inner.create(object)
+    }
+
+    fn replace(&self, object: Value) -> StoreFuture<Value> {
+        self.inner.replace(object)
+    }
+
+    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+        let device = object["kind"] == "Device";
+        let written = self.inner.replace_status(object);
         let committed = self.committed.clone();
         Box::pin(async move {
-            let stored = put.await?;
-            if key.kind == Kind::Device {
-                let _ = committed.send((Instant::now(), stored.0.clone()));
+            let stored = written.await?;
+            if device {
+                let _ = committed.send((Instant::now(), stored.clone()));
             }
             Ok(stored)
         })
     }
 
-    fn delete(&self, key: ObjectKey) -> StoreFuture<Option<(Value, u64)>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
         self.inner.delete(key)
     }
 
@@ -156,7 +169,7 @@ impl Rig {
         let cloud = Hive::new("cloud", HiveConfig::default());
         let (committed_tx, committed) = mpsc::unbounded_channel();
         let store = Observed {
-            inner: RedbDesiredStore::open(&dir.path().join("desired.redb"))?.shared(),
+            inner: EmbeddedStore::open(&dir.path().join("desired.redb"))?.shared(),
             committed: committed_tx,
         };
         let controller =

@@ -21,4 +21,4 @@ pub use admin::{AdminApi, AdminApiHandle, AdminClient};
 pub use controller::{
     Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController,
 };
-pub use desired::{DesiredError, DesiredStore, RedbDesiredStore};
+pub use desired::{DesiredError, DesiredState, EmbeddedStore};

@@ -372,7 +372,7 @@ async fn the_desired_state_survives_a_cloud_restart() {
     let path = dir.path().join("desired.redb");
     {
         let hive = beehive::Hive::new("cloud", beehive::HiveConfig::default());
-        let store = cloud::RedbDesiredStore::open(&path).expect("open");
+        let store = cloud::EmbeddedStore::open(&path).expect("open");
         let controller =
             cloud::EdgeController::start(&hive, store.clone().shared(), Default::default())
                 .expect("start");
@@ -383,7 +383,7 @@ async fn the_desired_state_survives_a_cloud_restart() {
         store.close().await;
     }
     let hive = beehive::Hive::new("cloud", beehive::HiveConfig::default());
-    let store = cloud::RedbDesiredStore::open(&path).expect("reopen");
+    let store = cloud::EmbeddedStore::open(&path).expect("reopen");
     let controller =
         cloud::EdgeController::start(&hive, store.shared(), Default::default()).expect("start");
     let (items, _) = controller

@@ -25,7 +25,7 @@ use apis::api::{self, ApiError, ObjectSource};
 use apis::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
 
 use crate::controller::ControllerHandle;
-use crate::desired::DesiredStore;
+use crate::desired::DesiredState;
 
 pub mod client;
 pub mod manifest;
@@ -110,7 +110,7 @@ impl AdminApi {
 }
 
 /// The desired state seen as Kubernetes objects.
-struct DesiredObjects(Arc<dyn DesiredStore>);
+struct DesiredObjects(Arc<dyn DesiredState>);
 
 impl ObjectSource for DesiredObjects {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError> {

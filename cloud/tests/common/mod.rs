@@ -9,7 +9,7 @@ use beehive::constants::{group, module};
 use beehive::{Hive, HiveConfig, Message};
 use cloud::{
     AdminApi, AdminApiHandle, AdminClient, ControllerConfig, ControllerCounts, ControllerHandle,
-    EdgeController, RedbDesiredStore,
+    EdgeController, EmbeddedStore,
 };
 use hub::{
     CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle,
@@ -90,7 +90,7 @@ impl Cloud {
         // that, so opening is tried again for a while.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let store = loop {
-            match RedbDesiredStore::open(&dir.path().join("desired.redb")) {
+            match EmbeddedStore::open(&dir.path().join("desired.redb")) {
                 Ok(store) => break store,
                 Err(err) if std::time::Instant::now() < deadline => {
                     let _ = err;

@@ -1,31 +1,41 @@
-//! The cloud's edgecontroller: it holds the desired state (through
-//! [`DesiredStore`]), sends each node what it needs and nothing else, and
+//! The cloud's edgecontroller: it watches the desired state (through
+//! [`DesiredState`]), sends each node what it needs and nothing else, and
 //! takes the nodes' status.
+//!
+//! Its decisions are [`reconciler::Reconciler`]'s, a state machine with no
+//! I/O; this module is the I/O around it: the watches that feed it, the
+//! messages it asks to send (through cloudhub, which answers once a message
+//! is persisted in the node's queue), the inventories it asks nodes for,
+//! and the writes of node and object status.
 //!
 //! Downstream: a pod with `spec.nodeName` goes to that node; a configmap or
 //! secret goes to every node that runs a pod referencing it, and is
 //! withdrawn from a node when no pod there references it any more;
-//! deletions go down too. Every message carries a revision of the store as
-//! its resource version, so the edge applies each once and in order.
+//! deletions go down too. Every message carries a revision as its resource
+//! version, so the edge applies each once and in order.
 //!
 //! Upstream: pod status (only from the node the pod is bound to) and node
-//! status land in the store; a node's `Ready` condition follows its link
-//! (cloudhub's connect and keepalive events) and what the node reports.
+//! status are written through the status door of the desired state; a
+//! node's `Ready` condition follows its link (cloudhub's connect and
+//! keepalive events) and what the node reports.
 //!
-//! All of it runs in one task that takes, in arrival order, beehive
-//! messages (through the `edgecontroller` module and a relay for node
-//! events) and the admin API's requests, so every change to the desired
-//! state is made by one writer, in one order.
+//! All of it runs in one task that takes, in arrival order, watch events,
+//! beehive messages (through the `edgecontroller` module and a relay for
+//! node events) and inventory answers.
 
 pub mod kubeedge;
+pub mod reconciler;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
+use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -34,11 +44,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use apis::api::ApiError;
-use apis::kinds::{Kind, ObjectKey, references, valid_name};
+use apis::kinds::{Kind, ObjectKey, valid_name};
 
 use crate::admin::manifest;
-use crate::desired::{DesiredError, DesiredStore};
+use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
 use kubeedge::Refusal;
+use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -48,7 +59,8 @@ pub struct ControllerConfig {
     pub send_timeout: Duration,
     /// Requests waiting for the controller before callers wait for room.
     pub inbox: usize,
-    /// How often nodes that missed a message are reconciled.
+    /// How often nodes that missed a message are reconciled, and a watch
+    /// that failed is started again.
     pub retry_every: Duration,
 }
 
@@ -79,6 +91,10 @@ pub struct ControllerCounts {
     pub patches: u64,
     /// Node link events seen.
     pub node_events: u64,
+    /// Watch events of the desired state handled.
+    pub watch_events: u64,
+    /// Times a watch could not resume and its kind was listed again.
+    pub relists: u64,
 }
 
 /// What an apply did.
@@ -105,30 +121,47 @@ impl Applied {
 
 enum Input {
     Hive(HiveMessage),
-    Apply(
-        Vec<(ObjectKey, Value)>,
-        oneshot::Sender<Result<Vec<Applied>, ApiError>>,
-    ),
-    Delete(ObjectKey, oneshot::Sender<Result<Option<Value>, ApiError>>),
     /// What a node reported holding, for its reconciliation.
     Inventory(String, Result<BTreeMap<String, String>, String>),
     /// Ends the task (dropping its store handle), then answers.
     Stop(oneshot::Sender<()>),
 }
 
-/// A handle to a running controller: apply and delete go through it, reads
-/// go to the store.
+/// The revision up to which the controller has handled each kind's
+/// changes (sent what they meant to the nodes' queues).
+pub type Handled = HashMap<Kind, u64>;
+
+/// A handle to a running controller: applies and deletes go to the
+/// desired state and are answered once the controller has queued what they
+/// mean for the nodes; reads go to the desired state.
 #[derive(Clone)]
 pub struct ControllerHandle {
-    inbox: mpsc::Sender<Input>,
-    store: Arc<dyn DesiredStore>,
+    store: Arc<dyn DesiredState>,
+    handled: watch::Receiver<Handled>,
+    /// How long an apply waits for the controller to queue its objects.
+    wait: Duration,
     /// What the controller has done so far.
     pub counts: watch::Receiver<ControllerCounts>,
 }
 
+fn refused(err: DesiredError) -> ApiError {
+    match err {
+        DesiredError::NotFound { key } => {
+            ApiError::Conflict(format!("{key} was deleted meanwhile"))
+        }
+        DesiredError::AlreadyExists { key } => {
+            ApiError::Conflict(format!("{key} was created meanwhile"))
+        }
+        DesiredError::Conflict { key, reason } => ApiError::Conflict(format!("{key}: {reason}")),
+        DesiredError::Invalid { reason, .. } => ApiError::Invalid(reason),
+        other => ApiError::Unavailable(other.to_string()),
+    }
+}
+
 impl ControllerHandle {
     /// Creates or replaces objects (status is the nodes' to set and is
-    /// kept) and sends each where it must go. Every object is checked first,
+    /// kept), as `kubectl apply` does, and answers once the controller has
+    /// queued each for the nodes it goes to. Every object is checked first,
     /// against its kind and against what is stored; if one fails, none is
     /// applied.
     pub async fn apply(&self, objects: Vec<Value>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
@@ -136,38 +169,84 @@ impl ControllerHandle {
             .into_iter()
             .map(manifest::check)
             .collect::<Result<Vec<_>, _>>()?;
-        let keys: Vec<ObjectKey> = checked.iter().map(|(key, _)| key.clone()).collect();
-        let (done, result) = oneshot::channel();
-        self.inbox
-            .send(Input::Apply(checked, done))
-            .await
-            .map_err(|_| stopped())?;
-        let applied = result.await.map_err(|_| stopped())??;
-        Ok(keys.into_iter().zip(applied).collect())
+        let mut existing = Vec::with_capacity(checked.len());
+        for (key, object) in &checked {
+            let stored = self.store.get(key).map_err(refused)?;
+            if key.kind.bound_to_node()
+                && let Some(bound) = stored.as_ref().and_then(node_name)
+                && node_name(object).as_deref() != Some(bound.as_str())
+            {
+                return Err(ApiError::Invalid(format!(
+                    "{key}: spec.nodeName is immutable once set (bound to {bound})"
+                )));
+            }
+            existing.push(stored);
+        }
+        let mut applied = Vec::with_capacity(checked.len());
+        let mut written = Vec::new();
+        for ((key, mut object), stored) in checked.into_iter().zip(existing) {
+            let outcome = match stored {
+                None => Applied::Created(self.store.create(object).await.map_err(refused)?),
+                Some(old) => {
+                    // Written only over what was read: a concurrent change
+                    // makes this a conflict, not a lost update.
+                    let held = revision_of(&old);
+                    object["metadata"]["resourceVersion"] = json!(held.to_string());
+                    let stored = self.store.replace(object).await.map_err(refused)?;
+                    match revision_of(&stored) == held {
+                        true => Applied::Unchanged(stored),
+                        false => Applied::Configured(stored),
+                    }
+                }
+            };
+            if let Applied::Created(stored) | Applied::Configured(stored) = &outcome
+                && FOLLOWED.contains(&key.kind)
+            {
+                written.push((key.kind, revision_of(stored)));
+            }
+            applied.push((key, outcome));
+        }
+        self.handled(written).await;
+        Ok(applied)
     }
 
-    /// Deletes an object; `None` if there was none.
+    /// Deletes an object; `None` if there was none. Answered once the
+    /// controller has queued the deletion for the nodes that hold it.
     pub async fn delete(&self, key: ObjectKey) -> Result<Option<Value>, ApiError> {
-        let (done, result) = oneshot::channel();
-        self.inbox
-            .send(Input::Delete(key, done))
-            .await
-            .map_err(|_| stopped())?;
-        result.await.map_err(|_| stopped())?
+        let removed = self.store.delete(&key).await.map_err(refused)?;
+        if let Some(removed) = &removed
+            && FOLLOWED.contains(&key.kind)
+        {
+            self.handled(vec![(key.kind, revision_of(removed))]).await;
+        }
+        Ok(removed)
     }
 
-    /// The desired-state store, for reads.
-    pub fn store(&self) -> &Arc<dyn DesiredStore> {
+    /// Waits until the controller has handled every `(kind, revision)`.
+    async fn handled(&self, written: Vec<(Kind, u64)>) {
+        if written.is_empty() {
+            return;
+        }
+        let mut handled = self.handled.clone();
+        let done = handled.wait_for(|handled| {
+            written
+                .iter()
+                .all(|(kind, revision)| handled.get(kind).is_some_and(|h| h >= revision))
+        });
+        match tokio::time::timeout(self.wait, done).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => warn!("the edgecontroller stopped before queueing a write"),
+            Err(_) => warn!(
+                wait = ?self.wait,
+                "the edgecontroller has not yet queued a write; answered anyway"
+            ),
+        }
+    }
+
+    /// The desired state, for reads.
+    pub fn store(&self) -> &Arc<dyn DesiredState> {
         &self.store
     }
-}
-
-fn stopped() -> ApiError {
-    ApiError::Unavailable("the edgecontroller has stopped".to_owned())
-}
-
-fn unavailable(err: DesiredError) -> ApiError {
-    ApiError::Unavailable(err.to_string())
 }
 
 /// The edgecontroller.
@@ -177,29 +256,27 @@ impl EdgeController {
     /// Starts the controller on `store` in `hive` (inside an actix System):
     /// the `edgecontroller` module in the `resource` group, where nodes'
     /// messages arrive, and a relay in the `nodeevents` group for
-    /// cloudhub's connect and disconnect events.
+    /// cloudhub's connect and disconnect events. It lists every kind it
+    /// follows before it takes any message, then watches them.
     pub fn start(
         hive: &Hive,
-        store: Arc<dyn DesiredStore>,
+        store: Arc<dyn DesiredState>,
         config: ControllerConfig,
     ) -> Result<ControllerHandle, beehive::Error> {
         let (inbox, requests) = mpsc::channel(config.inbox.max(1));
         let (counts_tx, counts) = watch::channel(ControllerCounts::default());
+        let (handled_tx, handled) = watch::channel(Handled::new());
+        let wait = config.send_timeout * 2;
         let controller = Controller {
             hive: hive.clone(),
             store: store.clone(),
             config,
             inbox: inbox.clone(),
-            bound: HashMap::new(),
-            held: HashMap::new(),
-            connected: HashSet::new(),
-            kubeedge_nodes: HashSet::new(),
+            reconciler: Reconciler::new(),
             leases: HashMap::new(),
-            reported_ready: HashMap::new(),
-            loaded: false,
-            out_of_step: BTreeSet::new(),
-            sent_since_asked: HashMap::new(),
+            watches: Watches::default(),
             counts: counts_tx,
+            handled: handled_tx,
         };
         actix::spawn(controller.run(requests));
         // The controller's doors: nodes' messages arrive in the resource
@@ -212,18 +289,14 @@ impl EdgeController {
             Input::Hive,
         )
         .stopping_with(Input::Stop);
-        let relay = TaskDoor::new(
-            NODE_EVENT_RELAY,
-            group::NODE_EVENTS,
-            inbox.clone(),
-            Input::Hive,
-        );
+        let relay = TaskDoor::new(NODE_EVENT_RELAY, group::NODE_EVENTS, inbox, Input::Hive);
         for door in [main, relay] {
             hive.start_module(move |_| door.clone())?;
         }
         Ok(ControllerHandle {
-            inbox,
             store,
+            handled,
+            wait,
             counts,
         })
     }
@@ -232,38 +305,53 @@ impl EdgeController {
 /// Name of the module that relays cloudhub's node events to the controller.
 pub const NODE_EVENT_RELAY: &str = "edgecontroller-nodeevents";
 
+/// The watches of the followed kinds, polled in [`FOLLOWED`]'s order, so
+/// that of changes waiting at once, what is referenced (configmaps,
+/// secrets, models) is handled before what references it.
+#[derive(Default)]
+struct Watches {
+    streams: Vec<(Kind, WatchStream)>,
+}
+
+impl Stream for Watches {
+    type Item = (Kind, Result<WatchEvent, DesiredError>);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut ended = None;
+        for (index, (kind, stream)) in self.streams.iter_mut().enumerate() {
+            match stream.poll_next_unpin(cx) {
+                Poll::Ready(Some(item)) => return Poll::Ready(Some((*kind, item))),
+                Poll::Ready(None) => {
+                    ended = Some(index);
+                    break;
+                }
+                Poll::Pending => {}
+            }
+        }
+        if let Some(index) = ended {
+            let (kind, _) = self.streams.remove(index);
+            // A watch that ends is started again from a fresh list.
+            return Poll::Ready(Some((kind, Err(DesiredError::Gone { since: 0 }))));
+        }
+        // Never ends: a controller without watches waits for its inbox.
+        Poll::Pending
+    }
+}
+
 /// The controller's state, owned by its task.
 struct Controller {
     hive: Hive,
-    store: Arc<dyn DesiredStore>,
+    store: Arc<dyn DesiredState>,
     config: ControllerConfig,
     /// Its own inbox, for answers that arrive from spawned tasks.
     inbox: mpsc::Sender<Input>,
-    /// Objects bound to a node (pods, devices): the node and the objects
-    /// each references.
-    bound: HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>,
-    /// Referenced objects (configmaps, secrets, device models) each node
-    /// holds.
-    held: HashMap<String, BTreeSet<ObjectKey>>,
-    /// Nodes whose link is up.
-    connected: HashSet<String>,
-    /// Connected nodes that speak KubeEdge's dialect: they report no
-    /// inventory, so each connect sends them everything they should hold.
-    kubeedge_nodes: HashSet<String>,
+    reconciler: Reconciler,
     /// Each KubeEdge node's lease (kept in memory: it is renewed every
     /// few seconds).
     leases: HashMap<String, Value>,
-    /// The `Ready` condition each node last reported itself.
-    reported_ready: HashMap<String, NodeCondition>,
-    /// Whether the desired state has been read since start.
-    loaded: bool,
-    /// Nodes a message could not be queued for: reconciled on the next
-    /// retry tick while connected.
-    out_of_step: BTreeSet<String>,
-    /// For each node whose inventory has been asked for, the resources
-    /// sent to it since (in flight, so its inventory may lack them).
-    sent_since_asked: HashMap<String, BTreeSet<String>>,
+    watches: Watches,
     counts: watch::Sender<ControllerCounts>,
+    handled: watch::Sender<Handled>,
 }
 
 fn node_name(pod: &Value) -> Option<String> {
@@ -279,69 +367,38 @@ fn now() -> Time {
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
-/// Annotation that keeps, across status writes (which give the object new
-/// revisions), the revision of the last spec write: the version its node
-/// holds.
-pub const SPEC_REVISION: &str = "edgehive.io/spec-revision";
-
-/// The revision a node holds of `object`: that of its last spec write.
-fn spec_revision(object: &Value) -> u64 {
-    object["metadata"]["annotations"][SPEC_REVISION]
-        .as_str()
-        .or_else(|| object["metadata"]["resourceVersion"].as_str())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The part of an object a user sets: everything but status and the
-/// metadata the system manages.
-fn desired_part(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(map) = object.as_object_mut() {
-        map.remove("status");
-        if let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut) {
-            let annotations = metadata
-                .get_mut("annotations")
-                .and_then(Value::as_object_mut);
-            if let Some(annotations) = annotations {
-                annotations.remove(SPEC_REVISION);
-            }
-            if metadata
-                .get("annotations")
-                .and_then(Value::as_object)
-                .is_some_and(|a| a.is_empty())
-            {
-                metadata.remove("annotations");
-            }
-            for managed in [
-                "resourceVersion",
-                "uid",
-                "creationTimestamp",
-                "generation",
-                "managedFields",
-            ] {
-                metadata.remove(managed);
-            }
-        }
-    }
-    object
-}
-
 impl Controller {
     async fn run(mut self, mut requests: mpsc::Receiver<Input>) {
-        self.try_load().await;
         let mut retry = tokio::time::interval(self.config.retry_every);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        retry.tick().await;
+        for kind in FOLLOWED {
+            self.list_and_watch(kind).await;
+        }
+        info!(
+            bound = self.reconciler.bound_count(),
+            "edgecontroller ready"
+        );
         // An input taken while gathering status reports, handled next.
         let mut carried = None;
         loop {
             let input = match carried.take() {
                 Some(input) => Some(input),
                 None => tokio::select! {
+                    biased;
                     input = requests.recv() => input,
+                    Some((kind, event)) = self.watches.next() => {
+                        self.on_watch(kind, event).await;
+                        continue;
+                    }
                     _ = retry.tick() => {
-                        self.try_load().await;
-                        self.retry_out_of_step().await;
+                        for kind in FOLLOWED {
+                            if !self.watches.streams.iter().any(|(k, _)| *k == kind) {
+                                self.list_and_watch(kind).await;
+                            }
+                        }
+                        let actions = self.reconciler.retry(&self.store);
+                        self.act(actions).await;
                         continue;
                     }
                 },
@@ -374,12 +431,9 @@ impl Controller {
                     }
                     Err(msg) => self.on_message(msg).await,
                 },
-                Input::Apply(objects, done) => {
-                    let _ = done.send(self.apply_all(objects).await);
-                }
-                Input::Inventory(node, inventory) => self.reconcile(&node, inventory).await,
-                Input::Delete(key, done) => {
-                    let _ = done.send(self.delete(key).await);
+                Input::Inventory(node, inventory) => {
+                    let actions = self.reconciler.inventory(&node, inventory, &self.store);
+                    self.act(actions).await;
                 }
                 Input::Stop(done) => {
                     drop(self);
@@ -392,288 +446,117 @@ impl Controller {
         debug!("edgecontroller stopped");
     }
 
-    /// Rebuilds what each node holds from the desired state, and marks
-    /// every node's readiness unknown until its link comes up again.
-    async fn load(&mut self) -> Result<(), DesiredError> {
-        for kind in [Kind::Pod, Kind::Device] {
-            let (objects, _) = self.store.list(kind, None)?;
-            for object in &objects {
-                let (Some(key), Some(node)) = (ObjectKey::of(object), node_name(object)) else {
-                    continue;
-                };
-                let refs = references(&key, object);
-                self.bound.insert(key, (node, refs));
+    /// Lists `kind`, hands the list to the reconciler, and watches `kind`
+    /// from the list's revision; on failure, tried again on the next tick
+    /// (until then nothing is withdrawn from nodes).
+    async fn list_and_watch(&mut self, kind: Kind) {
+        let listed = self.store.list(kind, None).and_then(|(objects, revision)| {
+            let watch = self.store.watch(kind, revision)?;
+            Ok((objects, revision, watch))
+        });
+        match listed {
+            Ok((objects, revision, watch)) => {
+                let actions = self.reconciler.listed(kind, objects, revision, &self.store);
+                self.act(actions).await;
+                self.watches.streams.retain(|(k, _)| *k != kind);
+                self.watches.streams.push((kind, watch));
+                self.watches
+                    .streams
+                    .sort_by_key(|(k, _)| FOLLOWED.iter().position(|f| f == k));
+                self.mark_handled(kind, revision);
+            }
+            Err(err) => {
+                warn!(kind = kind.name(), error = %err, "desired state not listed; trying again")
             }
         }
-        let nodes: BTreeSet<String> = self.bound.values().map(|(n, _)| n.clone()).collect();
-        for node in nodes {
-            let wanted = self.wanted(&node);
-            let mut held = BTreeSet::new();
-            for key in wanted {
-                if self.store.get(&key)?.is_some() {
-                    held.insert(key);
-                }
+    }
+
+    async fn on_watch(&mut self, kind: Kind, event: Result<WatchEvent, DesiredError>) {
+        match event {
+            Ok(event) => {
+                self.count(|c| c.watch_events += 1);
+                let revision = event.revision();
+                let actions = self.reconciler.observe(kind, &event, &self.store);
+                self.act(actions).await;
+                self.mark_handled(kind, revision);
             }
-            self.held.insert(node, held);
-        }
-        let (nodes, _) = self.store.list(Kind::Node, None)?;
-        for node in nodes {
-            if let Some(key) = ObjectKey::of(&node) {
-                self.update_node(&key.name, None).await;
+            Err(err) => {
+                debug!(kind = kind.name(), error = %err, "watch ended; listing again");
+                self.count(|c| c.relists += 1);
+                self.watches.streams.retain(|(k, _)| *k != kind);
+                self.list_and_watch(kind).await;
             }
         }
-        info!(bound = self.bound.len(), "edgecontroller ready");
-        Ok(())
+    }
+
+    fn mark_handled(&self, kind: Kind, revision: u64) {
+        self.handled.send_if_modified(|handled| {
+            let at = handled.entry(kind).or_default();
+            let moved = revision > *at;
+            *at = (*at).max(revision);
+            moved
+        });
     }
 
     fn count(&self, change: impl FnOnce(&mut ControllerCounts)) {
         self.counts.send_modify(change);
     }
 
-    // ----- the admin API's requests -----
-
-    /// Checks every object against what is stored, then applies each.
-    async fn apply_all(
-        &mut self,
-        objects: Vec<(ObjectKey, Value)>,
-    ) -> Result<Vec<Applied>, ApiError> {
-        for (key, object) in &objects {
-            let existing = self.store.get(key).map_err(unavailable)?;
-            if key.kind.bound_to_node()
-                && let Some(bound) = existing.as_ref().and_then(node_name)
-                && node_name(object).as_deref() != Some(bound.as_str())
-            {
-                return Err(ApiError::Invalid(format!(
-                    "{key}: spec.nodeName is immutable once set (bound to {bound})"
-                )));
-            }
-        }
-        let mut applied = Vec::with_capacity(objects.len());
-        for (key, object) in objects {
-            applied.push(self.apply(key, object).await?);
-        }
-        Ok(applied)
-    }
-
-    async fn apply(&mut self, key: ObjectKey, mut object: Value) -> Result<Applied, ApiError> {
-        // A spec write's own revision is what nodes will hold.
-        if let Some(annotations) = object["metadata"]
-            .get_mut("annotations")
-            .and_then(Value::as_object_mut)
-        {
-            annotations.remove(SPEC_REVISION);
-        }
-        let existing = self.store.get(&key).map_err(unavailable)?;
-        let created = existing.is_none();
-        match &existing {
-            Some(old) => {
-                if desired_part(old) == desired_part(&object) {
-                    return Ok(Applied::Unchanged(old.clone()));
-                }
-                // The system's metadata and the nodes' status stay.
-                for field in ["uid", "creationTimestamp"] {
-                    if let Some(value) = old["metadata"].get(field) {
-                        object["metadata"][field] = value.clone();
-                    }
-                }
-                if let Some(status) = old.get("status") {
-                    object["status"] = status.clone();
-                } else if let Some(map) = object.as_object_mut() {
-                    map.remove("status");
-                }
-            }
-            None => {
-                object["metadata"]["uid"] = json!(uuid_v4());
-                object["metadata"]["creationTimestamp"] = json!(now());
-                if let Some(map) = object.as_object_mut() {
-                    map.remove("status");
-                }
-                if key.kind == Kind::Pod {
-                    object["status"] = json!({ "phase": "Pending" });
-                }
-            }
-        }
-        let (stored, revision) = self
-            .store
-            .put(key.clone(), object)
-            .await
-            .map_err(unavailable)?;
-        self.send_after_write(
-            &key,
-            &stored,
-            revision,
-            created
-                || existing
-                    .as_ref()
-                    .is_some_and(|old| node_name(old).is_none()),
-        )
-        .await;
-        Ok(if created {
-            Applied::Created(stored)
-        } else {
-            Applied::Configured(stored)
-        })
-    }
-
-    /// Sends a written object where it must go. `new_to_nodes` says
-    /// whether a pod reaches its node for the first time.
-    async fn send_after_write(
-        &mut self,
-        key: &ObjectKey,
-        stored: &Value,
-        revision: u64,
-        new_to_nodes: bool,
-    ) {
-        match key.kind {
-            Kind::Pod | Kind::Device => {
-                let Some(node) = node_name(stored) else {
-                    // Not bound to a node: it waits (there is no scheduler).
-                    return;
-                };
-                let refs = references(key, stored);
-                self.bound.insert(key.clone(), (node.clone(), refs));
-                let op = if new_to_nodes {
-                    operation::INSERT
-                } else {
-                    operation::UPDATE
-                };
-                // Referenced objects first, so the pod finds them at the edge.
-                self.refresh_node(&node, revision).await;
-                self.send(&node, op, key, stored, revision).await;
-            }
-            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => {
-                let nodes: Vec<String> = self.nodes_wanting(key).into_iter().collect();
-                for node in nodes {
-                    let holds = self.held.get(&node).is_some_and(|held| held.contains(key));
-                    let op = if holds {
-                        operation::UPDATE
-                    } else {
-                        operation::INSERT
+    /// Carries out the reconciler's actions, in order; a fresh revision is
+    /// taken once, when the first action needs one.
+    async fn act(&mut self, actions: Vec<Action>) {
+        let mut fresh = None;
+        for action in actions {
+            match action {
+                Action::Send {
+                    node,
+                    op,
+                    key,
+                    object,
+                    version,
+                } => {
+                    let version = match version {
+                        Version::Of(version) => version,
+                        Version::Fresh => match fresh {
+                            Some(version) => version,
+                            None => match self.store.next_revision().await {
+                                Ok(version) => *fresh.insert(version),
+                                Err(err) => {
+                                    warn!(error = %err, "no revision; the node is brought in step later");
+                                    self.reconciler.sent(&node, op, &key, 0, false);
+                                    continue;
+                                }
+                            },
+                        },
                     };
-                    if self.send(&node, op, key, stored, revision).await {
-                        self.held.entry(node).or_default().insert(key.clone());
-                    }
+                    let queued = self.send(&node, op, &key, &object, version).await;
+                    self.reconciler.sent(&node, op, &key, version, queued);
                 }
+                Action::AskInventory { node } => self.ask_inventory(&node),
+                Action::UpdateNode { node } => self.update_node(&node, None).await,
             }
-            Kind::Service | Kind::Endpoints | Kind::Node => {}
-        }
-    }
-
-    async fn delete(&mut self, key: ObjectKey) -> Result<Option<Value>, ApiError> {
-        let Some((removed, revision)) =
-            self.store.delete(key.clone()).await.map_err(unavailable)?
-        else {
-            return Ok(None);
-        };
-        match key.kind {
-            Kind::Pod | Kind::Device => {
-                if let Some((node, _)) = self.bound.remove(&key) {
-                    self.send(&node, operation::DELETE, &key, &removed, revision)
-                        .await;
-                    self.refresh_node(&node, revision).await;
-                }
-            }
-            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => {
-                let holders: Vec<String> = self
-                    .held
-                    .iter()
-                    .filter(|(_, held)| held.contains(&key))
-                    .map(|(node, _)| node.clone())
-                    .collect();
-                for node in holders {
-                    if self
-                        .send(&node, operation::DELETE, &key, &removed, revision)
-                        .await
-                        && let Some(held) = self.held.get_mut(&node)
-                    {
-                        held.remove(&key);
-                    }
-                }
-            }
-            Kind::Node => {
-                self.reported_ready.remove(&key.name);
-            }
-            Kind::Service | Kind::Endpoints => {}
-        }
-        Ok(Some(removed))
-    }
-
-    // ----- what each node needs -----
-
-    /// What the objects bound to `node` reference.
-    fn wanted(&self, node: &str) -> BTreeSet<ObjectKey> {
-        self.bound
-            .values()
-            .filter(|(bound, _)| bound == node)
-            .flat_map(|(_, refs)| refs.iter().cloned())
-            .collect()
-    }
-
-    fn nodes_wanting(&self, key: &ObjectKey) -> BTreeSet<String> {
-        self.bound
-            .values()
-            .filter(|(_, refs)| refs.contains(key))
-            .map(|(node, _)| node.clone())
-            .collect()
-    }
-
-    /// Sends `node` the referenced objects it lacks and withdraws the ones
-    /// no pod there references any more, at `revision`.
-    async fn refresh_node(&mut self, node: &str, revision: u64) {
-        let wanted = self.wanted(node);
-        let held = self.held.get(node).cloned().unwrap_or_default();
-        for key in wanted.difference(&held) {
-            match self.store.get(key) {
-                Ok(Some(object)) => {
-                    if self
-                        .send(node, operation::INSERT, key, &object, revision)
-                        .await
-                    {
-                        self.held
-                            .entry(node.to_owned())
-                            .or_default()
-                            .insert(key.clone());
-                    }
-                }
-                Ok(None) => {} // Sent when it is created.
-                Err(err) => warn!(%key, error = %err, "referenced object unreadable"),
-            }
-        }
-        for key in held.difference(&wanted) {
-            let object = self
-                .store
-                .get(key)
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| stub(key));
-            if self
-                .send(node, operation::DELETE, key, &object, revision)
-                .await
-                && let Some(held) = self.held.get_mut(node)
-            {
-                held.remove(key);
-            }
-        }
-        if self.held.get(node).is_some_and(BTreeSet::is_empty) {
-            self.held.remove(node);
         }
     }
 
     /// Queues `object` for `node` through cloudhub, which answers once the
-    /// message is persisted in the node's queue; whether it was queued. A
-    /// node that missed a message is reconciled later.
+    /// message is persisted in the node's queue; whether it was queued.
     async fn send(
-        &mut self,
+        &self,
         node: &str,
-        op: &str,
+        op: Op,
         key: &ObjectKey,
         object: &Value,
-        revision: u64,
+        version: u64,
     ) -> bool {
         let resource = key.edge_resource().on_node(node).to_string();
         let msg = HiveMessage::new()
-            .build_router(module::EDGECONTROLLER, group::RESOURCE, resource, op)
-            .with_resource_version(revision.to_string())
+            .build_router(
+                module::EDGECONTROLLER,
+                group::RESOURCE,
+                resource,
+                op.operation(),
+            )
+            .with_resource_version(version.to_string())
             .with_content(object.clone());
         let refused = match self
             .hive
@@ -686,75 +569,21 @@ impl Controller {
         };
         match refused {
             None => {
-                debug!(%node, %key, op, revision, "sent to the node");
+                debug!(%node, %key, ?op, version, "sent to the node");
                 self.count(|c| c.sent += 1);
-                if let Some(sent) = self.sent_since_asked.get_mut(node) {
-                    sent.insert(key.edge_resource().to_string());
-                }
                 true
             }
             Some(reason) => {
-                warn!(%node, %key, op, %reason, "cloudhub did not take a message for a node");
+                warn!(%node, %key, ?op, %reason, "cloudhub did not take a message for a node");
                 self.count(|c| c.send_failures += 1);
-                self.out_of_step.insert(node.to_owned());
                 false
             }
         }
     }
 
-    // ----- keeping nodes in step -----
-
-    /// Reads the desired state; until that succeeds, reconciliation
-    /// withdraws nothing (an empty view must not look like "nothing is
-    /// desired").
-    async fn try_load(&mut self) {
-        if self.loaded {
-            return;
-        }
-        match self.load().await {
-            Ok(()) => self.loaded = true,
-            Err(err) => {
-                warn!(error = %err, "edgecontroller could not read the desired state; trying again")
-            }
-        }
-    }
-
-    async fn retry_out_of_step(&mut self) {
-        let due: Vec<String> = self
-            .out_of_step
-            .iter()
-            .filter(|node| self.connected.contains(*node))
-            .cloned()
-            .collect();
-        for node in due {
-            self.out_of_step.remove(&node);
-            self.resync(&node).await;
-        }
-    }
-
-    /// Brings a node in step: an edgehive node is asked for its inventory;
-    /// a KubeEdge node reports none, so it is assumed to hold its pods and
-    /// devices at some version (each goes again at its own version, which
-    /// it ignores if held) and none of the objects they use (each goes at a
-    /// fresh version, which supersedes a withdrawal).
-    async fn resync(&mut self, node: &str) {
-        if !self.kubeedge_nodes.contains(node) {
-            return self.ask_inventory(node);
-        }
-        let assumed = self
-            .bound
-            .iter()
-            .filter(|(_, (bound, _))| bound == node)
-            .map(|(key, _)| (key.edge_resource().to_string(), "0".to_owned()))
-            .collect();
-        self.reconcile(node, Ok(assumed)).await;
-    }
-
     /// Asks `node` what it holds; the answer comes back as an
     /// [`Input::Inventory`].
-    fn ask_inventory(&mut self, node: &str) {
-        self.sent_since_asked
-            .insert(node.to_owned(), BTreeSet::new());
+    fn ask_inventory(&self, node: &str) {
         let query = HiveMessage::new().build_router(
             module::EDGECONTROLLER,
             group::RESOURCE,
@@ -780,135 +609,6 @@ impl Controller {
         });
     }
 
-    /// Brings `node` in step with the desired state from what it reports
-    /// holding: what it lacks or holds in an older version is sent, what it
-    /// should not hold is withdrawn. Whatever was sent to it since it was
-    /// asked is in flight and left alone. This repairs what a cloud crash
-    /// between the desired-state commit and the queue commit, or a failed
-    /// send, left behind.
-    async fn reconcile(&mut self, node: &str, inventory: Result<BTreeMap<String, String>, String>) {
-        let in_flight = self.sent_since_asked.remove(node).unwrap_or_default();
-        let inventory = match inventory {
-            Ok(inventory) => inventory,
-            Err(reason) => {
-                debug!(%node, %reason, "no inventory; trying again later");
-                self.out_of_step.insert(node.to_owned());
-                return;
-            }
-        };
-        let mut desired: BTreeMap<String, (ObjectKey, Value)> = BTreeMap::new();
-        let mut keys: Vec<ObjectKey> = self
-            .bound
-            .iter()
-            .filter(|(_, (bound, _))| bound == node)
-            .map(|(key, _)| key.clone())
-            .collect();
-        keys.extend(self.wanted(node));
-        for key in keys {
-            match self.store.get(&key) {
-                Ok(Some(object)) => {
-                    desired.insert(key.edge_resource().to_string(), (key, object));
-                }
-                Ok(None) => {}
-                Err(err) => {
-                    warn!(%key, error = %err, "unreadable; reconciliation postponed");
-                    self.out_of_step.insert(node.to_owned());
-                    return;
-                }
-            }
-        }
-        let mut fresh = None;
-        let mut changes = 0;
-        for (resource, held_version) in &inventory {
-            if desired.contains_key(resource) || in_flight.contains(resource) || !self.loaded {
-                continue;
-            }
-            let Some(key) = resource
-                .parse()
-                .ok()
-                .as_ref()
-                .and_then(ObjectKey::from_edge_resource)
-            else {
-                continue;
-            };
-            let Some(revision) = self.fresh_revision(&mut fresh).await else {
-                self.out_of_step.insert(node.to_owned());
-                return;
-            };
-            debug!(%node, %resource, held_version, "withdrawn: not desired any more");
-            self.send(node, operation::DELETE, &key, &stub(&key), revision)
-                .await;
-            changes += 1;
-        }
-        let mut held = BTreeSet::new();
-        // What is referenced first, so a pod finds its configmaps and
-        // secrets, a device its model.
-        let ordered = desired
-            .iter()
-            .filter(|(_, (key, _))| !key.kind.bound_to_node())
-            .chain(
-                desired
-                    .iter()
-                    .filter(|(_, (key, _))| key.kind.bound_to_node()),
-            );
-        for (resource, (key, object)) in ordered {
-            if !key.kind.bound_to_node() {
-                held.insert(key.clone());
-            }
-            if in_flight.contains(resource) {
-                continue;
-            }
-            let version = spec_revision(object);
-            let sent = match inventory
-                .get(resource)
-                .map(|v| v.parse::<u64>().unwrap_or(0))
-            {
-                Some(held) if held >= version => continue,
-                // Older there: this version supersedes it.
-                Some(_) => {
-                    self.send(node, operation::UPDATE, key, object, version)
-                        .await
-                }
-                // Missing (perhaps withdrawn at a later revision): a fresh
-                // revision supersedes any tombstone.
-                None => {
-                    let Some(revision) = self.fresh_revision(&mut fresh).await else {
-                        self.out_of_step.insert(node.to_owned());
-                        return;
-                    };
-                    self.send(node, operation::INSERT, key, object, revision)
-                        .await
-                }
-            };
-            if !sent {
-                held.remove(key);
-            }
-            changes += 1;
-        }
-        if changes > 0 {
-            info!(%node, changes, "node brought in step");
-        }
-        if held.is_empty() {
-            self.held.remove(node);
-        } else {
-            self.held.insert(node.to_owned(), held);
-        }
-    }
-
-    /// One fresh revision per reconciliation, taken when first needed.
-    async fn fresh_revision(&mut self, fresh: &mut Option<u64>) -> Option<u64> {
-        if fresh.is_none() {
-            match self.store.next_revision().await {
-                Ok(revision) => *fresh = Some(revision),
-                Err(err) => {
-                    warn!(error = %err, "no revision; reconciliation postponed");
-                    return None;
-                }
-            }
-        }
-        *fresh
-    }
-
     // ----- what nodes say -----
 
     async fn on_message(&mut self, msg: HiveMessage) {
@@ -922,24 +622,18 @@ impl Controller {
             }
             let node = node.to_owned();
             self.count(|c| c.node_events += 1);
-            match msg.operation() {
+            let actions = match msg.operation() {
                 operation::NODE_CONNECTED => {
-                    self.connected.insert(node.clone());
-                    if msg.content()["dialect"] == "kubeedge" {
-                        self.kubeedge_nodes.insert(node.clone());
-                    } else {
-                        self.kubeedge_nodes.remove(&node);
-                    }
-                    self.resync(&node).await;
+                    let dialect = match msg.content()["dialect"] == "kubeedge" {
+                        true => NodeDialect::KubeEdge,
+                        false => NodeDialect::Native,
+                    };
+                    self.reconciler.connected(&node, dialect, &self.store)
                 }
-                operation::NODE_DISCONNECTED => {
-                    // The lease stays: a disconnect may reach here after
-                    // the next session renewed it.
-                    self.connected.remove(&node);
-                }
+                operation::NODE_DISCONNECTED => self.reconciler.disconnected(&node),
                 _ => return,
-            }
-            self.update_node(&node, None).await;
+            };
+            self.act(actions).await;
             return;
         }
         let Ok(resource) = msg.resource().parse::<CloudResource>() else {
@@ -1067,9 +761,8 @@ impl Controller {
             return Ok(object);
         }
         self.store
-            .put(key, object)
+            .replace(object)
             .await
-            .map(|(stored, _)| stored)
             .map_err(|err| Refusal::internal(err.to_string()))
     }
 
@@ -1186,7 +879,7 @@ impl Controller {
             .into_iter()
             .filter_map(|key| {
                 let (node, object) = updated.remove(&key)?;
-                let put = self.store.put(key.clone(), object);
+                let put = self.store.replace_status(object);
                 Some(async move { (key, node, put.await) })
             })
             .collect();
@@ -1244,14 +937,6 @@ impl Controller {
             return Ok(None);
         }
         let mut object = object;
-        // The new revision is the status's; the node keeps the spec's.
-        let held = spec_revision(&object).to_string();
-        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
-            if let Some(annotations) = annotations.as_object_mut() {
-                annotations.insert(SPEC_REVISION.to_owned(), Value::String(held));
-            }
-        }
         object["status"] = status.clone();
         Ok(Some(object))
     }
@@ -1278,41 +963,31 @@ impl Controller {
             .flatten()
             .find(|c| c.type_ == "Ready")
         {
-            self.reported_ready.insert(node.to_owned(), ready.clone());
+            self.reconciler.reported_ready(node, ready.clone());
         }
         self.update_node(node, Some(reported)).await;
         self.count(|c| c.status_applied += 1);
         Ok(())
     }
 
-    /// Writes the node's object: its reported status if given, and its
-    /// `Ready` condition from the link and the node's own report.
+    /// Writes the node's object (creating it on first sight, labelled as
+    /// an edge node): its reported status if given, and its `Ready`
+    /// condition from the link and the node's own report.
     async fn update_node(&mut self, node: &str, reported: Option<NodeStatus>) {
         let key = ObjectKey::new(Kind::Node, "", node);
         let existing = match self.store.get(&key) {
             Ok(existing) => existing,
             Err(err) => return warn!(%node, error = %err, "node unreadable"),
         };
-        let mut object = existing.clone().unwrap_or_else(|| {
-            json!({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": node,
-                    "uid": uuid_v4(),
-                    "creationTimestamp": now(),
-                    "labels": { "node-role.kubernetes.io/edge": "" },
-                },
-            })
-        });
         let mut status = match reported {
             Some(reported) => reported,
-            None => object
-                .get("status")
+            None => existing
+                .as_ref()
+                .and_then(|object| object.get("status"))
                 .and_then(|s| NodeStatus::deserialize(s).ok())
                 .unwrap_or_default(),
         };
-        let ready = self.ready_condition(node);
+        let ready = self.reconciler.ready_condition(node, now());
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         let previous = conditions.iter().position(|c| c.type_ == "Ready");
         let ready = match previous.map(|i| conditions.remove(i)) {
@@ -1324,43 +999,42 @@ impl Controller {
             _ => ready,
         };
         conditions.insert(0, ready);
-        match serde_json::to_value(&status) {
-            Ok(status) => object["status"] = status,
+        let status = match serde_json::to_value(&status) {
+            Ok(status) => status,
             Err(err) => return warn!(%node, error = %err, "node status unwritable"),
-        }
-        if existing.as_ref() == Some(&object) {
-            return;
-        }
-        if let Err(err) = self.store.put(key, object).await {
+        };
+        let written = match existing {
+            Some(mut object) => {
+                if object.get("status") == Some(&status) {
+                    return;
+                }
+                object["status"] = status;
+                // The controller is the only writer of a node's status.
+                if let Some(metadata) = object["metadata"].as_object_mut() {
+                    metadata.remove("resourceVersion");
+                }
+                self.store.replace_status(object).await
+            }
+            None => {
+                let object = json!({
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": node,
+                        "labels": { "node-role.kubernetes.io/edge": "" },
+                    },
+                });
+                match self.store.create(object).await {
+                    Ok(mut created) => {
+                        created["status"] = status;
+                        self.store.replace_status(created).await
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+        };
+        if let Err(err) = written {
             warn!(%node, error = %err, "node not stored");
-        }
-    }
-
-    fn ready_condition(&self, node: &str) -> NodeCondition {
-        let time = Some(now());
-        if !self.connected.contains(node) {
-            return NodeCondition {
-                type_: "Ready".to_owned(),
-                status: "Unknown".to_owned(),
-                reason: Some("EdgeLinkDown".to_owned()),
-                message: Some("the node's link to the cloud is down".to_owned()),
-                last_heartbeat_time: time.clone(),
-                last_transition_time: time,
-            };
-        }
-        match self.reported_ready.get(node) {
-            Some(reported) => NodeCondition {
-                last_heartbeat_time: time,
-                ..reported.clone()
-            },
-            None => NodeCondition {
-                type_: "Ready".to_owned(),
-                status: "True".to_owned(),
-                reason: Some("EdgeConnected".to_owned()),
-                message: Some("the node is linked to the cloud".to_owned()),
-                last_heartbeat_time: time.clone(),
-                last_transition_time: time,
-            },
         }
     }
 
@@ -1368,14 +1042,10 @@ impl Controller {
     /// what they reference, services and endpoints, and its own Node.
     fn answer_query(&self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
         self.count(|c| c.queries += 1);
-        let entitled = ObjectKey::from_edge_resource(what).filter(|key| match key.kind {
-            Kind::Pod | Kind::Device => self.bound.get(key).is_some_and(|(bound, _)| bound == node),
-            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => self.wanted(node).contains(key),
-            Kind::Service | Kind::Endpoints => true,
-            Kind::Node => key.name == node,
-        });
+        let entitled =
+            ObjectKey::from_edge_resource(what).filter(|key| self.reconciler.entitled(node, key));
         let found = entitled.and_then(|key| self.store.get(&key).ok().flatten());
-        if what.resource_type == resource_type::NODE && self.kubeedge_nodes.contains(node) {
+        if what.resource_type == resource_type::NODE && self.reconciler.is_kubeedge(node) {
             // A kubelet reads its Node as a write's answer: {Object, Err}.
             let answer = match found {
                 Some(object) => kubeedge::object_answer(object),
@@ -1477,17 +1147,4 @@ impl StatusReport {
             }
         }
     }
-}
-
-/// A minimal object naming `key`, for a deletion whose object is gone.
-fn stub(key: &ObjectKey) -> Value {
-    json!({
-        "apiVersion": key.kind.api_version(),
-        "kind": key.kind.name(),
-        "metadata": { "name": key.name, "namespace": key.namespace },
-    })
-}
-
-fn uuid_v4() -> String {
-    beehive::Uuid::new_v4().to_string()
 }

@@ -1,0 +1,2354 @@
+//! API-server defaulting: the fields kube-apiserver (v1.34) fills in when an
+//! object is created, filled in the same way by edgehive's embedded
+//! desired-state backend.
+//!
+//! Everything an edge node reads comes from that backend, and KubeEdge's
+//! edgecore (like the kubelet it embeds) expects objects as a real API server
+//! returns them: it refuses a pod whose `configMap` volume has no
+//! `defaultMode`, whose `enableServiceLinks` is nil or whose `dnsPolicy` is
+//! empty. So before an object is stored, [`apply`] gives it every default
+//! the API server would give it, read from Kubernetes' own code (paths are
+//! in kubernetes/kubernetes, tag v1.34):
+//!
+//! | what | where it comes from |
+//! |---|---|
+//! | field defaults of every core kind | `pkg/apis/core/v1/defaults.go` (`SetDefaults_*`) and the generated walk over nested types, `pkg/apis/core/v1/zz_generated.defaults.go` |
+//! | declarative `+default=` markers (container and service port `protocol: TCP`, gRPC probe `service: ""`, RBD/iSCSI/ScaleIO/AzureDisk volume fields, `fileKeyRef.optional`) | `staging/src/k8s.io/api/core/v1/types.go`, applied by the same generated file |
+//! | `serviceAccount` mirrored from `serviceAccountName`, negative `terminationGracePeriodSeconds` forced to 1, `stringData` merged into a secret's `data` | `pkg/apis/core/v1/conversion.go` |
+//! | image pull policy (`Always` for `:latest` or no tag) | `SetDefaults_Container` with `pkg/util/parsers/parsers.go` over `github.com/distribution/reference` |
+//! | resource quantities rounded up to milli-units and written in canonical form | `SetDefaults_ResourceList`; `staging/src/k8s.io/apimachinery/pkg/api/resource/quantity.go` |
+//! | pod-level resources: requests from limits and container totals, hugepage limits (feature `PodLevelResources`, beta and on in 1.34) | `defaultPodRequests` and `defaultHugePagePodLimits` in `defaults.go`, with `staging/src/k8s.io/component-helpers/resource/helpers.go` |
+//! | `tolerations` for `node.kubernetes.io/not-ready` and `unreachable`, `NoExecute`, 300 s | admission plugin `DefaultTolerationSeconds`, `plugin/pkg/admission/defaulttolerationseconds/admission.go` |
+//! | `priority: 0` and `preemptionPolicy: PreemptLowerPriority`, and the built-in `system-node-critical`/`system-cluster-critical` classes | admission plugin `Priority`, `plugin/pkg/admission/priority/admission.go`, classes from `pkg/apis/scheduling/v1/helpers.go` |
+//! | `serviceAccountName: default` (not on mirror pods) | admission plugin `ServiceAccount`, `plugin/pkg/admission/serviceaccount/admission.go` |
+//! | pod `status` `{phase: Pending, qosClass}` | `PrepareForCreate` in `pkg/registry/core/pod/strategy.go`; QoS from `pkg/apis/core/helper/qos/qos.go` |
+//! | service `ipFamilyPolicy` | `initIPFamilyFields` in `pkg/registry/core/service/storage/alloc.go` |
+//! | service `status: {loadBalancer: {}}` | `PrepareForCreate` in `pkg/registry/core/service/strategy.go` |
+//! | `Device` `spec.deviceModelRef.name: ""` | KubeEdge's CRD schema, `build/crds/devices/devices_v1beta1_device.yaml` |
+//!
+//! Some fields a real server returns are empty structs that Go always
+//! writes out (`resources: {}` on a container, `securityContext: {}` on a
+//! pod, `divisor: "0"` on a `resourceFieldRef`); they are filled in too, so
+//! the JSON looks the same.
+//!
+//! The core kinds go through k8s-openapi's typed structs: the object is read
+//! as, say, a `Pod`, its `Option` fields are filled, and it is written back.
+//! That drops any field the type does not know, which is what the API server
+//! does as well: it prunes unknown fields of built-in kinds. An object that
+//! does not read as its kind is an error ([`DefaultsError`]) and is left as
+//! it was.
+//!
+//! Defaulting is idempotent (a second [`apply`] changes nothing) and keeps
+//! every value the caller set. Where Go cannot tell an empty string or a
+//! zero from "unset" (a non-pointer field), an empty string or zero is
+//! treated as unset, as the server does. The only values rewritten are
+//! those the server itself rewrites on every write: `serviceAccount` (an
+//! alias that always shows `serviceAccountName`), a service's
+//! `sessionAffinityConfig` when `sessionAffinity` is `None`, a negative
+//! `terminationGracePeriodSeconds`, a secret's `stringData` (moved into
+//! `data`), quantities (same value, canonical spelling) and empty
+//! `limits`/`requests` maps (which Go omits).
+//!
+//! Left out, because they are not defaulting or need state this module has
+//! not got:
+//! - what the registry owns: `uid`, `resourceVersion`, `creationTimestamp`,
+//!   `generation` (a pod starts at 1) and the status of an existing object
+//!   (the server resets a created pod's status to `{phase, qosClass}`; here
+//!   a status the caller gave is kept and only completed);
+//! - the service IP allocator: `clusterIP`/`clusterIPs`, `ipFamilies` (the
+//!   family of the cluster's service CIDR), node ports and
+//!   `healthCheckNodePort`;
+//! - the service-account token: the `ServiceAccount` admission plugin also
+//!   adds a projected `kube-api-access-*` volume and its mounts; that volume
+//!   is the caller's business (it needs a token), as are `imagePullSecrets`
+//!   taken from a service account;
+//! - admission that reads other objects: a `priorityClassName` other than
+//!   the two built-in classes (its value lives in a `PriorityClass`),
+//!   `LimitRanger`, `RuntimeClass` overhead, mutating webhooks;
+//! - scheduler-only rewrites in the pod strategy (`matchLabelKeys` merged
+//!   into affinity and topology-spread selectors, the `SchedulingGated`
+//!   condition: a gated pod is never bound, so no edge sees it) and the
+//!   AppArmor annotation-to-field sync;
+//! - fields of alpha features (off by default), which the server drops and
+//!   this module keeps; image volumes' `pullPolicy`, defaulted only with the
+//!   `ImageVolume` feature, off in 1.34;
+//! - custom resources are not pruned: `Device` and `DeviceModel` are kept as
+//!   JSON, with only what their CRD schema defaults filled in.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    ClientIPConfig, ConfigMap, ContainerPort, EnvVar, Lifecycle, Node, Pod, PodSpec, PodStatus,
+    Probe, ResourceFieldSelector, ResourceRequirements, Secret, Service, SessionAffinityConfig,
+    Toleration, Volume,
+};
+use k8s_openapi::api::core::v1::{Endpoints, HTTPGetAction, ObjectFieldSelector};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// An object defaulting could not handle; the object is left unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum DefaultsError {
+    /// The object does not read as the kind it names (a required field is
+    /// missing, a field has the wrong type, ...); the real API server
+    /// rejects it too.
+    #[error("not a valid {kind}: {source}")]
+    Invalid {
+        /// The kind the object named.
+        kind: &'static str,
+        /// What serde found wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A resource quantity that does not parse, or lies beyond what this
+    /// module computes with (38 significant digits).
+    #[error("not a valid {kind}: {path}: {value:?} is not a quantity edgehive accepts: {reason}")]
+    Quantity {
+        /// The kind of the object.
+        kind: &'static str,
+        /// Where the quantity is, e.g. `spec.containers[0].resources.limits.cpu`.
+        path: String,
+        /// The quantity as given.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The defaulted object could not be turned back into JSON.
+    #[error("{kind} could not be written back: {source}")]
+    Serialize {
+        /// The kind of the object.
+        kind: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Fills in the defaults the API server gives `object` on creation,
+/// choosing by its `apiVersion` and `kind`: `v1` `Pod`, `ConfigMap`,
+/// `Secret`, `Service`, `Endpoints` and `Node`, and
+/// `devices.kubeedge.io/v1beta1` `Device` and `DeviceModel`. A missing
+/// `apiVersion` is taken to be that kind's. Any other object is left
+/// untouched. On error `object` is unchanged.
+pub fn apply(object: &mut Value) -> Result<(), DefaultsError> {
+    let api_version = object.get("apiVersion").map(Value::as_str);
+    let kind = object.get("kind").and_then(Value::as_str);
+    let core = matches!(api_version, None | Some(Some("v1")));
+    let devices = matches!(api_version, None | Some(Some(crate::devices::API_VERSION)));
+    match kind {
+        Some("Pod") if core => typed(object, "Pod", pod),
+        Some("ConfigMap") if core => typed(object, "ConfigMap", |c| {
+            config_map(c);
+            Ok(())
+        }),
+        Some("Secret") if core => typed(object, "Secret", |s| {
+            secret(s);
+            Ok(())
+        }),
+        Some("Service") if core => typed(object, "Service", |s| {
+            service(s);
+            Ok(())
+        }),
+        Some("Endpoints") if core => typed(object, "Endpoints", |e| {
+            endpoints(e);
+            Ok(())
+        }),
+        Some("Node") if core => typed(object, "Node", node),
+        Some("Device") if devices => {
+            device(object);
+            Ok(())
+        }
+        Some("DeviceModel") if devices => {
+            device_model(object);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Reads `object` as `T`, runs `defaults` on it and writes it back.
+fn typed<T: DeserializeOwned + Serialize>(
+    object: &mut Value,
+    kind: &'static str,
+    defaults: impl FnOnce(&mut T) -> Result<(), DefaultsError>,
+) -> Result<(), DefaultsError> {
+    let mut typed =
+        T::deserialize(&*object).map_err(|source| DefaultsError::Invalid { kind, source })?;
+    defaults(&mut typed)?;
+    *object =
+        serde_json::to_value(&typed).map_err(|source| DefaultsError::Serialize { kind, source })?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Pod
+// ---------------------------------------------------------------------------
+
+/// The annotation that marks a mirror pod (a static pod's API copy); the
+/// `ServiceAccount` admission plugin leaves those alone.
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The taint a node gets when it is not ready.
+const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// The taint a node gets when the node controller cannot reach it.
+const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// `--default-not-ready-toleration-seconds` and
+/// `--default-unreachable-toleration-seconds` at their defaults.
+const DEFAULT_TOLERATION_SECONDS: i64 = 300;
+/// `defaultMode` of configMap, secret, downwardAPI and projected volumes
+/// (0644).
+const DEFAULT_VOLUME_MODE: i32 = 0o644;
+
+/// The fields `SetDefaults_Container` and the generated walk default, for
+/// regular, init and ephemeral containers alike.
+struct ContainerFields<'a> {
+    image: Option<&'a str>,
+    image_pull_policy: &'a mut Option<String>,
+    termination_message_path: &'a mut Option<String>,
+    termination_message_policy: &'a mut Option<String>,
+    ports: &'a mut Option<Vec<ContainerPort>>,
+    env: &'a mut Option<Vec<EnvVar>>,
+    resources: &'a mut Option<ResourceRequirements>,
+    probes: [&'a mut Option<Probe>; 3],
+    lifecycle: &'a mut Option<Lifecycle>,
+}
+
+/// Borrows the [`ContainerFields`] of a `Container` or `EphemeralContainer`.
+macro_rules! container_fields {
+    ($c:expr) => {{
+        let c = $c;
+        ContainerFields {
+            image: c.image.as_deref(),
+            image_pull_policy: &mut c.image_pull_policy,
+            termination_message_path: &mut c.termination_message_path,
+            termination_message_policy: &mut c.termination_message_policy,
+            ports: &mut c.ports,
+            env: &mut c.env,
+            resources: &mut c.resources,
+            probes: [
+                &mut c.liveness_probe,
+                &mut c.readiness_probe,
+                &mut c.startup_probe,
+            ],
+            lifecycle: &mut c.lifecycle,
+        }
+    }};
+}
+
+/// Fills in what kube-apiserver fills in when `pod` is created: the
+/// `SetDefaults_*` functions of the pod, its spec, volumes, containers and
+/// probes, the `ServiceAccount`, `Priority` and `DefaultTolerationSeconds`
+/// admission plugins, and the created pod's status (`phase: Pending` and its
+/// QoS class). The projected service-account token volume is not added: it
+/// is the caller's business (see the module docs).
+///
+/// Fails only on a resource quantity that does not parse; `pod` may then
+/// be partly defaulted ([`apply`] leaves the JSON untouched).
+pub fn pod(pod: &mut Pod) -> Result<(), DefaultsError> {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
+    let spec = pod.spec.get_or_insert_with(PodSpec::default);
+
+    // conversion.go: the deprecated alias is read when the name is unset;
+    // a negative grace period becomes 1.
+    if is_unset(&spec.service_account_name) && !is_unset(&spec.service_account) {
+        spec.service_account_name = spec.service_account.clone();
+    }
+    if let Some(grace) = &mut spec.termination_grace_period_seconds
+        && *grace < 0
+    {
+        *grace = 1;
+    }
+
+    // SetDefaults_Pod: requests default to limits (regular and init
+    // containers, not a pod template's), then pod-level resources.
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        if let Some(resources) = &mut container.resources {
+            requests_from_limits(resources);
+        }
+    }
+    pod_level_resources(spec)?;
+    spec.enable_service_links.get_or_insert(true);
+    if spec.host_network == Some(true) {
+        for container in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            for port in container.ports.iter_mut().flatten() {
+                if matches!(port.host_port, None | Some(0)) {
+                    port.host_port = Some(port.container_port);
+                }
+            }
+        }
+    }
+
+    // SetDefaults_PodSpec.
+    default_str(&mut spec.dns_policy, "ClusterFirst");
+    default_str(&mut spec.restart_policy, "Always");
+    spec.security_context.get_or_insert_with(Default::default);
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    default_str(&mut spec.scheduler_name, "default-scheduler");
+
+    // The generated walk: volumes, containers, overhead, pod resources.
+    for (i, volume) in spec.volumes.iter_mut().flatten().enumerate() {
+        volume_defaults(volume, &format!("spec.volumes[{i}]"))?;
+    }
+    for (i, c) in spec.init_containers.iter_mut().flatten().enumerate() {
+        container_defaults(container_fields!(c), &format!("spec.initContainers[{i}]"))?;
+    }
+    for (i, c) in spec.containers.iter_mut().enumerate() {
+        container_defaults(container_fields!(c), &format!("spec.containers[{i}]"))?;
+    }
+    for (i, c) in spec.ephemeral_containers.iter_mut().flatten().enumerate() {
+        container_defaults(
+            container_fields!(c),
+            &format!("spec.ephemeralContainers[{i}]"),
+        )?;
+    }
+    round_list(&mut spec.overhead, "Pod", "spec.overhead")?;
+    if let Some(resources) = &mut spec.resources {
+        round_list(&mut resources.limits, "Pod", "spec.resources.limits")?;
+        round_list(&mut resources.requests, "Pod", "spec.resources.requests")?;
+    }
+
+    // Admission: ServiceAccount, Priority, DefaultTolerationSeconds.
+    if !mirror && is_unset(&spec.service_account_name) {
+        spec.service_account_name = Some("default".to_owned());
+    }
+    if is_unset(&spec.service_account_name) {
+        spec.service_account_name = None;
+    }
+    spec.service_account = spec.service_account_name.clone();
+    priority(spec);
+    default_tolerations(spec);
+
+    // The pod strategy's PrepareForCreate: a new pod is Pending, with the
+    // QoS class of its (defaulted) spec.
+    let status = pod.status.get_or_insert_with(PodStatus::default);
+    default_str(&mut status.phase, "Pending");
+    if is_unset(&status.qos_class) {
+        status.qos_class = Some(qos_class(spec)?.to_owned());
+    }
+    Ok(())
+}
+
+/// `SetDefaults_Pod`: every resource with a limit and no request gets the
+/// limit as its request.
+fn requests_from_limits(resources: &mut ResourceRequirements) {
+    let Some(limits) = resources.limits.as_ref().filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let requests = resources.requests.get_or_insert_with(BTreeMap::new);
+    for (name, limit) in limits {
+        requests
+            .entry(name.clone())
+            .or_insert_with(|| limit.clone());
+    }
+}
+
+/// The `Priority` admission plugin, with no `PriorityClass` marked
+/// `globalDefault` (none is, out of the box): a pod without a class gets
+/// priority 0; the two built-in classes have fixed values. Any other class
+/// is left to whoever knows its value.
+fn priority(spec: &mut PodSpec) {
+    if is_unset(&spec.priority_class_name) {
+        spec.priority_class_name = None;
+    }
+    let value = match spec.priority_class_name.as_deref() {
+        None => 0,
+        Some("system-node-critical") => 2_000_001_000,
+        Some("system-cluster-critical") => 2_000_000_000,
+        Some(_) => return,
+    };
+    spec.priority.get_or_insert(value);
+    spec.preemption_policy
+        .get_or_insert_with(|| "PreemptLowerPriority".to_owned());
+}
+
+/// The `DefaultTolerationSeconds` admission plugin: a pod that does not
+/// already tolerate `not-ready` (or `unreachable`) `NoExecute` taints
+/// tolerates them for 300 seconds. A toleration with no key or no effect
+/// counts as tolerating them, as in the plugin.
+fn default_tolerations(spec: &mut PodSpec) {
+    let tolerates = |taint: &str| {
+        spec.tolerations.iter().flatten().any(|t| {
+            let key = t.key.as_deref().unwrap_or("");
+            let effect = t.effect.as_deref().unwrap_or("");
+            (key == taint || key.is_empty()) && (effect == "NoExecute" || effect.is_empty())
+        })
+    };
+    let missing: Vec<&str> = [TAINT_NOT_READY, TAINT_UNREACHABLE]
+        .into_iter()
+        .filter(|taint| !tolerates(taint))
+        .collect();
+    for taint in missing {
+        spec.tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                key: Some(taint.to_owned()),
+                operator: Some("Exists".to_owned()),
+                effect: Some("NoExecute".to_owned()),
+                toleration_seconds: Some(DEFAULT_TOLERATION_SECONDS),
+                value: None,
+            });
+    }
+}
+
+fn container_defaults(c: ContainerFields<'_>, path: &str) -> Result<(), DefaultsError> {
+    if is_unset(c.image_pull_policy) {
+        *c.image_pull_policy = Some(image_pull_policy(c.image.unwrap_or("")).to_owned());
+    }
+    default_str(c.termination_message_path, "/dev/termination-log");
+    default_str(c.termination_message_policy, "File");
+    for port in c.ports.iter_mut().flatten() {
+        default_str(&mut port.protocol, "TCP");
+    }
+    for (i, var) in c.env.iter_mut().flatten().enumerate() {
+        let Some(from) = &mut var.value_from else {
+            continue;
+        };
+        if let Some(field) = &mut from.field_ref {
+            field_selector(field);
+        }
+        if let Some(resource) = &mut from.resource_field_ref {
+            resource_selector(
+                resource,
+                &format!("{path}.env[{i}].valueFrom.resourceFieldRef"),
+            )?;
+        }
+        if let Some(file) = &mut from.file_key_ref {
+            file.optional.get_or_insert(false);
+        }
+    }
+    // A Go container always shows its (non-pointer) resources, `{}` if
+    // empty; empty maps are omitted.
+    let resources = c.resources.get_or_insert_with(Default::default);
+    round_list(
+        &mut resources.limits,
+        "Pod",
+        &format!("{path}.resources.limits"),
+    )?;
+    round_list(
+        &mut resources.requests,
+        "Pod",
+        &format!("{path}.resources.requests"),
+    )?;
+    for probe in c.probes.into_iter().flatten() {
+        probe_defaults(probe);
+    }
+    if let Some(lifecycle) = c.lifecycle {
+        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(get) = &mut handler.http_get {
+                http_get(get);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The image pull policy the API server gives a container whose
+/// `imagePullPolicy` is unset: `Always` when the image reference parses and
+/// its tag is `latest` or it has neither tag nor digest, else
+/// `IfNotPresent` (`SetDefaults_Container`, `parsers.ParseImageName`).
+pub fn image_pull_policy(image: &str) -> &'static str {
+    match image_tag(image) {
+        Some(tag) if tag == "latest" => "Always",
+        _ => "IfNotPresent",
+    }
+}
+
+/// `SetDefaults_Probe`, `SetDefaults_HTTPGetAction` and the gRPC probe's
+/// `service: ""`. Zero counts as unset (the Go fields are plain ints).
+fn probe_defaults(probe: &mut Probe) {
+    default_int(&mut probe.timeout_seconds, 1);
+    default_int(&mut probe.period_seconds, 10);
+    default_int(&mut probe.success_threshold, 1);
+    default_int(&mut probe.failure_threshold, 3);
+    if let Some(get) = &mut probe.http_get {
+        http_get(get);
+    }
+    if let Some(grpc) = &mut probe.grpc {
+        grpc.service.get_or_insert_with(String::new);
+    }
+}
+
+fn http_get(get: &mut HTTPGetAction) {
+    default_str(&mut get.path, "/");
+    default_str(&mut get.scheme, "HTTP");
+}
+
+/// `SetDefaults_ObjectFieldSelector`.
+fn field_selector(field: &mut ObjectFieldSelector) {
+    default_str(&mut field.api_version, "v1");
+}
+
+/// A `resourceFieldRef`'s `divisor` is a non-pointer quantity in Go, so the
+/// server always shows it: `"0"` when unset, else in canonical form.
+fn resource_selector(
+    selector: &mut ResourceFieldSelector,
+    path: &str,
+) -> Result<(), DefaultsError> {
+    match &mut selector.divisor {
+        None => selector.divisor = Some(Quantity("0".to_owned())),
+        Some(divisor) => canonical_quantity(divisor, "Pod", &format!("{path}.divisor"))?,
+    }
+    Ok(())
+}
+
+/// `SetDefaults_Volume` and the defaults of each volume source.
+fn volume_defaults(volume: &mut Volume, path: &str) -> Result<(), DefaultsError> {
+    let sourceless = Volume {
+        name: volume.name.clone(),
+        ..Volume::default()
+    };
+    if *volume == sourceless {
+        volume.empty_dir = Some(Default::default());
+    }
+    if let Some(host_path) = &mut volume.host_path {
+        host_path.type_.get_or_insert_with(String::new);
+    }
+    if let Some(empty_dir) = &mut volume.empty_dir
+        && let Some(limit) = &mut empty_dir.size_limit
+    {
+        canonical_quantity(limit, "Pod", &format!("{path}.emptyDir.sizeLimit"))?;
+    }
+    if let Some(secret) = &mut volume.secret {
+        secret.default_mode.get_or_insert(DEFAULT_VOLUME_MODE);
+    }
+    if let Some(config_map) = &mut volume.config_map {
+        config_map.default_mode.get_or_insert(DEFAULT_VOLUME_MODE);
+    }
+    if let Some(downward) = &mut volume.downward_api {
+        downward.default_mode.get_or_insert(DEFAULT_VOLUME_MODE);
+        for (i, item) in downward.items.iter_mut().flatten().enumerate() {
+            if let Some(field) = &mut item.field_ref {
+                field_selector(field);
+            }
+            if let Some(resource) = &mut item.resource_field_ref {
+                resource_selector(
+                    resource,
+                    &format!("{path}.downwardAPI.items[{i}].resourceFieldRef"),
+                )?;
+            }
+        }
+    }
+    if let Some(projected) = &mut volume.projected {
+        projected.default_mode.get_or_insert(DEFAULT_VOLUME_MODE);
+        for (i, source) in projected.sources.iter_mut().flatten().enumerate() {
+            if let Some(downward) = &mut source.downward_api {
+                for (j, item) in downward.items.iter_mut().flatten().enumerate() {
+                    if let Some(field) = &mut item.field_ref {
+                        field_selector(field);
+                    }
+                    if let Some(resource) = &mut item.resource_field_ref {
+                        let at = format!(
+                            "{path}.projected.sources[{i}].downwardAPI.items[{j}].resourceFieldRef"
+                        );
+                        resource_selector(resource, &at)?;
+                    }
+                }
+            }
+            if let Some(token) = &mut source.service_account_token {
+                token.expiration_seconds.get_or_insert(3600);
+            }
+        }
+    }
+    if let Some(iscsi) = &mut volume.iscsi {
+        default_str(&mut iscsi.iscsi_interface, "default");
+    }
+    if let Some(rbd) = &mut volume.rbd {
+        default_str(&mut rbd.pool, "rbd");
+        default_str(&mut rbd.user, "admin");
+        default_str(&mut rbd.keyring, "/etc/ceph/keyring");
+    }
+    if let Some(azure) = &mut volume.azure_disk {
+        azure
+            .caching_mode
+            .get_or_insert_with(|| "ReadWrite".to_owned());
+        azure.fs_type.get_or_insert_with(|| "ext4".to_owned());
+        azure.read_only.get_or_insert(false);
+        azure.kind.get_or_insert_with(|| "Shared".to_owned());
+    }
+    if let Some(scale_io) = &mut volume.scale_io {
+        default_str(&mut scale_io.storage_mode, "ThinProvisioned");
+        default_str(&mut scale_io.fs_type, "xfs");
+    }
+    if let Some(template) = volume
+        .ephemeral
+        .as_mut()
+        .and_then(|e| e.volume_claim_template.as_mut())
+    {
+        let claim = &mut template.spec;
+        claim
+            .volume_mode
+            .get_or_insert_with(|| "Filesystem".to_owned());
+        let resources = claim.resources.get_or_insert_with(Default::default);
+        let at = format!("{path}.ephemeral.volumeClaimTemplate.spec.resources");
+        round_list(&mut resources.limits, "Pod", &format!("{at}.limits"))?;
+        round_list(&mut resources.requests, "Pod", &format!("{at}.requests"))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Pod-level resources and QoS
+// ---------------------------------------------------------------------------
+
+/// Resource totals by name.
+type Totals = BTreeMap<String, Qty>;
+
+/// `defaultHugePagePodLimits` and `defaultPodRequests` (`PodLevelResources`
+/// is on in 1.34): with pod-level resources partly given, hugepage limits
+/// come from the containers' total, and requests from the containers'
+/// total (cpu, memory) or else the pod-level limit.
+fn pod_level_resources(spec: &mut PodSpec) -> Result<(), DefaultsError> {
+    let Some(pod_resources) = &spec.resources else {
+        return Ok(());
+    };
+    let mut limits = pod_resources.limits.clone().unwrap_or_default();
+    let mut requests = pod_resources.requests.clone().unwrap_or_default();
+    if limits.is_empty() && requests.is_empty() {
+        return Ok(());
+    }
+    for (name, total) in aggregate(spec, |r| r.limits.as_ref())? {
+        if name.starts_with("hugepages-") && !requests.contains_key(&name) {
+            limits
+                .entry(name)
+                .or_insert_with(|| Quantity(total.to_text()));
+        }
+    }
+    if limits.is_empty() {
+        return Ok(());
+    }
+    for (name, total) in aggregate(spec, |r| r.requests.as_ref())? {
+        if matches!(name.as_str(), "cpu" | "memory") {
+            requests
+                .entry(name)
+                .or_insert_with(|| Quantity(total.to_text()));
+        }
+    }
+    for (name, limit) in &limits {
+        if pod_level_resource(name) {
+            requests
+                .entry(name.clone())
+                .or_insert_with(|| limit.clone());
+        }
+    }
+    let resources = spec.resources.get_or_insert_with(Default::default);
+    resources.limits = Some(limits);
+    if !requests.is_empty() {
+        resources.requests = Some(requests);
+    }
+    Ok(())
+}
+
+/// The resources pod-level `resources` may name.
+fn pod_level_resource(name: &str) -> bool {
+    matches!(name, "cpu" | "memory") || name.starts_with("hugepages-")
+}
+
+/// `AggregateContainerRequests`/`AggregateContainerLimits`: the sum over
+/// regular containers and restartable (sidecar) init containers, or, if
+/// larger, what the pod needs while each init container runs (it plus the
+/// sidecars started before it).
+fn aggregate(
+    spec: &PodSpec,
+    pick: impl Fn(&ResourceRequirements) -> Option<&BTreeMap<String, Quantity>>,
+) -> Result<Totals, DefaultsError> {
+    let list = |resources: &Option<ResourceRequirements>, path: String| {
+        parse_list(resources.as_ref().and_then(&pick), &path)
+    };
+    let mut total = Totals::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        add_totals(
+            &mut total,
+            &list(&c.resources, format!("spec.containers[{i}].resources"))?,
+        )?;
+    }
+    let mut sidecars = Totals::new();
+    let mut init_peak = Totals::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let own = list(&c.resources, format!("spec.initContainers[{i}].resources"))?;
+        let running = if c.restart_policy.as_deref() == Some("Always") {
+            add_totals(&mut total, &own)?;
+            add_totals(&mut sidecars, &own)?;
+            sidecars.clone()
+        } else {
+            let mut running = own;
+            add_totals(&mut running, &sidecars)?;
+            running
+        };
+        max_totals(&mut init_peak, &running);
+    }
+    max_totals(&mut total, &init_peak);
+    Ok(total)
+}
+
+fn parse_list(
+    list: Option<&BTreeMap<String, Quantity>>,
+    path: &str,
+) -> Result<Totals, DefaultsError> {
+    list.into_iter()
+        .flatten()
+        .map(|(name, q)| {
+            Qty::parse(&q.0)
+                .map(|parsed| (name.clone(), parsed))
+                .map_err(|reason| quantity_error("Pod", format!("{path}.{name}"), &q.0, reason))
+        })
+        .collect()
+}
+
+fn add_totals(total: &mut Totals, add: &Totals) -> Result<(), DefaultsError> {
+    for (name, q) in add {
+        match total.get_mut(name) {
+            Some(sum) => sum.add(q).map_err(|reason| {
+                quantity_error("Pod", format!("total {name}"), &q.to_text(), reason)
+            })?,
+            None => {
+                total.insert(name.clone(), q.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn max_totals(total: &mut Totals, other: &Totals) {
+    for (name, q) in other {
+        if total
+            .get(name)
+            .is_none_or(|t| q.cmp_value(t) == Ordering::Greater)
+        {
+            total.insert(name.clone(), q.clone());
+        }
+    }
+}
+
+/// The QoS class kube-apiserver records in a new pod's status, computed
+/// from its (defaulted) spec as `ComputePodQOS` does: `BestEffort` when no
+/// container (or, with pod-level resources, the pod) requests or limits cpu
+/// or memory; `Guaranteed` when every container limits both and the
+/// requests equal the limits (summed over containers); `Burstable`
+/// otherwise. Ephemeral containers do not count.
+pub fn qos_class(spec: &PodSpec) -> Result<&'static str, DefaultsError> {
+    let mut requests = Totals::new();
+    let mut limits = Totals::new();
+    let mut guaranteed = true;
+    // Adds the positive cpu/memory quantities of `list`; returns which
+    // were there.
+    let collect = |into: &mut Totals, list: Option<&BTreeMap<String, Quantity>>, path: &str| {
+        let mut found = (false, false);
+        for (name, q) in parse_list(list, path)? {
+            if !matches!(name.as_str(), "cpu" | "memory") || !q.is_positive() {
+                continue;
+            }
+            if name == "cpu" {
+                found.0 = true;
+            } else {
+                found.1 = true;
+            }
+            add_totals(into, &Totals::from([(name, q)]))?;
+        }
+        Ok::<_, DefaultsError>(found)
+    };
+    if let Some(pod_resources) = &spec.resources {
+        collect(
+            &mut requests,
+            pod_resources.requests.as_ref(),
+            "spec.resources.requests",
+        )?;
+        let limited = pod_resources.limits.as_ref().filter(|l| !l.is_empty());
+        if limited.is_some()
+            && collect(&mut limits, limited, "spec.resources.limits")? != (true, true)
+        {
+            guaranteed = false;
+        }
+    } else {
+        let containers = spec
+            .containers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (format!("spec.containers[{i}]"), c));
+        let init = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, c)| (format!("spec.initContainers[{i}]"), c));
+        for (path, c) in containers.chain(init) {
+            let resources = c.resources.as_ref();
+            let at = format!("{path}.resources.requests");
+            collect(
+                &mut requests,
+                resources.and_then(|r| r.requests.as_ref()),
+                &at,
+            )?;
+            let at = format!("{path}.resources.limits");
+            if collect(&mut limits, resources.and_then(|r| r.limits.as_ref()), &at)? != (true, true)
+            {
+                guaranteed = false;
+            }
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        return Ok("BestEffort");
+    }
+    let equal = requests.iter().all(|(name, request)| {
+        limits
+            .get(name)
+            .is_some_and(|limit| limit.cmp_value(request) == Ordering::Equal)
+    });
+    if guaranteed && equal && requests.len() == limits.len() {
+        Ok("Guaranteed")
+    } else {
+        Ok("Burstable")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ConfigMap, Secret, Service, Endpoints, Node
+// ---------------------------------------------------------------------------
+
+/// `SetDefaults_ConfigMap` makes a nil `data` an empty map, which Go then
+/// omits from the JSON, so nothing visible changes: this does nothing.
+/// ([`apply`] still reads the object as a `ConfigMap`, so an invalid one is
+/// refused and unknown fields are pruned.)
+pub fn config_map(_config_map: &mut ConfigMap) {}
+
+/// `SetDefaults_Secret`: `type: Opaque`. And, as the v1 conversion does,
+/// `stringData` is merged into `data` (overriding the same keys) and never
+/// stored.
+pub fn secret(secret: &mut Secret) {
+    default_str(&mut secret.type_, "Opaque");
+    if let Some(strings) = secret.string_data.take().filter(|s| !s.is_empty()) {
+        let data = secret.data.get_or_insert_with(BTreeMap::new);
+        for (key, value) in strings {
+            data.insert(key, ByteString(value.into_bytes()));
+        }
+    }
+}
+
+/// `SetDefaults_Service`: `type: ClusterIP`, `sessionAffinity: None` (and
+/// the ClientIP timeout, 10800 s), each port's `protocol: TCP` and
+/// `targetPort` = `port`, `internalTrafficPolicy: Cluster`,
+/// `externalTrafficPolicy: Cluster` for externally reachable services,
+/// `allocateLoadBalancerNodePorts: true` and ingress `ipMode: VIP` for load
+/// balancers. Then what the service REST storage sets before allocation:
+/// `ipFamilyPolicy` (`SingleStack`, or `RequireDualStack` for a headless
+/// service without selector; none for `ExternalName`), and the empty
+/// `status.loadBalancer` a new service shows.
+///
+/// Allocation is left out: `clusterIP`/`clusterIPs`, `ipFamilies` (the
+/// family of the cluster's service CIDR), node ports and
+/// `healthCheckNodePort` are the allocator's, not defaulting.
+pub fn service(service: &mut Service) {
+    let spec = service.spec.get_or_insert_with(Default::default);
+    default_str(&mut spec.session_affinity, "None");
+    match spec.session_affinity.as_deref() {
+        Some("None") => spec.session_affinity_config = None,
+        Some("ClientIP") => {
+            let timeout = spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds);
+            if timeout.is_none() {
+                spec.session_affinity_config = Some(SessionAffinityConfig {
+                    client_ip: Some(ClientIPConfig {
+                        timeout_seconds: Some(10800),
+                    }),
+                });
+            }
+        }
+        _ => {}
+    }
+    default_str(&mut spec.type_, "ClusterIP");
+    for port in spec.ports.iter_mut().flatten() {
+        default_str(&mut port.protocol, "TCP");
+        let unset = match &port.target_port {
+            None => true,
+            Some(IntOrString::Int(n)) => *n == 0,
+            Some(IntOrString::String(s)) => s.is_empty(),
+        };
+        if unset {
+            port.target_port = Some(IntOrString::Int(port.port));
+        }
+    }
+    let type_ = spec.type_.clone().unwrap_or_default();
+    let external_ips = spec
+        .external_ips
+        .as_ref()
+        .is_some_and(|ips| !ips.is_empty());
+    let externally_accessible = matches!(type_.as_str(), "LoadBalancer" | "NodePort")
+        || (type_ == "ClusterIP" && external_ips);
+    if externally_accessible {
+        default_str(&mut spec.external_traffic_policy, "Cluster");
+    }
+    if spec.internal_traffic_policy.is_none()
+        && matches!(type_.as_str(), "ClusterIP" | "NodePort" | "LoadBalancer")
+    {
+        spec.internal_traffic_policy = Some("Cluster".to_owned());
+    }
+    if type_ == "LoadBalancer" {
+        spec.allocate_load_balancer_node_ports.get_or_insert(true);
+    }
+    if type_ != "ExternalName" && spec.ip_family_policy.is_none() {
+        let headless = spec.cluster_ip.as_deref() == Some("None")
+            || spec
+                .cluster_ips
+                .as_ref()
+                .and_then(|ips| ips.first())
+                .is_some_and(|ip| ip == "None");
+        let selectorless = spec.selector.as_ref().is_none_or(BTreeMap::is_empty);
+        let policy = if headless && selectorless {
+            "RequireDualStack"
+        } else {
+            "SingleStack"
+        };
+        spec.ip_family_policy = Some(policy.to_owned());
+    }
+    let status = service.status.get_or_insert_with(Default::default);
+    let load_balancer = status.load_balancer.get_or_insert_with(Default::default);
+    if type_ == "LoadBalancer" {
+        for ingress in load_balancer.ingress.iter_mut().flatten() {
+            if !is_unset(&ingress.ip) && ingress.ip_mode.is_none() {
+                ingress.ip_mode = Some("VIP".to_owned());
+            }
+        }
+    }
+}
+
+/// `SetDefaults_Endpoints`: each port's `protocol: TCP`.
+pub fn endpoints(endpoints: &mut Endpoints) {
+    for subset in endpoints.subsets.iter_mut().flatten() {
+        for port in subset.ports.iter_mut().flatten() {
+            default_str(&mut port.protocol, "TCP");
+        }
+    }
+}
+
+/// `SetDefaults_NodeStatus` (`allocatable` defaults to `capacity`) and the
+/// rounding of both to milli-units. Fails only on a quantity that does not
+/// parse (`node` may then be partly defaulted).
+pub fn node(node: &mut Node) -> Result<(), DefaultsError> {
+    if let Some(status) = &mut node.status {
+        if status.allocatable.is_none() && status.capacity.is_some() {
+            status.allocatable = status.capacity.clone();
+        }
+        round_list(&mut status.capacity, "Node", "status.capacity")?;
+        round_list(&mut status.allocatable, "Node", "status.allocatable")?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// KubeEdge devices
+// ---------------------------------------------------------------------------
+
+/// A `devices.kubeedge.io/v1beta1` `Device` is a custom resource: the API
+/// server fills in only what its CRD's OpenAPI schema defaults, which is
+/// `spec.deviceModelRef.name: ""` when the reference is there without a
+/// name. The object stays JSON: edgehive's [`crate::devices::Device`] does
+/// not carry every field of the CRD, so reading it would lose some.
+pub fn device(device: &mut Value) {
+    if let Some(reference) = device
+        .pointer_mut("/spec/deviceModelRef")
+        .and_then(Value::as_object_mut)
+    {
+        reference
+            .entry("name")
+            .or_insert_with(|| Value::String(String::new()));
+    }
+}
+
+/// A `devices.kubeedge.io/v1beta1` `DeviceModel`: its CRD schema defaults
+/// nothing, so there is nothing to fill in.
+pub fn device_model(_model: &mut Value) {}
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+/// An unset Go string: missing or empty.
+fn is_unset(field: &Option<String>) -> bool {
+    field.as_deref().is_none_or(str::is_empty)
+}
+
+/// Sets a Go (non-pointer) string field that is missing or empty.
+fn default_str(field: &mut Option<String>, value: &str) {
+    if is_unset(field) {
+        *field = Some(value.to_owned());
+    }
+}
+
+/// Sets a Go (non-pointer) int field that is missing or zero.
+fn default_int(field: &mut Option<i32>, value: i32) {
+    if matches!(field, None | Some(0)) {
+        *field = Some(value);
+    }
+}
+
+fn quantity_error(
+    kind: &'static str,
+    path: String,
+    value: &str,
+    reason: &'static str,
+) -> DefaultsError {
+    DefaultsError::Quantity {
+        kind,
+        path,
+        value: value.to_owned(),
+        reason,
+    }
+}
+
+/// `SetDefaults_ResourceList`: every quantity rounded up to milli-units,
+/// written in canonical form; an empty list is dropped (Go omits it).
+fn round_list(
+    list: &mut Option<BTreeMap<String, Quantity>>,
+    kind: &'static str,
+    path: &str,
+) -> Result<(), DefaultsError> {
+    if list.as_ref().is_some_and(BTreeMap::is_empty) {
+        *list = None;
+    }
+    for (name, q) in list.iter_mut().flatten() {
+        let mut parsed = Qty::parse(&q.0)
+            .map_err(|reason| quantity_error(kind, format!("{path}.{name}"), &q.0, reason))?;
+        parsed.round_up_milli();
+        q.0 = parsed.to_text();
+    }
+    Ok(())
+}
+
+/// A quantity as the server writes it back (no rounding).
+fn canonical_quantity(
+    q: &mut Quantity,
+    kind: &'static str,
+    path: &str,
+) -> Result<(), DefaultsError> {
+    let parsed =
+        Qty::parse(&q.0).map_err(|reason| quantity_error(kind, path.to_owned(), &q.0, reason))?;
+    q.0 = parsed.to_text();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Image references (github.com/distribution/reference, as used by
+// k8s.io/kubernetes/pkg/util/parsers.ParseImageName)
+// ---------------------------------------------------------------------------
+
+/// The tag `ParseImageName` finds in `image`: `latest` when there is
+/// neither tag nor digest, empty when there is only a digest, `None` when
+/// the reference does not parse (`ParseNormalizedNamed` fails).
+fn image_tag(image: &str) -> Option<String> {
+    // A bare 64-hex identifier is refused.
+    if image.len() == 64
+        && image
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
+    {
+        return None;
+    }
+    // splitDockerDomain: the first component is a registry if it has a dot
+    // or colon, is localhost, or has upper case; else Docker Hub.
+    let (domain, remainder) = match image.split_once('/') {
+        None => ("docker.io".to_owned(), format!("library/{image}")),
+        Some((first, rest)) => {
+            if first == "localhost" || first.contains(['.', ':']) || first.to_lowercase() != first {
+                let domain = if first == "index.docker.io" {
+                    "docker.io"
+                } else {
+                    first
+                };
+                (domain.to_owned(), rest.to_owned())
+            } else {
+                ("docker.io".to_owned(), image.to_owned())
+            }
+        }
+    };
+    let remainder = if domain == "docker.io" && !remainder.contains('/') {
+        format!("library/{remainder}")
+    } else {
+        remainder
+    };
+    let remote = remainder.split(':').next().unwrap_or("");
+    if remote.to_lowercase() != remote {
+        return None;
+    }
+
+    // Parse(domain + "/" + remainder) against the reference grammar.
+    let full = format!("{domain}/{remainder}");
+    let (name_tag, digest) = match full.split_once('@') {
+        Some((name_tag, digest)) => (name_tag, Some(digest)),
+        None => (full.as_str(), None),
+    };
+    let (name, tag) = match name_tag.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name, Some(tag)),
+        _ => (name_tag, None),
+    };
+    let path = match name.split_once('/') {
+        Some((host, path)) if valid_domain(host) && valid_remote_name(path) => path,
+        _ if valid_remote_name(name) => name,
+        _ => return None,
+    };
+    if path.len() > 255 {
+        return None;
+    }
+    if let Some(tag) = tag {
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let bytes = tag.as_bytes();
+        let valid = !bytes.is_empty()
+            && bytes.len() <= 128
+            && word(bytes[0])
+            && bytes.iter().all(|&b| word(b) || b == b'.' || b == b'-');
+        if !valid {
+            return None;
+        }
+    }
+    if let Some(digest) = digest
+        && !valid_digest(digest)
+    {
+        return None;
+    }
+    Some(match (tag, digest) {
+        (Some(tag), _) => tag.to_owned(),
+        (None, Some(_)) => String::new(),
+        (None, None) => "latest".to_owned(),
+    })
+}
+
+/// `host[:port]`, the host a dotted name of `[a-zA-Z0-9-]` labels (not
+/// starting or ending with `-`) or a bracketed IPv6 address.
+fn valid_domain(domain: &str) -> bool {
+    let (host, port) = match domain.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty() && (!host.starts_with('[') || host.ends_with(']')) =>
+        {
+            (host, Some(port))
+        }
+        _ => (domain, None),
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return false;
+    }
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return !inner.is_empty() && inner.bytes().all(|b| b.is_ascii_hexdigit() || b == b':');
+    }
+    host.split('.').all(|label| {
+        let bytes = label.as_bytes();
+        !bytes.is_empty()
+            && bytes
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b == b'-')
+            && bytes[0] != b'-'
+            && bytes[bytes.len() - 1] != b'-'
+    })
+}
+
+/// Path components of `[a-z0-9]+` runs joined by `.`, `_`, `__` or dashes.
+fn valid_remote_name(path: &str) -> bool {
+    path.split('/').all(|component| {
+        let bytes = component.as_bytes();
+        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let mut i = 0;
+        let mut expect_alnum = true;
+        while i < bytes.len() {
+            if expect_alnum {
+                if !alnum(bytes[i]) {
+                    return false;
+                }
+                while i < bytes.len() && alnum(bytes[i]) {
+                    i += 1;
+                }
+                expect_alnum = false;
+            } else {
+                match bytes[i] {
+                    b'.' => i += 1,
+                    b'_' => {
+                        i += 1;
+                        if bytes.get(i) == Some(&b'_') {
+                            i += 1;
+                        }
+                    }
+                    b'-' => {
+                        while bytes.get(i) == Some(&b'-') {
+                            i += 1;
+                        }
+                    }
+                    _ => return false,
+                }
+                expect_alnum = true;
+            }
+        }
+        !bytes.is_empty() && !expect_alnum
+    })
+}
+
+/// A digest go-digest accepts: a registered algorithm (sha256, sha384,
+/// sha512) and its lower-case hex of the right length.
+fn valid_digest(digest: &str) -> bool {
+    let Some((algorithm, hex)) = digest.split_once(':') else {
+        return false;
+    };
+    let len = match algorithm {
+        "sha256" => 64,
+        "sha384" => 96,
+        "sha512" => 128,
+        _ => return false,
+    };
+    hex.len() == len && hex.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
+}
+
+// ---------------------------------------------------------------------------
+// Quantities (k8s.io/apimachinery/pkg/api/resource)
+// ---------------------------------------------------------------------------
+
+/// How a quantity was written, which decides how it is written back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `m`, `k`, `M`, ... or no suffix.
+    DecimalSi,
+    /// `Ki`, `Mi`, ...
+    BinarySi,
+    /// `e3`, `E-2`, ...
+    DecimalExponent,
+}
+
+/// A parsed quantity: `(-1 if negative) * mantissa * 10^exponent`.
+#[derive(Clone, Debug)]
+struct Qty {
+    negative: bool,
+    mantissa: u128,
+    exponent: i32,
+    format: Format,
+    /// The text as given, kept when Go keeps it (it was already in
+    /// canonical form, by Go's quick test).
+    text: Option<String>,
+}
+
+fn pow10(n: u32) -> Option<u128> {
+    10u128.checked_pow(n)
+}
+
+impl Qty {
+    /// `resource.ParseQuantity`, including its rounding up to nano-units,
+    /// the cap of binary quantities at 2^63-1, and whether it keeps the
+    /// given text.
+    fn parse(s: &str) -> Result<Qty, &'static str> {
+        if s.is_empty() {
+            return Err("empty");
+        }
+        if s == "0" {
+            return Ok(Qty {
+                negative: false,
+                mantissa: 0,
+                exponent: 0,
+                format: Format::DecimalSi,
+                text: Some(s.to_owned()),
+            });
+        }
+        let b = s.as_bytes();
+        let mut pos = 0;
+        let mut negative = false;
+        match b[0] {
+            b'-' => {
+                negative = true;
+                pos += 1;
+            }
+            b'+' => pos += 1,
+            _ => {}
+        }
+        while pos < b.len() && b[pos] == b'0' {
+            pos += 1;
+        }
+        let digits = |pos: &mut usize| {
+            let start = *pos;
+            while *pos < b.len() && b[*pos].is_ascii_digit() {
+                *pos += 1;
+            }
+            &s[start..*pos]
+        };
+        let mut num = digits(&mut pos);
+        if num.is_empty() {
+            num = "0";
+        }
+        let mut denom = "";
+        if pos < b.len() && b[pos] == b'.' {
+            pos += 1;
+            denom = digits(&mut pos);
+        }
+        let suffix_start = pos;
+        while pos < b.len() && b"eEinumkKMGTP".contains(&b[pos]) {
+            pos += 1;
+        }
+        if pos < b.len() && matches!(b[pos], b'-' | b'+') {
+            pos += 1;
+        }
+        digits(&mut pos);
+        if pos < b.len() {
+            return Err("not of the form <number><suffix>");
+        }
+        let suffix = &s[suffix_start..];
+        let (binary, scale, format) = match suffix {
+            "" => (false, 0, Format::DecimalSi),
+            "n" => (false, -9, Format::DecimalSi),
+            "u" => (false, -6, Format::DecimalSi),
+            "m" => (false, -3, Format::DecimalSi),
+            "k" => (false, 3, Format::DecimalSi),
+            "M" => (false, 6, Format::DecimalSi),
+            "G" => (false, 9, Format::DecimalSi),
+            "T" => (false, 12, Format::DecimalSi),
+            "P" => (false, 15, Format::DecimalSi),
+            "E" => (false, 18, Format::DecimalSi),
+            "Ki" => (true, 10, Format::BinarySi),
+            "Mi" => (true, 20, Format::BinarySi),
+            "Gi" => (true, 30, Format::BinarySi),
+            "Ti" => (true, 40, Format::BinarySi),
+            "Pi" => (true, 50, Format::BinarySi),
+            "Ei" => (true, 60, Format::BinarySi),
+            _ if suffix.len() > 1 && suffix.starts_with(['e', 'E']) => {
+                let exponent = suffix[1..].parse::<i32>().map_err(|_| "bad exponent")?;
+                (false, exponent, Format::DecimalExponent)
+            }
+            _ => return Err("unknown suffix"),
+        };
+
+        // The exact value.
+        let all = format!("{num}{denom}");
+        let significant = all.trim_start_matches('0');
+        let trimmed = significant.trim_end_matches('0');
+        if trimmed.len() > 38 {
+            return Err("more than 38 significant digits");
+        }
+        let mut mantissa: u128 = if trimmed.is_empty() {
+            0
+        } else {
+            trimmed.parse().map_err(|_| "not a number")?
+        };
+        let zeros = i64::try_from(significant.len() - trimmed.len()).map_err(|_| "too long")?;
+        let denom_len = i64::try_from(denom.len()).map_err(|_| "too long")?;
+        let mut exponent = zeros - denom_len;
+        if binary {
+            mantissa = mantissa.checked_mul(1u128 << scale).ok_or("too large")?;
+        } else {
+            exponent += i64::from(scale);
+        }
+        if mantissa == 0 {
+            exponent = 0;
+        }
+        let mut exponent = i32::try_from(exponent).map_err(|_| "exponent out of range")?;
+        // Non-zero values round up (away from zero) to nano-units.
+        if mantissa != 0 && exponent < -9 {
+            let shift =
+                u32::try_from(-9 - i64::from(exponent)).map_err(|_| "exponent out of range")?;
+            mantissa = match pow10(shift) {
+                Some(div) => mantissa.div_ceil(div),
+                None => 1,
+            };
+            exponent = -9;
+        }
+        let mut q = Qty {
+            negative,
+            mantissa,
+            exponent,
+            format,
+            text: None,
+        };
+        q.normalize();
+        if format == Format::BinarySi {
+            if q.cmp_magnitude(&Qty::integer(i64::MAX.unsigned_abs().into())) == Ordering::Greater {
+                q.mantissa = i64::MAX.unsigned_abs().into();
+                q.exponent = 0;
+                q.normalize();
+            }
+            if q.mantissa != 0 && q.cmp_magnitude(&Qty::integer(1)) == Ordering::Less {
+                q.format = Format::DecimalSi;
+            }
+        }
+
+        // Go keeps the text when its int64 fast path applies and the text
+        // looks canonical.
+        let precision = if binary {
+            if denom.is_empty() {
+                15 - num.len() as i64 - i64::from(scale) * 3 / 10 - 1
+            } else {
+                -1
+            }
+        } else {
+            18 - (num.len() + denom.len()) as i64
+        };
+        let go_scale = if binary { 0 } else { i64::from(scale) } - denom_len;
+        if precision >= 0 && go_scale >= -9 {
+            let shifted = format!("{num}{denom}");
+            let value = shifted.parse::<i64>().ok();
+            let fits = value.and_then(|v| {
+                if binary {
+                    v.checked_mul(1i64 << scale)
+                } else {
+                    Some(v)
+                }
+            });
+            if let (Some(value), Some(_)) = (value, fits) {
+                let canonical = if binary {
+                    value & 0x07 != 0
+                } else {
+                    go_scale % 3 == 0 && !shifted.ends_with("000") && !shifted.starts_with('0')
+                };
+                if canonical {
+                    q.text = Some(s.to_owned());
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    fn integer(value: u128) -> Qty {
+        let mut q = Qty {
+            negative: false,
+            mantissa: value,
+            exponent: 0,
+            format: Format::DecimalSi,
+            text: None,
+        };
+        q.normalize();
+        q
+    }
+
+    /// Moves trailing zeros of the mantissa into the exponent.
+    fn normalize(&mut self) {
+        if self.mantissa == 0 {
+            self.exponent = 0;
+            self.negative = false;
+            return;
+        }
+        while self.mantissa.is_multiple_of(10) {
+            self.mantissa /= 10;
+            self.exponent += 1;
+        }
+    }
+
+    fn is_positive(&self) -> bool {
+        !self.negative && self.mantissa != 0
+    }
+
+    /// Number of decimal digits of the mantissa (0 for zero).
+    fn digits(&self) -> i64 {
+        let mut n = 0;
+        let mut m = self.mantissa;
+        while m != 0 {
+            m /= 10;
+            n += 1;
+        }
+        n
+    }
+
+    /// Compares absolute values.
+    fn cmp_magnitude(&self, other: &Qty) -> Ordering {
+        match (self.mantissa == 0, other.mantissa == 0) {
+            (true, true) => return Ordering::Equal,
+            (true, false) => return Ordering::Less,
+            (false, true) => return Ordering::Greater,
+            _ => {}
+        }
+        let order = |q: &Qty| q.digits() + i64::from(q.exponent);
+        match order(self).cmp(&order(other)) {
+            Ordering::Equal => {}
+            unequal => return unequal,
+        }
+        // Same order of magnitude: align on the smaller exponent.
+        let low = self.exponent.min(other.exponent);
+        let scaled = |q: &Qty| {
+            u32::try_from(i64::from(q.exponent) - i64::from(low))
+                .ok()
+                .and_then(pow10)
+                .and_then(|f| q.mantissa.checked_mul(f))
+        };
+        match (scaled(self), scaled(other)) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            (None, _) => Ordering::Greater,
+            (_, None) => Ordering::Less,
+        }
+    }
+
+    /// Compares values.
+    fn cmp_value(&self, other: &Qty) -> Ordering {
+        let sign = |q: &Qty| match (q.mantissa == 0, q.negative) {
+            (true, _) => 0,
+            (false, true) => -1,
+            (false, false) => 1,
+        };
+        match sign(self).cmp(&sign(other)) {
+            Ordering::Equal if sign(self) < 0 => other.cmp_magnitude(self),
+            Ordering::Equal => self.cmp_magnitude(other),
+            unequal => unequal,
+        }
+    }
+
+    /// `Quantity.Add`: the sum keeps this quantity's format (or takes the
+    /// other's when this is zero) and loses the given text.
+    fn add(&mut self, other: &Qty) -> Result<(), &'static str> {
+        if self.mantissa == 0 {
+            self.format = other.format;
+        }
+        self.text = None;
+        let low = self.exponent.min(other.exponent);
+        let scaled = |q: &Qty| {
+            u32::try_from(i64::from(q.exponent) - i64::from(low))
+                .ok()
+                .and_then(pow10)
+                .and_then(|f| q.mantissa.checked_mul(f))
+                .ok_or("sum out of range")
+        };
+        let (a, b) = (scaled(self)?, scaled(other)?);
+        let (negative, mantissa) = if self.negative == other.negative {
+            (self.negative, a.checked_add(b).ok_or("sum out of range")?)
+        } else if a >= b {
+            (self.negative, a - b)
+        } else {
+            (other.negative, b - a)
+        };
+        self.negative = negative;
+        self.mantissa = mantissa;
+        self.exponent = low;
+        self.normalize();
+        Ok(())
+    }
+
+    /// `Quantity.RoundUp(-3)`: rounds up (away from zero) to milli-units;
+    /// the given text is lost only if the value changes.
+    fn round_up_milli(&mut self) {
+        if self.mantissa == 0 || self.exponent >= -3 {
+            return;
+        }
+        let shift = u32::try_from(-3 - i64::from(self.exponent)).unwrap_or(u32::MAX);
+        self.mantissa = match pow10(shift) {
+            Some(div) => {
+                if !self.mantissa.is_multiple_of(div) {
+                    self.text = None;
+                }
+                self.mantissa.div_ceil(div)
+            }
+            None => {
+                self.text = None;
+                1
+            }
+        };
+        self.exponent = -3;
+        self.normalize();
+    }
+
+    /// The text Go writes: the given text if kept, else the canonical form
+    /// (`Quantity.CanonicalizeBytes`).
+    fn to_text(&self) -> String {
+        match &self.text {
+            Some(text) => text.clone(),
+            None => self.canonical(),
+        }
+    }
+
+    fn canonical(&self) -> String {
+        if self.mantissa == 0 {
+            return "0".to_owned();
+        }
+        let sign = if self.negative { "-" } else { "" };
+        let mut format = self.format;
+        if format == Format::BinarySi {
+            let small = self.cmp_magnitude(&Qty::integer(1024)) == Ordering::Less;
+            // Only whole numbers are written in binary units.
+            let whole = self.exponent >= 0;
+            if small || !whole {
+                format = Format::DecimalSi;
+            } else if let Some(value) = u32::try_from(self.exponent)
+                .ok()
+                .and_then(pow10)
+                .and_then(|f| self.mantissa.checked_mul(f))
+            {
+                let mut value = value;
+                let mut power = 0;
+                while value.is_multiple_of(1024) {
+                    value /= 1024;
+                    power += 1;
+                }
+                let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].get(power);
+                if let Some(suffix) = suffix {
+                    return format!("{sign}{value}{suffix}");
+                }
+                format = Format::DecimalSi;
+            } else {
+                format = Format::DecimalSi;
+            }
+        }
+        // Decimal: the largest exponent that is a multiple of three and
+        // leaves a whole mantissa.
+        let shift = self.exponent.rem_euclid(3);
+        let Some(mantissa) = pow10(shift.unsigned_abs()).and_then(|f| self.mantissa.checked_mul(f))
+        else {
+            // Beyond 128 bits (Go would use a big integer): written as an
+            // exponent, the value unchanged.
+            return format!("{sign}{}e{}", self.mantissa, self.exponent);
+        };
+        let exponent = self.exponent - shift;
+        let suffix = match (format, exponent) {
+            (Format::DecimalExponent, 0) => String::new(),
+            (Format::DecimalExponent, e) => format!("e{e}"),
+            (_, -9) => "n".to_owned(),
+            (_, -6) => "u".to_owned(),
+            (_, -3) => "m".to_owned(),
+            (_, 0) => String::new(),
+            (_, 3) => "k".to_owned(),
+            (_, 6) => "M".to_owned(),
+            (_, 9) => "G".to_owned(),
+            (_, 12) => "T".to_owned(),
+            (_, 15) => "P".to_owned(),
+            (_, 18) => "E".to_owned(),
+            // Go has no suffix here (and would drop the exponent); written
+            // as an exponent so the value stays right.
+            (_, e) => format!("e{e}"),
+        };
+        format!("{sign}{mantissa}{suffix}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `examples/manifests/web.yaml`'s pod, as JSON.
+    fn web_pod() -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": { "name": "web", "labels": { "app": "web" } },
+            "spec": {
+                "nodeName": "edge-1",
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{
+                    "name": "web",
+                    "image": "127.0.0.1:5000/busybox:latest",
+                    "command": ["sh", "-c", "echo serving /www on :8080; exec httpd -f -p 8080 -h /www"],
+                    "ports": [{ "containerPort": 8080 }],
+                    "volumeMounts": [{ "name": "www", "mountPath": "/www" }],
+                    "readinessProbe": {
+                        "httpGet": { "path": "/index.html", "port": 8080 },
+                        "periodSeconds": 1
+                    }
+                }],
+                "volumes": [{ "name": "www", "configMap": { "name": "web-conf" } }]
+            }
+        })
+    }
+
+    fn defaulted(mut object: Value) -> Value {
+        apply(&mut object).expect("defaults apply");
+        object
+    }
+
+    fn pod_with(spec: Value) -> Value {
+        json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "p" }, "spec": spec })
+    }
+
+    fn container(image: &str) -> Value {
+        json!({ "name": "c", "image": image })
+    }
+
+    #[test]
+    fn the_web_pod_gets_every_default_a_real_api_server_gives_it() {
+        let pod = defaulted(web_pod());
+        let spec = &pod["spec"];
+        assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+        assert_eq!(spec["restartPolicy"], "Always");
+        assert_eq!(spec["enableServiceLinks"], true);
+        assert_eq!(spec["schedulerName"], "default-scheduler");
+        assert_eq!(
+            spec["terminationGracePeriodSeconds"], 5,
+            "the manifest's value is kept"
+        );
+        assert_eq!(spec["securityContext"], json!({}));
+        assert_eq!(spec["serviceAccountName"], "default");
+        assert_eq!(spec["serviceAccount"], "default");
+        assert_eq!(spec["priority"], 0);
+        assert_eq!(spec["preemptionPolicy"], "PreemptLowerPriority");
+        assert_eq!(spec["nodeName"], "edge-1");
+        assert_eq!(
+            spec["tolerations"],
+            json!([
+                { "key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                  "effect": "NoExecute", "tolerationSeconds": 300 },
+                { "key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                  "effect": "NoExecute", "tolerationSeconds": 300 }
+            ])
+        );
+
+        let c = &spec["containers"][0];
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
+        assert_eq!(c["terminationMessagePolicy"], "File");
+        assert_eq!(c["resources"], json!({}));
+        assert_eq!(
+            c["ports"],
+            json!([{ "containerPort": 8080, "protocol": "TCP" }])
+        );
+        assert_eq!(
+            c["volumeMounts"],
+            json!([{ "name": "www", "mountPath": "/www" }])
+        );
+        assert_eq!(
+            c["command"],
+            json!([
+                "sh",
+                "-c",
+                "echo serving /www on :8080; exec httpd -f -p 8080 -h /www"
+            ])
+        );
+        assert_eq!(
+            c["readinessProbe"],
+            json!({
+                "httpGet": { "path": "/index.html", "port": 8080, "scheme": "HTTP" },
+                "periodSeconds": 1,
+                "timeoutSeconds": 1,
+                "successThreshold": 1,
+                "failureThreshold": 3
+            })
+        );
+        assert!(c.get("livenessProbe").is_none());
+
+        assert_eq!(
+            spec["volumes"],
+            json!([{ "name": "www", "configMap": { "name": "web-conf", "defaultMode": 420 } }])
+        );
+        assert_eq!(
+            pod["status"],
+            json!({ "phase": "Pending", "qosClass": "BestEffort" })
+        );
+        assert_eq!(
+            pod["metadata"],
+            json!({ "name": "web", "labels": { "app": "web" } })
+        );
+    }
+
+    #[test]
+    fn a_pod_without_volumes_or_probes_gets_no_volumes_or_probes() {
+        let pod = defaulted(pod_with(json!({ "containers": [container("nginx:1.27")] })));
+        let spec = &pod["spec"];
+        assert!(spec.get("volumes").is_none());
+        assert_eq!(spec["terminationGracePeriodSeconds"], 30);
+        let c = &spec["containers"][0];
+        assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+        for probe in [
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+            "ports",
+            "env",
+        ] {
+            assert!(c.get(probe).is_none(), "{probe} appeared");
+        }
+        assert_eq!(c["resources"], json!({}));
+    }
+
+    #[test]
+    fn image_pull_policy_follows_the_tag() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for (image, policy) in [
+            ("busybox".to_owned(), "Always"),
+            ("busybox:latest".to_owned(), "Always"),
+            ("busybox:1.36".to_owned(), "IfNotPresent"),
+            (format!("busybox@{digest}"), "IfNotPresent"),
+            (format!("busybox:latest@{digest}"), "Always"),
+            (format!("busybox:1.36@{digest}"), "IfNotPresent"),
+            ("127.0.0.1:5000/busybox:latest".to_owned(), "Always"),
+            ("localhost:5000/team/app".to_owned(), "Always"),
+            (
+                "registry.example.com/team/app:v2".to_owned(),
+                "IfNotPresent",
+            ),
+            ("docker.io/library/busybox".to_owned(), "Always"),
+            ("[::1]:5000/busybox".to_owned(), "Always"),
+            // References that do not parse get IfNotPresent.
+            ("Busybox".to_owned(), "IfNotPresent"),
+            ("busybox:".to_owned(), "IfNotPresent"),
+            ("busybox@sha256:short".to_owned(), "IfNotPresent"),
+            ("a".repeat(64), "IfNotPresent"),
+            (String::new(), "IfNotPresent"),
+        ] {
+            assert_eq!(image_pull_policy(&image), policy, "{image}");
+        }
+        let pod = defaulted(pod_with(json!({
+            "containers": [container("busybox"), container("busybox:1.36"),
+                           container(&format!("busybox@{digest}"))]
+        })));
+        let policies: Vec<&Value> = (0..3)
+            .map(|i| &pod["spec"]["containers"][i]["imagePullPolicy"])
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                &json!("Always"),
+                &json!("IfNotPresent"),
+                &json!("IfNotPresent")
+            ]
+        );
+    }
+
+    #[test]
+    fn values_the_user_set_are_kept() {
+        let pod = defaulted(pod_with(json!({
+            "dnsPolicy": "Default",
+            "restartPolicy": "Never",
+            "enableServiceLinks": false,
+            "terminationGracePeriodSeconds": 0,
+            "schedulerName": "edge-scheduler",
+            "serviceAccountName": "robot",
+            "priority": 0,
+            "preemptionPolicy": "Never",
+            "securityContext": { "runAsUser": 1000 },
+            "tolerations": [{ "key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                              "effect": "NoExecute", "tolerationSeconds": 60 }],
+            "containers": [{
+                "name": "c", "image": "busybox", "imagePullPolicy": "Never",
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "ports": [{ "containerPort": 53, "protocol": "UDP" }],
+                "livenessProbe": { "tcpSocket": { "port": 53 }, "timeoutSeconds": 5,
+                                   "periodSeconds": 30, "failureThreshold": 1 }
+            }],
+            "volumes": [{ "name": "s", "secret": { "secretName": "s", "defaultMode": 256,
+                          "items": [{ "key": "k", "path": "p" }] } }]
+        })));
+        let spec = &pod["spec"];
+        assert_eq!(spec["dnsPolicy"], "Default");
+        assert_eq!(spec["restartPolicy"], "Never");
+        assert_eq!(spec["enableServiceLinks"], false);
+        assert_eq!(spec["terminationGracePeriodSeconds"], 0);
+        assert_eq!(spec["schedulerName"], "edge-scheduler");
+        assert_eq!(spec["serviceAccountName"], "robot");
+        assert_eq!(spec["serviceAccount"], "robot");
+        assert_eq!(spec["preemptionPolicy"], "Never");
+        assert_eq!(spec["securityContext"], json!({ "runAsUser": 1000 }));
+        assert_eq!(
+            spec["tolerations"],
+            json!([
+                { "key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                  "effect": "NoExecute", "tolerationSeconds": 60 },
+                { "key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                  "effect": "NoExecute", "tolerationSeconds": 300 }
+            ])
+        );
+        let c = &spec["containers"][0];
+        assert_eq!(c["imagePullPolicy"], "Never");
+        assert_eq!(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+        assert_eq!(c["ports"][0]["protocol"], "UDP");
+        assert_eq!(
+            c["livenessProbe"],
+            json!({ "tcpSocket": { "port": 53 }, "timeoutSeconds": 5, "periodSeconds": 30,
+                    "successThreshold": 1, "failureThreshold": 1 })
+        );
+        assert_eq!(
+            spec["volumes"][0]["secret"],
+            json!({ "secretName": "s", "defaultMode": 256, "items": [{ "key": "k", "path": "p" }] })
+        );
+    }
+
+    #[test]
+    fn a_toleration_of_everything_stops_the_default_tolerations() {
+        let pod = defaulted(pod_with(json!({
+            "tolerations": [{ "operator": "Exists" }],
+            "containers": [container("busybox")]
+        })));
+        assert_eq!(
+            pod["spec"]["tolerations"],
+            json!([{ "operator": "Exists" }])
+        );
+    }
+
+    #[test]
+    fn volumes_probes_env_and_lifecycle_get_their_defaults() {
+        let pod = defaulted(pod_with(json!({
+            "hostNetwork": true,
+            "initContainers": [{ "name": "init", "image": "busybox:1.36",
+                                 "ports": [{ "containerPort": 9000, "hostPort": 9001 }] }],
+            "containers": [{
+                "name": "c", "image": "busybox:1.36",
+                "ports": [{ "containerPort": 8080 }],
+                "env": [
+                    { "name": "NODE", "valueFrom": { "fieldRef": { "fieldPath": "spec.nodeName" } } },
+                    { "name": "CPU", "valueFrom": { "resourceFieldRef": { "resource": "limits.cpu" } } },
+                    { "name": "MEM", "valueFrom": { "resourceFieldRef": { "resource": "limits.memory",
+                                                                          "divisor": "1024Ki" } } }
+                ],
+                "livenessProbe": { "grpc": { "port": 9090 } },
+                "startupProbe": { "httpGet": { "port": "http" } },
+                "lifecycle": { "preStop": { "httpGet": { "port": 8080, "path": "/stop" } } }
+            }],
+            "volumes": [
+                { "name": "scratch" },
+                { "name": "host", "hostPath": { "path": "/var/log" } },
+                { "name": "secret", "secret": { "secretName": "s" } },
+                { "name": "labels", "downwardAPI": { "items": [
+                    { "path": "labels", "fieldRef": { "fieldPath": "metadata.labels" } },
+                    { "path": "cpu", "resourceFieldRef": { "containerName": "c", "resource": "requests.cpu" } }
+                ] } },
+                { "name": "all", "projected": { "sources": [
+                    { "configMap": { "name": "cm", "items": [{ "key": "a", "path": "a" }] } },
+                    { "downwardAPI": { "items": [{ "path": "ns", "fieldRef": { "fieldPath": "metadata.namespace" } }] } },
+                    { "serviceAccountToken": { "path": "token" } }
+                ] } },
+                { "name": "tmp", "emptyDir": { "sizeLimit": "1024Mi" } }
+            ]
+        })));
+        let spec = &pod["spec"];
+        let c = &spec["containers"][0];
+        assert_eq!(
+            c["ports"],
+            json!([{ "containerPort": 8080, "hostPort": 8080, "protocol": "TCP" }])
+        );
+        assert_eq!(
+            spec["initContainers"][0]["ports"],
+            json!([{ "containerPort": 9000, "hostPort": 9001, "protocol": "TCP" }])
+        );
+        assert_eq!(
+            c["env"][0]["valueFrom"]["fieldRef"],
+            json!({ "apiVersion": "v1", "fieldPath": "spec.nodeName" })
+        );
+        assert_eq!(
+            c["env"][1]["valueFrom"]["resourceFieldRef"],
+            json!({ "resource": "limits.cpu", "divisor": "0" })
+        );
+        assert_eq!(
+            c["env"][2]["valueFrom"]["resourceFieldRef"]["divisor"],
+            "1Mi"
+        );
+        assert_eq!(
+            c["livenessProbe"],
+            json!({ "grpc": { "port": 9090, "service": "" }, "timeoutSeconds": 1, "periodSeconds": 10,
+                    "successThreshold": 1, "failureThreshold": 3 })
+        );
+        assert_eq!(
+            c["startupProbe"]["httpGet"],
+            json!({ "port": "http", "path": "/", "scheme": "HTTP" })
+        );
+        assert_eq!(
+            c["lifecycle"]["preStop"]["httpGet"],
+            json!({ "port": 8080, "path": "/stop", "scheme": "HTTP" })
+        );
+
+        let volumes = &spec["volumes"];
+        assert_eq!(volumes[0], json!({ "name": "scratch", "emptyDir": {} }));
+        assert_eq!(
+            volumes[1]["hostPath"],
+            json!({ "path": "/var/log", "type": "" })
+        );
+        assert_eq!(
+            volumes[2]["secret"],
+            json!({ "secretName": "s", "defaultMode": 420 })
+        );
+        assert_eq!(
+            volumes[3]["downwardAPI"],
+            json!({ "defaultMode": 420, "items": [
+                { "path": "labels", "fieldRef": { "apiVersion": "v1", "fieldPath": "metadata.labels" } },
+                { "path": "cpu", "resourceFieldRef": { "containerName": "c", "resource": "requests.cpu", "divisor": "0" } }
+            ] })
+        );
+        assert_eq!(
+            volumes[4]["projected"],
+            json!({ "defaultMode": 420, "sources": [
+                { "configMap": { "name": "cm", "items": [{ "key": "a", "path": "a" }] } },
+                { "downwardAPI": { "items": [{ "path": "ns",
+                    "fieldRef": { "apiVersion": "v1", "fieldPath": "metadata.namespace" } }] } },
+                { "serviceAccountToken": { "path": "token", "expirationSeconds": 3600 } }
+            ] })
+        );
+        assert_eq!(volumes[5]["emptyDir"], json!({ "sizeLimit": "1Gi" }));
+    }
+
+    #[test]
+    fn defaulting_twice_changes_nothing() {
+        let complex = pod_with(json!({
+            "initContainers": [{ "name": "i", "image": "busybox", "restartPolicy": "Always",
+                                 "resources": { "limits": { "cpu": "0.5" } } }],
+            "containers": [{ "name": "c", "image": "busybox",
+                             "resources": { "limits": { "cpu": "100u", "memory": "1.5Gi" } },
+                             "readinessProbe": { "exec": { "command": ["true"] } } }],
+            "volumes": [{ "name": "v" }]
+        }));
+        for object in [
+            web_pod(),
+            complex,
+            json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "s" },
+                    "spec": { "type": "LoadBalancer", "ports": [{ "port": 80 }],
+                              "sessionAffinity": "ClientIP" } }),
+            json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" },
+                    "stringData": { "a": "b" } }),
+            json!({ "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+                    "metadata": { "name": "d" }, "spec": { "deviceModelRef": {} } }),
+        ] {
+            let once = defaulted(object);
+            let twice = defaulted(once.clone());
+            assert_eq!(once, twice);
+        }
+    }
+
+    fn qos(containers: Value) -> Value {
+        defaulted(pod_with(json!({ "containers": containers })))["status"]["qosClass"].clone()
+    }
+
+    #[test]
+    fn qos_classes_are_computed_as_the_server_does() {
+        assert_eq!(qos(json!([container("busybox")])), "BestEffort");
+        // Limits only: requests default to them, so Guaranteed.
+        let pod = defaulted(pod_with(json!({ "containers": [{
+            "name": "c", "image": "busybox",
+            "resources": { "limits": { "cpu": "1", "memory": "64Mi" } }
+        }] })));
+        assert_eq!(pod["status"]["qosClass"], "Guaranteed");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"],
+            json!({ "limits": { "cpu": "1", "memory": "64Mi" },
+                    "requests": { "cpu": "1", "memory": "64Mi" } })
+        );
+        // Equal values spelled differently.
+        assert_eq!(
+            qos(json!([{ "name": "c", "image": "busybox", "resources": {
+                "limits": { "cpu": "1", "memory": "1Gi" },
+                "requests": { "cpu": "1000m", "memory": "1024Mi" } } }])),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos(json!([{ "name": "c", "image": "busybox", "resources": {
+                "limits": { "cpu": "1", "memory": "1Gi" },
+                "requests": { "cpu": "500m", "memory": "1Gi" } } }])),
+            "Burstable"
+        );
+        // Requests only, or a second container without limits.
+        assert_eq!(
+            qos(
+                json!([{ "name": "c", "image": "busybox", "resources": { "requests": { "memory": "1Mi" } } }])
+            ),
+            "Burstable"
+        );
+        assert_eq!(
+            qos(json!([
+                { "name": "a", "image": "busybox", "resources": { "limits": { "cpu": "1", "memory": "1Gi" } } },
+                container("busybox")
+            ])),
+            "Burstable"
+        );
+        // Only cpu and memory count, and zero does not.
+        assert_eq!(
+            qos(json!([{ "name": "c", "image": "busybox", "resources": {
+                "limits": { "nvidia.com/gpu": "1", "cpu": "0" } } }])),
+            "BestEffort"
+        );
+        // Pod-level resources decide when present.
+        let pod = defaulted(pod_with(json!({
+            "resources": { "limits": { "cpu": "2", "memory": "1Gi" } },
+            "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "500m" } } }]
+        })));
+        assert_eq!(
+            pod["spec"]["resources"]["requests"],
+            json!({ "cpu": "500m", "memory": "1Gi" })
+        );
+        assert_eq!(pod["status"]["qosClass"], "Burstable");
+        let pod = defaulted(pod_with(json!({
+            "resources": { "limits": { "cpu": "2", "memory": "1Gi" } },
+            "containers": [container("busybox")]
+        })));
+        assert_eq!(pod["status"]["qosClass"], "Guaranteed");
+    }
+
+    #[test]
+    fn a_status_the_caller_gave_is_completed_not_replaced() {
+        let mut pod = pod_with(json!({ "containers": [container("busybox")] }));
+        pod["status"] = json!({ "phase": "Running", "podIP": "10.0.0.5" });
+        let pod = defaulted(pod);
+        assert_eq!(
+            pod["status"],
+            json!({ "phase": "Running", "podIP": "10.0.0.5", "qosClass": "BestEffort" })
+        );
+    }
+
+    #[test]
+    fn resource_quantities_are_rounded_and_canonical() {
+        let pod = defaulted(pod_with(json!({ "containers": [{
+            "name": "c", "image": "busybox",
+            "resources": {
+                "limits": { "cpu": "1.5", "memory": "1536Mi", "ephemeral-storage": "2048Ki" },
+                "requests": { "cpu": "100u", "memory": "0.5Gi", "ephemeral-storage": 1000 }
+            }
+        }] })));
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"],
+            json!({
+                "limits": { "cpu": "1500m", "memory": "1536Mi", "ephemeral-storage": "2Mi" },
+                "requests": { "cpu": "1m", "memory": "512Mi", "ephemeral-storage": "1k" }
+            })
+        );
+    }
+
+    #[test]
+    fn quantities_are_written_as_go_writes_them() {
+        let text = |s: &str| Qty::parse(s).expect("parses").to_text();
+        let rounded = |s: &str| {
+            let mut q = Qty::parse(s).expect("parses");
+            q.round_up_milli();
+            q.to_text()
+        };
+        for (given, written) in [
+            ("0", "0"),
+            ("0m", "0"),
+            ("-0", "0"),
+            ("1", "1"),
+            ("1000m", "1"),
+            ("0.5", "500m"),
+            ("1.5", "1500m"),
+            ("100m", "100m"),
+            ("1k", "1k"),
+            ("1500k", "1500k"),
+            ("2000k", "2M"),
+            ("1e3", "1e3"),
+            ("12e6", "12e6"),
+            ("1.5e3", "1500"),
+            ("1Gi", "1Gi"),
+            ("10Gi", "10Gi"),
+            ("8Gi", "8Gi"),
+            ("1024Mi", "1Gi"),
+            ("1.5Gi", "1536Mi"),
+            ("1000Ki", "1000Ki"),
+            ("0.1Ki", "102400m"),
+            ("-1.5", "-1500m"),
+            ("+1", "+1"),
+            ("100n", "100n"),
+            ("1E", "1E"),
+        ] {
+            assert_eq!(text(given), written, "{given}");
+        }
+        assert_eq!(rounded("100n"), "1m");
+        assert_eq!(rounded("1.0001"), "1001m");
+        assert_eq!(rounded("250m"), "250m");
+        for bad in ["", "abc", "1ki", "1.5.5", "1 ", "--1", "1e"] {
+            assert!(Qty::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        // Binary quantities are capped at 2^63-1.
+        assert_eq!(text("16Ei"), "9223372036854775807");
+    }
+
+    #[test]
+    fn sidecars_and_init_containers_add_up_to_pod_level_requests() {
+        let pod = defaulted(pod_with(json!({
+            "resources": { "limits": { "cpu": "4", "memory": "4Gi", "hugepages-2Mi": "4Mi" } },
+            "initContainers": [
+                { "name": "sidecar", "image": "busybox", "restartPolicy": "Always",
+                  "resources": { "requests": { "cpu": "250m" } } },
+                { "name": "setup", "image": "busybox", "resources": { "requests": { "cpu": "2" } } }
+            ],
+            "containers": [{ "name": "c", "image": "busybox",
+                             "resources": { "requests": { "cpu": "1", "memory": "1Gi" } } }]
+        })));
+        // cpu: max(1 + 250m, 2 + 250m) = 2250m; memory from the container;
+        // hugepages from the pod's limit.
+        assert_eq!(
+            pod["spec"]["resources"]["requests"],
+            json!({ "cpu": "2250m", "memory": "1Gi", "hugepages-2Mi": "4Mi" })
+        );
+    }
+
+    #[test]
+    fn service_accounts_and_priority_classes() {
+        let pod = defaulted(pod_with(json!({
+            "serviceAccount": "legacy",
+            "priorityClassName": "system-node-critical",
+            "containers": [container("busybox")]
+        })));
+        assert_eq!(pod["spec"]["serviceAccountName"], "legacy");
+        assert_eq!(pod["spec"]["serviceAccount"], "legacy");
+        assert_eq!(pod["spec"]["priority"], 2_000_001_000);
+        assert_eq!(pod["spec"]["preemptionPolicy"], "PreemptLowerPriority");
+
+        let mut mirror =
+            pod_with(json!({ "priorityClassName": "gold", "containers": [container("busybox")] }));
+        mirror["metadata"]["annotations"] = json!({ "kubernetes.io/config.mirror": "abc" });
+        let mirror = defaulted(mirror);
+        assert!(mirror["spec"].get("serviceAccountName").is_none());
+        assert!(mirror["spec"].get("serviceAccount").is_none());
+        assert!(
+            mirror["spec"].get("priority").is_none(),
+            "an unknown class is left alone"
+        );
+    }
+
+    #[test]
+    fn a_service_gets_its_defaults_but_no_cluster_ip() {
+        let svc = defaulted(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "web" },
+            "spec": { "selector": { "app": "web" },
+                      "ports": [{ "port": 80 }, { "name": "alt", "port": 81, "targetPort": "http" }] }
+        }));
+        assert_eq!(
+            svc["spec"],
+            json!({
+                "selector": { "app": "web" },
+                "ports": [
+                    { "port": 80, "protocol": "TCP", "targetPort": 80 },
+                    { "name": "alt", "port": 81, "protocol": "TCP", "targetPort": "http" }
+                ],
+                "type": "ClusterIP",
+                "sessionAffinity": "None",
+                "internalTrafficPolicy": "Cluster",
+                "ipFamilyPolicy": "SingleStack"
+            })
+        );
+        assert_eq!(svc["status"], json!({ "loadBalancer": {} }));
+
+        let node_port = defaulted(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": { "name": "np" },
+            "spec": { "type": "NodePort", "ports": [{ "port": 80 }], "sessionAffinity": "ClientIP" }
+        }));
+        assert_eq!(node_port["spec"]["externalTrafficPolicy"], "Cluster");
+        assert_eq!(
+            node_port["spec"]["sessionAffinityConfig"],
+            json!({ "clientIP": { "timeoutSeconds": 10800 } })
+        );
+        assert!(
+            node_port["spec"]
+                .get("allocateLoadBalancerNodePorts")
+                .is_none()
+        );
+
+        let headless = defaulted(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": { "name": "h" },
+            "spec": { "clusterIP": "None" }
+        }));
+        assert_eq!(headless["spec"]["ipFamilyPolicy"], "RequireDualStack");
+
+        let external = defaulted(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": { "name": "x" },
+            "spec": { "type": "ExternalName", "externalName": "example.com" }
+        }));
+        assert!(external["spec"].get("ipFamilyPolicy").is_none());
+        assert!(external["spec"].get("internalTrafficPolicy").is_none());
+    }
+
+    #[test]
+    fn a_secret_is_opaque_and_its_string_data_lands_in_data() {
+        let secret = defaulted(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" },
+            "data": { "a": "b2xk", "b": "Yg==" },
+            "stringData": { "a": "new" }
+        }));
+        assert_eq!(secret["type"], "Opaque");
+        assert_eq!(secret["data"], json!({ "a": "bmV3", "b": "Yg==" }));
+        assert!(secret.get("stringData").is_none());
+        let tls = defaulted(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "t" }, "type": "kubernetes.io/tls"
+        }));
+        assert_eq!(tls["type"], "kubernetes.io/tls");
+    }
+
+    #[test]
+    fn config_maps_endpoints_and_nodes() {
+        let cm = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "web-conf" },
+                         "data": { "index.html": "<h1>hello from the cloud</h1>\n" } });
+        assert_eq!(defaulted(cm.clone()), cm);
+        let ep = defaulted(json!({
+            "apiVersion": "v1", "kind": "Endpoints", "metadata": { "name": "web" },
+            "subsets": [{ "addresses": [{ "ip": "10.0.0.5" }], "ports": [{ "port": 8080 }] }]
+        }));
+        assert_eq!(
+            ep["subsets"][0]["ports"],
+            json!([{ "port": 8080, "protocol": "TCP" }])
+        );
+        let node = defaulted(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": { "name": "edge-1" },
+            "status": { "capacity": { "cpu": "4", "memory": "8048576Ki" } }
+        }));
+        assert_eq!(
+            node["status"]["allocatable"],
+            json!({ "cpu": "4", "memory": "8048576Ki" })
+        );
+    }
+
+    #[test]
+    fn devices_get_only_their_schema_defaults() {
+        let device = defaulted(json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+            "metadata": { "name": "thermo-1" },
+            "spec": { "deviceModelRef": {}, "nodeName": "edge-1", "unknownField": 1 }
+        }));
+        assert_eq!(device["spec"]["deviceModelRef"], json!({ "name": "" }));
+        assert_eq!(
+            device["spec"]["unknownField"], 1,
+            "custom resources are not pruned"
+        );
+        let model = json!({ "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+                            "metadata": { "name": "m" }, "spec": { "protocol": "modbus" } });
+        assert_eq!(defaulted(model.clone()), model);
+    }
+
+    #[test]
+    fn unknown_kinds_are_left_alone_and_unknown_fields_pruned() {
+        for object in [
+            json!({ "apiVersion": "apps/v1", "kind": "Deployment", "spec": { "replicas": "x" } }),
+            json!({ "apiVersion": "example.com/v1", "kind": "Pod", "spec": 1 }),
+            json!({ "no": "kind" }),
+            json!("just a string"),
+        ] {
+            assert_eq!(defaulted(object.clone()), object);
+        }
+        let mut pod = web_pod();
+        pod["spec"]["notAField"] = json!(true);
+        assert!(defaulted(pod)["spec"].get("notAField").is_none());
+    }
+
+    #[test]
+    fn an_invalid_pod_is_an_error_and_is_left_unchanged() {
+        let invalid = pod_with(json!({ "containers": "busybox" }));
+        let mut object = invalid.clone();
+        let err = apply(&mut object).expect_err("containers must be a list");
+        assert!(
+            matches!(err, DefaultsError::Invalid { kind: "Pod", .. }),
+            "{err}"
+        );
+        assert_eq!(object, invalid);
+
+        let bad_quantity = pod_with(json!({ "containers": [{
+            "name": "c", "image": "busybox", "resources": { "limits": { "cpu": "lots" } }
+        }] }));
+        let mut object = bad_quantity.clone();
+        let err = apply(&mut object).expect_err("not a quantity");
+        assert!(
+            err.to_string()
+                .contains("spec.containers[0].resources.limits.cpu"),
+            "{err}"
+        );
+        assert_eq!(object, bad_quantity);
+
+        let mut wrong_version = pod_with(json!({ "containers": [] }));
+        wrong_version["apiVersion"] = json!("v2");
+        assert_eq!(defaulted(wrong_version.clone()), wrong_version);
+    }
+
+    #[test]
+    fn a_negative_grace_period_becomes_one() {
+        let pod = defaulted(pod_with(json!({
+            "terminationGracePeriodSeconds": -5, "containers": [container("busybox")]
+        })));
+        assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 1);
+    }
+}

@@ -1,0 +1,227 @@
+//! The cloud's desired state, behind [`DesiredState`]: the boundary the
+//! edgecontroller is written against, shaped after what a Kubernetes API
+//! server offers.
+//!
+//! - **List and watch with resource versions.** [`DesiredState::list`]
+//!   answers with the revision the list is current at;
+//!   [`DesiredState::watch`] streams every change of a kind after a
+//!   revision, or fails with [`DesiredError::Gone`] when that revision is
+//!   too old to resume from, and the watcher lists again.
+//! - **Writes with optimistic concurrency.** An object given to
+//!   [`DesiredState::replace`] or [`DesiredState::replace_status`] with a
+//!   `metadata.resourceVersion` is written only if that is still the stored
+//!   one ([`DesiredError::Conflict`] otherwise); without one, the write is
+//!   unconditional.
+//! - **Status through its own door.** [`DesiredState::replace`] keeps the
+//!   stored status; [`DesiredState::replace_status`] changes only the
+//!   status. Users own specs, nodes own status.
+//!
+//! Revisions only grow, across every kind: the edge compares them to tell
+//! a newer object from a stale one (as KubeEdge's edge parses resource
+//! versions as integers).
+//!
+//! Reads ([`DesiredState::get`], [`DesiredState::list`]) come from the
+//! backend's local view and never wait on the network: the embedded
+//! backend's database, or a Kubernetes backend's watch caches.
+//!
+//! The embedded backend is [`EmbeddedStore`] (redb). It behaves like
+//! kube-apiserver for everything an edge sees, filling in the API server's
+//! defaults ([`apis::defaults`]).
+
+pub mod embedded;
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use serde_json::Value;
+
+use apis::kinds::{Kind, ObjectKey};
+
+pub use embedded::EmbeddedStore;
+
+/// A failure of the desired state, in the terms of a Kubernetes API server.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DesiredError {
+    /// No such object.
+    #[error("{key} not found")]
+    NotFound {
+        /// Which object.
+        key: String,
+    },
+    /// A create found the object already there.
+    #[error("{key} already exists")]
+    AlreadyExists {
+        /// Which object.
+        key: String,
+    },
+    /// A write's precondition failed: the object changed since it was read.
+    #[error("conflict on {key}: {reason}")]
+    Conflict {
+        /// Which object.
+        key: String,
+        /// What differed.
+        reason: String,
+    },
+    /// The write breaks a rule of the kind (an immutable field, say).
+    #[error("{key} is invalid: {reason}")]
+    Invalid {
+        /// Which object.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// A watch cannot resume from so old a revision: list again.
+    #[error("revision {since} is too old to watch from; list again")]
+    Gone {
+        /// The revision asked for.
+        since: u64,
+    },
+    /// The backend failed.
+    #[error("desired-state store: {0}")]
+    Backend(String),
+    /// A stored object could not be read back.
+    #[error("desired-state object {key} unreadable: {reason}")]
+    Corrupt {
+        /// Which object.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store has stopped.
+    #[error("desired-state store stopped")]
+    Stopped,
+}
+
+/// What a desired-state call completes with.
+pub type StoreFuture<T> = BoxFuture<'static, Result<T, DesiredError>>;
+
+/// One change of one object, as a watch streams it. The object carries the
+/// change's revision as its `metadata.resourceVersion` (a deleted object
+/// that of its deletion).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchEvent {
+    /// The object was created.
+    Added(Value),
+    /// The object was changed.
+    Modified(Value),
+    /// The object was removed; this is its last state.
+    Deleted(Value),
+}
+
+impl WatchEvent {
+    /// The object the event is about.
+    pub fn object(&self) -> &Value {
+        match self {
+            WatchEvent::Added(object)
+            | WatchEvent::Modified(object)
+            | WatchEvent::Deleted(object) => object,
+        }
+    }
+
+    /// The revision of the change.
+    pub fn revision(&self) -> u64 {
+        revision_of(self.object())
+    }
+}
+
+/// Changes of one kind, in revision order.
+pub type WatchStream = BoxStream<'static, Result<WatchEvent, DesiredError>>;
+
+/// Desired state: Kubernetes objects (as JSON) with revisions, listed and
+/// watched per kind.
+pub trait DesiredState: Send + Sync + 'static {
+    /// The object at `key`, from the backend's local view.
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError>;
+
+    /// The objects of `kind`, in `namespace` or in all, and the revision
+    /// the list is current at (a watch from it misses nothing).
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError>;
+
+    /// Every change of `kind` after revision `since`, in order; fails with
+    /// [`DesiredError::Gone`] (now or later, in the stream) once `since` is
+    /// too old, after which the watcher lists again.
+    fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError>;
+
+    /// Creates `object` (filling in the defaults, uid and creation time an
+    /// API server fills in); the object as stored.
+    fn create(&self, object: Value) -> StoreFuture<Value>;
+
+    /// Replaces the spec (everything but status) of an existing object,
+    /// under the precondition described in the module docs; the object as
+    /// stored.
+    fn replace(&self, object: Value) -> StoreFuture<Value>;
+
+    /// Replaces the status of an existing object, under the same
+    /// precondition; the object as stored.
+    fn replace_status(&self, object: Value) -> StoreFuture<Value>;
+
+    /// Removes the object at `key`; its last state with the revision of the
+    /// removal, or `None` if there was none.
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>>;
+
+    /// A revision above every one issued so far, without writing an object
+    /// (for messages that must supersede whatever a node holds, such as a
+    /// withdrawal).
+    fn next_revision(&self) -> StoreFuture<u64>;
+}
+
+/// The revision of an object: its `metadata.resourceVersion` as a number
+/// (0 if it has none).
+pub fn revision_of(object: &Value) -> u64 {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The part of an object a user sets: everything but status and the
+/// metadata the system manages. Two objects with equal desired parts need
+/// not be sent to a node again.
+pub fn desired_part(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+        if let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+            if let Some(annotations) = metadata
+                .get_mut("annotations")
+                .and_then(Value::as_object_mut)
+            {
+                annotations.remove(SPEC_REVISION);
+            }
+            if metadata
+                .get("annotations")
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.is_empty())
+            {
+                metadata.remove("annotations");
+            }
+            for managed in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "managedFields",
+                "selfLink",
+            ] {
+                metadata.remove(managed);
+            }
+        }
+    }
+    object
+}
+
+/// Annotation the embedded backend keeps, across status writes (which give
+/// the object new revisions), with the revision of the last spec write:
+/// the version its node holds, so a restarted cloud knows it.
+pub const SPEC_REVISION: &str = "edgehive.io/spec-revision";
+
+/// The revision of `object`'s last spec write, where the backend records
+/// it, else its own revision.
+pub fn spec_revision(object: &Value) -> u64 {
+    object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(SPEC_REVISION))
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| revision_of(object))
+}
