@@ -15,19 +15,18 @@
 //! fails with [`DesiredError::Gone`] and the watcher lists again, as with
 //! an API server's compacted history.
 
-use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use futures_util::StreamExt;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 use store::BatchWriter;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use tracing::error;
 
 use apis::kinds::{Kind, ObjectKey};
 
+use super::feed::Feed;
 use super::{
     DesiredError, DesiredState, SPEC_REVISION, StoreFuture, WatchEvent, WatchStream, desired_part,
     revision_of, spec_revision,
@@ -37,7 +36,7 @@ const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 const REVISION: &str = "revision";
 
-/// Changes kept in memory for watches to resume from.
+/// Changes of each kind kept in memory for watches to resume from.
 const WINDOW: usize = 16 * 1024;
 
 /// A write the writer thread applies.
@@ -57,36 +56,6 @@ type Reply<T> = oneshot::Sender<Result<T, DesiredError>>;
 /// Sends a write's answer once its batch is committed (or failed: then
 /// the commit's error).
 type Answer = Box<dyn FnOnce(Option<&DesiredError>) + Send>;
-
-/// Recent changes, for watches.
-struct Feed {
-    window: Mutex<Window>,
-    live: broadcast::Sender<Arc<(Kind, WatchEvent)>>,
-}
-
-struct Window {
-    /// Every change after this revision is in `changes`.
-    complete_after: u64,
-    changes: VecDeque<Arc<(Kind, WatchEvent)>>,
-}
-
-impl Feed {
-    fn publish(&self, changes: Vec<(Kind, WatchEvent)>) {
-        let mut window = self.window.lock().unwrap_or_else(PoisonError::into_inner);
-        for change in changes {
-            let change = Arc::new(change);
-            if window.changes.len() == WINDOW
-                && let Some(oldest) = window.changes.pop_front()
-            {
-                window.complete_after = oldest.1.revision();
-            }
-            window.changes.push_back(change.clone());
-            // Sent while the window is locked, so a watch that subscribed
-            // and then read the window sees each change once.
-            let _ = self.live.send(change);
-        }
-    }
-}
 
 /// The embedded desired-state store on redb.
 #[derive(Clone)]
@@ -122,13 +91,7 @@ impl EmbeddedStore {
             }
         };
         txn.commit().map_err(backend)?;
-        let feed = Arc::new(Feed {
-            window: Mutex::new(Window {
-                complete_after: revision,
-                changes: VecDeque::new(),
-            }),
-            live: broadcast::channel(WINDOW).0,
-        });
+        let feed = Arc::new(Feed::new(WINDOW, revision));
         let writer_feed = feed.clone();
         let writer = BatchWriter::start(db, "desired-store", move |db, batch| {
             apply(db, &writer_feed, batch)
@@ -217,45 +180,7 @@ impl DesiredState for EmbeddedStore {
     }
 
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
-        let live = self.feed.live.subscribe();
-        let replay: Vec<WatchEvent> = {
-            let window = self
-                .feed
-                .window
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if since < window.complete_after {
-                return Err(DesiredError::Gone { since });
-            }
-            window
-                .changes
-                .iter()
-                .filter(|change| change.0 == kind && change.1.revision() > since)
-                .map(|change| change.1.clone())
-                .collect()
-        };
-        let last = replay.last().map_or(since, WatchEvent::revision);
-        let replayed = futures_util::stream::iter(replay.into_iter().map(Ok));
-        let following = futures_util::stream::unfold(Some((live, last)), move |state| async move {
-            let (mut live, mut last) = state?;
-            loop {
-                match live.recv().await {
-                    Ok(change) => {
-                        let (changed, event) = &*change;
-                        if *changed == kind && event.revision() > last {
-                            last = event.revision();
-                            return Some((Ok(event.clone()), Some((live, last))));
-                        }
-                    }
-                    // Fell behind the broadcast: the watcher lists again.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Some((Err(DesiredError::Gone { since: last }), None));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        });
-        Ok(replayed.chain(following).boxed())
+        self.feed.watch(kind, since)
     }
 
     fn create(&self, object: Value) -> StoreFuture<Value> {
@@ -673,12 +598,19 @@ mod tests {
         given["status"] = json!({"phase": "Running"});
         given["metadata"]["resourceVersion"] = json!("7");
         let stored = store.create(given.clone()).await.expect("create");
-        assert!(stored["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+        assert!(
+            stored["metadata"]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty())
+        );
         assert!(stored["metadata"]["creationTimestamp"].is_string());
         assert_eq!(stored["spec"]["dnsPolicy"], "ClusterFirst");
         assert_eq!(stored["spec"]["enableServiceLinks"], true);
         assert_eq!(stored["spec"]["restartPolicy"], "Always");
-        assert_eq!(stored["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(
+            stored["spec"]["containers"][0]["imagePullPolicy"],
+            "IfNotPresent"
+        );
         // The status is the server's, not the caller's.
         assert_eq!(stored["status"]["phase"], "Pending");
         assert_eq!(stored["status"]["qosClass"], "BestEffort");
@@ -720,7 +652,11 @@ mod tests {
         let replaced = store.replace(stale).await.expect("replace");
         assert_eq!(replaced["status"]["phase"], "Running");
         assert_eq!(replaced["metadata"]["uid"], created["metadata"]["uid"]);
-        assert!(replaced["metadata"]["annotations"].get(SPEC_REVISION).is_none());
+        assert!(
+            replaced["metadata"]["annotations"]
+                .get(SPEC_REVISION)
+                .is_none()
+        );
         assert!(revision_of(&replaced) > revision_of(&with_status));
 
         // A replace that changes nothing writes nothing.
@@ -771,7 +707,9 @@ mod tests {
             ]
         );
         // Resumed after the second change: only the third, then live ones.
-        let mut resumed = store.watch(Kind::ConfigMap, revision_of(&a2)).expect("watch");
+        let mut resumed = store
+            .watch(Kind::ConfigMap, revision_of(&a2))
+            .expect("watch");
         assert_eq!(
             resumed.next().await.expect("event").expect("ok"),
             WatchEvent::Deleted(removed)

@@ -29,6 +29,7 @@
 //! defaults ([`apis::defaults`]).
 
 pub mod embedded;
+pub mod feed;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
