@@ -17,7 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
-use cloud::{AdminApi, ControllerConfig, EdgeController, EmbeddedStore};
+use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
+use cloud::{AdminApi, ControllerConfig, DesiredState, EdgeController, EmbeddedStore};
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
@@ -99,6 +100,10 @@ struct Run {
     /// Prometheus metrics listen address; "off" for none (modules.metrics).
     #[arg(long)]
     metrics: Option<String>,
+    /// A kubeconfig: drive edge nodes from that cluster's API server
+    /// instead of the embedded store (kubeAPIConfig.kubeConfig).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 impl Run {
@@ -129,6 +134,9 @@ impl Run {
         }
         if let Some(days) = self.cert_days {
             hub.node_certificate_days = days;
+        }
+        if let Some(kubeconfig) = self.kubeconfig {
+            config.kube_api_config.kube_config = kubeconfig.to_string_lossy().into_owned();
         }
         config.modules.admin.apply_flag(self.admin);
         config.modules.metrics.apply_flag(self.metrics);
@@ -222,10 +230,8 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     }
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
-    let desired =
-        EmbeddedStore::open(&data_dir.join("desired.redb")).context("desired-state store")?;
-    let controller =
-        EdgeController::start(&hive, desired.clone().shared(), ControllerConfig::default())?;
+    let desired = Desired::open(&settings).await?;
+    let controller = EdgeController::start(&hive, desired.shared(), ControllerConfig::default())?;
     let admin = match settings.modules.admin.enabled() {
         Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
         None => None,
@@ -287,4 +293,55 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     desired.close().await;
     tracing::info!(?report, "cloudcore stopped");
     Ok(())
+}
+
+/// The desired state cloudcore runs on.
+enum Desired {
+    Embedded(EmbeddedStore),
+    Kubernetes(Arc<KubernetesStore>),
+}
+
+impl Desired {
+    /// A Kubernetes API server if one is configured (a kubeconfig, or the
+    /// pod's service account), else the embedded store in the data dir.
+    async fn open(settings: &CloudCoreConfig) -> Result<Desired> {
+        let kube = &settings.kube_api_config;
+        let access = if !kube.kube_config.is_empty() {
+            Some(KubeAccess::Kubeconfig(PathBuf::from(&kube.kube_config)))
+        } else if kube.in_cluster && KubeAccess::in_cluster_available() {
+            Some(KubeAccess::InCluster)
+        } else {
+            None
+        };
+        match access {
+            Some(access) => {
+                tracing::info!(?access, "desired state: a Kubernetes API server");
+                let mut config = KubernetesConfig::new(access);
+                config.namespace = kube.namespace.clone();
+                let store = KubernetesStore::connect(config)
+                    .await
+                    .context("the Kubernetes API server")?;
+                Ok(Desired::Kubernetes(Arc::new(store)))
+            }
+            None => {
+                let path = settings.data_dir.join("desired.redb");
+                tracing::info!(path = %path.display(), "desired state: the embedded store");
+                let store = EmbeddedStore::open(&path).context("desired-state store")?;
+                Ok(Desired::Embedded(store))
+            }
+        }
+    }
+
+    fn shared(&self) -> Arc<dyn DesiredState> {
+        match self {
+            Desired::Embedded(store) => store.clone().shared(),
+            Desired::Kubernetes(store) => store.clone(),
+        }
+    }
+
+    async fn close(self) {
+        if let Desired::Embedded(store) = self {
+            store.close().await;
+        }
+    }
 }

@@ -214,8 +214,37 @@ pub struct CloudCoreConfig {
     pub data_dir: PathBuf,
     /// Log filter (RUST_LOG syntax); RUST_LOG wins when set.
     pub log: String,
+    /// Where the desired state comes from: a Kubernetes API server, or
+    /// (with none given and not running in a pod) the embedded store.
+    #[serde(rename = "kubeAPIConfig")]
+    pub kube_api_config: KubeApiConfig,
     /// The modules.
     pub modules: CloudModules,
+}
+
+/// The Kubernetes API server cloudcore drives edge nodes from (KubeEdge's
+/// `kubeAPIConfig`). With a kubeconfig, or running in a pod with a service
+/// account (unless `inCluster` is false), the desired state is that
+/// cluster's; otherwise it is the embedded store in `dataDir`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubeApiConfig {
+    /// A kubeconfig file ("" for none).
+    pub kube_config: String,
+    /// Use the pod's service account when cloudcore runs in a pod.
+    pub in_cluster: bool,
+    /// cloudcore's own namespace in the cluster (created if missing).
+    pub namespace: String,
+}
+
+impl Default for KubeApiConfig {
+    fn default() -> Self {
+        KubeApiConfig {
+            kube_config: String::new(),
+            in_cluster: true,
+            namespace: "kubeedge".to_owned(),
+        }
+    }
 }
 
 /// cloudcore's modules.
@@ -266,6 +295,7 @@ impl Default for CloudCoreConfig {
             kind: "CloudCore".to_owned(),
             data_dir: PathBuf::from("/var/lib/edgehive/cloud"),
             log: "info".to_owned(),
+            kube_api_config: KubeApiConfig::default(),
             modules: CloudModules::default(),
         }
     }

@@ -189,7 +189,7 @@ impl CloudHub {
                 Err(TransportError::Frame(err)) => {
                     // It can never be sent: drop it rather than block the node.
                     warn!(%node, resource = msg.resource(), error = %err, "object cannot be sent; dropped");
-                    if let AckOutcome::Delivered { resource } = queue.ack(msg.id()) {
+                    if let AckOutcome::Delivered { resource, .. } = queue.ack(msg.id()) {
                         dropped.push(resource);
                     }
                 }
@@ -265,6 +265,21 @@ impl CloudHub {
         }
         actix::spawn(async move {
             // Nobody may be watching; that is fine.
+            let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
+        });
+    }
+
+    /// Tells the node-event group that `node` acknowledged the deletion of
+    /// `resource` (`<namespace>/<type>/<name>`).
+    fn delivered(&self, node: &str, resource: &str) {
+        let hive = self.hive.clone();
+        let event = HiveMessage::new().build_router(
+            module::CLOUDHUB,
+            group::NODE_EVENTS,
+            format!("node/{node}/{resource}"),
+            operation::DELIVERED,
+        );
+        actix::spawn(async move {
             let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
         });
     }
@@ -594,10 +609,18 @@ impl Handler<Acked> for CloudHub {
             return;
         };
         match queue.ack(acked.id) {
-            AckOutcome::Delivered { resource } => {
+            AckOutcome::Delivered {
+                resource,
+                operation,
+            } => {
                 self.stats.count(&self.stats.acked);
                 if let Some(store) = &self.store {
                     store.remove(&acked.node, &resource);
+                }
+                if operation == operation::DELETE {
+                    // The node holds the deletion (persisted, at an edgehive
+                    // edge): the controller may finish deleting the object.
+                    self.delivered(&acked.node, &resource);
                 }
             }
             AckOutcome::Superseded { .. } => self.stats.count(&self.stats.acked),

@@ -33,6 +33,8 @@ pub enum AckOutcome {
     Delivered {
         /// The object.
         resource: String,
+        /// What the delivered message did to it (`insert`, `delete`, ...).
+        operation: String,
     },
     /// An older version was delivered; the newest is queued to follow.
     Superseded {
@@ -210,8 +212,12 @@ impl NodeQueue {
         entry.sent_at = None;
         entry.resends = 0;
         if entry.newest.id() == id {
+            let operation = entry.newest.operation().to_owned();
             self.entries.remove(&resource);
-            AckOutcome::Delivered { resource }
+            AckOutcome::Delivered {
+                resource,
+                operation,
+            }
         } else {
             if !entry.queued {
                 entry.queued = true;

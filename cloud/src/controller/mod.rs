@@ -62,6 +62,12 @@ pub struct ControllerConfig {
     /// How often nodes that missed a message are reconciled, and a watch
     /// that failed is started again.
     pub retry_every: Duration,
+    /// How often connected nodes' heartbeat Leases are renewed (where the
+    /// desired state keeps them: in Kubernetes, `kube-node-lease`), and
+    /// how long each renewal holds.
+    pub lease_every: Duration,
+    /// How long a renewal holds (a kubelet's default: 40 s).
+    pub lease_duration: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -70,6 +76,8 @@ impl Default for ControllerConfig {
             send_timeout: Duration::from_secs(10),
             inbox: 1024,
             retry_every: Duration::from_secs(10),
+            lease_every: Duration::from_secs(10),
+            lease_duration: Duration::from_secs(40),
         }
     }
 }
@@ -95,6 +103,8 @@ pub struct ControllerCounts {
     pub watch_events: u64,
     /// Times a watch could not resume and its kind was listed again.
     pub relists: u64,
+    /// Node heartbeat Leases renewed.
+    pub leases_renewed: u64,
 }
 
 /// What an apply did.
@@ -275,7 +285,7 @@ impl EdgeController {
             reconciler: Reconciler::new(),
             leases: HashMap::new(),
             watches: Watches::default(),
-            counts: counts_tx,
+            counts: Arc::new(counts_tx),
             handled: handled_tx,
         };
         actix::spawn(controller.run(requests));
@@ -350,7 +360,7 @@ struct Controller {
     /// few seconds).
     leases: HashMap<String, Value>,
     watches: Watches,
-    counts: watch::Sender<ControllerCounts>,
+    counts: Arc<watch::Sender<ControllerCounts>>,
     handled: watch::Sender<Handled>,
 }
 
@@ -360,6 +370,15 @@ fn node_name(pod: &Value) -> Option<String> {
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
+}
+
+/// `object` without its resource version: a write of it is
+/// unconditional.
+fn unconditional(mut object: Value) -> Value {
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        metadata.remove("resourceVersion");
+    }
+    object
 }
 
 fn now() -> Time {
@@ -372,6 +391,8 @@ impl Controller {
         let mut retry = tokio::time::interval(self.config.retry_every);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         retry.tick().await;
+        let mut leases = tokio::time::interval(self.config.lease_every);
+        leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for kind in FOLLOWED {
             self.list_and_watch(kind).await;
         }
@@ -389,6 +410,10 @@ impl Controller {
                     input = requests.recv() => input,
                     Some((kind, event)) = self.watches.next() => {
                         self.on_watch(kind, event).await;
+                        continue;
+                    }
+                    _ = leases.tick() => {
+                        self.renew_leases();
                         continue;
                     }
                     _ = retry.tick() => {
@@ -489,6 +514,32 @@ impl Controller {
         }
     }
 
+    /// Renews every connected node's heartbeat Lease, off the
+    /// controller's task (a slow API server delays no message).
+    fn renew_leases(&self) {
+        let nodes = self.reconciler.connected_nodes();
+        if nodes.is_empty() {
+            return;
+        }
+        let (store, counts, duration) = (
+            self.store.clone(),
+            self.counts.clone(),
+            self.config.lease_duration,
+        );
+        actix::spawn(async move {
+            let renewals = nodes.iter().map(|node| store.renew_lease(node, duration));
+            for (node, renewed) in nodes
+                .iter()
+                .zip(futures_util::future::join_all(renewals).await)
+            {
+                match renewed {
+                    Ok(()) => counts.send_modify(|c| c.leases_renewed += 1),
+                    Err(err) => warn!(%node, error = %err, "node lease not renewed"),
+                }
+            }
+        });
+    }
+
     fn mark_handled(&self, kind: Kind, revision: u64) {
         self.handled.send_if_modified(|handled| {
             let at = handled.entry(kind).or_default();
@@ -534,6 +585,12 @@ impl Controller {
                 }
                 Action::AskInventory { node } => self.ask_inventory(&node),
                 Action::UpdateNode { node } => self.update_node(&node, None).await,
+                Action::FinishDeletion { key, uid } => {
+                    match self.store.finish_deletion(&key, uid.as_deref()).await {
+                        Ok(()) => info!(%key, "deletion finished: its node holds it"),
+                        Err(err) => warn!(%key, error = %err, "deletion not finished"),
+                    }
+                }
             }
         }
     }
@@ -612,6 +669,16 @@ impl Controller {
     // ----- what nodes say -----
 
     async fn on_message(&mut self, msg: HiveMessage) {
+        if msg.group() == group::NODE_EVENTS && msg.operation() == operation::DELIVERED {
+            // cloudhub: a node acknowledged a deletion.
+            if let Ok(resource) = msg.resource().parse::<CloudResource>()
+                && let Some(key) = ObjectKey::from_edge_resource(&resource.resource)
+            {
+                let actions = self.reconciler.delivered(&resource.node, &key);
+                self.act(actions).await;
+            }
+            return;
+        }
         if msg.group() == group::NODE_EVENTS {
             let Some(node) = msg.resource().strip_prefix("node/") else {
                 return;
@@ -761,7 +828,7 @@ impl Controller {
             return Ok(object);
         }
         self.store
-            .replace(object)
+            .replace(unconditional(object))
             .await
             .map_err(|err| Refusal::internal(err.to_string()))
     }
@@ -879,7 +946,10 @@ impl Controller {
             .into_iter()
             .filter_map(|key| {
                 let (node, object) = updated.remove(&key)?;
-                let put = self.store.replace_status(object);
+                // A node is the only writer of its objects' status: the
+                // write is unconditional, so a cache a moment behind the
+                // API server cannot make it a conflict.
+                let put = self.store.replace_status(unconditional(object));
                 Some(async move { (key, node, put.await) })
             })
             .collect();
@@ -1010,10 +1080,7 @@ impl Controller {
                 }
                 object["status"] = status;
                 // The controller is the only writer of a node's status.
-                if let Some(metadata) = object["metadata"].as_object_mut() {
-                    metadata.remove("resourceVersion");
-                }
-                self.store.replace_status(object).await
+                self.store.replace_status(unconditional(object)).await
             }
             None => {
                 let object = json!({
@@ -1025,9 +1092,20 @@ impl Controller {
                     },
                 });
                 match self.store.create(object).await {
+                    // Created (or by an earlier write whose change has not
+                    // come back yet): its status follows.
                     Ok(mut created) => {
                         created["status"] = status;
-                        self.store.replace_status(created).await
+                        self.store.replace_status(unconditional(created)).await
+                    }
+                    Err(DesiredError::AlreadyExists { .. }) => {
+                        let mut object = json!({
+                            "apiVersion": "v1",
+                            "kind": "Node",
+                            "metadata": {"name": node},
+                        });
+                        object["status"] = status;
+                        self.store.replace_status(object).await
                     }
                     Err(err) => Err(err),
                 }

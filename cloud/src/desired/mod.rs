@@ -30,6 +30,8 @@
 
 pub mod embedded;
 pub mod feed;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
@@ -38,6 +40,8 @@ use serde_json::Value;
 use apis::kinds::{Kind, ObjectKey};
 
 pub use embedded::EmbeddedStore;
+#[cfg(feature = "kubernetes")]
+pub use kubernetes::{KubeAccess, KubernetesConfig, KubernetesStore};
 
 /// A failure of the desired state, in the terms of a Kubernetes API server.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -163,6 +167,33 @@ pub trait DesiredState: Send + Sync + 'static {
     /// (for messages that must supersede whatever a node holds, such as a
     /// withdrawal).
     fn next_revision(&self) -> StoreFuture<u64>;
+
+    /// Removes `key` for good once its node has stopped it (a graceful
+    /// deletion, the kubelet's last step), if its uid is still `uid`.
+    /// Backends that delete at once (the embedded one) have nothing to do.
+    fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
+        let _ = (key, uid);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Renews `node`'s heartbeat Lease (in `kube-node-lease`, as a kubelet
+    /// does), valid for `duration`, while its link is up. Backends with no
+    /// leases (the embedded one: its nodes' readiness is their link) do
+    /// nothing.
+    fn renew_lease(&self, node: &str, duration: std::time::Duration) -> StoreFuture<()> {
+        let _ = (node, duration);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A minimal object naming `key`, for a withdrawal or deletion whose
+/// object is gone.
+pub fn stub(key: &ObjectKey) -> Value {
+    serde_json::json!({
+        "apiVersion": key.kind.api_version(),
+        "kind": key.kind.name(),
+        "metadata": { "name": key.name, "namespace": key.namespace },
+    })
 }
 
 /// The revision of an object: its `metadata.resourceVersion` as a number

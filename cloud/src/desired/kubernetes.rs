@@ -1,0 +1,801 @@
+//! The Kubernetes desired-state backend: a real kube-apiserver holds the
+//! desired state, as it does for KubeEdge's cloudcore.
+//!
+//! [`KubernetesStore`] keeps one cluster-wide watch per kind (never one per
+//! node) and a cache of what it watches, filtered in cloudcore: nodes
+//! labelled `node-role.kubernetes.io/edge`, and only the pods bound to
+//! them. Reads are served from that cache; the watches the edgecontroller
+//! takes are fed from it through the same [`Feed`] the embedded backend
+//! uses. Writes go to the API server: creates and replaces with the
+//! object's `resourceVersion` as precondition, status through the status
+//! subresource.
+//!
+//! Revisions are the API server's resource versions, which edgehive (like
+//! KubeEdge's edge) reads as numbers: with etcd behind the API server they
+//! are etcd's global revision, so they only grow, across every kind.
+//! [`DesiredState::next_revision`] takes a fresh one by renewing a Lease of
+//! cloudcore's own (`edgehive-revision` in cloudcore's namespace).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchParams};
+use kube::core::{ApiResource, WatchEvent as KubeEvent};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use apis::kinds::{Kind, ObjectKey};
+
+use super::feed::Feed;
+use super::{DesiredError, DesiredState, StoreFuture, WatchStream, revision_of, stub};
+
+/// The label that marks a node as an edge node.
+pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+
+/// The kinds the backend watches.
+pub const WATCHED: [Kind; 8] = [
+    Kind::Node,
+    Kind::ConfigMap,
+    Kind::Secret,
+    Kind::Service,
+    Kind::Endpoints,
+    Kind::DeviceModel,
+    Kind::Pod,
+    Kind::Device,
+];
+
+/// Changes of each kind kept for the edgecontroller's watches.
+const WINDOW: usize = 16 * 1024;
+
+/// Where the API server is and who cloudcore is to it.
+#[derive(Debug, Clone)]
+pub enum KubeAccess {
+    /// A kubeconfig file (its current context).
+    Kubeconfig(std::path::PathBuf),
+    /// The service account of the pod cloudcore runs in.
+    InCluster,
+}
+
+impl KubeAccess {
+    /// Whether this process runs in a Kubernetes pod with a service
+    /// account (the in-cluster configuration is available).
+    pub fn in_cluster_available() -> bool {
+        std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+            && Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+    }
+}
+
+/// How the backend runs.
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    /// Where the API server is.
+    pub access: KubeAccess,
+    /// cloudcore's own namespace (its revision Lease lives there; created
+    /// if missing).
+    pub namespace: String,
+    /// How long the first lists may take before [`KubernetesStore::connect`]
+    /// gives up.
+    pub sync_timeout: Duration,
+}
+
+impl KubernetesConfig {
+    /// Defaults for `access`: namespace `kubeedge`, as KubeEdge's.
+    pub fn new(access: KubeAccess) -> Self {
+        KubernetesConfig {
+            access,
+            namespace: "kubeedge".to_owned(),
+            sync_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the backend holds of one kind.
+#[derive(Default)]
+struct KindCache {
+    objects: BTreeMap<ObjectKey, Value>,
+    /// The revision the cache is current at.
+    revision: u64,
+    /// Whether the first list arrived.
+    synced: bool,
+}
+
+/// The watched objects, shared by the watch tasks and the readers.
+struct Mirror {
+    caches: RwLock<HashMap<Kind, KindCache>>,
+    feed: Feed,
+    /// Names of the edge nodes, which pods are filtered by.
+    edge_nodes: RwLock<HashSet<String>>,
+    /// Wakes the pod and device watches to list again (a new edge node
+    /// may have objects bound to it already).
+    relist_bound: Notify,
+    synced: Notify,
+}
+
+impl Mirror {
+    fn keeps(&self, kind: Kind, object: &Value) -> bool {
+        if !kind.bound_to_node() {
+            return true;
+        }
+        let Some(node) = object
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        else {
+            return false;
+        };
+        self.edge_nodes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(node)
+    }
+
+    fn caches(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Kind, KindCache>> {
+        self.caches.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn caches_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Kind, KindCache>> {
+        self.caches.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The desired state in a Kubernetes API server.
+pub struct KubernetesStore {
+    client: Client,
+    mirror: Arc<Mirror>,
+    namespace: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for KubernetesStore {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn backend(err: impl std::fmt::Display) -> DesiredError {
+    DesiredError::Backend(err.to_string())
+}
+
+/// The API resource of `kind`.
+pub fn api_resource(kind: Kind) -> ApiResource {
+    let api_version = kind.api_version();
+    let (group, version) = match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    };
+    ApiResource {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        api_version: api_version.to_owned(),
+        kind: kind.name().to_owned(),
+        plural: kind.plural().to_owned(),
+    }
+}
+
+/// An API failure in the desired state's terms.
+fn refused(err: kube::Error, key: &str) -> DesiredError {
+    match err {
+        kube::Error::Api(status) => match (status.code, status.reason.as_str()) {
+            (404, _) => DesiredError::NotFound {
+                key: key.to_owned(),
+            },
+            (409, "AlreadyExists") => DesiredError::AlreadyExists {
+                key: key.to_owned(),
+            },
+            (409, _) => DesiredError::Conflict {
+                key: key.to_owned(),
+                reason: status.message,
+            },
+            (410, _) => DesiredError::Gone { since: 0 },
+            (400 | 422, _) => DesiredError::Invalid {
+                key: key.to_owned(),
+                reason: status.message,
+            },
+            (code, reason) => DesiredError::Backend(format!(
+                "the API server answered {code} {reason}: {}",
+                status.message
+            )),
+        },
+        other => backend(other),
+    }
+}
+
+/// `object` as the API returns it, with its type filled in (list items
+/// come without).
+fn typed(kind: Kind, object: DynamicObject) -> Result<Value, DesiredError> {
+    let mut value = serde_json::to_value(object).map_err(backend)?;
+    value["apiVersion"] = json!(kind.api_version());
+    value["kind"] = json!(kind.name());
+    // Bookkeeping no edge needs, and the largest part of many objects.
+    if let Some(metadata) = value["metadata"].as_object_mut() {
+        metadata.remove("managedFields");
+    }
+    Ok(value)
+}
+
+fn dynamic(object: &Value) -> Result<DynamicObject, DesiredError> {
+    serde_json::from_value(object.clone()).map_err(|err| DesiredError::Invalid {
+        key: ObjectKey::of(object).map_or_else(|| "(unnamed)".to_owned(), |k| k.to_string()),
+        reason: err.to_string(),
+    })
+}
+
+impl KubernetesStore {
+    /// Connects to the API server, starts the watches and waits for their
+    /// first lists.
+    pub async fn connect(config: KubernetesConfig) -> Result<Self, DesiredError> {
+        let kube_config = match &config.access {
+            KubeAccess::Kubeconfig(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|err| {
+                    DesiredError::Backend(format!("kubeconfig {}: {err}", path.display()))
+                })?;
+                Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(|err| {
+                        DesiredError::Backend(format!("kubeconfig {}: {err}", path.display()))
+                    })?
+            }
+            KubeAccess::InCluster => Config::incluster()
+                .map_err(|err| DesiredError::Backend(format!("in-cluster config: {err}")))?,
+        };
+        let client = Client::try_from(kube_config).map_err(backend)?;
+        Self::start(client, config).await
+    }
+
+    /// Starts the backend on `client`.
+    pub async fn start(client: Client, config: KubernetesConfig) -> Result<Self, DesiredError> {
+        ensure_namespace(&client, &config.namespace).await?;
+        let mirror = Arc::new(Mirror {
+            caches: RwLock::new(HashMap::new()),
+            feed: Feed::new(WINDOW, 0),
+            edge_nodes: RwLock::new(HashSet::new()),
+            relist_bound: Notify::new(),
+            synced: Notify::new(),
+        });
+        let tasks = WATCHED
+            .iter()
+            .map(|kind| tokio::spawn(follow(client.clone(), mirror.clone(), *kind)))
+            .collect();
+        let store = KubernetesStore {
+            client,
+            mirror,
+            namespace: config.namespace,
+            tasks,
+        };
+        let synced = async {
+            loop {
+                let waiting = store.mirror.synced.notified();
+                let missing: Vec<&str> = WATCHED
+                    .iter()
+                    .filter(|kind| !store.mirror.caches().get(kind).is_some_and(|c| c.synced))
+                    .map(|kind| kind.name())
+                    .collect();
+                if missing.is_empty() {
+                    return;
+                }
+                debug!(?missing, "waiting for the first lists");
+                waiting.await;
+            }
+        };
+        tokio::time::timeout(config.sync_timeout, synced)
+            .await
+            .map_err(|_| {
+                DesiredError::Backend(format!(
+                    "the API server's objects were not listed within {:?}",
+                    config.sync_timeout
+                ))
+            })?;
+        info!("Kubernetes desired state synced");
+        Ok(store)
+    }
+
+    /// The store behind the trait, ready to share.
+    pub fn shared(self) -> Arc<dyn DesiredState> {
+        Arc::new(self)
+    }
+
+    /// The API client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+        let resource = api_resource(kind);
+        match kind.namespaced() {
+            true => Api::namespaced_with(self.client.clone(), namespace, &resource),
+            false => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    fn api_for(&self, object: &Value) -> Result<(Api<DynamicObject>, ObjectKey), DesiredError> {
+        let key = ObjectKey::of(object).ok_or_else(|| DesiredError::Invalid {
+            key: "(unnamed)".to_owned(),
+            reason: "the object has no kind or name".to_owned(),
+        })?;
+        Ok((self.api(key.kind, &key.namespace), key))
+    }
+}
+
+async fn ensure_namespace(client: &Client, namespace: &str) -> Result<(), DesiredError> {
+    let namespaces: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: String::new(),
+            version: "v1".to_owned(),
+            api_version: "v1".to_owned(),
+            kind: "Namespace".to_owned(),
+            plural: "namespaces".to_owned(),
+        },
+    );
+    let found = namespaces
+        .get_opt(namespace)
+        .await
+        .map_err(|err| refused(err, namespace))?;
+    if found.is_some() {
+        return Ok(());
+    }
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace},
+    }))
+    .map_err(backend)?;
+    match namespaces.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(err) => match refused(err, namespace) {
+            DesiredError::AlreadyExists { .. } => Ok(()),
+            other => Err(other),
+        },
+    }
+}
+
+/// Lists `kind` in pages; the objects kept and the list's revision.
+async fn list_all(
+    api: &Api<DynamicObject>,
+    kind: Kind,
+    params: &ListParams,
+    mirror: &Mirror,
+) -> Result<(BTreeMap<ObjectKey, Value>, u64), DesiredError> {
+    let mut objects = BTreeMap::new();
+    let mut params = params.clone().limit(500);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|err| refused(err, kind.plural()))?;
+        let revision = page
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        for item in page.items {
+            let object = typed(kind, item)?;
+            if mirror.keeps(kind, &object)
+                && let Some(key) = ObjectKey::of(&object)
+            {
+                objects.insert(key, object);
+            }
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok((objects, revision)),
+        }
+    }
+}
+
+/// One kind's list and watch, for as long as the store lives: each list
+/// replaces the kind's cache and starts its history anew; each watch event
+/// updates the cache and is published.
+async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
+    let api: Api<DynamicObject> = Api::all_with(client, &api_resource(kind));
+    let (list_params, watch_params) = match kind {
+        Kind::Node => (
+            ListParams::default().labels(EDGE_NODE_LABEL),
+            WatchParams::default().labels(EDGE_NODE_LABEL),
+        ),
+        _ => (ListParams::default(), WatchParams::default()),
+    };
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let (objects, revision) = match list_all(&api, kind, &list_params, &mirror).await {
+            Ok(listed) => listed,
+            Err(DesiredError::NotFound { .. }) => {
+                // The kind is not served (KubeEdge's device CRDs not
+                // installed): nothing of it, and a look again later.
+                warn!(
+                    kind = kind.name(),
+                    "not served by the API server; looking again in 30 s"
+                );
+                relisted(&mirror, kind, BTreeMap::new(), 0);
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                continue;
+            }
+            Err(err) => {
+                warn!(kind = kind.name(), error = %err, "list failed; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(200);
+        relisted(&mirror, kind, objects, revision);
+        let mut at = revision;
+        // Watch from the list's revision until the history is gone.
+        'watching: loop {
+            let params = watch_params.clone().timeout(290);
+            let stream = match api.watch(&params, &at.to_string()).await {
+                Ok(stream) => stream,
+                Err(err) => {
+                    warn!(kind = kind.name(), error = %err, "watch failed; listing again");
+                    tokio::time::sleep(backoff).await;
+                    break 'watching;
+                }
+            };
+            let mut stream = std::pin::pin!(stream.into_stream());
+            loop {
+                let next = match kind.bound_to_node() {
+                    true => tokio::select! {
+                        next = stream.try_next() => next,
+                        _ = mirror.relist_bound.notified() => break 'watching,
+                    },
+                    false => stream.try_next().await,
+                };
+                match next {
+                    Ok(Some(KubeEvent::Bookmark(bookmark))) => {
+                        if let Ok(revision) = bookmark.metadata.resource_version.parse() {
+                            at = revision;
+                            if let Some(cache) = mirror.caches_mut().get_mut(&kind) {
+                                cache.revision = cache.revision.max(revision);
+                            }
+                        }
+                    }
+                    Ok(Some(KubeEvent::Error(status))) => {
+                        debug!(kind = kind.name(), code = status.code, message = %status.message, "watch ended");
+                        if status.code == 410 {
+                            break 'watching;
+                        }
+                        break;
+                    }
+                    Ok(Some(event)) => {
+                        let Some(revision) = changed(&mirror, kind, event) else {
+                            continue;
+                        };
+                        at = at.max(revision);
+                    }
+                    // The watch timed out: watch again from where it was.
+                    Ok(None) => break,
+                    Err(err) => {
+                        debug!(kind = kind.name(), error = %err, "watch broke; watching again");
+                        tokio::time::sleep(backoff).await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Replaces `kind`'s cache with a fresh list and starts its history anew
+/// (the controller's watches of it list again).
+fn relisted(mirror: &Mirror, kind: Kind, objects: BTreeMap<ObjectKey, Value>, revision: u64) {
+    if kind == Kind::Node {
+        let names: HashSet<String> = objects.keys().map(|key| key.name.clone()).collect();
+        let grown = {
+            let mut edge_nodes = mirror
+                .edge_nodes
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let grown = !names.is_subset(&edge_nodes);
+            *edge_nodes = names;
+            grown
+        };
+        if grown {
+            mirror.relist_bound.notify_waiters();
+        }
+    }
+    let first = {
+        let mut caches = mirror.caches_mut();
+        let cache = caches.entry(kind).or_insert_with(KindCache::default);
+        let first = !cache.synced;
+        cache.objects = objects;
+        cache.revision = revision;
+        cache.synced = true;
+        first
+    };
+    mirror.feed.reset(kind, revision);
+    debug!(kind = kind.name(), revision, "listed");
+    if first {
+        mirror.synced.notify_waiters();
+    }
+}
+
+/// Takes one watch event into the cache and publishes it; its revision.
+fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Option<u64> {
+    let (object, deleted) = match event {
+        KubeEvent::Added(object) | KubeEvent::Modified(object) => (object, false),
+        KubeEvent::Deleted(object) => (object, true),
+        KubeEvent::Bookmark(_) | KubeEvent::Error(_) => return None,
+    };
+    let object = match typed(kind, object) {
+        Ok(object) => object,
+        Err(err) => {
+            warn!(kind = kind.name(), error = %err, "unreadable watch event");
+            return None;
+        }
+    };
+    let key = ObjectKey::of(&object)?;
+    let revision = revision_of(&object);
+    if kind == Kind::Node {
+        let mut edge_nodes = mirror
+            .edge_nodes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let new = match deleted {
+            true => {
+                edge_nodes.remove(&key.name);
+                false
+            }
+            false => edge_nodes.insert(key.name.clone()),
+        };
+        drop(edge_nodes);
+        if new {
+            mirror.relist_bound.notify_waiters();
+        }
+    }
+    let keep = !deleted && mirror.keeps(kind, &object);
+    let event = {
+        let mut caches = mirror.caches_mut();
+        let cache = caches.entry(kind).or_insert_with(KindCache::default);
+        cache.revision = cache.revision.max(revision);
+        let held = cache.objects.contains_key(&key);
+        match (keep, held) {
+            (true, true) => {
+                cache.objects.insert(key, object.clone());
+                super::WatchEvent::Modified(object)
+            }
+            (true, false) => {
+                cache.objects.insert(key, object.clone());
+                super::WatchEvent::Added(object)
+            }
+            // No longer kept (deleted, or a pod no longer on an edge node).
+            (false, true) => {
+                cache.objects.remove(&key);
+                super::WatchEvent::Deleted(object)
+            }
+            (false, false) => return Some(revision),
+        }
+    };
+    mirror.feed.publish([(kind, event)]);
+    Some(revision)
+}
+
+impl DesiredState for KubernetesStore {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+        Ok(self
+            .mirror
+            .caches()
+            .get(&key.kind)
+            .and_then(|cache| cache.objects.get(key).cloned()))
+    }
+
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        let caches = self.mirror.caches();
+        let Some(cache) = caches.get(&kind).filter(|cache| cache.synced) else {
+            return Err(DesiredError::Backend(format!(
+                "{} not listed from the API server yet",
+                kind.plural()
+            )));
+        };
+        let objects = cache
+            .objects
+            .iter()
+            .filter(|(key, _)| namespace.is_none_or(|ns| !kind.namespaced() || key.namespace == ns))
+            .map(|(_, object)| object.clone())
+            .collect();
+        Ok((objects, cache.revision))
+    }
+
+    fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
+        self.mirror.feed.watch(kind, since)
+    }
+
+    fn create(&self, object: Value) -> StoreFuture<Value> {
+        let prepared = self.api_for(&object).and_then(|(api, key)| {
+            let mut object = object;
+            if let Some(metadata) = object["metadata"].as_object_mut() {
+                metadata.remove("resourceVersion");
+            }
+            Ok((api, key, dynamic(&object)?))
+        });
+        Box::pin(async move {
+            let (api, key, object) = prepared?;
+            let created = api
+                .create(&PostParams::default(), &object)
+                .await
+                .map_err(|err| refused(err, &key.to_string()))?;
+            typed(key.kind, created)
+        })
+    }
+
+    fn replace(&self, object: Value) -> StoreFuture<Value> {
+        let prepared = self
+            .api_for(&object)
+            .and_then(|(api, key)| Ok((api, key, dynamic(&object)?)));
+        Box::pin(async move {
+            let (api, key, object) = prepared?;
+            let replaced = api
+                .replace(&key.name, &PostParams::default(), &object)
+                .await
+                .map_err(|err| refused(err, &key.to_string()))?;
+            typed(key.kind, replaced)
+        })
+    }
+
+    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+        let prepared = self
+            .api_for(&object)
+            .and_then(|(api, key)| Ok((api, key, dynamic(&object)?)));
+        Box::pin(async move {
+            let (api, key, object) = prepared?;
+            let replaced = api
+                .replace_status(&key.name, &PostParams::default(), &object)
+                .await
+                .map_err(|err| refused(err, &key.to_string()))?;
+            typed(key.kind, replaced)
+        })
+    }
+
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+        let api = self.api(key.kind, &key.namespace);
+        let key = key.clone();
+        Box::pin(async move {
+            match api.delete(&key.name, &DeleteParams::default()).await {
+                Ok(deleted) => match deleted.left() {
+                    // Still there, being deleted gracefully.
+                    Some(object) => typed(key.kind, object).map(Some),
+                    None => Ok(Some(stub(&key))),
+                },
+                Err(err) => match refused(err, &key.to_string()) {
+                    DesiredError::NotFound { .. } => Ok(None),
+                    other => Err(other),
+                },
+            }
+        })
+    }
+
+    fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
+        let api = self.api(key.kind, &key.namespace);
+        let key = key.clone();
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: uid.map(|uid| kube::api::Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        Box::pin(async move {
+            match api.delete(&key.name, &params).await {
+                Ok(_) => Ok(()),
+                Err(err) => match refused(err, &key.to_string()) {
+                    // Gone already, or a new object of that name.
+                    DesiredError::NotFound { .. } | DesiredError::Conflict { .. } => Ok(()),
+                    other => Err(other),
+                },
+            }
+        })
+    }
+
+    fn next_revision(&self) -> StoreFuture<u64> {
+        let leases = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &lease_resource(),
+        );
+        Box::pin(async move {
+            let renewed = renew(&leases, REVISION_LEASE, "edgehive-cloudcore", None).await?;
+            Ok(revision_of(&renewed))
+        })
+    }
+
+    fn renew_lease(&self, node: &str, duration: Duration) -> StoreFuture<()> {
+        let leases = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            NODE_LEASES,
+            &lease_resource(),
+        );
+        let node = node.to_owned();
+        let owner = self
+            .get(&ObjectKey::new(Kind::Node, "", node.as_str()))
+            .ok()
+            .flatten()
+            .and_then(|object| {
+                object
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        Box::pin(async move {
+            renew(&leases, &node, &node, Some((duration, owner))).await?;
+            Ok(())
+        })
+    }
+}
+
+/// The Lease whose renewals give fresh revisions.
+const REVISION_LEASE: &str = "edgehive-revision";
+
+/// Where nodes' heartbeat Leases live.
+pub const NODE_LEASES: &str = "kube-node-lease";
+
+fn lease_resource() -> ApiResource {
+    ApiResource {
+        group: "coordination.k8s.io".to_owned(),
+        version: "v1".to_owned(),
+        api_version: "coordination.k8s.io/v1".to_owned(),
+        kind: "Lease".to_owned(),
+        plural: "leases".to_owned(),
+    }
+}
+
+fn micro_time() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
+/// Renews (creating if missing) the Lease `name` held by `holder`; for a
+/// node's Lease, with its duration and owned by the Node (as a kubelet's).
+async fn renew(
+    leases: &Api<DynamicObject>,
+    name: &str,
+    holder: &str,
+    node: Option<(Duration, Option<String>)>,
+) -> Result<Value, DesiredError> {
+    let now = micro_time();
+    let existing = leases
+        .get_opt(name)
+        .await
+        .map_err(|err| refused(err, name))?;
+    let mut lease = match existing {
+        Some(existing) => serde_json::to_value(existing).map_err(backend)?,
+        None => {
+            let mut lease = json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": holder, "acquireTime": now},
+            });
+            if let Some((_, Some(uid))) = &node {
+                lease["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": name,
+                    "uid": uid,
+                }]);
+            }
+            lease
+        }
+    };
+    lease["spec"]["holderIdentity"] = json!(holder);
+    lease["spec"]["renewTime"] = json!(now);
+    if let Some((duration, _)) = node {
+        lease["spec"]["leaseDurationSeconds"] = json!(duration.as_secs());
+    }
+    let object = dynamic(&lease)?;
+    let written = match lease.pointer("/metadata/resourceVersion").is_some() {
+        true => leases.replace(name, &PostParams::default(), &object).await,
+        false => leases.create(&PostParams::default(), &object).await,
+    };
+    let written = written.map_err(|err| refused(err, name))?;
+    serde_json::to_value(written).map_err(backend)
+}

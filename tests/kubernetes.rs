@@ -1,0 +1,352 @@
+//! cloudcore on a real Kubernetes cluster: it drives edge nodes from a
+//! kube-apiserver, as KubeEdge's cloudcore does.
+//!
+//! These tests run only when `EDGEHIVE_TEST_KUBECONFIG` names a kubeconfig
+//! of a cluster they may write to (an admin's), with `kubectl` on the PATH
+//! and containerd as the other process tests use it
+//! (`EDGEHIVE_CRI_SOCKET`). Without it each test says it was skipped and
+//! passes: no package registry offers a kube-apiserver, so CI has none.
+//!
+//! Each test starts cloudcore with `--kubeconfig`, joins an edgecore (in
+//! edgehive's own dialect, or in KubeEdge's) and works through kubectl, as
+//! a KubeEdge user would: the Node appears labelled as an edge node and
+//! Ready, its Lease in `kube-node-lease` is renewed, a pod bound to it runs
+//! on containerd and reports Running with its IP, `kubectl delete` stops
+//! it at the edge and the pod object goes once the edge holds the
+//! deletion; a killed edgecore turns the node NotReady-by-link (Unknown)
+//! and back.
+#![cfg(feature = "cli")]
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Process, free_address, join_node, tempfile_dir, until};
+
+mod support;
+
+/// The kubeconfig of the cluster under test, or `None` (and a word that the
+/// test is skipped).
+fn kubeconfig(test: &str) -> Option<String> {
+    match std::env::var("EDGEHIVE_TEST_KUBECONFIG") {
+        Ok(path) if !path.is_empty() => Some(path),
+        _ => {
+            println!("{test}: skipped: EDGEHIVE_TEST_KUBECONFIG is not set (no kube-apiserver)");
+            None
+        }
+    }
+}
+
+/// Runs kubectl against `kubeconfig`; its exit status and stdout (stderr
+/// goes with a failure).
+fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl on the PATH");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), stdout + &stderr)
+}
+
+/// The object kubectl gets as JSON, if it exists.
+fn get(kubeconfig: &str, args: &[&str]) -> Option<Value> {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    let (ok, out) = kubectl(kubeconfig, &args);
+    ok.then(|| serde_json::from_str(&out).ok()).flatten()
+}
+
+fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn cri_socket() -> String {
+    std::env::var("EDGEHIVE_CRI_SOCKET")
+        .unwrap_or_else(|_| "/run/edgehive/containerd/containerd.sock".to_owned())
+}
+
+/// A cloudcore on the cluster and a joined edgecore.
+struct Cluster {
+    kubeconfig: String,
+    cloud: Process,
+    edge: Option<Process>,
+    edge_args: Vec<String>,
+    node: String,
+    namespace: String,
+}
+
+impl Cluster {
+    fn start(kubeconfig: String, name: &str, dialect: &str) -> Cluster {
+        let node = format!("{name}-{}", std::process::id());
+        let namespace = format!("edgehive-test-{}", std::process::id());
+        let dir = tempfile_dir(&node);
+        let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
+        let (hub, certs, admin, metrics) = (
+            free_address(),
+            free_address(),
+            free_address(),
+            free_address(),
+        );
+        let hub_flag = match dialect {
+            "kubeedge" => "--kubeedge-ws",
+            _ => "--ws",
+        };
+        let cloud = Process::start(
+            env!("CARGO_BIN_EXE_cloudcore"),
+            &[
+                "--data-dir",
+                &cloud_dir,
+                "run",
+                "--kubeconfig",
+                &kubeconfig,
+                hub_flag,
+                &hub,
+                "--certs",
+                &certs,
+                "--admin",
+                &admin,
+                "--metrics",
+                &metrics,
+                "--keepalive-secs",
+                "2",
+            ],
+        );
+        cloud.wait_for("certificate endpoints ready", Duration::from_secs(90));
+        join_node(&cloud_dir, &certs, &node, &edge_dir);
+        let mut edge_args: Vec<String> = [
+            "--data-dir",
+            &edge_dir,
+            "run",
+            "--cloud",
+            &hub,
+            "--metaserver",
+            &free_address(),
+            "--edged-server",
+            &free_address(),
+            "--mqtt-broker",
+            &free_address(),
+            "--metrics",
+            &free_address(),
+            "--node-ip",
+            "127.0.0.1",
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            &cri_socket(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if dialect == "kubeedge" {
+            edge_args.extend(["--dialect".to_owned(), "kubeedge".to_owned()]);
+        }
+        let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
+        assert!(ok || out.contains("AlreadyExists"), "{out}");
+        let mut cluster = Cluster {
+            kubeconfig,
+            cloud,
+            edge: None,
+            edge_args,
+            node,
+            namespace,
+        };
+        cluster.start_edge();
+        cluster
+    }
+
+    fn start_edge(&mut self) {
+        let args: Vec<&str> = self.edge_args.iter().map(String::as_str).collect();
+        let edge = Process::start(env!("CARGO_BIN_EXE_edgecore"), &args);
+        self.cloud.wait_for(
+            &format!("node connected node={}", self.node),
+            Duration::from_secs(30),
+        );
+        self.edge = Some(edge);
+    }
+
+    fn node(&self) -> Option<Value> {
+        get(&self.kubeconfig, &["get", "node", &self.node])
+    }
+
+    fn ready(&self) -> Option<String> {
+        self.node()
+            .and_then(|node| condition(&node, "Ready").cloned())
+            .and_then(|c| c["status"].as_str().map(str::to_owned))
+    }
+
+    fn pod(&self, name: &str) -> Option<Value> {
+        get(
+            &self.kubeconfig,
+            &["get", "pod", name, "-n", &self.namespace],
+        )
+    }
+
+    fn apply(&self, manifest: &str) {
+        let file = std::env::temp_dir().join(format!("{}-{}.yaml", self.node, fastrand::u32(..)));
+        std::fs::write(&file, manifest).expect("manifest");
+        let (ok, out) = kubectl(
+            &self.kubeconfig,
+            &[
+                "apply",
+                "-n",
+                &self.namespace,
+                "-f",
+                &file.to_string_lossy(),
+            ],
+        );
+        assert!(ok, "kubectl apply: {out}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &self.kubeconfig,
+            &["delete", "namespace", &self.namespace, "--wait=false"],
+        );
+        let _ = kubectl(
+            &self.kubeconfig,
+            &["delete", "node", &self.node, "--wait=false"],
+        );
+    }
+}
+
+fn web(node: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-conf
+data:
+  index.html: hello from the API server
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: web
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"exec httpd -f -p 8080 -h /www\"]
+    volumeMounts:
+    - name: www
+      mountPath: /www
+    readinessProbe:
+      httpGet:
+        path: /index.html
+        port: 8080
+      periodSeconds: 1
+  volumes:
+  - name: www
+    configMap:
+      name: web-conf
+"
+    )
+}
+
+/// The node, its lease, a pod's life and a killed edge, from kubectl.
+fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
+    let test = format!("an_edge_node_runs_pods_from_the_api_server({dialect})");
+    let Some(kubeconfig) = kubeconfig(&test) else {
+        return;
+    };
+    let mut cluster = Cluster::start(kubeconfig, &format!("eh-{dialect}"), dialect);
+
+    // The node: labelled as an edge node, Ready from its link, its lease
+    // renewed.
+    let node = until("the Node in the API server, Ready", || {
+        cluster
+            .node()
+            .filter(|n| condition(n, "Ready").is_some_and(|c| c["status"] == "True"))
+    });
+    assert_eq!(
+        node["metadata"]["labels"]["node-role.kubernetes.io/edge"], "",
+        "{node}"
+    );
+    let lease = until("the node's Lease", || {
+        get(
+            &cluster.kubeconfig,
+            &["get", "lease", "-n", "kube-node-lease", &cluster.node],
+        )
+    });
+    assert_eq!(lease["spec"]["holderIdentity"], cluster.node.as_str());
+    let renewed = lease["spec"]["renewTime"].clone();
+    until("the Lease renewed", || {
+        get(
+            &cluster.kubeconfig,
+            &["get", "lease", "-n", "kube-node-lease", &cluster.node],
+        )
+        .filter(|l| l["spec"]["renewTime"] != renewed)
+    });
+
+    // A pod bound to it runs on containerd; kubectl sees it Running and
+    // Ready, with its IP, as the edge reports it.
+    cluster.apply(&web(&cluster.node));
+    let pod = until("the pod Running and Ready", || {
+        cluster.pod("web").filter(|p| {
+            p["status"]["phase"] == "Running"
+                && condition(p, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+    });
+    assert!(
+        pod["status"]["podIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "{pod}"
+    );
+    let (ok, wide) = kubectl(
+        &cluster.kubeconfig,
+        &["get", "pods", "-o", "wide", "-n", &cluster.namespace],
+    );
+    assert!(ok && wide.contains(&cluster.node), "{wide}");
+    println!("{wide}");
+
+    // kubectl delete: the edge stops it, and the object goes once the edge
+    // holds the deletion.
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "delete",
+            "pod",
+            "web",
+            "-n",
+            &cluster.namespace,
+            "--wait=false",
+        ],
+    );
+    assert!(ok, "{out}");
+    until("the pod object gone", || {
+        cluster.pod("web").is_none().then_some(())
+    });
+
+    // The edge is killed: the node's link is down, and it comes back.
+    if let Some(edge) = cluster.edge.take() {
+        edge.signal("-KILL");
+    }
+    until("the node NotReady by its link", || {
+        cluster.ready().filter(|ready| ready != "True")
+    });
+    cluster.start_edge();
+    until("the node Ready again", || {
+        cluster.ready().filter(|ready| ready == "True")
+    });
+}
+
+#[test]
+fn an_edge_node_runs_pods_from_the_api_server_native() {
+    an_edge_node_runs_pods_from_the_api_server("native");
+}
+
+#[test]
+fn an_edge_node_runs_pods_from_the_api_server_kubeedge() {
+    an_edge_node_runs_pods_from_the_api_server("kubeedge");
+}
