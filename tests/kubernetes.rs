@@ -77,6 +77,7 @@ struct Cluster {
     cloud: Process,
     edge: Option<Process>,
     edge_args: Vec<String>,
+    edge_dir: String,
     node: String,
     namespace: String,
 }
@@ -152,6 +153,7 @@ impl Cluster {
             cloud,
             edge: None,
             edge_args,
+            edge_dir,
             node,
             namespace,
         };
@@ -184,6 +186,55 @@ impl Cluster {
             &self.kubeconfig,
             &["get", "pod", name, "-n", &self.namespace],
         )
+    }
+
+    /// Creates the configmaps `pod`'s projected volumes name that the
+    /// namespace lacks: a cluster without kube-controller-manager has no
+    /// root CA publisher (`kube-root-ca.crt`), and some API servers add
+    /// sources of their own.
+    fn publish_missing_configmaps(&self, pod: &Value) {
+        let volumes = pod["spec"]["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for volume in volumes {
+            let sources = volume["projected"]["sources"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for source in sources {
+                let Some(name) = source["configMap"]["name"].as_str() else {
+                    continue;
+                };
+                if get(
+                    &self.kubeconfig,
+                    &["get", "configmap", name, "-n", &self.namespace],
+                )
+                .is_some()
+                {
+                    continue;
+                }
+                let mut args = vec![
+                    "create".to_owned(),
+                    "configmap".to_owned(),
+                    name.to_owned(),
+                    "-n".to_owned(),
+                    self.namespace.clone(),
+                ];
+                for item in source["configMap"]["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(key) = item["key"].as_str() {
+                        args.push(format!("--from-literal={key}=stand-in"));
+                    }
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (ok, out) = kubectl(&self.kubeconfig, &args);
+                assert!(ok || out.contains("AlreadyExists"), "{out}");
+            }
+        }
     }
 
     fn apply(&self, manifest: &str) {
@@ -231,7 +282,6 @@ metadata:
   name: web
 spec:
   nodeName: {node}
-  automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
   containers:
   - name: web
@@ -289,8 +339,12 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     });
 
     // A pod bound to it runs on containerd; kubectl sees it Running and
-    // Ready, with its IP, as the edge reports it.
+    // Ready, with its IP, as the edge reports it. Its service account
+    // token (the projected volume the API server added) is in the
+    // container.
     cluster.apply(&web(&cluster.node));
+    let admitted = until("the pod admitted", || cluster.pod("web"));
+    cluster.publish_missing_configmaps(&admitted);
     let pod = until("the pod Running and Ready", || {
         cluster.pod("web").filter(|p| {
             p["status"]["phase"] == "Running"
@@ -309,6 +363,20 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     );
     assert!(ok && wide.contains(&cluster.node), "{wide}");
     println!("{wide}");
+    let uid = pod["metadata"]["uid"].as_str().expect("uid");
+    let token_volume = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["projected"]["sources"].is_array())
+        .and_then(|v| v["name"].as_str())
+        .expect("the API server added a projected token volume");
+    let token = std::fs::read_to_string(format!(
+        "{}/edged/pods/{uid}/volumes/projected/{token_volume}/token",
+        cluster.edge_dir
+    ))
+    .expect("the token file in the pod's volume");
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
 
     // kubectl delete: the edge stops it, and the object goes once the edge
     // holds the deletion.

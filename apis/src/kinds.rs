@@ -406,6 +406,13 @@ pub fn references(key: &ObjectKey, object: &Value) -> BTreeSet<ObjectKey> {
     }
 }
 
+/// The name of the `serviceaccounttoken` object that carries the token of
+/// source `index` of projected volume `volume` of pod `pod`: the cloud
+/// sends it under this name, edged looks it up by it.
+pub fn token_name(pod: &str, volume: &str, index: usize) -> String {
+    format!("{pod}.{volume}.{index}")
+}
+
 /// The configmaps and secrets a pod uses: volumes (also projected ones),
 /// environment variables, `envFrom`, and image pull secrets.
 pub fn pod_references(namespace: &str, pod: &Value) -> BTreeSet<ObjectKey> {

@@ -67,6 +67,9 @@ pub mod resource_type {
     pub const NODE_PATCH: &str = "nodepatch";
     /// A node lease.
     pub const LEASE: &str = "lease";
+    /// A service account token the cloud issued for a pod (a
+    /// `TokenRequest` with its status), for the pod's projected volume.
+    pub const SERVICE_ACCOUNT_TOKEN: &str = "serviceaccounttoken";
     /// A device.
     pub const DEVICE: &str = "device";
     /// A device model.

@@ -7,6 +7,7 @@
 //! Numbers are printed, never asserted: these machines are shared and noisy.
 
 mod beehive_bench;
+mod controller_bench;
 mod hub_bench;
 mod meta_bench;
 mod pods_bench;
@@ -23,7 +24,8 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive, transport, hub, meta, pods or twin; all if omitted.
+    /// Scenario group to run: beehive, transport, hub, meta, pods, twin or
+    /// controller; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -66,7 +68,15 @@ pub struct Scale {
     pub runs: usize,
 }
 
-const GROUPS: &[&str] = &["beehive", "transport", "hub", "meta", "pods", "twin"];
+const GROUPS: &[&str] = &[
+    "beehive",
+    "transport",
+    "hub",
+    "meta",
+    "pods",
+    "twin",
+    "controller",
+];
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -139,6 +149,7 @@ fn main() -> Result<()> {
             "meta" => meta_bench::run(scale, &mut report)?,
             "pods" => pods_bench::run(scale, &mut report)?,
             "twin" => twin_bench::run(scale, &mut report)?,
+            "controller" => controller_bench::run(scale, args.quick, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }
     }

@@ -172,6 +172,7 @@ impl Core {
         for kind in [
             resource_type::CONFIGMAP,
             resource_type::SECRET,
+            resource_type::SERVICE_ACCOUNT_TOKEN,
             resource_type::POD,
         ] {
             let query = HiveMessage::new().build_router(
@@ -294,7 +295,9 @@ impl Core {
                     Err(err) => warn!(pod = %key, error = %err, "pod unreadable"),
                 }
             }
-            kind @ (resource_type::CONFIGMAP | resource_type::SECRET) => {
+            kind @ (resource_type::CONFIGMAP
+            | resource_type::SECRET
+            | resource_type::SERVICE_ACCOUNT_TOKEN) => {
                 let key = format!("{}/{kind}/{}", resource.namespace, resource.name);
                 if let Ok(mut objects) = self.objects.write() {
                     if deleted {

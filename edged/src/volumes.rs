@@ -1,11 +1,17 @@
-//! Pod volumes: emptyDir and hostPath directories, and configMap and
-//! secret volumes written as files under the pod's directory; each mounted
-//! into containers as a CRI bind mount.
+//! Pod volumes: emptyDir and hostPath directories, and configMap, secret
+//! and projected volumes written as files under the pod's directory; each
+//! mounted into containers as a CRI bind mount.
+//!
+//! A projected volume joins configmap and secret keys, downward API fields
+//! and service account tokens. A token is not made here: the cloud issues
+//! it for the pod (a TokenRequest bound to the pod) and sends it down as a
+//! `serviceaccounttoken` object named [`token_name`], renewed before it
+//! expires; the edge keeps the last one while the cloud is away.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume, VolumeProjection};
 use serde_json::Value;
 
 use crate::cri::api;
@@ -66,6 +72,28 @@ pub fn prepare(
                     read_only: false,
                 },
             );
+        } else if let Some(projected) = &volume.projected {
+            let path = pod_dir.join("volumes/projected").join(&volume.name);
+            let sources = projected.sources.iter().flatten();
+            let mut files = Vec::new();
+            for (index, source) in sources.enumerate() {
+                files.extend(projected_files(
+                    pod,
+                    namespace,
+                    &volume.name,
+                    index,
+                    source,
+                    objects,
+                )?);
+            }
+            write_set(&path, files, projected.default_mode).map_err(io)?;
+            out.insert(
+                volume.name.clone(),
+                HostVolume {
+                    path,
+                    read_only: true,
+                },
+            );
         } else if let Some(source) = ObjectVolume::of(volume) {
             let path = pod_dir.join("volumes").join(source.kind).join(&volume.name);
             let key = format!("{namespace}/{}/{}", source.kind, source.name);
@@ -96,6 +124,119 @@ pub fn prepare(
         }
     }
     Ok(out)
+}
+
+pub use apis::kinds::token_name;
+
+/// The files one source of a projected volume contributes.
+fn projected_files(
+    pod: &Pod,
+    namespace: &str,
+    volume: &str,
+    index: usize,
+    source: &VolumeProjection,
+    objects: &Objects,
+) -> Result<Vec<(String, Vec<u8>, Option<i32>)>, ConfigError> {
+    let missing = |what: String| volume_error(format!("volume {volume:?}: {what} not found"));
+    if let Some(config_map) = &source.config_map {
+        let key = format!("{namespace}/configmap/{}", config_map.name);
+        return match objects.get(&key) {
+            Some(object) => Ok(object_files(object, false, config_map.items.as_deref())),
+            None if config_map.optional.unwrap_or(false) => Ok(Vec::new()),
+            None => Err(missing(format!("configmap {:?}", config_map.name))),
+        };
+    }
+    if let Some(secret) = &source.secret {
+        let key = format!("{namespace}/secret/{}", secret.name);
+        return match objects.get(&key) {
+            Some(object) => Ok(object_files(object, true, secret.items.as_deref())),
+            None if secret.optional.unwrap_or(false) => Ok(Vec::new()),
+            None => Err(missing(format!("secret {:?}", secret.name))),
+        };
+    }
+    if let Some(downward) = &source.downward_api {
+        let mut files = Vec::new();
+        for item in downward.items.iter().flatten() {
+            let Some(field) = &item.field_ref else {
+                // resourceFieldRef: container limits, not known here.
+                continue;
+            };
+            let value = downward_field(pod, &field.field_path).ok_or_else(|| {
+                volume_error(format!(
+                    "volume {volume:?}: field {:?} is not supported",
+                    field.field_path
+                ))
+            })?;
+            files.push((item.path.clone(), value.into_bytes(), item.mode));
+        }
+        return Ok(files);
+    }
+    if let Some(token) = &source.service_account_token {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let key = format!(
+            "{namespace}/serviceaccounttoken/{}",
+            token_name(name, volume, index)
+        );
+        let value = objects
+            .get(&key)
+            .and_then(|object| object.pointer("/status/token"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                volume_error(format!(
+                    "volume {volume:?}: the service account token is not issued yet"
+                ))
+            })?;
+        return Ok(vec![(token.path.clone(), value.as_bytes().to_vec(), None)]);
+    }
+    Ok(Vec::new())
+}
+
+/// A downward API field of the pod, as text.
+fn downward_field(pod: &Pod, path: &str) -> Option<String> {
+    let meta = &pod.metadata;
+    let map = |map: Option<&std::collections::BTreeMap<String, String>>| {
+        map.into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v:?}\n"))
+            .collect::<String>()
+    };
+    match path {
+        "metadata.name" => meta.name.clone(),
+        "metadata.namespace" => Some(
+            meta.namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+        ),
+        "metadata.uid" => meta.uid.clone(),
+        "metadata.labels" => Some(map(meta.labels.as_ref())),
+        "metadata.annotations" => Some(map(meta.annotations.as_ref())),
+        "spec.nodeName" => pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone()),
+        _ => {
+            let key = path
+                .strip_prefix("metadata.labels['")
+                .map(|k| (k, true))
+                .or_else(|| {
+                    path.strip_prefix("metadata.annotations['")
+                        .map(|k| (k, false))
+                })?;
+            let (name, labels) = key;
+            let name = name.strip_suffix("']")?;
+            let source = match labels {
+                true => meta.labels.as_ref(),
+                false => meta.annotations.as_ref(),
+            };
+            Some(
+                source
+                    .and_then(|m| m.get(name))
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        }
+    }
 }
 
 /// A configMap or secret volume: which object, and how to write it.
@@ -139,8 +280,16 @@ fn write_files(
     items: Option<&[KeyToPath]>,
     default_mode: Option<i32>,
 ) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
+    write_set(dir, object_files(object, secret, items), default_mode)
+}
+
+/// A configmap's or secret's keys as files (only `items` if given): path,
+/// contents and mode.
+fn object_files(
+    object: &Value,
+    secret: bool,
+    items: Option<&[KeyToPath]>,
+) -> Vec<(String, Vec<u8>, Option<i32>)> {
     let mut files: Vec<(String, Vec<u8>, Option<i32>)> = Vec::new();
     let value_of = |key: &str| -> Option<Vec<u8>> {
         if secret {
@@ -172,6 +321,18 @@ fn write_files(
             }
         }
     }
+    files
+}
+
+/// Writes `files` in `dir`, changing only files whose contents differ,
+/// and removes the files that are not among them.
+fn write_set(
+    dir: &Path,
+    files: Vec<(String, Vec<u8>, Option<i32>)>,
+    default_mode: Option<i32>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
     let mut written = std::collections::HashSet::new();
     for (relative, bytes, mode) in files {
         // No way out of the volume.

@@ -50,6 +50,7 @@ pub fn acting_group(kind: &str) -> Option<&'static str> {
         resource_type::POD
         | resource_type::CONFIGMAP
         | resource_type::SECRET
+        | resource_type::SERVICE_ACCOUNT_TOKEN
         | resource_type::SERVICE
         | resource_type::ENDPOINTS
         | resource_type::NODE => Some(group::EDGED),

@@ -25,6 +25,7 @@
 
 pub mod kubeedge;
 pub mod reconciler;
+pub mod tokens;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::pin::Pin;
@@ -285,6 +286,7 @@ impl EdgeController {
             reconciler: Reconciler::new(),
             leases: HashMap::new(),
             watches: Watches::default(),
+            tokens: tokens::TokenSchedule::default(),
             counts: Arc::new(counts_tx),
             handled: handled_tx,
         };
@@ -360,6 +362,8 @@ struct Controller {
     /// few seconds).
     leases: HashMap<String, Value>,
     watches: Watches,
+    /// Pods whose service account tokens are kept fresh.
+    tokens: tokens::TokenSchedule,
     counts: Arc<watch::Sender<ControllerCounts>>,
     handled: watch::Sender<Handled>,
 }
@@ -379,6 +383,16 @@ fn unconditional(mut object: Value) -> Value {
         metadata.remove("resourceVersion");
     }
     object
+}
+
+/// The version of a token object: the time in microseconds, so each
+/// renewal supersedes the last at the edge.
+fn token_version() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX / 2)
+        })
 }
 
 fn now() -> Time {
@@ -424,6 +438,7 @@ impl Controller {
                         }
                         let actions = self.reconciler.retry(&self.store);
                         self.act(actions).await;
+                        self.renew_tokens(None).await;
                         continue;
                     }
                 },
@@ -481,6 +496,17 @@ impl Controller {
         });
         match listed {
             Ok((objects, revision, watch)) => {
+                if kind == Kind::Pod {
+                    // Tokens issued before a restart are renewed at once.
+                    let now = std::time::Instant::now();
+                    for pod in &objects {
+                        if let (Some(key), Some(node)) = (ObjectKey::of(pod), node_name(pod))
+                            && !tokens::sources(pod).is_empty()
+                        {
+                            self.tokens.follow(key, &node, pod.clone(), now);
+                        }
+                    }
+                }
                 let actions = self.reconciler.listed(kind, objects, revision, &self.store);
                 self.act(actions).await;
                 self.watches.streams.retain(|(k, _)| *k != kind);
@@ -580,8 +606,15 @@ impl Controller {
                             },
                         },
                     };
+                    if key.kind == Kind::Pod && op != Op::Delete {
+                        // Its tokens first, so its volumes find them.
+                        self.issue_tokens(&key, &node, &object).await;
+                    }
                     let queued = self.send(&node, op, &key, &object, version).await;
                     self.reconciler.sent(&node, op, &key, version, queued);
+                    if key.kind == Kind::Pod && op == Op::Delete {
+                        self.withdraw_tokens(&key).await;
+                    }
                 }
                 Action::AskInventory { node } => self.ask_inventory(&node),
                 Action::UpdateNode { node } => self.update_node(&node, None).await,
@@ -605,7 +638,20 @@ impl Controller {
         object: &Value,
         version: u64,
     ) -> bool {
-        let resource = key.edge_resource().on_node(node).to_string();
+        self.send_resource(node, op, &key.edge_resource(), object, version)
+            .await
+    }
+
+    /// Like [`Controller::send`], for any resource at the edge.
+    async fn send_resource(
+        &self,
+        node: &str,
+        op: Op,
+        key: &EdgeResource,
+        object: &Value,
+        version: u64,
+    ) -> bool {
+        let resource = key.on_node(node).to_string();
         let msg = HiveMessage::new()
             .build_router(
                 module::EDGECONTROLLER,
@@ -635,6 +681,72 @@ impl Controller {
                 self.count(|c| c.send_failures += 1);
                 false
             }
+        }
+    }
+
+    /// Issues the service account tokens `pod` needs and sends each to
+    /// `node`, then keeps them fresh.
+    async fn issue_tokens(&mut self, key: &ObjectKey, node: &str, pod: &Value) {
+        let sources = tokens::sources(pod);
+        if sources.is_empty() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut due = None::<std::time::Instant>;
+        for source in sources {
+            let renew = match self.store.request_token(source.request.clone()).await {
+                Ok(status) => {
+                    let object = tokens::token_object(&source, status);
+                    let resource = EdgeResource::new(
+                        source.request.namespace.as_str(),
+                        resource_type::SERVICE_ACCOUNT_TOKEN,
+                        source.name.as_str(),
+                    );
+                    match self
+                        .send_resource(node, Op::Update, &resource, &object, token_version())
+                        .await
+                    {
+                        true => tokens::renew_at(now, source.request.expiration_seconds),
+                        false => now + tokens::RETRY,
+                    }
+                }
+                Err(err) => {
+                    warn!(pod = %key, error = %err, "service account token not issued; trying again");
+                    now + tokens::RETRY
+                }
+            };
+            due = Some(due.map_or(renew, |due| due.min(renew)));
+        }
+        if let Some(due) = due {
+            self.tokens.follow(key.clone(), node, pod.clone(), due);
+        }
+    }
+
+    /// Renews the tokens that are due (of `node`'s pods only, if given).
+    async fn renew_tokens(&mut self, node: Option<&str>) {
+        let due = self.tokens.due(std::time::Instant::now());
+        for (key, bound, pod) in due {
+            if node.is_some_and(|node| node != bound) || !self.reconciler.is_connected(&bound) {
+                continue;
+            }
+            self.issue_tokens(&key, &bound, &pod).await;
+        }
+    }
+
+    /// Withdraws a deleted pod's tokens from its node.
+    async fn withdraw_tokens(&mut self, key: &ObjectKey) {
+        let Some((node, sources)) = self.tokens.forget(key) else {
+            return;
+        };
+        for source in sources {
+            let resource = EdgeResource::new(
+                source.request.namespace.as_str(),
+                resource_type::SERVICE_ACCOUNT_TOKEN,
+                source.name.as_str(),
+            );
+            let object = tokens::token_object(&source, Value::Null);
+            self.send_resource(&node, Op::Delete, &resource, &object, token_version())
+                .await;
         }
     }
 
@@ -695,7 +807,10 @@ impl Controller {
                         true => NodeDialect::KubeEdge,
                         false => NodeDialect::Native,
                     };
-                    self.reconciler.connected(&node, dialect, &self.store)
+                    let actions = self.reconciler.connected(&node, dialect, &self.store);
+                    self.act(actions).await;
+                    self.renew_tokens(Some(&node)).await;
+                    return;
                 }
                 operation::NODE_DISCONNECTED => self.reconciler.disconnected(&node),
                 _ => return,

@@ -707,6 +707,50 @@ impl DesiredState for KubernetesStore {
         })
     }
 
+    fn request_token(&self, request: super::TokenRequest) -> StoreFuture<Value> {
+        let accounts = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &request.namespace,
+            &ApiResource {
+                group: String::new(),
+                version: "v1".to_owned(),
+                api_version: "v1".to_owned(),
+                kind: "ServiceAccount".to_owned(),
+                plural: "serviceaccounts".to_owned(),
+            },
+        );
+        let body = json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": request.audiences,
+                "expirationSeconds": request.expiration_seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": request.pod.0,
+                    "uid": request.pod.1,
+                },
+            },
+        });
+        Box::pin(async move {
+            let key = format!(
+                "serviceaccounts/{}/{}/token",
+                request.namespace, request.service_account
+            );
+            let issued: Value = accounts
+                .create_subresource(
+                    "token",
+                    &request.service_account,
+                    &PostParams::default(),
+                    &body,
+                )
+                .await
+                .map_err(|err| refused(err, &key))?;
+            Ok(issued.get("status").cloned().unwrap_or(Value::Null))
+        })
+    }
+
     fn renew_lease(&self, node: &str, duration: Duration) -> StoreFuture<()> {
         let leases = Api::<DynamicObject>::namespaced_with(
             self.client.clone(),

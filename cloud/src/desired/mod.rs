@@ -176,6 +176,20 @@ pub trait DesiredState: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Issues a token of `service_account` in `namespace` for the pod
+    /// `pod` (name, uid), as the API server's TokenRequest does: the
+    /// TokenRequest's status (`token`, `expirationTimestamp`). Backends
+    /// with no token issuer (the embedded one) refuse.
+    fn request_token(&self, request: TokenRequest) -> StoreFuture<Value> {
+        let _ = request;
+        Box::pin(async {
+            Err(DesiredError::Invalid {
+                key: "serviceaccounts/token".to_owned(),
+                reason: "this desired state issues no service account tokens".to_owned(),
+            })
+        })
+    }
+
     /// Renews `node`'s heartbeat Lease (in `kube-node-lease`, as a kubelet
     /// does), valid for `duration`, while its link is up. Backends with no
     /// leases (the embedded one: its nodes' readiness is their link) do
@@ -184,6 +198,21 @@ pub trait DesiredState: Send + Sync + 'static {
         let _ = (node, duration);
         Box::pin(async { Ok(()) })
     }
+}
+
+/// A service account token asked for a pod's projected volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRequest {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// Whose token.
+    pub service_account: String,
+    /// For whom (empty: the API server's own audience).
+    pub audiences: Vec<String>,
+    /// How long it holds.
+    pub expiration_seconds: i64,
+    /// The pod it is bound to: name and uid.
+    pub pod: (String, String),
 }
 
 /// A minimal object naming `key`, for a withdrawal or deletion whose

@@ -1,0 +1,924 @@
+//! The `controller` group: the edgecontroller between a desired-state
+//! write and the nodes' acknowledgements, each figure beside a baseline
+//! measured in the same run.
+//!
+//! - **Embedded backend, one edge**: 1,000 pods bound to one real
+//!   in-process edge (edgehub and metamanager on redb, linked to cloudhub
+//!   over WebSocket with mutual TLS; cloudhub's queues persist in redb, as
+//!   cloudcore's do). Timed from the first `DesiredState::create` (all
+//!   1,000 submitted at once, as many API clients would) until cloudhub
+//!   counts all 1,000 acknowledged; also through `ControllerHandle::apply`
+//!   (the admin API's and `edgehivectl apply`'s path: one call with the
+//!   1,000 pods). Baselines: raw redb writes of the same 1,000 stored
+//!   objects (the bytes the store holds), one write transaction per
+//!   object, and all in one transaction.
+//! - **Embedded backend, fan-out**: one configmap used by one pod on each
+//!   of N nodes (1,000; 100 with `--quick`), timed from the configmap's
+//!   replace until every node has acknowledged the new version. The nodes
+//!   are the hub bench's simulated nodes (one child process; each node its
+//!   own WebSocket link with mutual TLS; they acknowledge every object and
+//!   answer nothing else, so the controller's inventory questions time
+//!   out), not full edges. Baseline: one message of the same size sent
+//!   straight to cloudhub for each of the N nodes (no controller, no
+//!   desired state), until every node has acknowledged it.
+//! - **Kubernetes backend** (only with `EDGEHIVE_BENCH_KUBECONFIG` naming
+//!   a kubeconfig of a cluster the bench may write to): the one-edge
+//!   scenario with the pods created in a fresh namespace of that cluster
+//!   by a bare client (kube-rs, 16 creates in flight) and cloudcore's
+//!   controller on `KubernetesStore`, timed from the first create until
+//!   all are acknowledged. Baseline: the API server's own create rate for
+//!   the same pods from the same bare client, in a second namespace, with
+//!   no controller running. Also the backend's memory per watched object:
+//!   the growth of RSS (`/proc/self/statm`) of a fresh process while a
+//!   `KubernetesStore` connects and lists, with N extra ~1 KiB configmaps
+//!   (5,000; 500 with `--quick`) minus the same without them, divided by
+//!   N, beside the objects' serialized (JSON) size as the store holds
+//!   them. Both namespaces, the configmaps' namespace, the Node and its
+//!   Lease are deleted at the end.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use beehive::constants::{group, module, operation};
+use beehive::{Hive, HiveConfig, Message};
+use cloud::{ControllerConfig, ControllerHandle, DesiredState, EdgeController, EmbeddedStore};
+use hub::{CloudEndpoint, CloudHub, CloudHubConfig, EdgeHub, EdgeHubConfig, HubStats};
+use meta::{EdgeStore, Kind, MetaManager, ObjectKey};
+use redb::{Database, TableDefinition};
+use serde_json::{Value, json};
+use transports::tls::{self, DevPki};
+use transports::{DialOptions, ListenOptions, TransportKind};
+
+use crate::Scale;
+use crate::report::{Report, median};
+
+/// The environment variable naming the Kubernetes scenario's kubeconfig.
+const KUBECONFIG_ENV: &str = "EDGEHIVE_BENCH_KUBECONFIG";
+/// The embedded scenario's edge.
+const NODE: &str = "bench-edge";
+/// How long any one wait may take before the run fails.
+const WAIT: Duration = Duration::from_secs(300);
+/// cloudhub's keepalive: the simulated nodes send theirs every third of
+/// a minute.
+const KEEPALIVE: Duration = Duration::from_secs(60);
+const RAW: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+
+/// How much work each scenario does.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    /// Pods bound to the one edge, per run.
+    pods: usize,
+    /// Nodes of the fan-out.
+    fan_out: usize,
+    /// Configmaps the Kubernetes backend lists for its memory figure.
+    configmaps: usize,
+    /// Repetitions; the median is reported.
+    runs: usize,
+}
+
+pub fn run(scale: Scale, quick: bool, report: &mut Report) -> Result<()> {
+    #[cfg(feature = "cli")]
+    if let Ok(namespace) = std::env::var(kubernetes::RSS_CHILD) {
+        return kubernetes::rss_child(&namespace);
+    }
+    let sizes = Sizes {
+        pods: 1_000,
+        fan_out: if quick { 100 } else { 1_000 },
+        configmaps: if quick { 500 } else { 5_000 },
+        runs: scale.runs,
+    };
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+    let dir = tempfile::tempdir()?;
+    actix::System::new().block_on(one_edge_embedded(sizes, dir.path(), report))?;
+    actix::System::new().block_on(fan_out(sizes, dir.path(), report))?;
+    let kubeconfig = std::env::var(KUBECONFIG_ENV)
+        .ok()
+        .filter(|path| !path.is_empty());
+    match kubeconfig {
+        None => skipped(report, "skipped: EDGEHIVE_BENCH_KUBECONFIG not set"),
+        #[cfg(feature = "cli")]
+        Some(path) => {
+            actix::System::new().block_on(kubernetes::run(sizes, Path::new(&path), report))?
+        }
+        #[cfg(not(feature = "cli"))]
+        Some(_) => skipped(report, "skipped: build with --features cli"),
+    }
+    Ok(())
+}
+
+fn skipped(report: &mut Report, why: &str) {
+    eprintln!("controller/k8s: {why}");
+    report.plain("controller/k8s", why, f64::NAN, "-");
+}
+
+fn acked(stats: &HubStats) -> u64 {
+    HubStats::get(&stats.acked)
+}
+
+/// Waits until cloudhub counts `target` acknowledgements in all and holds
+/// nothing unacknowledged.
+async fn wait_acked(stats: &HubStats, target: u64, what: &str) -> Result<()> {
+    let done = || acked(stats) >= target && HubStats::get(&stats.pending) == 0;
+    if stats.changes.wait_for(WAIT, done).await {
+        return Ok(());
+    }
+    bail!(
+        "{what}: {} of {target} acknowledgements, {} pending, after {WAIT:?}",
+        acked(stats),
+        HubStats::get(&stats.pending)
+    )
+}
+
+/// The time from the start of `write` until cloudhub has `objects` more
+/// acknowledgements; and what `write` returned.
+async fn timed_to_ack<T>(
+    stats: &HubStats,
+    objects: usize,
+    what: &str,
+    write: impl Future<Output = Result<T>>,
+) -> Result<(Duration, T)> {
+    let before = acked(stats);
+    let started = Instant::now();
+    let written = write.await?;
+    wait_acked(stats, before + objects as u64, what).await?;
+    Ok((started.elapsed(), written))
+}
+
+fn per_second(objects: usize, took: Duration) -> f64 {
+    objects as f64 / took.as_secs_f64()
+}
+
+fn pod(name: &str, namespace: &str, node: &str, configmap: Option<&str>) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "edgehive-bench"}},
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "main", "image": "127.0.0.1:5000/busybox:latest"}],
+        },
+    });
+    if let Some(configmap) = configmap {
+        pod["spec"]["volumes"] = json!([{"name": "config", "configMap": {"name": configmap}}]);
+        pod["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "config", "mountPath": "/config"}]);
+    }
+    pod
+}
+
+/// A configmap of about 1 KiB.
+fn configmap(name: &str, namespace: &str, value: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"value": value, "blob": "x".repeat(900)},
+    })
+}
+
+/// A cloud: the edgecontroller on `store`, and cloudhub on WebSocket with
+/// mutual TLS, its queues in redb.
+struct Cloud {
+    pki: DevPki,
+    hive: Hive,
+    controller: ControllerHandle,
+    stats: Arc<HubStats>,
+    address: String,
+}
+
+impl Cloud {
+    async fn start(store: Arc<dyn DesiredState>, dir: &Path, name: &str) -> Result<Cloud> {
+        let pki = DevPki::new("controller bench CA")?;
+        let hive = Hive::new("cloud", HiveConfig::default());
+        let controller = EdgeController::start(&hive, store, ControllerConfig::default())?;
+        let (chain, key) = pki.server("localhost")?;
+        let options = ListenOptions::new("127.0.0.1:0").with_tls(tls::server_config(
+            chain,
+            key,
+            Some(&[pki.root()]),
+        )?);
+        let hub = CloudHub::start(
+            &hive,
+            CloudHubConfig {
+                endpoints: vec![CloudEndpoint {
+                    kind: TransportKind::WebSocket,
+                    options,
+                    trust_hello: false,
+                    dialect: hub::Dialect::Native,
+                }],
+                keepalive: KEEPALIVE,
+                store: Some(dir.join(format!("{name}-queues.redb"))),
+                ..CloudHubConfig::default()
+            },
+        )
+        .await?;
+        Ok(Cloud {
+            pki,
+            hive,
+            controller,
+            stats: hub.stats.clone(),
+            address: hub.addresses[0].1.clone(),
+        })
+    }
+
+    async fn stop(self) {
+        let _ = self.hive.shutdown().await;
+    }
+}
+
+/// A real edge: edgehub and metamanager on redb.
+struct Edge {
+    hive: Hive,
+    store: EdgeStore,
+}
+
+impl Edge {
+    async fn start(cloud: &Cloud, node: &str, dir: &Path) -> Result<Edge> {
+        let hive = Hive::new("edge", HiveConfig::default());
+        let store = EdgeStore::open(&dir.join(format!("{node}.redb")))?;
+        MetaManager::start(&hive, store.clone())?;
+        let dial = DialOptions::new(&cloud.address, "localhost").with_tls(tls::client_config(
+            &[cloud.pki.root()],
+            Some(cloud.pki.client(node)?),
+        )?);
+        let hub = EdgeHub::start(
+            &hive,
+            EdgeHubConfig::new(node, TransportKind::WebSocket, dial),
+        )?;
+        let mut online = hub.online.clone();
+        tokio::time::timeout(WAIT, online.wait_for(|up| *up))
+            .await
+            .context("the edge never connected")??;
+        Ok(Edge { hive, store })
+    }
+
+    async fn stop(self) {
+        let _ = self.hive.shutdown().await;
+        self.store.close().await;
+    }
+}
+
+/// Whether the stored Node says the controller has seen its link up.
+fn node_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Waits until the controller has written every one of `nodes` Ready
+/// (its work on their connects is done), then a moment more for the
+/// inventories they answer.
+async fn wait_nodes_ready(store: &Arc<dyn DesiredState>, nodes: &[String]) -> Result<()> {
+    let deadline = Instant::now() + WAIT;
+    let mut waiting: Vec<&String> = nodes.iter().collect();
+    while !waiting.is_empty() {
+        if Instant::now() > deadline {
+            bail!("{} nodes never became Ready", waiting.len());
+        }
+        let mut still = Vec::new();
+        for node in waiting {
+            let key = ObjectKey::new(Kind::Node, "", node.as_str());
+            if !store.get(&key)?.as_ref().is_some_and(node_ready) {
+                still.push(node);
+            }
+        }
+        waiting = still;
+        if !waiting.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(())
+}
+
+/// Raw redb writes of `objects`: objects per second with one write
+/// transaction each, and with one for all.
+fn raw_redb(dir: &Path, run: usize, objects: &[(String, Vec<u8>)]) -> Result<(f64, f64)> {
+    let each = {
+        let path = dir.join(format!("raw-each-{run}.redb"));
+        let db = Database::create(&path)?;
+        let started = Instant::now();
+        for (key, bytes) in objects {
+            let txn = db.begin_write()?;
+            txn.open_table(RAW)?
+                .insert(key.as_str(), bytes.as_slice())?;
+            txn.commit()?;
+        }
+        let rate = objects.len() as f64 / started.elapsed().as_secs_f64();
+        drop(db);
+        std::fs::remove_file(path)?;
+        rate
+    };
+    let batch = {
+        let path = dir.join(format!("raw-batch-{run}.redb"));
+        let db = Database::create(&path)?;
+        let started = Instant::now();
+        let txn = db.begin_write()?;
+        {
+            let mut table = txn.open_table(RAW)?;
+            for (key, bytes) in objects {
+                table.insert(key.as_str(), bytes.as_slice())?;
+            }
+        }
+        txn.commit()?;
+        let rate = objects.len() as f64 / started.elapsed().as_secs_f64();
+        drop(db);
+        std::fs::remove_file(path)?;
+        rate
+    };
+    Ok((each, batch))
+}
+
+/// Scenario 1 on the embedded backend.
+async fn one_edge_embedded(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
+    let store = EmbeddedStore::open(&dir.join("desired.redb"))?.shared();
+    let cloud = Cloud::start(store.clone(), dir, "one-edge").await?;
+    let edge = Edge::start(&cloud, NODE, dir).await?;
+    wait_nodes_ready(&store, &[NODE.to_owned()]).await?;
+    let (mut created, mut applied, mut raw_each, mut raw_batch) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..sizes.runs {
+        let pods: Vec<Value> = (0..sizes.pods)
+            .map(|i| pod(&format!("c{run}-{i:05}"), "default", NODE, None))
+            .collect();
+        let (took, stored) = timed_to_ack(&cloud.stats, sizes.pods, "created pods", async {
+            let writes: Vec<_> = pods.into_iter().map(|pod| store.create(pod)).collect();
+            Ok(futures_util::future::try_join_all(writes).await?)
+        })
+        .await?;
+        created.push(per_second(sizes.pods, took));
+
+        let objects: Vec<(String, Vec<u8>)> = stored
+            .iter()
+            .map(|object| {
+                let key = ObjectKey::of(object).map(|key| key.to_string());
+                Ok((key.unwrap_or_default(), serde_json::to_vec(object)?))
+            })
+            .collect::<Result<_>>()?;
+        let (each, batch) = raw_redb(dir, run, &objects)?;
+        raw_each.push(each);
+        raw_batch.push(batch);
+
+        let pods: Vec<Value> = (0..sizes.pods)
+            .map(|i| pod(&format!("a{run}-{i:05}"), "default", NODE, None))
+            .collect();
+        let (took, _) = timed_to_ack(&cloud.stats, sizes.pods, "applied pods", async {
+            cloud
+                .controller
+                .apply(pods)
+                .await
+                .map_err(|err| anyhow!("apply: {err}"))
+        })
+        .await?;
+        applied.push(per_second(sizes.pods, took));
+    }
+    edge.stop().await;
+    cloud.stop().await;
+
+    let scenario = format!("controller/embedded/{} pods", sizes.pods);
+    let (each, batch) = (median(raw_each), median(raw_batch));
+    let created = median(created);
+    report.with_baseline(
+        &scenario,
+        "create→edge ack",
+        created,
+        "obj/s",
+        each,
+        "raw redb, 1 txn per object",
+    );
+    report.with_baseline(
+        &scenario,
+        "create→edge ack",
+        created,
+        "obj/s",
+        batch,
+        "raw redb, 1 txn for all",
+    );
+    report.with_baseline(
+        &scenario,
+        "apply()→edge ack",
+        median(applied),
+        "obj/s",
+        each,
+        "raw redb, 1 txn per object",
+    );
+    Ok(())
+}
+
+/// The hub bench's name for simulated node `i`.
+fn sim_node(i: usize) -> String {
+    format!("node-{i:05}")
+}
+
+/// Writes the CA root and one client identity per simulated node, in the
+/// form the hub bench's node process reads (`--identities`).
+fn write_identities(pki: &DevPki, nodes: usize, path: &Path) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut put = |bytes: &[u8]| -> std::io::Result<()> {
+        out.write_all(&(bytes.len() as u32).to_be_bytes())?;
+        out.write_all(bytes)
+    };
+    put(pki.root().as_ref())?;
+    for i in 0..nodes {
+        let (chain, key) = pki.client(&sim_node(i))?;
+        put(chain[0].as_ref())?;
+        put(key.secret_der())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Scenario 2: one configmap update fanned out to N simulated nodes.
+async fn fan_out(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
+    let nodes = sizes.fan_out;
+    let store = EmbeddedStore::open(&dir.join("fan-out-desired.redb"))?.shared();
+    let cloud = Cloud::start(store.clone(), dir, "fan-out").await?;
+    let shared = store
+        .create(configmap("shared", "default", "v0"))
+        .await
+        .context("the configmap")?;
+    let pods: Vec<_> = (0..nodes)
+        .map(|i| {
+            store.create(pod(
+                &format!("fan-{i:05}"),
+                "default",
+                &sim_node(i),
+                Some("shared"),
+            ))
+        })
+        .collect();
+    futures_util::future::try_join_all(pods).await?;
+    // The configmap and the pod, queued for each node.
+    let mut counts = cloud.controller.counts.clone();
+    tokio::time::timeout(WAIT, counts.wait_for(|c| c.sent >= 2 * nodes as u64))
+        .await
+        .context("the controller never queued every node's objects")??;
+
+    let identities = dir.join("fan-out-identities");
+    write_identities(&cloud.pki, nodes, &identities)?;
+    let started = Instant::now();
+    let _nodes = ChildGuard(
+        Command::new(std::env::current_exe()?)
+            .args([
+                "__hub-nodes",
+                "--kind",
+                TransportKind::WebSocket.name(),
+                "--dialect",
+                &hub::Dialect::Native.to_string(),
+                "--address",
+                &cloud.address,
+                "--nodes",
+                &nodes.to_string(),
+                "--identities",
+            ])
+            .arg(&identities)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("spawn the simulated nodes")?,
+    );
+    let stats = cloud.stats.clone();
+    if !stats
+        .changes
+        .wait_for(WAIT, || HubStats::get(&stats.connected) == nodes as u64)
+        .await
+    {
+        bail!(
+            "{} of {nodes} simulated nodes connected",
+            HubStats::get(&stats.connected)
+        );
+    }
+    wait_acked(&stats, 2 * nodes as u64, "the nodes' first objects").await?;
+    let names: Vec<String> = (0..nodes).map(sim_node).collect();
+    wait_nodes_ready(&store, &names).await?;
+    eprintln!(
+        "controller/fan-out: {nodes} simulated nodes connected and in step in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let (mut through_controller, mut straight) = (Vec::new(), Vec::new());
+    for run in 0..sizes.runs {
+        // The baseline: the same fan-out, straight to cloudhub.
+        let (took, ()) = timed_to_ack(&stats, nodes, "straight fan-out", async {
+            for node in &names {
+                let msg = Message::new()
+                    .build_router(
+                        module::EDGECONTROLLER,
+                        group::RESOURCE,
+                        format!("node/{node}/default/configmap/fan-out-baseline"),
+                        operation::UPDATE,
+                    )
+                    .with_resource_version((run + 1).to_string())
+                    .with_content(shared.clone());
+                cloud.hive.send(module::CLOUDHUB, msg).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        straight.push(took.as_secs_f64() * 1000.0);
+
+        // The controller's: one replace of the configmap.
+        let update = configmap("shared", "default", &format!("v{}", run + 1));
+        let (took, _) = timed_to_ack(&stats, nodes, "configmap fan-out", async {
+            Ok(store.replace(update).await?)
+        })
+        .await?;
+        through_controller.push(took.as_secs_f64() * 1000.0);
+    }
+    cloud.stop().await;
+
+    report.with_baseline(
+        &format!("controller/fan-out {nodes} sim"),
+        "replace→all acked",
+        median(through_controller),
+        "ms",
+        median(straight),
+        "same msg straight to cloudhub",
+    );
+    Ok(())
+}
+
+#[cfg(feature = "cli")]
+mod kubernetes {
+    //! Scenario 3: cloudcore's controller on a real kube-apiserver.
+
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context as _, Result, anyhow, bail};
+    use cloud::DesiredState;
+    use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
+    use futures_util::StreamExt;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
+    use kube::api::{Api, DeleteParams, ListParams, PostParams};
+    use meta::Kind;
+    use serde_json::json;
+
+    use super::{
+        Cloud, Edge, KUBECONFIG_ENV, Sizes, configmap, median, per_second, pod, timed_to_ack,
+        wait_nodes_ready,
+    };
+    use crate::hub_bench::rss_bytes;
+    use crate::report::Report;
+
+    /// Set (to the configmaps' namespace) in the memory child.
+    pub const RSS_CHILD: &str = "EDGEHIVE_BENCH_CONTROLLER_RSS_NAMESPACE";
+    /// The memory child's answer line.
+    const RSS_LINE: &str = "controller-rss";
+    /// Creates in flight at once, for the pods and the configmaps.
+    const IN_FLIGHT: usize = 16;
+    const NODE_LEASES: &str = "kube-node-lease";
+
+    async fn client(kubeconfig: &Path) -> Result<kube::Client> {
+        let file = kube::config::Kubeconfig::read_from(kubeconfig)
+            .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    fn is_code(err: &kube::Error, code: u16) -> bool {
+        matches!(err, kube::Error::Api(status) if status.code == code)
+    }
+
+    /// Runs every `create` (`IN_FLIGHT` at a time); how long they took.
+    async fn create_all<T, F, Fut>(objects: Vec<T>, create: F) -> Result<Duration>
+    where
+        F: Fn(T) -> Fut,
+        Fut: Future<Output = Result<(), kube::Error>>,
+    {
+        let started = Instant::now();
+        let mut done =
+            futures_util::stream::iter(objects.into_iter().map(create)).buffer_unordered(IN_FLIGHT);
+        while let Some(created) = done.next().await {
+            created?;
+        }
+        Ok(started.elapsed())
+    }
+
+    fn pods(run: &str, namespace: &str, node: &str, count: usize) -> Result<Vec<Pod>> {
+        (0..count)
+            .map(|i| {
+                let object = pod(&format!("{run}-{i:05}"), namespace, node, None);
+                Ok(serde_json::from_value(object)?)
+            })
+            .collect()
+    }
+
+    /// Creates `namespace`, and waits for its default service account
+    /// (which admission requires of a pod), made here if no controller
+    /// makes it.
+    async fn namespace(client: &kube::Client, namespace: &str) -> Result<()> {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let object = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace},
+        }))?;
+        namespaces
+            .create(&PostParams::default(), &object)
+            .await
+            .with_context(|| format!("namespace {namespace}"))?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while accounts.get_opt("default").await?.is_none() {
+            if Instant::now() > deadline {
+                let account = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"},
+                }))?;
+                match accounts.create(&PostParams::default(), &account).await {
+                    Err(err) if !is_code(&err, 409) => return Err(err.into()),
+                    _ => break,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    pub async fn run(sizes: Sizes, kubeconfig: &Path, report: &mut Report) -> Result<()> {
+        let client = client(kubeconfig).await?;
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let id = format!(
+            "edgehive-bench-{}-{}",
+            std::process::id(),
+            since_epoch.as_secs()
+        );
+        let outcome = scenario(&client, kubeconfig, &id, sizes, report).await;
+        let cleaned = cleanup(&client, &id).await;
+        outcome?;
+        cleaned
+    }
+
+    async fn scenario(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        id: &str,
+        sizes: Sizes,
+        report: &mut Report,
+    ) -> Result<()> {
+        memory(client, kubeconfig, id, sizes, report).await?;
+
+        // The baseline: the API server's create rate from a bare client,
+        // no controller anywhere.
+        let raw_namespace = format!("{id}-raw");
+        namespace(client, &raw_namespace).await?;
+        let raw_pods: Api<Pod> = Api::namespaced(client.clone(), &raw_namespace);
+        let mut raw = Vec::new();
+        for run in 0..sizes.runs {
+            let objects = pods(&format!("r{run}"), &raw_namespace, id, sizes.pods)?;
+            let took = create_all(objects, |pod| {
+                let api = raw_pods.clone();
+                async move { api.create(&PostParams::default(), &pod).await.map(drop) }
+            })
+            .await?;
+            raw.push(per_second(sizes.pods, took));
+        }
+        // Gone before the controller lists pods: they name its node too.
+        raw_pods
+            .delete_collection(&gone_now(), &ListParams::default())
+            .await?;
+
+        // The edge node, labelled as one, before the backend lists nodes.
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": id, "labels": {"node-role.kubernetes.io/edge": ""}},
+        }))?;
+        nodes.create(&PostParams::default(), &node).await?;
+        let ctl_namespace = format!("{id}-ctl");
+        namespace(client, &ctl_namespace).await?;
+
+        let dir = tempfile::tempdir()?;
+        let mut config = KubernetesConfig::new(KubeAccess::Kubeconfig(kubeconfig.to_owned()));
+        // Its revision Lease goes with the namespace.
+        config.namespace = ctl_namespace.clone();
+        let store: Arc<dyn DesiredState> = KubernetesStore::connect(config).await?.shared();
+        let cloud = Cloud::start(store.clone(), dir.path(), "kubernetes").await?;
+        let edge = Edge::start(&cloud, id, dir.path()).await?;
+        let measured = async {
+            wait_nodes_ready(&store, &[id.to_owned()]).await?;
+            let ctl_pods: Api<Pod> = Api::namespaced(client.clone(), &ctl_namespace);
+            let mut rates = Vec::new();
+            for run in 0..sizes.runs {
+                let objects = pods(&format!("c{run}"), &ctl_namespace, id, sizes.pods)?;
+                let (took, _) = timed_to_ack(
+                    &cloud.stats,
+                    sizes.pods,
+                    "pods from the API server",
+                    async {
+                        create_all(objects, |pod| {
+                            let api = ctl_pods.clone();
+                            async move { api.create(&PostParams::default(), &pod).await.map(drop) }
+                        })
+                        .await
+                    },
+                )
+                .await?;
+                rates.push(per_second(sizes.pods, took));
+            }
+            Ok::<_, anyhow::Error>(rates)
+        }
+        .await;
+        edge.stop().await;
+        cloud.stop().await;
+        drop(store);
+        let rates = measured?;
+        report.with_baseline(
+            &format!("controller/k8s/{} pods", sizes.pods),
+            "create→edge ack",
+            median(rates),
+            "obj/s",
+            median(raw),
+            "API server create, bare client",
+        );
+        Ok(())
+    }
+
+    fn gone_now() -> DeleteParams {
+        DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        }
+    }
+
+    /// The backend's memory per listed configmap, from two fresh
+    /// processes: one connecting before the configmaps exist, one after.
+    async fn memory(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        id: &str,
+        sizes: Sizes,
+        report: &mut Report,
+    ) -> Result<()> {
+        let rss_namespace = format!("{id}-rss");
+        namespace(client, &rss_namespace).await?;
+        let (without, _, _) = rss_of_child(kubeconfig, &rss_namespace)?;
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &rss_namespace);
+        let objects: Vec<ConfigMap> = (0..sizes.configmaps)
+            .map(|i| {
+                let object = configmap(&format!("blob-{i:05}"), &rss_namespace, "v0");
+                Ok(serde_json::from_value(object)?)
+            })
+            .collect::<Result<_>>()?;
+        create_all(objects, |object| {
+            let api = configmaps.clone();
+            async move { api.create(&PostParams::default(), &object).await.map(drop) }
+        })
+        .await?;
+        let (with, held, bytes) = rss_of_child(kubeconfig, &rss_namespace)?;
+        if held != sizes.configmaps {
+            bail!(
+                "the backend listed {held} of {} configmaps",
+                sizes.configmaps
+            );
+        }
+        let scenario = format!("controller/k8s/{} configmaps", sizes.configmaps);
+        report.with_baseline(
+            &scenario,
+            "RSS per object",
+            with.saturating_sub(without) as f64 / held as f64 / 1024.0,
+            "KiB",
+            bytes as f64 / held as f64 / 1024.0,
+            "its JSON as held",
+        );
+        report.plain(
+            &scenario,
+            "RSS, store synced",
+            without as f64 / (1024.0 * 1024.0),
+            "MiB",
+        );
+        Ok(())
+    }
+
+    /// Runs the memory child; its RSS growth, the configmaps of
+    /// `namespace` it holds and their serialized bytes.
+    fn rss_of_child(kubeconfig: &Path, namespace: &str) -> Result<(u64, usize, usize)> {
+        let out = Command::new(std::env::current_exe()?)
+            .arg("controller")
+            .env(RSS_CHILD, namespace)
+            .env(KUBECONFIG_ENV, kubeconfig)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .context("run the memory child")?;
+        if !out.status.success() {
+            bail!("the memory child failed ({})", out.status);
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(RSS_LINE))
+            .ok_or_else(|| anyhow!("no answer from the memory child: {stdout}"))?;
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        match numbers[..] {
+            [grown, held, bytes] => Ok((grown, held as usize, bytes as usize)),
+            _ => bail!("unreadable answer from the memory child: {line}"),
+        }
+    }
+
+    /// The memory child: RSS growth while a `KubernetesStore` connects
+    /// (and lists every kind it watches), and what it holds of the
+    /// configmaps in `namespace`.
+    pub fn rss_child(namespace: &str) -> Result<()> {
+        let kubeconfig = std::env::var(KUBECONFIG_ENV).context(KUBECONFIG_ENV)?;
+        let namespace = namespace.to_owned();
+        actix::System::new().block_on(async move {
+            let before = rss_bytes();
+            let mut config = KubernetesConfig::new(KubeAccess::Kubeconfig(kubeconfig.into()));
+            config.namespace = namespace.clone();
+            let store = KubernetesStore::connect(config).await?;
+            let grown = rss_bytes().saturating_sub(before);
+            let (objects, _) = store.list(Kind::ConfigMap, Some(&namespace))?;
+            let blobs: Vec<_> = objects
+                .iter()
+                .filter(|o| {
+                    o.pointer("/metadata/name")
+                        .and_then(|n| n.as_str())
+                        .is_some_and(|n| n.starts_with("blob-"))
+                })
+                .collect();
+            let bytes: usize = blobs
+                .iter()
+                .map(|o| serde_json::to_vec(o).map(|v| v.len()))
+                .sum::<Result<_, _>>()?;
+            println!("{RSS_LINE} {grown} {} {bytes}", blobs.len());
+            Ok(())
+        })
+    }
+
+    /// Deletes what the run made: pods at once (no kubelet will finish a
+    /// graceful deletion), the namespaces, the Node and its Lease.
+    async fn cleanup(client: &kube::Client, id: &str) -> Result<()> {
+        let mut failures = Vec::new();
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let names = ["ctl", "raw", "rss"].map(|suffix| format!("{id}-{suffix}"));
+        for name in &names {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), name);
+            if let Err(err) = pods
+                .delete_collection(&gone_now(), &ListParams::default())
+                .await
+                && !is_code(&err, 404)
+            {
+                failures.push(format!("pods of {name}: {err}"));
+            }
+            if let Err(err) = namespaces.delete(name, &DeleteParams::default()).await
+                && !is_code(&err, 404)
+            {
+                failures.push(format!("namespace {name}: {err}"));
+            }
+        }
+        let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASES);
+        if let Err(err) = leases.delete(id, &DeleteParams::default()).await
+            && !is_code(&err, 404)
+        {
+            failures.push(format!("lease {id}: {err}"));
+        }
+        let nodes: Api<Node> = Api::all(client.clone());
+        if let Err(err) = nodes.delete(id, &DeleteParams::default()).await
+            && !is_code(&err, 404)
+        {
+            failures.push(format!("node {id}: {err}"));
+        }
+        // The namespaces go once their contents have.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for name in &names {
+            while namespaces.get_opt(name).await?.is_some() {
+                if Instant::now() > deadline {
+                    failures.push(format!("namespace {name} still terminating"));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            bail!("cleanup of {id}: {}", failures.join("; "))
+        }
+    }
+}
