@@ -303,6 +303,36 @@ spec:
     )
 }
 
+fn deployment(node: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: hello
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: hello
+  template:
+    metadata:
+      labels:
+        app: hello
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: {node}
+      tolerations:
+      - key: node-role.kubernetes.io/edge
+        operator: Exists
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: hello
+        image: 127.0.0.1:5000/busybox:latest
+        command: [\"sh\", \"-c\", \"exec sleep 3600\"]
+"
+    )
+}
+
 /// The node, its lease, a pod's life and a killed edge, from kubectl.
 fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     let test = format!("an_edge_node_runs_pods_from_the_api_server({dialect})");
@@ -377,6 +407,66 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     ))
     .expect("the token file in the pod's volume");
     assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+
+    // A configmap update reaches the running pod's volume.
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "patch",
+            "configmap",
+            "web-conf",
+            "-n",
+            &cluster.namespace,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"index.html":"updated through the API server"}}"#,
+        ],
+    );
+    assert!(ok, "{out}");
+    let volume = format!(
+        "{}/edged/pods/{uid}/volumes/configmap/www/index.html",
+        cluster.edge_dir
+    );
+    until("the update in the pod's volume", || {
+        std::fs::read_to_string(&volume)
+            .ok()
+            .filter(|page| page == "updated through the API server")
+    });
+
+    // The scheduler places a Deployment's pods by nodeSelector on the edge
+    // node, where they run.
+    cluster.apply(&deployment(&cluster.node));
+    let placed = until("the Deployment's pod Running on the edge", || {
+        let (ok, out) = kubectl(
+            &cluster.kubeconfig,
+            &[
+                "get",
+                "pods",
+                "-n",
+                &cluster.namespace,
+                "-l",
+                "app=hello",
+                "-o",
+                "json",
+            ],
+        );
+        let pods: Value = ok.then(|| serde_json::from_str(&out).ok()).flatten()?;
+        pods["items"]
+            .as_array()?
+            .iter()
+            .find(|p| p["status"]["phase"] == "Running")
+            .cloned()
+    });
+    assert_eq!(
+        placed["spec"]["nodeName"],
+        cluster.node.as_str(),
+        "{placed}"
+    );
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &["delete", "deployment", "hello", "-n", &cluster.namespace],
+    );
+    assert!(ok, "{out}");
 
     // kubectl delete: the edge stops it, and the object goes once the edge
     // holds the deletion.

@@ -1203,7 +1203,11 @@ impl Controller {
                     "kind": "Node",
                     "metadata": {
                         "name": node,
-                        "labels": { "node-role.kubernetes.io/edge": "" },
+                        "labels": {
+                            "node-role.kubernetes.io/edge": "",
+                            "kubernetes.io/hostname": node,
+                            "kubernetes.io/os": std::env::consts::OS,
+                        },
                     },
                 });
                 match self.store.create(object).await {

@@ -166,8 +166,19 @@ struct NodeState {
     /// Since its inventory was asked for: the resources sent to it (in
     /// flight, so the inventory may lack them).
     asked: Option<BTreeSet<String>>,
+    /// Inventories asked for and not answered yet: until the last answer,
+    /// what was sent since the first was asked is in flight for each.
+    asking: usize,
     /// The `Ready` condition it last reported itself.
     reported_ready: Option<NodeCondition>,
+}
+
+impl NodeState {
+    /// Its inventory is asked for.
+    fn ask(&mut self) {
+        self.asking += 1;
+        self.asked.get_or_insert_with(BTreeSet::new);
+    }
 }
 
 /// The edgecontroller's decisions (see the module docs).
@@ -764,7 +775,7 @@ impl Reconciler {
     /// fresh version, which supersedes a withdrawal).
     fn resync(&mut self, node: &str, reader: &dyn ObjectReader) -> Vec<Action> {
         if !self.is_kubeedge(node) {
-            self.node(node).asked = Some(BTreeSet::new());
+            self.node(node).ask();
             return vec![Action::AskInventory {
                 node: node.to_owned(),
             }];
@@ -775,7 +786,7 @@ impl Reconciler {
             .filter(|(_, bound)| bound.node == node)
             .map(|(key, _)| (key.edge_resource().to_string(), "0".to_owned()))
             .collect();
-        self.node(node).asked = Some(BTreeSet::new());
+        self.node(node).ask();
         self.inventory(node, Ok(assumed), reader)
     }
 
@@ -791,7 +802,13 @@ impl Reconciler {
         inventory: Result<BTreeMap<String, String>, String>,
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
-        let in_flight = self.node(node).asked.take().unwrap_or_default();
+        let state = self.node(node);
+        state.asking = state.asking.saturating_sub(1);
+        let in_flight = match state.asking {
+            0 => state.asked.take(),
+            _ => state.asked.clone(),
+        }
+        .unwrap_or_default();
         let inventory = match inventory {
             Ok(inventory) => inventory,
             Err(reason) => {
