@@ -231,7 +231,12 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
     let desired = Desired::open(&settings).await?;
-    let controller = EdgeController::start(&hive, desired.shared(), ControllerConfig::default())?;
+    let grace = settings.kube_api_config.offline_grace_seconds;
+    let controller_config = ControllerConfig {
+        offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
+        ..ControllerConfig::default()
+    };
+    let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;
     let admin = match settings.modules.admin.enabled() {
         Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
         None => None,

@@ -235,6 +235,10 @@ pub struct KubeApiConfig {
     pub in_cluster: bool,
     /// cloudcore's own namespace in the cluster (created if missing).
     pub namespace: String,
+    /// How long the pods of an edge node whose link is down are kept
+    /// before Kubernetes may evict them, in seconds (0: never); see the
+    /// README's Kubernetes section.
+    pub offline_grace_seconds: u64,
 }
 
 impl Default for KubeApiConfig {
@@ -243,6 +247,7 @@ impl Default for KubeApiConfig {
             kube_config: String::new(),
             in_cluster: true,
             namespace: "kubeedge".to_owned(),
+            offline_grace_seconds: 24 * 3600,
         }
     }
 }

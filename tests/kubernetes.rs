@@ -468,6 +468,39 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     );
     assert!(ok, "{out}");
 
+    // Its default tolerations of an offline node are lengthened to
+    // cloudcore's window (a day by default), so an outage shorter than
+    // that evicts nothing.
+    let tolerations = until("the offline tolerations lengthened", || {
+        cluster.pod("web").filter(|p| {
+            p["spec"]["tolerations"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["tolerationSeconds"] == 86_400))
+        })
+    });
+    println!("{}", tolerations["spec"]["tolerations"]);
+
+    // The edge is killed: the node goes NotReady, its link condition says
+    // why, its pod stays; then it comes back.
+    if let Some(edge) = cluster.edge.take() {
+        edge.signal("-KILL");
+    }
+    let offline = until("the node NotReady by its link", || {
+        cluster.node().filter(|n| {
+            condition(n, "Ready").is_some_and(|c| c["status"] != "True")
+                && condition(n, "EdgeLink").is_some_and(|c| c["status"] == "False")
+        })
+    });
+    println!("{}", offline["status"]["conditions"]);
+    assert!(
+        cluster.pod("web").is_some(),
+        "the pod stays while the node is offline"
+    );
+    cluster.start_edge();
+    until("the node Ready again", || {
+        cluster.ready().filter(|ready| ready == "True")
+    });
+
     // kubectl delete: the edge stops it, and the object goes once the edge
     // holds the deletion.
     let (ok, out) = kubectl(
@@ -485,17 +518,9 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     until("the pod object gone", || {
         cluster.pod("web").is_none().then_some(())
     });
-
-    // The edge is killed: the node's link is down, and it comes back.
-    if let Some(edge) = cluster.edge.take() {
-        edge.signal("-KILL");
-    }
-    until("the node NotReady by its link", || {
-        cluster.ready().filter(|ready| ready != "True")
-    });
-    cluster.start_edge();
-    until("the node Ready again", || {
-        cluster.ready().filter(|ready| ready == "True")
+    let pod_dir = format!("{}/edged/pods/{uid}", cluster.edge_dir);
+    until("the pod gone from the edge's disk", || {
+        (!std::path::Path::new(&pod_dir).exists()).then_some(())
     });
 }
 

@@ -23,6 +23,7 @@
 //! beehive messages (through the `edgecontroller` module and a relay for
 //! node events) and inventory answers.
 
+pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
 pub mod tokens;
@@ -69,6 +70,10 @@ pub struct ControllerConfig {
     pub lease_every: Duration,
     /// How long a renewal holds (a kubelet's default: 40 s).
     pub lease_duration: Duration,
+    /// Where the desired state evicts pods of NotReady nodes (Kubernetes):
+    /// how long pods bound to an edge node whose link is down are kept
+    /// before they may be evicted (`None`: never). See [`eviction`].
+    pub offline_grace: Option<Duration>,
 }
 
 impl Default for ControllerConfig {
@@ -79,6 +84,7 @@ impl Default for ControllerConfig {
             retry_every: Duration::from_secs(10),
             lease_every: Duration::from_secs(10),
             lease_duration: Duration::from_secs(40),
+            offline_grace: Some(Duration::from_secs(24 * 3600)),
         }
     }
 }
@@ -607,6 +613,7 @@ impl Controller {
                         },
                     };
                     if key.kind == Kind::Pod && op != Op::Delete {
+                        self.keep_offline(&key, &object).await;
                         // Its tokens first, so its volumes find them.
                         self.issue_tokens(&key, &node, &object).await;
                     }
@@ -681,6 +688,23 @@ impl Controller {
                 self.count(|c| c.send_failures += 1);
                 false
             }
+        }
+    }
+
+    /// Lengthens a pod's default tolerations of an offline node to the
+    /// configured window, where the desired state evicts (the write comes
+    /// back as a change, which goes to the node too).
+    async fn keep_offline(&self, key: &ObjectKey, pod: &Value) {
+        if !self.store.evicts() {
+            return;
+        }
+        let Some(lengthened) = eviction::lengthened(pod, self.config.offline_grace) else {
+            return;
+        };
+        match self.store.replace(lengthened).await {
+            Ok(_) => debug!(pod = %key, "offline tolerations lengthened"),
+            // Changed meanwhile: its next change comes here again.
+            Err(err) => debug!(pod = %key, error = %err, "offline tolerations not lengthened"),
         }
     }
 
@@ -1184,6 +1208,23 @@ impl Controller {
             _ => ready,
         };
         conditions.insert(0, ready);
+        // The link's own condition: Ready may say NotReady for other
+        // reasons, and a node within its offline window keeps its pods.
+        let link = self.reconciler.link_condition(node, now());
+        let link = match conditions.iter().position(|c| c.type_ == link.type_) {
+            Some(i) => {
+                let old = conditions.remove(i);
+                match old.status == link.status {
+                    true => NodeCondition {
+                        last_transition_time: old.last_transition_time,
+                        ..link
+                    },
+                    false => link,
+                }
+            }
+            None => link,
+        };
+        conditions.insert(1, link);
         let status = match serde_json::to_value(&status) {
             Ok(status) => status,
             Err(err) => return warn!(%node, error = %err, "node status unwritable"),

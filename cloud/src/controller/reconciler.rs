@@ -198,6 +198,9 @@ pub struct Reconciler {
     loaded: BTreeSet<Kind>,
 }
 
+/// The type of the Node condition that shows a node's link to the cloud.
+pub const LINK_CONDITION: &str = "EdgeLink";
+
 /// The kinds the reconciler follows.
 pub const FOLLOWED: [Kind; 6] = [
     Kind::ConfigMap,
@@ -976,6 +979,26 @@ impl Reconciler {
     /// `node` reported its own `Ready` condition.
     pub fn reported_ready(&mut self, node: &str, condition: NodeCondition) {
         self.node(node).reported_ready = Some(condition);
+    }
+
+    /// `node`'s link as a condition of its own (`EdgeLink`) at `now`.
+    pub fn link_condition(&self, node: &str, now: Time) -> NodeCondition {
+        let (status, reason, message) = match self.is_connected(node) {
+            true => ("True", "Connected", "the node's link to the cloud is up"),
+            false => (
+                "False",
+                "Disconnected",
+                "the node's link to the cloud is down",
+            ),
+        };
+        NodeCondition {
+            type_: LINK_CONDITION.to_owned(),
+            status: status.to_owned(),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_heartbeat_time: Some(now.clone()),
+            last_transition_time: Some(now),
+        }
     }
 
     /// `node`'s `Ready` condition at `now`: Unknown while its link is down,

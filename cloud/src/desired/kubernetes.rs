@@ -672,6 +672,10 @@ impl DesiredState for KubernetesStore {
         })
     }
 
+    fn evicts(&self) -> bool {
+        true
+    }
+
     fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
         let api = self.api(key.kind, &key.namespace);
         let key = key.clone();

@@ -190,6 +190,12 @@ pub trait DesiredState: Send + Sync + 'static {
         })
     }
 
+    /// Whether something evicts pods from NotReady nodes here (Kubernetes'
+    /// taint manager does; the embedded store has nothing that would).
+    fn evicts(&self) -> bool {
+        false
+    }
+
     /// Renews `node`'s heartbeat Lease (in `kube-node-lease`, as a kubelet
     /// does), valid for `duration`, while its link is up. Backends with no
     /// leases (the embedded one: its nodes' readiness is their link) do
