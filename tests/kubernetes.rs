@@ -17,6 +17,8 @@
 //! and back.
 #![cfg(feature = "cli")]
 
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
 
@@ -74,7 +76,10 @@ fn cri_socket() -> String {
 /// A cloudcore on the cluster and a joined edgecore.
 struct Cluster {
     kubeconfig: String,
-    cloud: Process,
+    cloud: Option<Process>,
+    cloud_args: Vec<String>,
+    /// The edge's MetaServer: what the edge holds.
+    metaserver: String,
     edge: Option<Process>,
     edge_args: Vec<String>,
     edge_dir: String,
@@ -84,6 +89,12 @@ struct Cluster {
 
 impl Cluster {
     fn start(kubeconfig: String, name: &str, dialect: &str) -> Cluster {
+        Cluster::start_with(kubeconfig, name, dialect, true)
+    }
+
+    /// With `pods` false the edge runs no pods (no edged): it only holds
+    /// what it is sent, which its MetaServer shows.
+    fn start_with(kubeconfig: String, name: &str, dialect: &str, pods: bool) -> Cluster {
         let node = format!("{name}-{}", std::process::id());
         let namespace = format!("edgehive-test-{}", std::process::id());
         let dir = tempfile_dir(&node);
@@ -98,28 +109,34 @@ impl Cluster {
             "kubeedge" => "--kubeedge-ws",
             _ => "--ws",
         };
-        let cloud = Process::start(
-            env!("CARGO_BIN_EXE_cloudcore"),
-            &[
-                "--data-dir",
-                &cloud_dir,
-                "run",
-                "--kubeconfig",
-                &kubeconfig,
-                hub_flag,
-                &hub,
-                "--certs",
-                &certs,
-                "--admin",
-                &admin,
-                "--metrics",
-                &metrics,
-                "--keepalive-secs",
-                "2",
-            ],
-        );
+        let cloud_args = [
+            "--data-dir",
+            &cloud_dir,
+            "run",
+            "--kubeconfig",
+            &kubeconfig,
+            hub_flag,
+            &hub,
+            "--certs",
+            &certs,
+            "--admin",
+            &admin,
+            "--metrics",
+            &metrics,
+            "--keepalive-secs",
+            "2",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let args: Vec<&str> = cloud_args.iter().map(String::as_str).collect();
+        let cloud = Process::start(env!("CARGO_BIN_EXE_cloudcore"), &args);
         cloud.wait_for("certificate endpoints ready", Duration::from_secs(90));
         join_node(&cloud_dir, &certs, &node, &edge_dir);
+        let metaserver = free_address();
+        let cri = match pods {
+            true => cri_socket(),
+            false => "off".to_owned(),
+        };
         let mut edge_args: Vec<String> = [
             "--data-dir",
             &edge_dir,
@@ -127,7 +144,7 @@ impl Cluster {
             "--cloud",
             &hub,
             "--metaserver",
-            &free_address(),
+            &metaserver,
             "--edged-server",
             &free_address(),
             "--mqtt-broker",
@@ -139,7 +156,7 @@ impl Cluster {
             "--keepalive-secs",
             "2",
             "--cri-socket",
-            &cri_socket(),
+            &cri,
         ]
         .map(str::to_owned)
         .to_vec();
@@ -148,8 +165,11 @@ impl Cluster {
         }
         let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
         assert!(ok || out.contains("AlreadyExists"), "{out}");
+        let cloud = Some(cloud);
         let mut cluster = Cluster {
             kubeconfig,
+            cloud_args,
+            metaserver,
             cloud,
             edge: None,
             edge_args,
@@ -164,11 +184,57 @@ impl Cluster {
     fn start_edge(&mut self) {
         let args: Vec<&str> = self.edge_args.iter().map(String::as_str).collect();
         let edge = Process::start(env!("CARGO_BIN_EXE_edgecore"), &args);
-        self.cloud.wait_for(
+        let Some(cloud) = &self.cloud else {
+            panic!("no cloudcore running");
+        };
+        cloud.wait_for(
             &format!("node connected node={}", self.node),
             Duration::from_secs(30),
         );
         self.edge = Some(edge);
+    }
+
+    /// Kills cloudcore (SIGKILL) and starts it again on its data.
+    fn restart_cloud(&mut self) {
+        // Dropping a process kills it (SIGKILL) and reaps it, so its ports
+        // are free for the next.
+        drop(self.cloud.take());
+        let args: Vec<&str> = self.cloud_args.iter().map(String::as_str).collect();
+        let cloud = self
+            .cloud
+            .insert(Process::start(env!("CARGO_BIN_EXE_cloudcore"), &args));
+        cloud.wait_for(
+            &format!("node connected node={}", self.node),
+            Duration::from_secs(90),
+        );
+    }
+
+    /// The pods the edge holds (its MetaServer's answer): name and version.
+    fn held_pods(&self) -> BTreeMap<String, u64> {
+        let Ok(mut stream) = std::net::TcpStream::connect(&self.metaserver) else {
+            return BTreeMap::new();
+        };
+        let request = format!(
+            "GET /api/v1/namespaces/{}/pods HTTP/1.0\r\nHost: edge\r\n\r\n",
+            self.namespace
+        );
+        if stream.write_all(request.as_bytes()).is_err() {
+            return BTreeMap::new();
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        let list: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|pod| {
+                let name = pod["metadata"]["name"].as_str()?.to_owned();
+                let version = pod["metadata"]["resourceVersion"].as_str()?.parse().ok()?;
+                Some((name, version))
+            })
+            .collect()
     }
 
     fn node(&self) -> Option<Value> {
@@ -532,4 +598,73 @@ fn an_edge_node_runs_pods_from_the_api_server_native() {
 #[test]
 fn an_edge_node_runs_pods_from_the_api_server_kubeedge() {
     an_edge_node_runs_pods_from_the_api_server("kubeedge");
+}
+
+/// cloudcore killed (SIGKILL) while 500 pods stream from the API server to
+/// an edge: after it restarts, the edge holds every one, none older than
+/// the API server's version.
+fn a_killed_cloudcore_loses_nothing(dialect: &str) {
+    let test = format!("a_killed_cloudcore_loses_nothing({dialect})");
+    let Some(kubeconfig) = kubeconfig(&test) else {
+        return;
+    };
+    let mut cluster =
+        Cluster::start_with(kubeconfig, &format!("eh-kill-{dialect}"), dialect, false);
+    const PODS: usize = 500;
+    let items: Vec<Value> = (0..PODS)
+        .map(|n| {
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": format!("p-{n:03}")},
+                "spec": {
+                    "nodeName": cluster.node,
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
+                },
+            })
+        })
+        .collect();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    cluster.apply(&list.to_string());
+    until("the stream under way", || {
+        (cluster.held_pods().len() >= 20).then_some(())
+    });
+    cluster.restart_cloud();
+    let held = until("every pod at the edge", || {
+        let held = cluster.held_pods();
+        (held.len() == PODS).then_some(held)
+    });
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &["get", "pods", "-n", &cluster.namespace, "-o", "json"],
+    );
+    assert!(ok, "{out}");
+    let listed: Value = serde_json::from_str(&out).expect("pods");
+    for pod in listed["items"].as_array().into_iter().flatten() {
+        let name = pod["metadata"]["name"].as_str().expect("name");
+        let version: u64 = pod["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("version");
+        let at_edge = held.get(name).copied().unwrap_or(0);
+        assert!(
+            at_edge > 0 && at_edge <= version,
+            "{name}: edge holds {at_edge}, API server {version}"
+        );
+    }
+    println!(
+        "{test}: {} of {PODS} pods held after the restart",
+        held.len()
+    );
+}
+
+#[test]
+fn a_killed_cloudcore_loses_nothing_native() {
+    a_killed_cloudcore_loses_nothing("native");
+}
+
+#[test]
+fn a_killed_cloudcore_loses_nothing_kubeedge() {
+    a_killed_cloudcore_loses_nothing("kubeedge");
 }
