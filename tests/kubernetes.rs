@@ -668,3 +668,161 @@ fn a_killed_cloudcore_loses_nothing_native() {
 fn a_killed_cloudcore_loses_nothing_kubeedge() {
     a_killed_cloudcore_loses_nothing("kubeedge");
 }
+
+/// The `value` of `flag` among the edge's arguments (`--mqtt-broker`, ...).
+fn edge_flag<'a>(cluster: &'a Cluster, flag: &str) -> &'a str {
+    cluster
+        .edge_args
+        .iter()
+        .position(|arg| arg == flag)
+        .and_then(|at| cluster.edge_args.get(at + 1))
+        .map(String::as_str)
+        .unwrap_or_else(|| panic!("the edge runs without {flag}"))
+}
+
+/// The devices the edge holds in the test's namespace (its MetaServer's
+/// answer), or `None` when the MetaServer does not answer with a list.
+fn held_devices(cluster: &Cluster) -> Option<Vec<String>> {
+    let mut stream = std::net::TcpStream::connect(&cluster.metaserver).ok()?;
+    let request = format!(
+        "GET /apis/devices.kubeedge.io/v1beta1/namespaces/{}/devices HTTP/1.0\r\nHost: edge\r\n\r\n",
+        cluster.namespace
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let list: Value = serde_json::from_str(body).ok()?;
+    let items = list["items"].as_array()?;
+    Some(
+        items
+            .iter()
+            .filter_map(|device| device["metadata"]["name"].as_str().map(str::to_owned))
+            .collect(),
+    )
+}
+
+/// A device model and a device bound to `node` (the thermometer of
+/// `examples/manifests/thermometer.yaml`).
+fn thermometer(node: &str, device: &str) -> String {
+    format!(
+        "apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata:
+  name: thermometer
+spec:
+  protocol: virtual
+  properties:
+  - name: temperature
+    type: float
+    accessMode: ReadOnly
+    unit: Celsius
+  - name: setpoint
+    type: int
+    accessMode: ReadWrite
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata:
+  name: {device}
+spec:
+  nodeName: {node}
+  deviceModelRef:
+    name: thermometer
+  protocol:
+    protocolName: virtual
+  properties:
+  - name: temperature
+    reportCycle: 1000
+  - name: setpoint
+    desired:
+      value: \"21\"
+"
+    )
+}
+
+/// KubeEdge's device CRDs (edgehive's `manifests/crds/`) on the cluster: a
+/// Device bound to the edge node goes down to it, the values its mapper
+/// reports over the edge's MQTT broker come back into the Device's status
+/// through the API server, and a deleted Device leaves the edge.
+#[test]
+fn a_device_reports_through_the_api_server() {
+    let test = "a_device_reports_through_the_api_server";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    let cluster = Cluster::start(kubeconfig, "eh-device", "native");
+
+    // The CRDs, installed as a user would (idempotent: other runs may have
+    // installed them already), and served.
+    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/crds");
+    let (ok, out) = kubectl(&cluster.kubeconfig, &["apply", "-f", crds]);
+    assert!(ok, "kubectl apply -f {crds}: {out}");
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/devices.devices.kubeedge.io",
+            "crd/devicemodels.devices.kubeedge.io",
+        ],
+    );
+    assert!(ok, "the CRDs established: {out}");
+
+    // The model and a device bound to the node. cloudcore lists the kinds
+    // again 30 s after it found them not served, so the device may take
+    // that long to reach the edge.
+    let device = format!("thermo-{}", cluster.node);
+    cluster.apply(&thermometer(&cluster.node, &device));
+    until("the device at the edge", || {
+        held_devices(&cluster)
+            .filter(|held| held.contains(&device))
+            .map(drop)
+    });
+
+    // The mapper (its own process, on the edge's MQTT broker) gets the
+    // desired setpoint and reports it and a temperature; the Device's
+    // status in the API server shows both.
+    let mapper = Process::start(
+        env!("CARGO_BIN_EXE_edgehive-mapper"),
+        &[
+            "--broker",
+            edge_flag(&cluster, "--mqtt-broker"),
+            "--node",
+            &cluster.node,
+            "--period-ms",
+            "200",
+        ],
+    );
+    let reported = until("the device's reported values in the API server", || {
+        let object = get(
+            &cluster.kubeconfig,
+            &["get", "device", &device, "-n", &cluster.namespace],
+        )?;
+        let twins = object["status"]["twins"].as_array()?;
+        let reported = |name: &str| {
+            twins
+                .iter()
+                .find(|t| t["propertyName"] == name)
+                .and_then(|t| t["reported"]["value"].as_str())
+                .map(str::to_owned)
+        };
+        (reported("setpoint").as_deref() == Some("21") && reported("temperature").is_some())
+            .then_some(object)
+    });
+    println!("{test}: {}", reported["status"]);
+    drop(mapper);
+
+    // kubectl delete: the device leaves the edge.
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &["delete", "device", &device, "-n", &cluster.namespace],
+    );
+    assert!(ok, "{out}");
+    until("the device gone from the edge", || {
+        held_devices(&cluster)
+            .filter(|held| !held.contains(&device))
+            .map(drop)
+    });
+}

@@ -128,6 +128,9 @@ pub fn prepare(
 
 pub use apis::kinds::token_name;
 
+/// A file of a volume: its path in the volume, contents and mode.
+type VolumeFile = (String, Vec<u8>, Option<i32>);
+
 /// The files one source of a projected volume contributes.
 fn projected_files(
     pod: &Pod,
@@ -136,7 +139,7 @@ fn projected_files(
     index: usize,
     source: &VolumeProjection,
     objects: &Objects,
-) -> Result<Vec<(String, Vec<u8>, Option<i32>)>, ConfigError> {
+) -> Result<Vec<VolumeFile>, ConfigError> {
     let missing = |what: String| volume_error(format!("volume {volume:?}: {what} not found"));
     if let Some(config_map) = &source.config_map {
         let key = format!("{namespace}/configmap/{}", config_map.name);
@@ -285,12 +288,8 @@ fn write_files(
 
 /// A configmap's or secret's keys as files (only `items` if given): path,
 /// contents and mode.
-fn object_files(
-    object: &Value,
-    secret: bool,
-    items: Option<&[KeyToPath]>,
-) -> Vec<(String, Vec<u8>, Option<i32>)> {
-    let mut files: Vec<(String, Vec<u8>, Option<i32>)> = Vec::new();
+fn object_files(object: &Value, secret: bool, items: Option<&[KeyToPath]>) -> Vec<VolumeFile> {
+    let mut files: Vec<VolumeFile> = Vec::new();
     let value_of = |key: &str| -> Option<Vec<u8>> {
         if secret {
             if let Some(text) = object["stringData"][key].as_str() {
@@ -326,11 +325,7 @@ fn object_files(
 
 /// Writes `files` in `dir`, changing only files whose contents differ,
 /// and removes the files that are not among them.
-fn write_set(
-    dir: &Path,
-    files: Vec<(String, Vec<u8>, Option<i32>)>,
-    default_mode: Option<i32>,
-) -> std::io::Result<()> {
+fn write_set(dir: &Path, files: Vec<VolumeFile>, default_mode: Option<i32>) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir)?;
     let mut written = std::collections::HashSet::new();

@@ -504,7 +504,7 @@ fn relisted(mirror: &Mirror, kind: Kind, objects: BTreeMap<ObjectKey, Value>, re
     }
     let first = {
         let mut caches = mirror.caches_mut();
-        let cache = caches.entry(kind).or_insert_with(KindCache::default);
+        let cache = caches.entry(kind).or_default();
         let first = !cache.synced;
         cache.objects = objects;
         cache.revision = revision;
@@ -554,7 +554,7 @@ fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Opti
     let keep = !deleted && mirror.keeps(kind, &object);
     let event = {
         let mut caches = mirror.caches_mut();
-        let cache = caches.entry(kind).or_insert_with(KindCache::default);
+        let cache = caches.entry(kind).or_default();
         cache.revision = cache.revision.max(revision);
         let held = cache.objects.contains_key(&key);
         match (keep, held) {
