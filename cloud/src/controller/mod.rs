@@ -712,10 +712,10 @@ impl Controller {
     /// `node`, then keeps them fresh.
     async fn issue_tokens(&mut self, key: &ObjectKey, node: &str, pod: &Value) {
         let sources = tokens::sources(pod);
-        if sources.is_empty() {
+        let now = std::time::Instant::now();
+        if sources.is_empty() || self.tokens.fresh(key, node, pod, now) {
             return;
         }
-        let now = std::time::Instant::now();
         let mut due = None::<std::time::Instant>;
         for source in sources {
             let renew = match self.store.request_token(source.request.clone()).await {

@@ -132,6 +132,17 @@ impl TokenSchedule {
             .map(|scheduled| (scheduled.node, sources(&scheduled.pod)))
     }
 
+    /// Whether `key`'s tokens, for the same pod (uid) on `node`, are not
+    /// due yet at `now` (a spec change of the pod needs none anew).
+    pub fn fresh(&self, key: &ObjectKey, node: &str, pod: &Value, now: Instant) -> bool {
+        self.pods.get(key).is_some_and(|scheduled| {
+            scheduled.due > now
+                && scheduled.node == node
+                && scheduled.pod["metadata"]["uid"] == pod["metadata"]["uid"]
+                && sources(&scheduled.pod) == sources(pod)
+        })
+    }
+
     /// The pods whose tokens are due at `now`: key, node and pod.
     pub fn due(&self, now: Instant) -> Vec<(ObjectKey, String, Value)> {
         self.pods

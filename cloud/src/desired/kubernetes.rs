@@ -641,16 +641,31 @@ impl DesiredState for KubernetesStore {
     }
 
     fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+        let unconditional = revision_of(&object) == 0;
+        let status = object.get("status").cloned().unwrap_or(Value::Null);
         let prepared = self
             .api_for(&object)
             .and_then(|(api, key)| Ok((api, key, dynamic(&object)?)));
         Box::pin(async move {
             let (api, key, object) = prepared?;
-            let replaced = api
-                .replace_status(&key.name, &PostParams::default(), &object)
-                .await
-                .map_err(|err| refused(err, &key.to_string()))?;
-            typed(key.kind, replaced)
+            let written = match unconditional {
+                // An update with no resourceVersion is refused for custom
+                // resources (a Device's status): a merge patch of the
+                // status is taken for every kind.
+                true => {
+                    let patch = kube::api::Patch::Merge(json!({ "status": status }));
+                    api.patch_status(&key.name, &kube::api::PatchParams::default(), &patch)
+                        .await
+                }
+                false => {
+                    api.replace_status(&key.name, &PostParams::default(), &object)
+                        .await
+                }
+            };
+            typed(
+                key.kind,
+                written.map_err(|err| refused(err, &key.to_string()))?,
+            )
         })
     }
 
