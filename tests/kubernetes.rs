@@ -11,10 +11,9 @@
 //! edgehive's own dialect, or in KubeEdge's) and works through kubectl, as
 //! a KubeEdge user would: the Node appears labelled as an edge node and
 //! Ready, its Lease in `kube-node-lease` is renewed, a pod bound to it runs
-//! on containerd and reports Running with its IP, `kubectl delete` stops
-//! it at the edge and the pod object goes once the edge holds the
-//! deletion; a killed edgecore turns the node NotReady-by-link (Unknown)
-//! and back.
+//! on containerd and reports Running with its IP, a killed edgecore turns
+//! the node NotReady with its pods kept, and a `kubectl delete` made while
+//! the edge is away is finished when it returns, once the edge holds it.
 #![cfg(feature = "cli")]
 
 use std::collections::BTreeMap;
@@ -562,13 +561,9 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
         cluster.pod("web").is_some(),
         "the pod stays while the node is offline"
     );
-    cluster.start_edge();
-    until("the node Ready again", || {
-        cluster.ready().filter(|ready| ready == "True")
-    });
 
-    // kubectl delete: the edge stops it, and the object goes once the edge
-    // holds the deletion.
+    // kubectl delete while the edge is away: the pod object waits, being
+    // deleted, until the edge returns and holds the deletion.
     let (ok, out) = kubectl(
         &cluster.kubeconfig,
         &[
@@ -581,6 +576,17 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
         ],
     );
     assert!(ok, "{out}");
+    let terminating = cluster
+        .pod("web")
+        .expect("kept until the edge holds the deletion");
+    assert!(
+        terminating["metadata"]["deletionTimestamp"].is_string(),
+        "{terminating}"
+    );
+    cluster.start_edge();
+    until("the node Ready again", || {
+        cluster.ready().filter(|ready| ready == "True")
+    });
     until("the pod object gone", || {
         cluster.pod("web").is_none().then_some(())
     });
