@@ -216,8 +216,12 @@ impl ControllerHandle {
                     }
                 }
             };
+            // Waited for only where the controller hears of it: a kind it
+            // follows, and an object its desired state passes on (in
+            // Kubernetes mode, not a pod on a node that is no edge node).
             if let Applied::Created(stored) | Applied::Configured(stored) = &outcome
                 && FOLLOWED.contains(&key.kind)
+                && self.store.passes_on(stored)
             {
                 written.push((key.kind, revision_of(stored)));
             }
@@ -233,6 +237,7 @@ impl ControllerHandle {
         let removed = self.store.delete(&key).await.map_err(refused)?;
         if let Some(removed) = &removed
             && FOLLOWED.contains(&key.kind)
+            && self.store.passes_on(removed)
         {
             self.handled(vec![(key.kind, revision_of(removed))]).await;
         }
@@ -293,6 +298,7 @@ impl EdgeController {
             leases: HashMap::new(),
             watches: Watches::default(),
             tokens: tokens::TokenSchedule::default(),
+            renewing: Arc::default(),
             counts: Arc::new(counts_tx),
             handled: handled_tx,
         };
@@ -370,6 +376,8 @@ struct Controller {
     watches: Watches,
     /// Pods whose service account tokens are kept fresh.
     tokens: tokens::TokenSchedule,
+    /// Whether a round of lease renewals is under way.
+    renewing: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<watch::Sender<ControllerCounts>>,
     handled: watch::Sender<Handled>,
 }
@@ -502,8 +510,9 @@ impl Controller {
         });
         match listed {
             Ok((objects, revision, watch)) => {
-                if kind == Kind::Pod {
-                    // Tokens issued before a restart are renewed at once.
+                if kind == Kind::Pod && !self.reconciler.loaded() {
+                    // Tokens issued before a restart are renewed at once
+                    // (on the first list only: a relist changes no token).
                     let now = std::time::Instant::now();
                     for pod in &objects {
                         if let (Some(key), Some(node)) = (ObjectKey::of(pod), node_name(pod))
@@ -550,9 +559,16 @@ impl Controller {
     /// controller's task (a slow API server delays no message).
     fn renew_leases(&self) {
         let nodes = self.reconciler.connected_nodes();
-        if nodes.is_empty() {
+        // One round at a time: a slow API server gets no second round of
+        // the same Leases on top of the first.
+        if nodes.is_empty()
+            || self
+                .renewing
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
             return;
         }
+        let renewing = self.renewing.clone();
         let (store, counts, duration) = (
             self.store.clone(),
             self.counts.clone(),
@@ -569,6 +585,7 @@ impl Controller {
                     Err(err) => warn!(%node, error = %err, "node lease not renewed"),
                 }
             }
+            renewing.store(false, std::sync::atomic::Ordering::Release);
         });
     }
 

@@ -21,7 +21,7 @@ use super::{DesiredError, WatchEvent, WatchStream};
 /// end with [`DesiredError::Gone`]).
 #[derive(Debug)]
 enum Change {
-    Event(WatchEvent),
+    Event(Arc<WatchEvent>),
     Reset,
 }
 
@@ -81,9 +81,7 @@ impl Feed {
             window.changes.push_back(event.clone());
             // Sent while the window is locked, so a watch that subscribed
             // and then read the window sees each change once.
-            let _ = window
-                .live
-                .send(Arc::new(Change::Event(Arc::unwrap_or_clone(event))));
+            let _ = window.live.send(Arc::new(Change::Event(event)));
         }
     }
 
@@ -125,7 +123,7 @@ impl Feed {
                     Ok(change) => match &*change {
                         Change::Event(event) if event.revision() > last => {
                             last = event.revision();
-                            return Some((Ok(event.clone()), Some((live, last))));
+                            return Some((Ok(WatchEvent::clone(event)), Some((live, last))));
                         }
                         Change::Event(_) => {}
                         Change::Reset => {

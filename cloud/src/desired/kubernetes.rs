@@ -26,7 +26,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchP
 use kube::core::{ApiResource, WatchEvent as KubeEvent};
 use kube::{Client, Config};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
@@ -111,9 +111,11 @@ struct Mirror {
     feed: Feed,
     /// Names of the edge nodes, which pods are filtered by.
     edge_nodes: RwLock<HashSet<String>>,
-    /// Wakes the pod and device watches to list again (a new edge node
-    /// may have objects bound to it already).
-    relist_bound: Notify,
+    /// Counts the times the edge nodes grew: the pod and device watches
+    /// list again when it moves (a new edge node may have objects bound to
+    /// it already). A count, not a notification, so a growth while a watch
+    /// is being set up is not missed.
+    edge_nodes_grew: watch::Sender<u64>,
     synced: Notify,
 }
 
@@ -257,7 +259,7 @@ impl KubernetesStore {
             caches: RwLock::new(HashMap::new()),
             feed: Feed::new(WINDOW, 0),
             edge_nodes: RwLock::new(HashSet::new()),
-            relist_bound: Notify::new(),
+            edge_nodes_grew: watch::channel(0).0,
             synced: Notify::new(),
         });
         let tasks = WATCHED
@@ -405,7 +407,10 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
         _ => (ListParams::default(), WatchParams::default()),
     };
     let mut backoff = Duration::from_millis(200);
+    let mut grew = mirror.edge_nodes_grew.subscribe();
     loop {
+        // What the edge nodes are now is what this list filters by.
+        grew.borrow_and_update();
         let (objects, revision) = match list_all(&api, kind, &list_params, &mirror).await {
             Ok(listed) => listed,
             Err(DesiredError::NotFound { .. }) => {
@@ -432,6 +437,7 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
         // Watch from the list's revision until the history is gone.
         'watching: loop {
             let params = watch_params.clone().timeout(290);
+            let started = tokio::time::Instant::now();
             let stream = match api.watch(&params, &at.to_string()).await {
                 Ok(stream) => stream,
                 Err(err) => {
@@ -445,7 +451,7 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
                 let next = match kind.bound_to_node() {
                     true => tokio::select! {
                         next = stream.try_next() => next,
-                        _ = mirror.relist_bound.notified() => break 'watching,
+                        _ = grew.changed() => break 'watching,
                     },
                     false => stream.try_next().await,
                 };
@@ -463,6 +469,7 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
                         if status.code == 410 {
                             break 'watching;
                         }
+                        tokio::time::sleep(backoff).await;
                         break;
                     }
                     Ok(Some(event)) => {
@@ -471,8 +478,15 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
                         };
                         at = at.max(revision);
                     }
-                    // The watch timed out: watch again from where it was.
-                    Ok(None) => break,
+                    // The watch timed out: watch again from where it was
+                    // (after a pause if it ended at once, so a server that
+                    // keeps closing watches is not asked in a loop).
+                    Ok(None) => {
+                        if started.elapsed() < Duration::from_secs(1) {
+                            tokio::time::sleep(backoff).await;
+                        }
+                        break;
+                    }
                     Err(err) => {
                         debug!(kind = kind.name(), error = %err, "watch broke; watching again");
                         tokio::time::sleep(backoff).await;
@@ -499,7 +513,7 @@ fn relisted(mirror: &Mirror, kind: Kind, objects: BTreeMap<ObjectKey, Value>, re
             grown
         };
         if grown {
-            mirror.relist_bound.notify_waiters();
+            mirror.edge_nodes_grew.send_modify(|grown| *grown += 1);
         }
     }
     let first = {
@@ -548,7 +562,7 @@ fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Opti
         };
         drop(edge_nodes);
         if new {
-            mirror.relist_bound.notify_waiters();
+            mirror.edge_nodes_grew.send_modify(|grown| *grown += 1);
         }
     }
     let keep = !deleted && mirror.keeps(kind, &object);
@@ -689,6 +703,10 @@ impl DesiredState for KubernetesStore {
 
     fn evicts(&self) -> bool {
         true
+    }
+
+    fn passes_on(&self, object: &Value) -> bool {
+        ObjectKey::of(object).is_some_and(|key| self.mirror.keeps(key.kind, object))
     }
 
     fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {

@@ -190,6 +190,13 @@ pub trait DesiredState: Send + Sync + 'static {
         })
     }
 
+    /// Whether a change of `object` reaches this store's watches (a
+    /// Kubernetes backend passes on only pods bound to edge nodes).
+    fn passes_on(&self, object: &Value) -> bool {
+        let _ = object;
+        true
+    }
+
     /// Whether something evicts pods from NotReady nodes here (Kubernetes'
     /// taint manager does; the embedded store has nothing that would).
     fn evicts(&self) -> bool {
