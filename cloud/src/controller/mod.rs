@@ -751,6 +751,11 @@ impl Controller {
                         false => now + tokens::RETRY,
                     }
                 }
+                Err(DesiredError::Unsupported(what)) => {
+                    // Never to be had here: not asked for again.
+                    warn!(pod = %key, %what, "the pod's service account token cannot be issued");
+                    return;
+                }
                 Err(err) => {
                     warn!(pod = %key, error = %err, "service account token not issued; trying again");
                     now + tokens::RETRY

@@ -80,6 +80,10 @@ pub enum DesiredError {
         /// The revision asked for.
         since: u64,
     },
+    /// This backend cannot do that at all (the embedded one issues no
+    /// service account tokens).
+    #[error("not supported by this desired state: {0}")]
+    Unsupported(String),
     /// The backend failed.
     #[error("desired-state store: {0}")]
     Backend(String),
@@ -183,10 +187,9 @@ pub trait DesiredState: Send + Sync + 'static {
     fn request_token(&self, request: TokenRequest) -> StoreFuture<Value> {
         let _ = request;
         Box::pin(async {
-            Err(DesiredError::Invalid {
-                key: "serviceaccounts/token".to_owned(),
-                reason: "this desired state issues no service account tokens".to_owned(),
-            })
+            Err(DesiredError::Unsupported(
+                "service account tokens (no API server issues them)".to_owned(),
+            ))
         })
     }
 
