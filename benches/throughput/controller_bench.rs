@@ -723,19 +723,28 @@ mod kubernetes {
             let mut rates = Vec::new();
             for run in 0..sizes.runs {
                 let objects = pods(&format!("c{run}"), &ctl_namespace, id, sizes.pods)?;
-                let (took, _) = timed_to_ack(
+                let sent_before = cloud.controller.counts.borrow().sent;
+                let acked_before = super::acked(&cloud.stats);
+                let (took, (created, sent, acked)) = timed_to_ack(
                     &cloud.stats,
                     sizes.pods,
                     "pods from the API server",
                     async {
-                        create_all(objects, |pod| {
+                        let created = create_all(objects, |pod| {
                             let api = ctl_pods.clone();
                             async move { api.create(&PostParams::default(), &pod).await.map(drop) }
                         })
-                        .await
+                        .await?;
+                        let sent = cloud.controller.counts.borrow().sent - sent_before;
+                        Ok((created, sent, super::acked(&cloud.stats) - acked_before))
                     },
                 )
                 .await?;
+                eprintln!(
+                    "controller/k8s: run {run}: the API server answered every create after \
+                     {created:.2?} ({sent} queued for the edge, {acked} acknowledged by then); \
+                     all acknowledged after {took:.2?}"
+                );
                 rates.push(per_second(sizes.pods, took));
             }
             Ok::<_, anyhow::Error>(rates)
