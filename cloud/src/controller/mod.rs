@@ -390,6 +390,19 @@ fn node_name(pod: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Sends an answer down to its node through cloudhub.
+fn send_to_node(hive: &Hive, mut answer: HiveMessage) {
+    // An answer is not an object to acknowledge.
+    answer.header.resource_version.clear();
+    answer.header.sync = false;
+    let hive = hive.clone();
+    actix::spawn(async move {
+        if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
+            debug!(error = %err, "answer to a node not sent");
+        }
+    });
+}
+
 /// `object` without its resource version: a write of it is
 /// unconditional.
 fn unconditional(mut object: Value) -> Value {
@@ -940,15 +953,43 @@ impl Controller {
     }
 
     /// Sends an answer down to its node through cloudhub.
-    fn send_to_node(&self, mut answer: HiveMessage) {
-        // An answer is not an object to acknowledge.
-        answer.header.resource_version.clear();
-        answer.header.sync = false;
-        let hive = self.hive.clone();
+    fn send_to_node(&self, answer: HiveMessage) {
+        send_to_node(&self.hive, answer);
+    }
+
+    /// Answers a node's request for a service account token (a KubeEdge
+    /// edge's kubelet asks for each projected token itself: the resource
+    /// names the service account, the content is the TokenRequest) with
+    /// the TokenRequest as the API server answers it, for a pod bound to
+    /// that node only.
+    fn answer_token(&self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
+        let content = match msg.content() {
+            Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+            other => other.clone(),
+        };
+        let spec = &content["spec"];
+        let pod = &spec["boundObjectRef"];
+        let (Some(pod_name), Some(uid)) = (pod["name"].as_str(), pod["uid"].as_str()) else {
+            return self.refuse_sync(msg, "a token request names the pod it is bound to");
+        };
+        let key = ObjectKey::new(Kind::Pod, what.namespace.as_str(), pod_name);
+        if !self.reconciler.may_report(node, &key) {
+            warn!(%node, pod = %key, "token request for a pod not bound to the node refused");
+            return self.refuse_sync(msg, "the pod is not bound to this node");
+        }
+        let request = tokens::requested(&what.namespace, &what.name, spec, (pod_name, uid));
+        let (store, hive) = (self.store.clone(), self.hive.clone());
+        let msg = msg.clone();
         actix::spawn(async move {
-            if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
-                debug!(error = %err, "answer to a node not sent");
-            }
+            let answer = match store.request_token(request).await {
+                Ok(status) => {
+                    let mut answered = content;
+                    answered["status"] = status;
+                    msg.response(module::EDGECONTROLLER, answered)
+                }
+                Err(err) => msg.error_response(module::EDGECONTROLLER, err.to_string()),
+            };
+            send_to_node(&hive, answer);
         });
     }
 
@@ -1302,6 +1343,9 @@ impl Controller {
     /// what they reference, services and endpoints, and its own Node.
     fn answer_query(&self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
         self.count(|c| c.queries += 1);
+        if what.resource_type == resource_type::SERVICE_ACCOUNT_TOKEN {
+            return self.answer_token(node, what, msg);
+        }
         let entitled =
             ObjectKey::from_edge_resource(what).filter(|key| self.reconciler.entitled(node, key));
         let found = entitled.and_then(|key| self.store.get(&key).ok().flatten());

@@ -77,6 +77,31 @@ pub fn sources(pod: &Value) -> Vec<TokenSource> {
     found
 }
 
+/// The request a KubeEdge edge's kubelet makes for a token of
+/// `service_account` in `namespace` (its TokenRequest's `spec`), bound to
+/// the pod `pod` (name, uid).
+pub fn requested(
+    namespace: &str,
+    service_account: &str,
+    spec: &Value,
+    pod: (&str, &str),
+) -> TokenRequest {
+    TokenRequest {
+        namespace: namespace.to_owned(),
+        service_account: service_account.to_owned(),
+        audiences: spec["audiences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect(),
+        expiration_seconds: spec["expirationSeconds"]
+            .as_i64()
+            .unwrap_or(DEFAULT_EXPIRATION),
+        pod: (pod.0.to_owned(), pod.1.to_owned()),
+    }
+}
+
 /// The object that carries an issued token to the edge: the TokenRequest
 /// with the API server's answer as its status.
 pub fn token_object(source: &TokenSource, status: Value) -> Value {
@@ -190,6 +215,27 @@ mod tests {
         assert_eq!(found[1].request.expiration_seconds, DEFAULT_EXPIRATION);
         // No uid yet (not created), no projected volume: nothing.
         assert!(sources(&json!({"metadata": {"name": "a"}, "spec": {}})).is_empty());
+    }
+
+    #[test]
+    fn a_kubelets_token_request_is_read_as_asked() {
+        let spec = json!({
+            "audiences": ["api", "vault"],
+            "expirationSeconds": 3607,
+            "boundObjectRef": {"kind": "Pod", "name": "web", "uid": "u-1"},
+        });
+        let request = requested("shop", "default", &spec, ("web", "u-1"));
+        assert_eq!(request.namespace, "shop");
+        assert_eq!(request.service_account, "default");
+        assert_eq!(
+            request.audiences,
+            vec!["api".to_owned(), "vault".to_owned()]
+        );
+        assert_eq!(request.expiration_seconds, 3607);
+        assert_eq!(request.pod, ("web".to_owned(), "u-1".to_owned()));
+        let bare = requested("shop", "default", &json!({}), ("web", "u-1"));
+        assert!(bare.audiences.is_empty());
+        assert_eq!(bare.expiration_seconds, DEFAULT_EXPIRATION);
     }
 
     #[test]
