@@ -161,6 +161,9 @@ pub struct ControllerHandle {
     pub counts: watch::Receiver<ControllerCounts>,
 }
 
+/// How often an apply writes a spec again over a status written meanwhile.
+const APPLY_ATTEMPTS: usize = 5;
+
 fn refused(err: DesiredError) -> ApiError {
     match err {
         DesiredError::NotFound { key } => {
@@ -205,11 +208,28 @@ impl ControllerHandle {
             let outcome = match stored {
                 None => Applied::Created(self.store.create(object).await.map_err(refused)?),
                 Some(old) => {
-                    // Written only over what was read: a concurrent change
-                    // makes this a conflict, not a lost update.
-                    let held = revision_of(&old);
-                    object["metadata"]["resourceVersion"] = json!(held.to_string());
-                    let stored = self.store.replace(object).await.map_err(refused)?;
+                    // Written only over what was read; a node's status
+                    // written meanwhile makes a conflict, and the spec is
+                    // written again over what is stored now.
+                    let mut held = revision_of(&old);
+                    let mut attempts = 0;
+                    let stored = loop {
+                        object["metadata"]["resourceVersion"] = json!(held.to_string());
+                        match self.store.replace(object.clone()).await {
+                            Err(DesiredError::Conflict { .. }) if attempts < APPLY_ATTEMPTS => {
+                                attempts += 1;
+                                match self.store.get(&key).map_err(refused)? {
+                                    Some(now) => held = revision_of(&now),
+                                    None => {
+                                        return Err(ApiError::Conflict(format!(
+                                            "{key} was deleted meanwhile"
+                                        )));
+                                    }
+                                }
+                            }
+                            written => break written.map_err(refused)?,
+                        }
+                    };
                     match revision_of(&stored) == held {
                         true => Applied::Unchanged(stored),
                         false => Applied::Configured(stored),
