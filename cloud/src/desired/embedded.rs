@@ -84,7 +84,7 @@ impl EmbeddedStore {
                     // not from 0, so a cloud whose store was lost and
                     // re-created still issues revisions above what its
                     // nodes hold.
-                    let first = first_revision();
+                    let first = super::clock_revision();
                     counters.insert(REVISION, first).map_err(backend)?;
                     first
                 }
@@ -121,14 +121,6 @@ impl EmbeddedStore {
             committed.await.unwrap_or(Err(DesiredError::Stopped))
         })
     }
-}
-
-fn first_revision() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_micros()).unwrap_or(u64::MAX / 2)
-        })
 }
 
 fn storage_key(key: &ObjectKey) -> String {

@@ -231,6 +231,17 @@ pub struct TokenRequest {
     pub pod: (String, String),
 }
 
+/// A revision from the clock: the time in microseconds. It starts a new
+/// embedded store above what any earlier one issued, and versions the
+/// tokens the controller sends, each renewal above the last.
+pub fn clock_revision() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX / 2)
+        })
+}
+
 /// A minimal object naming `key`, for a withdrawal or deletion whose
 /// object is gone.
 pub fn stub(key: &ObjectKey) -> Value {
