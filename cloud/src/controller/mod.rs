@@ -403,11 +403,7 @@ struct Controller {
 }
 
 fn node_name(pod: &Value) -> Option<String> {
-    pod.get("spec")
-        .and_then(|s| s.get("nodeName"))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
+    crate::desired::bound_node(pod).map(str::to_owned)
 }
 
 /// Sends an answer down to its node through cloudhub.

@@ -34,7 +34,10 @@ use serde_json::{Value, json};
 
 use apis::kinds::{Kind, ObjectKey, references};
 
-use crate::desired::{DesiredError, DesiredState, WatchEvent, desired_part, spec_revision, stub};
+use crate::desired::{
+    DesiredError, DesiredState, WatchEvent, bound_node as node_of, desired_part, spec_revision,
+    stub,
+};
 
 /// What is done to an object at a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,13 +242,6 @@ fn uid_of(object: &Value) -> Option<String> {
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .map(str::to_owned)
-}
-
-fn node_of(object: &Value) -> Option<&str> {
-    object
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
 }
 
 impl Reconciler {

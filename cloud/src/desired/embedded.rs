@@ -26,6 +26,7 @@ use tracing::error;
 
 use apis::kinds::{Kind, ObjectKey};
 
+use super::bound_node as node_name;
 use super::feed::Feed;
 use super::{
     DesiredError, DesiredState, SPEC_REVISION, StoreFuture, WatchEvent, WatchStream, desired_part,
@@ -226,13 +227,6 @@ fn set_revision(object: &mut Value, revision: u64) {
             Value::String(revision.to_string()),
         );
     }
-}
-
-fn node_name(object: &Value) -> Option<&str> {
-    object
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
 }
 
 /// A write's answer and the change it made, decided inside the batch's

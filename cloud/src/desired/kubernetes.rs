@@ -124,11 +124,7 @@ impl Mirror {
         if !kind.bound_to_node() {
             return true;
         }
-        let Some(node) = object
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        else {
+        let Some(node) = super::bound_node(object) else {
             return false;
         };
         self.edge_nodes

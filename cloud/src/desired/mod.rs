@@ -242,6 +242,14 @@ pub fn clock_revision() -> u64 {
         })
 }
 
+/// The node a pod or device is bound to (`spec.nodeName`), if any.
+pub fn bound_node(object: &Value) -> Option<&str> {
+    object
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+}
+
 /// A minimal object naming `key`, for a withdrawal or deletion whose
 /// object is gone.
 pub fn stub(key: &ObjectKey) -> Value {
