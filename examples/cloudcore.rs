@@ -18,7 +18,12 @@ use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
 use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
-use cloud::{AdminApi, ControllerConfig, DesiredState, EdgeController, EmbeddedStore};
+use cloud::applications::ApiServer;
+use cloud::applications::kubernetes::KubernetesApi;
+use cloud::{
+    AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
+    EmbeddedStore,
+};
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
 use hub::certs::{CertServer, CertServerConfig, CloudCa};
@@ -237,6 +242,14 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;
+    let dynamic = &settings.modules.dynamic_controller;
+    if dynamic.enable {
+        let config = CenterConfig {
+            max_watches_per_node: dynamic.max_watches_per_node,
+            ..CenterConfig::default()
+        };
+        ApplicationCenter::start(&hive, desired.api_server(), config)?;
+    }
     let admin = match settings.modules.admin.enabled() {
         Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
         None => None,
@@ -334,6 +347,15 @@ impl Desired {
                 let store = EmbeddedStore::open(&path).context("desired-state store")?;
                 Ok(Desired::Embedded(store))
             }
+        }
+    }
+
+    /// The API server a KubeEdge edge's MetaServer is answered from, if
+    /// there is one.
+    fn api_server(&self) -> Option<Arc<dyn ApiServer>> {
+        match self {
+            Desired::Embedded(_) => None,
+            Desired::Kubernetes(store) => Some(Arc::new(KubernetesApi::new(store.client().clone()))),
         }
     }
 

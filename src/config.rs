@@ -263,6 +263,31 @@ pub struct CloudModules {
     pub admin: Listener,
     /// Prometheus metrics at `/metrics`.
     pub metrics: Listener,
+    /// The application center (KubeEdge's dynamiccontroller): answers what
+    /// a KubeEdge edge's MetaServer forwards.
+    pub dynamic_controller: DynamicControllerSection,
+}
+
+/// The application center's settings (KubeEdge's `dynamicController`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DynamicControllerSection {
+    /// Whether it runs. Off, a KubeEdge edge's forwarded requests go
+    /// unanswered and each waits 10 s at the edge (KubeEdge's behaviour
+    /// with its dynamicController off); on, each is answered at once.
+    pub enable: bool,
+    /// At most this many forwarded watches per node; more are refused
+    /// with 429.
+    pub max_watches_per_node: usize,
+}
+
+impl Default for DynamicControllerSection {
+    fn default() -> Self {
+        DynamicControllerSection {
+            enable: true,
+            max_watches_per_node: 100,
+        }
+    }
 }
 
 /// cloudhub's settings.
@@ -312,6 +337,7 @@ impl Default for CloudModules {
             cloud_hub: CloudHubSection::default(),
             admin: Listener::on(cloud::admin::DEFAULT_ADDRESS),
             metrics: Listener::on(DEFAULT_CLOUD_METRICS),
+            dynamic_controller: DynamicControllerSection::default(),
         }
     }
 }
@@ -395,6 +421,11 @@ impl Check for CloudCoreConfig {
         }
         if hub.advertise_address.is_empty() {
             return Err("modules.cloudHub.advertiseAddress: name at least one".to_owned());
+        }
+        if self.modules.dynamic_controller.max_watches_per_node == 0 {
+            return Err(
+                "modules.dynamicController.maxWatchesPerNode: must be at least 1".to_owned(),
+            );
         }
         for (key, listener) in [
             ("modules.cloudHub.websocket.address", &hub.websocket),

@@ -6,6 +6,9 @@
 //!   and nothing else, withdraws what a node should no longer hold, repairs
 //!   a node's inventory when it connects, and takes the nodes' status.
 //! - [`desired`]: the desired-state boundary and its backends.
+//! - [`applications`]: the application center (KubeEdge's
+//!   dynamiccontroller), which answers what a KubeEdge edge's MetaServer
+//!   forwards: from the API server in the node's name, or refused at once.
 //! - [`admin`]: the admin API that `edgehivectl` talks to (Kubernetes
 //!   manifests in, objects out), its client and the manifest parser.
 //!
@@ -14,10 +17,12 @@
 //! no edge module.
 
 pub mod admin;
+pub mod applications;
 pub mod controller;
 pub mod desired;
 
 pub use admin::{AdminApi, AdminApiHandle, AdminClient};
+pub use applications::{ApplicationCenter, CenterConfig, CenterCounts, CenterHandle};
 pub use controller::{
     Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController,
 };

@@ -11,112 +11,21 @@ mod common;
 
 use std::time::Duration;
 
-use beehive::Uuid;
+use common::kubeedge::{
+    KubeEdgeEdge, ack, answered, application, application_content, keepalive, request, watch_sync,
+};
 use common::{Cloud, Edge, configmap_yaml, next, pod_yaml};
 use hub::Dialect;
 use serde_json::{Value, json};
-use transports::tls;
-use transports::{DialOptions, Link, TransportKind};
-
-/// A KubeEdge edge's raw link: frames are JSON on the wire.
-struct KubeEdgeEdge {
-    link: Link,
-}
 
 impl KubeEdgeEdge {
-    /// Dials the cloud's KubeEdge endpoint as KubeEdge's edgehub does:
-    /// `node_id`, `project_id` and `ConnectionUse` headers, a certificate
-    /// whose common name is `certified`.
-    async fn dial(cloud: &Cloud, node_id: Option<&str>, certified: &str) -> KubeEdgeEdge {
-        let identity = cloud.pki.client(certified).expect("client cert");
-        let mut options = DialOptions::new(&cloud.kubeedge_address, "localhost")
-            .with_tls(tls::client_config(&[cloud.pki.root()], Some(identity)).expect("tls"))
-            .with_codec(transports::Codec::KubeEdgeJson)
-            // KubeEdge's edgehub upgrades at its own path.
-            .with_path(format!(
-                "/e632aba927ea4ac2b575ec1603d56f10/{}/events",
-                node_id.unwrap_or("unnamed")
-            ))
-            .with_header("project_id", "e632aba927ea4ac2b575ec1603d56f10")
-            .with_header("ConnectionUse", "msg");
-        if let Some(node) = node_id {
-            options = options.with_header("node_id", node);
-        }
-        let link = TransportKind::WebSocket
-            .transport()
-            .expect("ws")
-            .dial(&options)
-            .await
-            .expect("dial");
-        KubeEdgeEdge { link }
-    }
-
-    /// Sends one frame, given as the JSON a KubeEdge edge writes.
-    async fn send(&self, frame: Value) {
-        let bytes = serde_json::to_vec(&frame).expect("json");
-        let msg = transports::kubeedge::decode(&bytes, 1 << 20).expect("a KubeEdge frame");
-        // What goes on the wire is that JSON again.
-        let wire: Value =
-            serde_json::from_slice(&transports::kubeedge::encode(&msg)).expect("json");
-        assert_eq!(wire, frame);
-        self.link.sender.send(&msg).await.expect("sent");
-    }
-
-    /// The next frame from the cloud, as JSON.
-    async fn recv(&mut self, what: &str) -> Value {
-        let msg = tokio::time::timeout(Duration::from_secs(30), self.link.receiver.recv())
-            .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-            .unwrap_or_else(|| panic!("link closed while waiting for {what}"))
-            .unwrap_or_else(|err| panic!("link failed while waiting for {what}: {err}"));
-        serde_json::from_slice(&transports::kubeedge::encode(&msg)).expect("json")
-    }
-
-    /// Sends a request and returns the cloud's answer to it.
-    async fn ask(&mut self, frame: Value, what: &str) -> Value {
-        let id = frame["header"]["msg_id"].clone();
-        self.send(frame).await;
-        let answer = self.recv(what).await;
-        assert_eq!(answer["header"]["parent_msg_id"], id, "{what}: {answer}");
+    /// Sends a request and returns the edgecontroller's answer to it.
+    async fn ask_controller(&mut self, frame: Value, what: &str) -> Value {
+        let answer = self.ask(frame, what).await;
         assert_eq!(answer["route"]["operation"], "response", "{what}: {answer}");
         assert_eq!(answer["route"]["source"], "edgecontroller", "{what}");
         answer
     }
-}
-
-fn id() -> String {
-    Uuid::new_v4().to_string()
-}
-
-fn now() -> i64 {
-    beehive::message::now_millis()
-}
-
-/// A request from the edge's edged, routed through its metamanager.
-fn request(operation: &str, resource: &str, content: Value) -> Value {
-    json!({
-        "header": {"msg_id": id(), "timestamp": now()},
-        "route": {"source": "edged", "group": "meta", "operation": operation, "resource": resource},
-        "content": content,
-    })
-}
-
-fn keepalive() -> Value {
-    json!({
-        "header": {"msg_id": id(), "timestamp": now()},
-        "route": {"source": "websocket", "group": "resource", "operation": "keepalive", "resource": "node"},
-        "content": "ping",
-    })
-}
-
-/// metamanager's acknowledgement of a stored object.
-fn ack(object: &Value) -> Value {
-    json!({
-        "header": {"msg_id": id(), "parent_msg_id": object["header"]["msg_id"], "timestamp": now()},
-        "route": {"source": object["route"]["source"], "group": object["route"]["group"],
-                  "operation": "response", "resource": object["route"]["resource"]},
-        "content": "OK",
-    })
 }
 
 /// Waits until cloudhub's counters satisfy `condition`.
@@ -155,7 +64,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
     // Registration: the cloud says nothing first, so the first frame it
     // sends is the answer, with the Node as stored.
     let answer = edge
-        .ask(
+        .ask_controller(
             request(
                 "insert",
                 "default/node/kube-1",
@@ -186,7 +95,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
                      "osImage": "Debian", "systemUUID": ""},
         "addresses": [{"type": "InternalIP", "address": "192.0.2.21"}]}});
     let answer = edge
-        .ask(
+        .ask_controller(
             request(
                 "patch",
                 "default/nodepatch/kube-1",
@@ -212,13 +121,13 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
 
     // The node lease: NotFound until the kubelet writes it.
     let lease = request("query", "kube-node-lease/lease/kube-1", Value::Null);
-    let answer = edge.ask(lease, "the lease query's answer").await;
+    let answer = edge.ask_controller(lease, "the lease query's answer").await;
     assert_eq!(answer["content"]["Err"]["ErrStatus"]["code"], 404);
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                        "metadata": {"name": "kube-1", "namespace": "kube-node-lease"},
                        "spec": {"holderIdentity": "kube-1", "leaseDurationSeconds": 40}});
     let answer = edge
-        .ask(
+        .ask_controller(
             request("insert", "kube-node-lease/lease/kube-1", lease),
             "the lease's answer",
         )
@@ -269,7 +178,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
         "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "busybox",
                                "imageID": "", "state": {"running": {}}}]}});
     let answer = edge
-        .ask(
+        .ask_controller(
             request("patch", "default/podpatch/web", json!(patch.to_string())),
             "the pod patch's answer",
         )
@@ -287,7 +196,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
     let legacy =
         json!({"UID": uid, "Name": "web", "Status": {"phase": "Running", "podIP": "10.88.0.10"}});
     let answer = edge
-        .ask(
+        .ask_controller(
             request("update", "default/podstatus/web", legacy),
             "the legacy status's answer",
         )
@@ -296,7 +205,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
 
     // A query for the configmap its pod uses is answered with the object.
     let answer = edge
-        .ask(
+        .ask_controller(
             request("query", "default/configmap/conf", Value::Null),
             "the configmap",
         )
@@ -305,7 +214,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
 
     // Nothing here may touch another node's objects.
     let answer = edge
-        .ask(
+        .ask_controller(
             request(
                 "patch",
                 "default/nodepatch/node-x",
@@ -318,7 +227,7 @@ async fn a_kubeedge_edge_registers_gets_its_pod_acks_it_and_reports_status() {
     cloud.apply(&pod_yaml("other", "node-x", &[])).await;
     let patch = json!({"status": {"phase": "Failed"}}).to_string();
     let answer = edge
-        .ask(
+        .ask_controller(
             request("patch", "default/podpatch/other", json!(patch)),
             "a foreign pod patch's answer",
         )
@@ -463,5 +372,47 @@ async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
     assert_eq!(sends[0]["header"]["msg_id"], sends[1]["header"]["msg_id"]);
     assert!(count(&stats.resent) >= 1);
     edge.link.sender.close().await;
+    cloud.shutdown().await;
+}
+
+/// A KubeEdge edge's MetaServer forwards its clients' requests to the
+/// cloud and waits up to 10 s for each. A cloud on its own store has no
+/// API server to ask: each is refused at once with a Kubernetes Status,
+/// and the edge answers from its own store.
+#[actix::test]
+async fn a_kubeedge_metaserver_is_answered_at_once_without_an_api_server() {
+    let cloud = Cloud::start().await;
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-4"), "system:node:kube-4").await;
+
+    let list = application("list", "/core/v1/services/default/null", json!({}), "kube-4");
+    let asked = list["content"]["ID"].clone();
+    let answer = edge.ask(list, "the list's answer").await;
+    assert_eq!(answer["route"]["resource"], "ignore/Application/ignore");
+    let (app, body) = answered(&answer);
+    assert_eq!(app["ID"], asked, "the edge's own application, answered");
+    assert_eq!(app["Status"], "Rejected");
+    assert_eq!(app["Error"]["ErrStatus"]["code"], 405);
+    assert_eq!(app["Error"]["ErrStatus"]["reason"], "MethodNotAllowed");
+    assert_eq!(body, Value::Null);
+
+    // In another node's name: refused as such.
+    let foreign = application("get", "/core/v1/secrets/default/s", json!({}), "kube-5");
+    let (app, _) = answered(&edge.ask(foreign, "the foreign application's answer").await);
+    assert_eq!(app["Error"]["ErrStatus"]["code"], 403);
+
+    // Unreadable: refused, the link stays up.
+    let mut garbled = application("get", "/core/v1/pods/default/p", json!({}), "kube-4");
+    garbled["content"]["Option"] = json!("%%% not base64");
+    let (app, _) = answered(&edge.ask(garbled, "the garbled application's answer").await);
+    assert_eq!(app["Error"]["ErrStatus"]["code"], 400);
+
+    // The edge's list of its watches: each one failed.
+    let watch = application_content("watch", "/core/v1/services/null/null", json!({}), "kube-4");
+    let sync = watch_sync(json!({ "w1": watch }));
+    let answer = edge.ask(sync, "the watch list's answer").await;
+    assert_eq!(answer["content"]["w1"]["Status"], "Rejected", "{answer}");
+
+    let counts = cloud.center.counts.borrow().clone();
+    assert_eq!((counts.approved, counts.rejected, counts.watches), (0, 3, 0));
     cloud.shutdown().await;
 }

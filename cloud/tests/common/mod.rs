@@ -3,13 +3,16 @@
 //! over WebSocket with mutual TLS, each in its own hive in this process.
 #![allow(dead_code)]
 
+pub mod kubeedge;
+
 use std::time::Duration;
 
 use beehive::constants::{group, module};
 use beehive::{Hive, HiveConfig, Message};
 use cloud::{
-    AdminApi, AdminApiHandle, AdminClient, ControllerConfig, ControllerCounts, ControllerHandle,
-    EdgeController, EmbeddedStore,
+    AdminApi, AdminApiHandle, AdminClient, ApplicationCenter, CenterConfig, CenterHandle,
+    ControllerConfig, ControllerCounts, ControllerHandle, DesiredState, EdgeController,
+    EmbeddedStore,
 };
 use hub::{
     CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, EdgeHub, EdgeHubConfig, EdgeHubHandle,
@@ -35,6 +38,8 @@ pub struct Cloud {
     pub hive: Hive,
     pub hub: CloudHubHandle,
     pub controller: ControllerHandle,
+    /// The application center (KubeEdge's dynamiccontroller).
+    pub center: CenterHandle,
     pub admin: AdminApiHandle,
     pub client: AdminClient,
     pub address: String,
@@ -77,6 +82,25 @@ impl Cloud {
         Cloud::start_full(pki, dir, listen, kubeedge_listen, resend).await
     }
 
+    /// A cloud on the Kubernetes API server `kubeconfig` names, its
+    /// application center forwarding there.
+    #[cfg(feature = "kubernetes")]
+    pub async fn start_on_kubernetes(kubeconfig: &str) -> Cloud {
+        use cloud::applications::kubernetes::KubernetesApi;
+        use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
+        let config = KubernetesConfig::new(KubeAccess::Kubeconfig(kubeconfig.into()));
+        let store = KubernetesStore::connect(config).await.expect("the API server");
+        let api = KubernetesApi::new(store.client().clone());
+        let backend = Backend {
+            store: Some(store.shared()),
+            api: Some(std::sync::Arc::new(api)),
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let pki = DevPki::new("kubernetes test CA").expect("CA");
+        let resend = Duration::from_secs(120);
+        Cloud::start_backed(pki, dir, &free_address(), &free_address(), resend, backend).await
+    }
+
     async fn start_full(
         pki: DevPki,
         dir: tempfile::TempDir,
@@ -84,23 +108,40 @@ impl Cloud {
         kubeedge_listen: &str,
         kubeedge_resend_after: Duration,
     ) -> Cloud {
+        let backend = Backend { store: None, api: None };
+        Cloud::start_backed(pki, dir, listen, kubeedge_listen, kubeedge_resend_after, backend).await
+    }
+
+    async fn start_backed(
+        pki: DevPki,
+        dir: tempfile::TempDir,
+        listen: &str,
+        kubeedge_listen: &str,
+        kubeedge_resend_after: Duration,
+        backend: Backend,
+    ) -> Cloud {
         let hive = Hive::new("cloud", HiveConfig::default());
         // After a restart in this process the last cloud's store threads
         // may still be letting go of the files: there is no event for
         // that, so opening is tried again for a while.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let store = loop {
-            match EmbeddedStore::open(&dir.path().join("desired.redb")) {
-                Ok(store) => break store,
-                Err(err) if std::time::Instant::now() < deadline => {
-                    let _ = err;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+        let store = match backend.store {
+            Some(store) => store,
+            None => loop {
+                match EmbeddedStore::open(&dir.path().join("desired.redb")) {
+                    Ok(store) => break store.shared(),
+                    Err(err) if std::time::Instant::now() < deadline => {
+                        let _ = err;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(err) => panic!("desired store: {err}"),
                 }
-                Err(err) => panic!("desired store: {err}"),
-            }
+            },
         };
-        let controller = EdgeController::start(&hive, store.shared(), ControllerConfig::default())
+        let controller = EdgeController::start(&hive, store, ControllerConfig::default())
             .expect("controller");
+        let center = ApplicationCenter::start(&hive, backend.api, CenterConfig::default())
+            .expect("application center");
         let (chain, key) = pki.server("localhost").expect("server cert");
         let server_tls = tls::server_config(chain, key, Some(&[pki.root()])).expect("tls");
         let options = ListenOptions::new(listen).with_tls(server_tls.clone());
@@ -144,6 +185,7 @@ impl Cloud {
             hive,
             hub,
             controller,
+            center,
             admin,
             client,
             address,
@@ -164,6 +206,7 @@ impl Cloud {
             hive,
             hub,
             controller,
+            center,
             admin,
             client,
             address,
@@ -172,7 +215,7 @@ impl Cloud {
         } = self;
         admin.stop().await;
         let _ = hive.shutdown().await;
-        drop((hub, controller, client));
+        drop((hub, controller, center, client));
         while_down().await;
         Cloud::start_on(pki, dir, &address, &kubeedge_address).await
     }
@@ -205,6 +248,13 @@ impl Cloud {
         self.admin.stop().await;
         let _ = self.hive.shutdown().await;
     }
+}
+
+/// What a cloud runs on: the embedded store (none given), or a given
+/// desired state and the API server behind it.
+struct Backend {
+    store: Option<std::sync::Arc<dyn DesiredState>>,
+    api: Option<std::sync::Arc<dyn cloud::applications::ApiServer>>,
 }
 
 pub struct Edge {
