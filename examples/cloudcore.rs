@@ -17,9 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
-use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
+use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
     EmbeddedStore,
@@ -355,7 +355,9 @@ impl Desired {
     fn api_server(&self) -> Option<Arc<dyn ApiServer>> {
         match self {
             Desired::Embedded(_) => None,
-            Desired::Kubernetes(store) => Some(Arc::new(KubernetesApi::new(store.client().clone()))),
+            Desired::Kubernetes(store) => {
+                Some(Arc::new(KubernetesApi::new(store.client().clone())))
+            }
         }
     }
 

@@ -384,7 +384,12 @@ async fn a_kubeedge_metaserver_is_answered_at_once_without_an_api_server() {
     let cloud = Cloud::start().await;
     let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-4"), "system:node:kube-4").await;
 
-    let list = application("list", "/core/v1/services/default/null", json!({}), "kube-4");
+    let list = application(
+        "list",
+        "/core/v1/services/default/null",
+        json!({}),
+        "kube-4",
+    );
     let asked = list["content"]["ID"].clone();
     let answer = edge.ask(list, "the list's answer").await;
     assert_eq!(answer["route"]["resource"], "ignore/Application/ignore");
@@ -413,6 +418,9 @@ async fn a_kubeedge_metaserver_is_answered_at_once_without_an_api_server() {
     assert_eq!(answer["content"]["w1"]["Status"], "Rejected", "{answer}");
 
     let counts = cloud.center.counts.borrow().clone();
-    assert_eq!((counts.approved, counts.rejected, counts.watches), (0, 3, 0));
+    assert_eq!(
+        (counts.approved, counts.rejected, counts.watches),
+        (0, 3, 0)
+    );
     cloud.shutdown().await;
 }

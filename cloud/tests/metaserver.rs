@@ -12,8 +12,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::Cloud;
+use cloud::applications::kubernetes::KubernetesApi;
+use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
 use common::kubeedge::{KubeEdgeEdge, ack, answered, application, application_content, watch_sync};
+use common::{Backend, Cloud};
 use serde_json::{Value, json};
 
 fn kubeconfig(test: &str) -> Option<String> {
@@ -72,6 +74,21 @@ spec:
     )
 }
 
+/// A cloud on the API server `kubeconfig` names, its application center
+/// forwarding there.
+async fn on_kubernetes(kubeconfig: &str) -> Cloud {
+    let config = KubernetesConfig::new(KubeAccess::Kubeconfig(kubeconfig.into()));
+    let store = KubernetesStore::connect(config)
+        .await
+        .expect("the API server");
+    let api = KubernetesApi::new(store.client().clone());
+    Cloud::start_backed_by(Backend {
+        store: Some(store.shared()),
+        api: Some(std::sync::Arc::new(api)),
+    })
+    .await
+}
+
 /// The slice kube-apiserver publishes for itself.
 const DEFAULT_MASTER: &str = "apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -102,7 +119,7 @@ async fn a_kubeedge_metaserver_reads_and_watches_the_api_server_as_its_node() {
     let Some(kubeconfig) = kubeconfig(test) else {
         return;
     };
-    let cloud = Cloud::start_on_kubernetes(&kubeconfig).await;
+    let cloud = on_kubernetes(&kubeconfig).await;
     let suffix = std::process::id();
     let node = format!("metaserver-{suffix}");
     let mut edge = KubeEdgeEdge::dial(&cloud, Some(&node), &format!("system:node:{node}")).await;
@@ -127,12 +144,21 @@ async fn a_kubeedge_metaserver_reads_and_watches_the_api_server_as_its_node() {
 
     // The default master points at the edge's MetaServer (nodes may read
     // endpoint slices with the repository's RBAC for MetaServer clients).
-    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/rbac/metaserver-nodes.yaml");
+    let rbac = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../manifests/rbac/metaserver-nodes.yaml"
+    );
     kubectl(&kubeconfig, &["apply", "-f", rbac], None);
     // A cluster whose API server publishes no endpoints of its own gets
     // the slice it would publish, for this check only.
-    let published = kubectl(&kubeconfig, &["get", "endpointslices", "-n", "default", "-o", "name"], None);
-    let made_master = !published.lines().any(|l| l == "endpointslice.discovery.k8s.io/kubernetes");
+    let published = kubectl(
+        &kubeconfig,
+        &["get", "endpointslices", "-n", "default", "-o", "name"],
+        None,
+    );
+    let made_master = !published
+        .lines()
+        .any(|l| l == "endpointslice.discovery.k8s.io/kubernetes");
     if made_master {
         kubectl(&kubeconfig, &["apply", "-f", "-"], Some(DEFAULT_MASTER));
     }
@@ -144,73 +170,155 @@ async fn a_kubeedge_metaserver_reads_and_watches_the_api_server_as_its_node() {
     );
     let (app, body) = answered(&edge.ask(master, "the default master's answer").await);
     assert_eq!(app["Status"], "Approved", "{app}");
-    assert_eq!(body["endpoints"][0]["addresses"], json!(["127.0.0.1"]), "{body}");
+    assert_eq!(
+        body["endpoints"][0]["addresses"],
+        json!(["127.0.0.1"]),
+        "{body}"
+    );
     assert_eq!(body["ports"][0]["port"], 10550, "{body}");
     if made_master {
-        kubectl(&kubeconfig, &["delete", "endpointslice", "kubernetes", "-n", "default"], None);
+        kubectl(
+            &kubeconfig,
+            &["delete", "endpointslice", "kubernetes", "-n", "default"],
+            None,
+        );
     }
 
     // What the node may not read, the API server refuses it: the cluster's
     // Node authorizer judged the request as this node's, not cloudcore's.
     let secret = format!("not-for-nodes-{suffix}");
-    kubectl(&kubeconfig, &["create", "secret", "generic", &secret, "-n", "default", "--from-literal=k=v"], None);
+    kubectl(
+        &kubeconfig,
+        &[
+            "create",
+            "secret",
+            "generic",
+            &secret,
+            "-n",
+            "default",
+            "--from-literal=k=v",
+        ],
+        None,
+    );
     let key = format!("/core/v1/secrets/default/{secret}");
-    let (app, body) = answered(&edge.ask(application("get", &key, json!({}), &node), "the secret's answer").await);
+    let (app, body) = answered(
+        &edge
+            .ask(
+                application("get", &key, json!({}), &node),
+                "the secret's answer",
+            )
+            .await,
+    );
     assert_eq!(app["Status"], "Rejected", "{app}");
     assert_eq!(app["Error"]["ErrStatus"]["code"], 403, "{app}");
     let message = app["Error"]["ErrStatus"]["message"].as_str().unwrap_or("");
-    assert!(message.contains(&format!("system:node:{node}")), "{message}");
+    assert!(
+        message.contains(&format!("system:node:{node}")),
+        "{message}"
+    );
     assert_eq!(body, Value::Null);
-    kubectl(&kubeconfig, &["delete", "secret", &secret, "-n", "default"], None);
+    kubectl(
+        &kubeconfig,
+        &["delete", "secret", &secret, "-n", "default"],
+        None,
+    );
 
     // A watch: its objects, then its changes, come down the node's queue.
     let label = format!("w{suffix}");
     let first = format!("watched-a-{suffix}");
     let second = format!("watched-b-{suffix}");
-    kubectl(&kubeconfig, &["apply", "-f", "-"], Some(&service(&first, &label, 80)));
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&service(&first, &label, 80)),
+    );
     let options = json!({ "labelSelector": format!("watched={label}") });
-    let watch = application("watch", "/core/v1/services/default/null", options.clone(), &node);
+    let watch = application(
+        "watch",
+        "/core/v1/services/default/null",
+        options.clone(),
+        &node,
+    );
     let watch_id = watch["content"]["ID"].clone();
     edge.send(watch).await;
     let listed = from_center(&mut edge, "the watched service").await;
     assert_eq!(listed["route"]["operation"], "insert", "{listed}");
-    assert_eq!(listed["route"]["resource"], format!("default/service/{first}"));
+    assert_eq!(
+        listed["route"]["resource"],
+        format!("default/service/{first}")
+    );
     assert_eq!(listed["content"]["kind"], "Service");
-    assert!(listed["header"]["resourceversion"].as_str().is_some_and(|v| !v.is_empty()), "{listed}");
+    assert!(
+        listed["header"]["resourceversion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty()),
+        "{listed}"
+    );
     edge.send(ack(&listed)).await;
     let answer = from_center(&mut edge, "the watch's answer").await;
     let (app, _) = answered(&answer);
     assert_eq!(app["Status"], "Approved", "{app}");
     assert_eq!(cloud.center.counts.borrow().watches, 1);
 
-    kubectl(&kubeconfig, &["apply", "-f", "-"], Some(&service(&second, &label, 81)));
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&service(&second, &label, 81)),
+    );
     let added = from_center(&mut edge, "the new service").await;
     assert_eq!(added["route"]["operation"], "insert", "{added}");
-    assert_eq!(added["route"]["resource"], format!("default/service/{second}"));
+    assert_eq!(
+        added["route"]["resource"],
+        format!("default/service/{second}")
+    );
     edge.send(ack(&added)).await;
 
-    kubectl(&kubeconfig, &["delete", "service", &first, "-n", "default"], None);
+    kubectl(
+        &kubeconfig,
+        &["delete", "service", &first, "-n", "default"],
+        None,
+    );
     let deleted = from_center(&mut edge, "the deleted service").await;
     assert_eq!(deleted["route"]["operation"], "delete", "{deleted}");
-    assert_eq!(deleted["route"]["resource"], format!("default/service/{first}"));
+    assert_eq!(
+        deleted["route"]["resource"],
+        format!("default/service/{first}")
+    );
     edge.send(ack(&deleted)).await;
+    // The edge can have a frame before cloudhub has answered the watch
+    // that queued it.
+    let mut counts = cloud.center.counts.clone();
+    tokio::time::timeout(Duration::from_secs(10), counts.wait_for(|c| c.queued == 3))
+        .await
+        .expect("three objects queued")
+        .expect("center running");
 
     // The edge lists its watches; the one it still holds keeps running.
     let content = application_content("watch", "/core/v1/services/default/null", options, &node);
     assert_eq!(content["ID"], watch_id);
-    let answer = edge.ask(watch_sync(json!({ watch_id.as_str().unwrap_or(""): content })), "the watch list's answer").await;
+    let answer = edge
+        .ask(
+            watch_sync(json!({ watch_id.as_str().unwrap_or(""): content })),
+            "the watch list's answer",
+        )
+        .await;
     assert_eq!(answer["content"], json!({}), "none failed");
     assert_eq!(cloud.center.counts.borrow().watches, 1);
     // It no longer holds it: the watch stops.
-    let answer = edge.ask(watch_sync(json!({})), "the empty watch list's answer").await;
+    let answer = edge
+        .ask(watch_sync(json!({})), "the empty watch list's answer")
+        .await;
     assert_eq!(answer["content"], json!({}));
-    let mut counts = cloud.center.counts.clone();
     tokio::time::timeout(Duration::from_secs(10), counts.wait_for(|c| c.watches == 0))
         .await
         .expect("the watch stopped")
         .expect("center running");
 
-    kubectl(&kubeconfig, &["delete", "service", &second, "-n", "default"], None);
+    kubectl(
+        &kubeconfig,
+        &["delete", "service", &second, "-n", "default"],
+        None,
+    );
     let counts = cloud.center.counts.borrow().clone();
     println!("{test}: {counts:?}");
     assert_eq!((counts.approved, counts.rejected, counts.queued), (4, 1, 3));

@@ -4,9 +4,9 @@
 //! would the node's kubelet. cloudcore's own account needs `impersonate`
 //! on users and groups for that (see docs/kubernetes.md).
 
+use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use futures_util::StreamExt;
 use kube::Client;
 use kube::core::WatchEvent;
 use serde_json::Value;
@@ -88,18 +88,18 @@ impl ApiServer for KubernetesApi {
                 .request_events::<Value>(request?)
                 .await
                 .map_err(status_of)?;
-            let events = events.map(|event: Result<WatchEvent<Value>, kube::Error>| match event
-                .map_err(status_of)?
-            {
-                WatchEvent::Added(object) => Ok(ApiEvent::Added(object)),
-                WatchEvent::Modified(object) => Ok(ApiEvent::Modified(object)),
-                WatchEvent::Deleted(object) => Ok(ApiEvent::Deleted(object)),
-                WatchEvent::Bookmark(bookmark) => {
-                    Ok(ApiEvent::Bookmark(bookmark.metadata.resource_version))
+            let events = events.map(|event: Result<WatchEvent<Value>, kube::Error>| {
+                match event.map_err(status_of)? {
+                    WatchEvent::Added(object) => Ok(ApiEvent::Added(object)),
+                    WatchEvent::Modified(object) => Ok(ApiEvent::Modified(object)),
+                    WatchEvent::Deleted(object) => Ok(ApiEvent::Deleted(object)),
+                    WatchEvent::Bookmark(bookmark) => {
+                        Ok(ApiEvent::Bookmark(bookmark.metadata.resource_version))
+                    }
+                    WatchEvent::Error(status) => Err(ApiStatus::from_api(
+                        serde_json::to_value(&status).unwrap_or(Value::Null),
+                    )),
                 }
-                WatchEvent::Error(status) => Err(ApiStatus::from_api(
-                    serde_json::to_value(&status).unwrap_or(Value::Null),
-                )),
             });
             Ok(events.boxed())
         })

@@ -107,7 +107,10 @@ pub struct CenterHandle {
 enum Input {
     Hive(HiveMessage),
     /// A watch failed for good (its first listing was refused).
-    WatchEnded { node: String, id: String },
+    WatchEnded {
+        node: String,
+        id: String,
+    },
     Stop(oneshot::Sender<()>),
 }
 
@@ -177,7 +180,10 @@ impl Center {
 
     fn on_message(&mut self, msg: HiveMessage) {
         let Some((node, rest)) = sender(&msg) else {
-            debug!(resource = msg.resource(), "application without a node; ignored");
+            debug!(
+                resource = msg.resource(),
+                "application without a node; ignored"
+            );
             return;
         };
         let node = node.to_owned();
@@ -188,12 +194,20 @@ impl Center {
             Ok(app) => app,
             Err(reason) => {
                 warn!(%node, %reason, "unreadable application refused");
-                return self.answer(&node, &msg, Application::default(), Err(ApiStatus::bad_request(reason)));
+                return self.answer(
+                    &node,
+                    &msg,
+                    Application::default(),
+                    Err(ApiStatus::bad_request(reason)),
+                );
             }
         };
         if !app.node.is_empty() && app.node != node {
             warn!(%node, named = %app.node, "application in another node's name refused");
-            let refusal = ApiStatus::forbidden(format!("node {node} cannot ask in the name of {}", app.node));
+            let refusal = ApiStatus::forbidden(format!(
+                "node {node} cannot ask in the name of {}",
+                app.node
+            ));
             return self.answer(&node, &msg, app, Err(refusal));
         }
         let Some(api) = self.api.clone() else {
@@ -223,7 +237,13 @@ impl Center {
     }
 
     /// Answers `msg` (an application `app`) down its node's link.
-    fn answer(&self, node: &str, msg: &HiveMessage, app: Application, outcome: Result<Vec<u8>, ApiStatus>) {
+    fn answer(
+        &self,
+        node: &str,
+        msg: &HiveMessage,
+        app: Application,
+        outcome: Result<Vec<u8>, ApiStatus>,
+    ) {
         answer_node(&self.hive, &self.counts, node, msg, app, outcome);
     }
 
@@ -244,7 +264,13 @@ impl Center {
         }
     }
 
-    fn spawn_watch(&mut self, node: &str, id: &str, spec: WatchSpec, asked: Option<(HiveMessage, Application)>) {
+    fn spawn_watch(
+        &mut self,
+        node: &str,
+        id: &str,
+        spec: WatchSpec,
+        asked: Option<(HiveMessage, Application)>,
+    ) {
         let Some(api) = self.api.clone() else { return };
         info!(%node, id, resource = %spec.key.resource, "forwarded watch started");
         let follower = Follower {
@@ -303,8 +329,12 @@ impl Center {
                 }
             };
             let spec = match (self.api.is_some(), Request::of(&app)) {
-                (false, _) => Err(ApiStatus::not_served("this cloud has no Kubernetes API server")),
-                (true, Ok(Request::Watch(spec))) if app.node.is_empty() || app.node == node => Ok(spec),
+                (false, _) => Err(ApiStatus::not_served(
+                    "this cloud has no Kubernetes API server",
+                )),
+                (true, Ok(Request::Watch(spec))) if app.node.is_empty() || app.node == node => {
+                    Ok(spec)
+                }
                 (true, Ok(_)) => Err(ApiStatus::bad_request("not a watch of this node's")),
                 (true, Err(status)) => Err(status),
             };
@@ -328,7 +358,8 @@ impl Center {
         }
         for id in plan.refused {
             if let Some(app) = apps.remove(&id) {
-                let status = ApiStatus::too_many(format!("node {node} runs its most forwarded watches"));
+                let status =
+                    ApiStatus::too_many(format!("node {node} runs its most forwarded watches"));
                 failed.insert(id, app.rejected(&status).to_content());
             }
         }
@@ -418,8 +449,13 @@ impl Follower {
             name: None,
             ..self.spec.key.clone()
         };
-        let Ok(path) = collection.path("") else { return };
-        let list_path = format!("{path}?{}", wire::list_query(&self.spec.options, &self.spec.key, false));
+        let Ok(path) = collection.path("") else {
+            return;
+        };
+        let list_path = format!(
+            "{path}?{}",
+            wire::list_query(&self.spec.options, &self.spec.key, false)
+        );
         let watch_query = wire::list_query(&self.spec.options, &self.spec.key, true);
         let mut backoff = Duration::from_millis(500);
         let mut resume: Option<String> = None;
@@ -432,18 +468,30 @@ impl Follower {
                     content_type: String::new(),
                     read: true,
                 };
-                let listed = self
-                    .api
-                    .call(&self.node, call)
-                    .await
-                    .and_then(|body| serde_json::from_slice::<Value>(&body).map_err(|err| ApiStatus::unavailable(format!("unreadable list: {err}"))));
+                let listed = self.api.call(&self.node, call).await.and_then(|body| {
+                    serde_json::from_slice::<Value>(&body)
+                        .map_err(|err| ApiStatus::unavailable(format!("unreadable list: {err}")))
+                });
                 let list = match listed {
                     Ok(list) => list,
                     Err(status) => {
                         if let Some((msg, app)) = asked.take() {
                             // The first listing decides: the node may not watch this.
-                            answer_node(&self.hive, &self.counts, &self.node, &msg, app, Err(status));
-                            let _ = self.inbox.send(Input::WatchEnded { node: self.node, id: self.id }).await;
+                            answer_node(
+                                &self.hive,
+                                &self.counts,
+                                &self.node,
+                                &msg,
+                                app,
+                                Err(status),
+                            );
+                            let _ = self
+                                .inbox
+                                .send(Input::WatchEnded {
+                                    node: self.node,
+                                    id: self.id,
+                                })
+                                .await;
                             return;
                         }
                         warn!(node = %self.node, id = %self.id, %status, "forwarded watch cannot list; trying again");
@@ -456,12 +504,24 @@ impl Follower {
                     self.queue(outgoing).await;
                 }
                 if let Some((msg, app)) = asked.take() {
-                    answer_node(&self.hive, &self.counts, &self.node, &msg, app, Ok(Vec::new()));
+                    answer_node(
+                        &self.hive,
+                        &self.counts,
+                        &self.node,
+                        &msg,
+                        app,
+                        Ok(Vec::new()),
+                    );
                 }
-                resume = list["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+                resume = list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned);
             }
             let from = resume.clone().unwrap_or_default();
-            let path = format!("{path}?{watch_query}&resourceVersion={}", form_escape(&from));
+            let path = format!(
+                "{path}?{watch_query}&resourceVersion={}",
+                form_escape(&from)
+            );
             let mut events = match self.api.watch(&self.node, path).await {
                 Ok(events) => events,
                 Err(status) => {
@@ -517,18 +577,31 @@ impl Follower {
         } = outgoing;
         wire::point_at_metaserver(&mut object);
         let mut msg = HiveMessage::new()
-            .build_router(MODULE, group::RESOURCE, format!("node/{}/{resource}", self.node), operation)
+            .build_router(
+                MODULE,
+                group::RESOURCE,
+                format!("node/{}/{resource}", self.node),
+                operation,
+            )
             .with_content(object);
         // Every object is acknowledged; one without a numeric revision
         // gets the clock's, which supersedes what the node holds.
         let version = version.unwrap_or_else(crate::desired::clock_revision);
         msg = msg.with_resource_version(version.to_string());
-        match self.hive.send_sync(module::CLOUDHUB, msg, self.config.send_timeout).await {
+        match self
+            .hive
+            .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
+            .await
+        {
             Ok(reply) if reply.operation() != operation::ERROR => {
                 self.counts.send_modify(|c| c.queued += 1);
             }
-            Ok(reply) => warn!(node = %self.node, %resource, reason = %reply.content(), "cloudhub refused a watched object"),
-            Err(err) => warn!(node = %self.node, %resource, error = %err, "a watched object was not queued"),
+            Ok(reply) => {
+                warn!(node = %self.node, %resource, reason = %reply.content(), "cloudhub refused a watched object")
+            }
+            Err(err) => {
+                warn!(node = %self.node, %resource, error = %err, "a watched object was not queued")
+            }
         }
     }
 }

@@ -124,7 +124,10 @@ impl Request {
             "get" => {
                 named(&key, "a get")?;
                 let mut query = form_urlencoded::Serializer::new(String::new());
-                if let Some(version) = options["resourceVersion"].as_str().filter(|v| !v.is_empty()) {
+                if let Some(version) = options["resourceVersion"]
+                    .as_str()
+                    .filter(|v| !v.is_empty())
+                {
                     query.append_pair("resourceVersion", version);
                 }
                 ApiCall::get(with_query(key.path(sub)?, query.finish()), true)
@@ -145,13 +148,18 @@ impl Request {
             }
             "update" | "updatestatus" => {
                 named(&key, "an update")?;
-                let sub = if app.verb == "updatestatus" { "status" } else { sub };
+                let sub = if app.verb == "updatestatus" {
+                    "status"
+                } else {
+                    sub
+                };
                 let path = with_query(key.path(sub)?, write_query(&options));
                 ApiCall::with_body(Method::Put, path, body(app)?, JSON)
             }
             "patch" => {
-                let info: PatchInfo = serde_json::from_slice(&app.option)
-                    .map_err(|err| ApiStatus::bad_request(format!("unreadable PatchInfo: {err}")))?;
+                let info: PatchInfo = serde_json::from_slice(&app.option).map_err(|err| {
+                    ApiStatus::bad_request(format!("unreadable PatchInfo: {err}"))
+                })?;
                 if !PATCH_TYPES.contains(&info.patch_type.as_str()) {
                     return Err(ApiStatus::bad_request(format!(
                         "patch type {:?} is not one of {PATCH_TYPES:?}",
@@ -159,7 +167,9 @@ impl Request {
                     )));
                 }
                 let key = ResourceKey {
-                    name: Some(info.name.clone()).filter(|n| !n.is_empty()).or(key.name),
+                    name: Some(info.name.clone())
+                        .filter(|n| !n.is_empty())
+                        .or(key.name),
                     ..key
                 };
                 named(&key, "a patch")?;
@@ -172,7 +182,11 @@ impl Request {
                 let options = serde_json::to_vec(&options).unwrap_or_default();
                 ApiCall::with_body(Method::Delete, key.path(sub)?, options, JSON)
             }
-            verb => return Err(ApiStatus::bad_request(format!("verb {verb:?} is not served"))),
+            verb => {
+                return Err(ApiStatus::bad_request(format!(
+                    "verb {verb:?} is not served"
+                )));
+            }
         };
         Ok(Request::Call(call))
     }
@@ -210,9 +224,26 @@ mod tests {
 
     #[test]
     fn reads_become_gets() {
-        let get = call(&app("get", "/core/v1/configmaps/default/cfg", json!({"resourceVersion": "0"}), None));
-        assert_eq!((get.method, get.path.as_str(), get.read), (Method::Get, "/api/v1/namespaces/default/configmaps/cfg?resourceVersion=0", true));
-        let list = call(&app("list", "/apps/v1/deployments/null/null", json!({"labelSelector": "a=b"}), None));
+        let get = call(&app(
+            "get",
+            "/core/v1/configmaps/default/cfg",
+            json!({"resourceVersion": "0"}),
+            None,
+        ));
+        assert_eq!(
+            (get.method, get.path.as_str(), get.read),
+            (
+                Method::Get,
+                "/api/v1/namespaces/default/configmaps/cfg?resourceVersion=0",
+                true
+            )
+        );
+        let list = call(&app(
+            "list",
+            "/apps/v1/deployments/null/null",
+            json!({"labelSelector": "a=b"}),
+            None,
+        ));
         assert_eq!(list.path, "/apis/apps/v1/deployments?labelSelector=a%3Db");
         let version = call(&app("get", "/version", json!({}), None));
         assert_eq!((version.path.as_str(), version.read), ("/version", false));
@@ -221,27 +252,80 @@ mod tests {
     #[test]
     fn writes_carry_their_object() {
         let pod = json!({"metadata": {"name": "p"}});
-        let create = call(&app("create", "/core/v1/pods/default/null", json!({"fieldManager": "m"}), Some(pod.clone())));
-        assert_eq!((create.method, create.path.as_str()), (Method::Post, "/api/v1/namespaces/default/pods?fieldManager=m"));
-        assert_eq!(serde_json::from_slice::<Value>(&create.body).expect("json"), pod);
-        let token = Application { subresource: "token".into(), ..app("create", "/core/v1/serviceaccounts/default/sa", json!({}), Some(json!({}))) };
-        assert_eq!(call(&token).path, "/api/v1/namespaces/default/serviceaccounts/sa/token");
-        let status = call(&app("updatestatus", "/core/v1/pods/default/p", json!({}), Some(pod)));
-        assert_eq!((status.method, status.path.as_str()), (Method::Put, "/api/v1/namespaces/default/pods/p/status"));
-        let delete = call(&app("delete", "/core/v1/pods/default/p", json!({"gracePeriodSeconds": 0}), None));
-        assert_eq!((delete.method, delete.path.as_str()), (Method::Delete, "/api/v1/namespaces/default/pods/p"));
-        assert_eq!(serde_json::from_slice::<Value>(&delete.body).expect("json")["gracePeriodSeconds"], 0);
+        let create = call(&app(
+            "create",
+            "/core/v1/pods/default/null",
+            json!({"fieldManager": "m"}),
+            Some(pod.clone()),
+        ));
+        assert_eq!(
+            (create.method, create.path.as_str()),
+            (
+                Method::Post,
+                "/api/v1/namespaces/default/pods?fieldManager=m"
+            )
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(&create.body).expect("json"),
+            pod
+        );
+        let token = Application {
+            subresource: "token".into(),
+            ..app(
+                "create",
+                "/core/v1/serviceaccounts/default/sa",
+                json!({}),
+                Some(json!({})),
+            )
+        };
+        assert_eq!(
+            call(&token).path,
+            "/api/v1/namespaces/default/serviceaccounts/sa/token"
+        );
+        let status = call(&app(
+            "updatestatus",
+            "/core/v1/pods/default/p",
+            json!({}),
+            Some(pod),
+        ));
+        assert_eq!(
+            (status.method, status.path.as_str()),
+            (Method::Put, "/api/v1/namespaces/default/pods/p/status")
+        );
+        let delete = call(&app(
+            "delete",
+            "/core/v1/pods/default/p",
+            json!({"gracePeriodSeconds": 0}),
+            None,
+        ));
+        assert_eq!(
+            (delete.method, delete.path.as_str()),
+            (Method::Delete, "/api/v1/namespaces/default/pods/p")
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(&delete.body).expect("json")["gracePeriodSeconds"],
+            0
+        );
     }
 
     #[test]
     fn a_patch_is_sent_as_its_type() {
         use base64::Engine;
-        let data = base64::engine::general_purpose::STANDARD.encode(br#"{"metadata":{"labels":{"a":"b"}}}"#);
+        let data = base64::engine::general_purpose::STANDARD
+            .encode(br#"{"metadata":{"labels":{"a":"b"}}}"#);
         let info = json!({"Name": "p", "PatchType": "application/merge-patch+json", "Data": data,
                           "Options": {"fieldManager": "m"}, "Subresources": ["status"]});
-        let patch = call(&app("patch", "/core/v1/pods/default/null", info.clone(), None));
+        let patch = call(&app(
+            "patch",
+            "/core/v1/pods/default/null",
+            info.clone(),
+            None,
+        ));
         assert_eq!(patch.method, Method::Patch);
-        assert_eq!(patch.path, "/api/v1/namespaces/default/pods/p/status?fieldManager=m");
+        assert_eq!(
+            patch.path,
+            "/api/v1/namespaces/default/pods/p/status?fieldManager=m"
+        );
         assert_eq!(patch.content_type, "application/merge-patch+json");
         assert_eq!(patch.body, br#"{"metadata":{"labels":{"a":"b"}}}"#);
         let mut odd = info;
@@ -251,8 +335,15 @@ mod tests {
 
     #[test]
     fn a_watch_is_a_watch() {
-        let watch = Request::of(&app("watch", "/core/v1/services/null/null", json!({"labelSelector": "x"}), None));
-        let Ok(Request::Watch(spec)) = watch else { panic!("a watch: {watch:?}") };
+        let watch = Request::of(&app(
+            "watch",
+            "/core/v1/services/null/null",
+            json!({"labelSelector": "x"}),
+            None,
+        ));
+        let Ok(Request::Watch(spec)) = watch else {
+            panic!("a watch: {watch:?}")
+        };
         assert_eq!(spec.key.resource, "services");
         assert_eq!(spec.options["labelSelector"], "x");
     }

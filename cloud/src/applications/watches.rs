@@ -377,7 +377,13 @@ mod tests {
     fn a_listing_sends_what_the_node_lacks_and_withdraws_what_went() {
         let mut view = WatchView::new(services());
         let out = view.listed(&list(10, vec![service("a", 5), service("b", 6)]));
-        assert_eq!(ops(&out), vec![("insert", "default/service/a"), ("insert", "default/service/b")]);
+        assert_eq!(
+            ops(&out),
+            vec![
+                ("insert", "default/service/a"),
+                ("insert", "default/service/b")
+            ]
+        );
         // Listed items get their type, which the edge files them by.
         assert_eq!(out[0].object["kind"], "Service");
         assert_eq!(out[0].object["apiVersion"], "v1");
@@ -387,13 +393,27 @@ mod tests {
         let out = view.listed(&list(20, vec![service("a", 15), service("c", 18)]));
         assert_eq!(
             ops(&out),
-            vec![("update", "default/service/a"), ("insert", "default/service/c"), ("delete", "default/service/b")]
+            vec![
+                ("update", "default/service/a"),
+                ("insert", "default/service/c"),
+                ("delete", "default/service/b")
+            ]
         );
         let delete = &out[2];
-        assert_eq!(delete.version, Some(20), "newer than anything the node holds");
-        assert_eq!(delete.object["metadata"], json!({"name": "b", "namespace": "default"}));
+        assert_eq!(
+            delete.version,
+            Some(20),
+            "newer than anything the node holds"
+        );
+        assert_eq!(
+            delete.object["metadata"],
+            json!({"name": "b", "namespace": "default"})
+        );
         // Unchanged: nothing.
-        assert!(view.listed(&list(21, vec![service("a", 15), service("c", 18)])).is_empty());
+        assert!(
+            view.listed(&list(21, vec![service("a", 15), service("c", 18)]))
+                .is_empty()
+        );
         assert_eq!(view.len(), 2);
     }
 
@@ -403,13 +423,22 @@ mod tests {
         view.listed(&list(10, vec![service("a", 5)]));
         // A replay of what the listing had: nothing.
         assert_eq!(view.changed(ApiEvent::Added(service("a", 5))), None);
-        let out = view.changed(ApiEvent::Modified(service("a", 11))).expect("newer");
+        let out = view
+            .changed(ApiEvent::Modified(service("a", 11)))
+            .expect("newer");
         assert_eq!((out.operation, out.version), ("update", Some(11)));
-        let out = view.changed(ApiEvent::Added(service("b", 12))).expect("new");
+        let out = view
+            .changed(ApiEvent::Added(service("b", 12)))
+            .expect("new");
         assert_eq!(out.operation, "insert");
         assert_eq!(view.changed(ApiEvent::Bookmark("13".into())), None);
-        let out = view.changed(ApiEvent::Deleted(service("a", 14))).expect("gone");
-        assert_eq!((out.operation, out.resource.as_str()), ("delete", "default/service/a"));
+        let out = view
+            .changed(ApiEvent::Deleted(service("a", 14)))
+            .expect("gone");
+        assert_eq!(
+            (out.operation, out.resource.as_str()),
+            ("delete", "default/service/a")
+        );
         // A delete of what the node never got: nothing to withdraw.
         assert_eq!(view.changed(ApiEvent::Deleted(service("z", 15))), None);
         // Nameless objects are not sent.
@@ -455,7 +484,9 @@ mod tests {
                     }
                     1 if truth.contains_key(&name) => {
                         truth.remove(&name);
-                        view.changed(ApiEvent::Deleted(service(&name, rv))).into_iter().collect()
+                        view.changed(ApiEvent::Deleted(service(&name, rv)))
+                            .into_iter()
+                            .collect()
                     }
                     _ => {
                         let added = truth.insert(name.clone(), rv).is_none();
@@ -469,7 +500,9 @@ mod tests {
                 for o in out {
                     let name = o.resource.rsplit('/').next().expect("name").to_owned();
                     match o.operation {
-                        "delete" => assert!(node.remove(&name).is_some(), "deletes only what it holds"),
+                        "delete" => {
+                            assert!(node.remove(&name).is_some(), "deletes only what it holds")
+                        }
                         _ => {
                             let held = node.insert(name, o.version.expect("numeric"));
                             assert!(held.is_none_or(|h| h < o.version.expect("numeric")));

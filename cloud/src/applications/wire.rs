@@ -292,15 +292,22 @@ impl Target {
         };
         let segments: Vec<&str> = path.split('/').collect();
         if !segments.iter().all(|s| plain(s)) {
-            return Err(ApiStatus::bad_request(format!("key {key:?} is not a plain path")));
+            return Err(ApiStatus::bad_request(format!(
+                "key {key:?} is not a plain path"
+            )));
         }
         let discovery = DISCOVERY.contains(&trimmed)
-            || matches!(segments.as_slice(), ["api", _] | ["apis", _] | ["apis", _, _]);
+            || matches!(
+                segments.as_slice(),
+                ["api", _] | ["apis", _] | ["apis", _, _]
+            );
         if discovery {
             return Ok(Target::Discovery(trimmed.to_owned()));
         }
         let [group, version, resource, rest @ ..] = segments.as_slice() else {
-            return Err(ApiStatus::bad_request(format!("key {key:?} names no resource")));
+            return Err(ApiStatus::bad_request(format!(
+                "key {key:?} names no resource"
+            )));
         };
         if rest.len() > 2 {
             return Err(ApiStatus::bad_request(format!("key {key:?} is too long")));
@@ -541,10 +548,15 @@ mod tests {
     fn an_answer_keeps_what_the_edge_sent_and_adds_the_result() {
         let app = Application::from_content(&from_the_edge()).expect("readable");
         let list = json!({"kind": "ServiceList", "items": []});
-        let answer = app.clone().approved(list.to_string().into_bytes()).to_content();
+        let answer = app
+            .clone()
+            .approved(list.to_string().into_bytes())
+            .to_content();
         assert_eq!(answer["Status"], "Approved");
         assert_eq!(answer["Timestamp"], "0001-01-01T00:00:00Z");
-        let body = STANDARD.decode(answer["RespBody"].as_str().expect("base64")).expect("b64");
+        let body = STANDARD
+            .decode(answer["RespBody"].as_str().expect("base64"))
+            .expect("b64");
         assert_eq!(serde_json::from_slice::<Value>(&body).expect("json"), list);
 
         let refused = app.rejected(&ApiStatus::forbidden("no")).to_content();
@@ -556,27 +568,44 @@ mod tests {
 
     #[test]
     fn keys_name_resources_namespaces_and_objects() {
-        let Target::Resource(pods) = Target::parse("/core/v1/pods/default/web").expect("key") else {
+        let Target::Resource(pods) = Target::parse("/core/v1/pods/default/web").expect("key")
+        else {
             panic!("a resource");
         };
-        assert_eq!(pods.path("").expect("path"), "/api/v1/namespaces/default/pods/web");
-        assert_eq!(pods.path("status").expect("path"), "/api/v1/namespaces/default/pods/web/status");
+        assert_eq!(
+            pods.path("").expect("path"),
+            "/api/v1/namespaces/default/pods/web"
+        );
+        assert_eq!(
+            pods.path("status").expect("path"),
+            "/api/v1/namespaces/default/pods/web/status"
+        );
         assert_eq!(pods.edge_type(), "pod");
-        let Target::Resource(all) = Target::parse("/apps/v1/deployments/null/null").expect("key") else {
+        let Target::Resource(all) = Target::parse("/apps/v1/deployments/null/null").expect("key")
+        else {
             panic!("a resource");
         };
         assert_eq!(all.path("").expect("path"), "/apis/apps/v1/deployments");
         assert!(all.path("status").is_err(), "a subresource of no object");
-        let Target::Resource(nodes) = Target::parse("/core/v1/nodes/null/edge-1").expect("key") else {
+        let Target::Resource(nodes) = Target::parse("/core/v1/nodes/null/edge-1").expect("key")
+        else {
             panic!("a resource");
         };
         assert_eq!(nodes.path("").expect("path"), "/api/v1/nodes/edge-1");
-        let Target::Resource(namespace) = Target::parse("/core/v1/namespaces/null/kube-system").expect("key") else {
+        let Target::Resource(namespace) =
+            Target::parse("/core/v1/namespaces/null/kube-system").expect("key")
+        else {
             panic!("a resource");
         };
-        assert_eq!(namespace.path("").expect("path"), "/api/v1/namespaces/kube-system");
+        assert_eq!(
+            namespace.path("").expect("path"),
+            "/api/v1/namespaces/kube-system"
+        );
         for discovery in ["/version", "/api", "/apis/apps", "/apis/apps/v1", "/api/v1"] {
-            assert_eq!(Target::parse(discovery), Ok(Target::Discovery(discovery.to_owned())));
+            assert_eq!(
+                Target::parse(discovery),
+                Ok(Target::Discovery(discovery.to_owned()))
+            );
         }
     }
 

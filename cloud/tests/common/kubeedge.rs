@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use beehive::Uuid;
+use cloud::applications::wire::Application;
 use serde_json::{Value, json};
 use transports::tls;
 use transports::{DialOptions, Link, TransportKind};
@@ -112,17 +113,23 @@ pub fn ack(object: &Value) -> Value {
     })
 }
 
-
 /// An application from the edge's MetaServer (KubeEdge's
 /// `metaserver.Application`, as Go's encoding/json writes it: byte fields
 /// in base64), for `node`.
 pub fn application_content(verb: &str, key: &str, option: Value, node: &str) -> Value {
-    use base64::Engine;
-    let option = base64::engine::general_purpose::STANDARD.encode(option.to_string());
     let digest = format!("{verb}{key}{option}{node}");
+    let id = digest
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+    // Go writes byte fields in base64: the cloud's own codec of them.
+    let encoded = Application {
+        option: option.to_string().into_bytes(),
+        ..Application::default()
+    }
+    .to_content();
     json!({
-        "ID": format!("{:x}", digest.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64))),
-        "Key": key, "Verb": verb, "Nodename": node, "Option": option,
+        "ID": format!("{id:x}"),
+        "Key": key, "Verb": verb, "Nodename": node, "Option": encoded["Option"],
         "ReqBody": null, "Subresource": "", "RespBody": null, "Status": "InApplying",
         "Reason": "", "Error": {"ErrStatus": {"metadata": {}}},
         "Timestamp": "0001-01-01T00:00:00Z",
@@ -151,18 +158,19 @@ pub fn watch_sync(watches: Value) -> Value {
 /// The application a cloud's answer carries, with its response body
 /// decoded (JSON, or `null`).
 pub fn answered(answer: &Value) -> (Value, Value) {
-    use base64::Engine;
-    assert_eq!(answer["route"]["operation"], "applicationResponse", "{answer}");
+    assert_eq!(
+        answer["route"]["operation"], "applicationResponse",
+        "{answer}"
+    );
     assert_eq!(answer["route"]["source"], "dynamiccontroller", "{answer}");
     let app = answer["content"].clone();
-    let body = match app["RespBody"].as_str() {
-        Some(text) => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .expect("RespBody in base64");
-            serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-        }
-        None => Value::Null,
+    let bytes = Application::from_content(&app)
+        .expect("an application")
+        .response_body;
+    let body = match bytes.is_empty() {
+        true => Value::Null,
+        false => serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
     };
     (app, body)
 }

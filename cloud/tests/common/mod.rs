@@ -82,25 +82,6 @@ impl Cloud {
         Cloud::start_full(pki, dir, listen, kubeedge_listen, resend).await
     }
 
-    /// A cloud on the Kubernetes API server `kubeconfig` names, its
-    /// application center forwarding there.
-    #[cfg(feature = "kubernetes")]
-    pub async fn start_on_kubernetes(kubeconfig: &str) -> Cloud {
-        use cloud::applications::kubernetes::KubernetesApi;
-        use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
-        let config = KubernetesConfig::new(KubeAccess::Kubeconfig(kubeconfig.into()));
-        let store = KubernetesStore::connect(config).await.expect("the API server");
-        let api = KubernetesApi::new(store.client().clone());
-        let backend = Backend {
-            store: Some(store.shared()),
-            api: Some(std::sync::Arc::new(api)),
-        };
-        let dir = tempfile::tempdir().expect("dir");
-        let pki = DevPki::new("kubernetes test CA").expect("CA");
-        let resend = Duration::from_secs(120);
-        Cloud::start_backed(pki, dir, &free_address(), &free_address(), resend, backend).await
-    }
-
     async fn start_full(
         pki: DevPki,
         dir: tempfile::TempDir,
@@ -108,8 +89,27 @@ impl Cloud {
         kubeedge_listen: &str,
         kubeedge_resend_after: Duration,
     ) -> Cloud {
-        let backend = Backend { store: None, api: None };
-        Cloud::start_backed(pki, dir, listen, kubeedge_listen, kubeedge_resend_after, backend).await
+        let backend = Backend {
+            store: None,
+            api: None,
+        };
+        Cloud::start_backed(
+            pki,
+            dir,
+            listen,
+            kubeedge_listen,
+            kubeedge_resend_after,
+            backend,
+        )
+        .await
+    }
+
+    /// A fresh cloud on `backend`.
+    pub async fn start_backed_by(backend: Backend) -> Cloud {
+        let dir = tempfile::tempdir().expect("dir");
+        let pki = DevPki::new("meta test CA").expect("CA");
+        let resend = Duration::from_secs(120);
+        Cloud::start_backed(pki, dir, &free_address(), &free_address(), resend, backend).await
     }
 
     async fn start_backed(
@@ -138,8 +138,8 @@ impl Cloud {
                 }
             },
         };
-        let controller = EdgeController::start(&hive, store, ControllerConfig::default())
-            .expect("controller");
+        let controller =
+            EdgeController::start(&hive, store, ControllerConfig::default()).expect("controller");
         let center = ApplicationCenter::start(&hive, backend.api, CenterConfig::default())
             .expect("application center");
         let (chain, key) = pki.server("localhost").expect("server cert");
@@ -252,9 +252,9 @@ impl Cloud {
 
 /// What a cloud runs on: the embedded store (none given), or a given
 /// desired state and the API server behind it.
-struct Backend {
-    store: Option<std::sync::Arc<dyn DesiredState>>,
-    api: Option<std::sync::Arc<dyn cloud::applications::ApiServer>>,
+pub struct Backend {
+    pub store: Option<std::sync::Arc<dyn DesiredState>>,
+    pub api: Option<std::sync::Arc<dyn cloud::applications::ApiServer>>,
 }
 
 pub struct Edge {
