@@ -232,7 +232,14 @@ async fn a_kubeedge_metaserver_reads_and_watches_the_api_server_as_its_node() {
         &["apply", "-f", "-"],
         Some(&service(&first, &label, 80)),
     );
-    let options = json!({ "labelSelector": format!("watched={label}") });
+    // As a Kubernetes 1.32 client's watch-list request comes: initial
+    // events, "not older than" and no resource version.
+    let options = json!({
+        "labelSelector": format!("watched={label}"),
+        "resourceVersionMatch": "NotOlderThan",
+        "sendInitialEvents": true,
+        "allowWatchBookmarks": true,
+    });
     let watch = application(
         "watch",
         "/core/v1/services/default/null",
@@ -304,9 +311,13 @@ async fn a_kubeedge_metaserver_reads_and_watches_the_api_server_as_its_node() {
         .await;
     assert_eq!(answer["content"], json!({}), "none failed");
     assert_eq!(cloud.center.counts.borrow().watches, 1);
-    // It no longer holds it: the watch stops.
+    // It no longer holds it: the watch stops. One it lists that the node
+    // may not hold (secrets) starts, is refused by the API server, and ends
+    // rather than being tried for ever.
+    let secrets = application_content("watch", "/core/v1/secrets/default/null", json!({}), &node);
+    let secrets_id = secrets["ID"].as_str().unwrap_or("").to_owned();
     let answer = edge
-        .ask(watch_sync(json!({})), "the empty watch list's answer")
+        .ask(watch_sync(json!({ secrets_id: secrets })), "the changed watch list's answer")
         .await;
     assert_eq!(answer["content"], json!({}));
     tokio::time::timeout(Duration::from_secs(10), counts.wait_for(|c| c.watches == 0))

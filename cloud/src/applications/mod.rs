@@ -452,11 +452,14 @@ impl Follower {
         let Ok(path) = collection.path("") else {
             return;
         };
-        let list_path = format!(
-            "{path}?{}",
-            wire::list_query(&self.spec.options, &self.spec.key, false)
-        );
-        let watch_query = wire::list_query(&self.spec.options, &self.spec.key, true);
+        let selection =
+            wire::list_query(&self.spec.options, &self.spec.key, wire::Reading::Listing);
+        let list_path = match selection.is_empty() {
+            true => path.clone(),
+            false => format!("{path}?{selection}"),
+        };
+        let watch_query =
+            wire::list_query(&self.spec.options, &self.spec.key, wire::Reading::Watch);
         let mut backoff = Duration::from_millis(500);
         let mut resume: Option<String> = None;
         loop {
@@ -475,16 +478,22 @@ impl Follower {
                 let list = match listed {
                     Ok(list) => list,
                     Err(status) => {
-                        if let Some((msg, app)) = asked.take() {
-                            // The first listing decides: the node may not watch this.
-                            answer_node(
-                                &self.hive,
-                                &self.counts,
-                                &self.node,
-                                &msg,
-                                app,
-                                Err(status),
-                            );
+                        let asker = asked.take();
+                        if asker.is_some() || refused_for_good(&status) {
+                            // The node may not watch this (or asks wrongly):
+                            // the asker is told, a watch the edge listed
+                            // again ends.
+                            warn!(node = %self.node, id = %self.id, %status, "forwarded watch refused");
+                            if let Some((msg, app)) = asker {
+                                answer_node(
+                                    &self.hive,
+                                    &self.counts,
+                                    &self.node,
+                                    &msg,
+                                    app,
+                                    Err(status),
+                                );
+                            }
                             let _ = self
                                 .inbox
                                 .send(Input::WatchEnded {
@@ -604,6 +613,13 @@ impl Follower {
             }
         }
     }
+}
+
+/// Whether the API server's refusal holds however often it is asked (a
+/// client error other than a timeout, an expired revision or a rate
+/// limit).
+fn refused_for_good(status: &ApiStatus) -> bool {
+    (400..500).contains(&status.code) && !matches!(status.code, 408 | 410 | 429)
 }
 
 fn form_escape(value: &str) -> String {

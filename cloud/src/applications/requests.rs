@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use super::watches::WatchSpec;
 use super::wire::{
-    ApiStatus, Application, PATCH_TYPES, PatchInfo, ResourceKey, Target, list_query, write_query,
+    ApiStatus, Application, PATCH_TYPES, PatchInfo, Reading, ResourceKey, Target, list_query,
+    write_query,
 };
 
 /// An HTTP method the forwarding uses.
@@ -134,7 +135,10 @@ impl Request {
             }
             "list" => {
                 let path = collection(&key).path("")?;
-                ApiCall::get(with_query(path, list_query(&options, &key, false)), true)
+                ApiCall::get(
+                    with_query(path, list_query(&options, &key, Reading::List)),
+                    true,
+                )
             }
             "watch" => return Ok(Request::Watch(WatchSpec { key, options })),
             "create" => {

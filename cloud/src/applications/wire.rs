@@ -399,10 +399,26 @@ pub fn resource_to_kind(resource: &str) -> String {
     }
 }
 
-/// The query string of a list or watch with `options` (ListOptions as
-/// JSON): selectors, paging and resource version, URL-encoded. A key that
-/// names one object selects it by `metadata.name`.
-pub fn list_query(options: &Value, key: &ResourceKey, watch: bool) -> String {
+/// How a forwarded request reads: a list as the edge's client asked it, a
+/// fresh listing of what a watch selects, or that watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// The client's list: selectors, paging, and the resource version
+    /// where it gave one.
+    List,
+    /// What a watch selects, now (its own resource version, paging and
+    /// the initial-events options of a client's watch-list request left
+    /// out: the cloud lists afresh and watches from there).
+    Listing,
+    /// The watch (`watch=true`, with bookmarks; the caller adds the
+    /// resource version to resume from).
+    Watch,
+}
+
+/// The query string of a read with `options` (ListOptions as JSON),
+/// URL-encoded. A key that names one object selects it by
+/// `metadata.name`.
+pub fn list_query(options: &Value, key: &ResourceKey, reading: Reading) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     let mut fields = options["fieldSelector"].as_str().unwrap_or("").to_owned();
     if let Some(name) = &key.name {
@@ -417,17 +433,27 @@ pub fn list_query(options: &Value, key: &ResourceKey, watch: bool) -> String {
     if !fields.is_empty() {
         query.append_pair("fieldSelector", &fields);
     }
-    if watch {
-        query.append_pair("watch", "true");
-        query.append_pair("allowWatchBookmarks", "true");
-    } else {
-        for field in ["resourceVersion", "resourceVersionMatch", "continue"] {
-            if let Some(value) = options[field].as_str().filter(|s| !s.is_empty()) {
-                query.append_pair(field, value);
-            }
+    match reading {
+        Reading::Watch => {
+            query.append_pair("watch", "true");
+            query.append_pair("allowWatchBookmarks", "true");
         }
-        if let Some(limit) = options["limit"].as_u64().filter(|l| *l > 0) {
-            query.append_pair("limit", &limit.to_string());
+        Reading::Listing => {}
+        Reading::List => {
+            let text = |field: &str| options[field].as_str().filter(|s| !s.is_empty());
+            // A match without a version is refused by the API server.
+            if let Some(version) = text("resourceVersion") {
+                query.append_pair("resourceVersion", version);
+                if let Some(matching) = text("resourceVersionMatch") {
+                    query.append_pair("resourceVersionMatch", matching);
+                }
+            }
+            if let Some(token) = text("continue") {
+                query.append_pair("continue", token);
+            }
+            if let Some(limit) = options["limit"].as_u64().filter(|l| *l > 0) {
+                query.append_pair("limit", &limit.to_string());
+            }
         }
     }
     query.finish()
@@ -645,12 +671,35 @@ mod tests {
             panic!("a resource");
         };
         let options = json!({"labelSelector": "app in (web,db)", "limit": 5, "continue": "x"});
-        let query = list_query(&options, &key, false);
+        let query = list_query(&options, &key, Reading::List);
         assert_eq!(
             query,
             "labelSelector=app+in+%28web%2Cdb%29&fieldSelector=metadata.name%3Dweb&continue=x&limit=5"
         );
-        let query = list_query(&json!({"fieldSelector": "spec.nodeName=n"}), &key, true);
+        // A client's watch-list request (Kubernetes 1.32's clients at the
+        // edge): the match goes only with a version, and a watch's own
+        // listing takes neither.
+        let watch_list = json!({"resourceVersionMatch": "NotOlderThan", "sendInitialEvents": true,
+                                "labelSelector": "a=b"});
+        assert_eq!(
+            list_query(&watch_list, &key, Reading::List),
+            "labelSelector=a%3Db&fieldSelector=metadata.name%3Dweb"
+        );
+        let mut versioned = watch_list.clone();
+        versioned["resourceVersion"] = json!("42");
+        assert_eq!(
+            list_query(&versioned, &key, Reading::List),
+            "labelSelector=a%3Db&fieldSelector=metadata.name%3Dweb&resourceVersion=42&resourceVersionMatch=NotOlderThan"
+        );
+        assert_eq!(
+            list_query(&versioned, &key, Reading::Listing),
+            "labelSelector=a%3Db&fieldSelector=metadata.name%3Dweb"
+        );
+        let query = list_query(
+            &json!({"fieldSelector": "spec.nodeName=n"}),
+            &key,
+            Reading::Watch,
+        );
         assert_eq!(
             query,
             "fieldSelector=spec.nodeName%3Dn%2Cmetadata.name%3Dweb&watch=true&allowWatchBookmarks=true"

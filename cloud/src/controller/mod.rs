@@ -654,8 +654,15 @@ impl Controller {
                             },
                         },
                     };
+                    let (mut object, mut version) = (object, version);
                     if key.kind == Kind::Pod && op != Op::Delete {
-                        self.keep_offline(&key, &object).await;
+                        if let Some(stored) = self.keep_offline(&key, &object).await {
+                            // The pod as written goes instead, once: its
+                            // echo from the watch is nothing new.
+                            self.reconciler.rewritten(&key, &stored);
+                            version = version.max(crate::desired::spec_revision(&stored));
+                            object = Arc::new(stored);
+                        }
                         // Its tokens first, so its volumes find them.
                         self.issue_tokens(&key, &node, &object).await;
                     }
@@ -734,19 +741,23 @@ impl Controller {
     }
 
     /// Lengthens a pod's default tolerations of an offline node to the
-    /// configured window, where the desired state evicts (the write comes
-    /// back as a change, which goes to the node too).
-    async fn keep_offline(&self, key: &ObjectKey, pod: &Value) {
+    /// configured window, where the desired state evicts; the pod as
+    /// stored, if it was written.
+    async fn keep_offline(&self, key: &ObjectKey, pod: &Value) -> Option<Value> {
         if !self.store.evicts() {
-            return;
+            return None;
         }
-        let Some(lengthened) = eviction::lengthened(pod, self.config.offline_grace) else {
-            return;
-        };
+        let lengthened = eviction::lengthened(pod, self.config.offline_grace)?;
         match self.store.replace(lengthened).await {
-            Ok(_) => debug!(pod = %key, "offline tolerations lengthened"),
+            Ok(stored) => {
+                debug!(pod = %key, "offline tolerations lengthened");
+                Some(stored)
+            }
             // Changed meanwhile: its next change comes here again.
-            Err(err) => debug!(pod = %key, error = %err, "offline tolerations not lengthened"),
+            Err(err) => {
+                debug!(pod = %key, error = %err, "offline tolerations not lengthened");
+                None
+            }
         }
     }
 

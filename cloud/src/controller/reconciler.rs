@@ -690,6 +690,17 @@ impl Reconciler {
         }
     }
 
+    /// The driver wrote `object` (the bound object at `key`, changed by
+    /// the cloud itself, such as a pod's lengthened tolerations) and sends
+    /// that instead of what was observed: its echo from the watch is then
+    /// no change to send again.
+    pub fn rewritten(&mut self, key: &ObjectKey, object: &Value) {
+        if let Some(bound) = self.bound.get_mut(key) {
+            bound.digest = digest(object);
+            bound.spec = bound.spec.max(crate::desired::spec_revision(object));
+        }
+    }
+
     /// `node` acknowledged the deletion of `key`: a graceful deletion is
     /// finished.
     pub fn delivered(&mut self, node: &str, key: &ObjectKey) -> Vec<Action> {
