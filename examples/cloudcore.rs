@@ -19,7 +19,7 @@ use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
-use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
+use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
     EmbeddedStore,
@@ -109,6 +109,10 @@ struct Run {
     /// instead of the embedded store (kubeAPIConfig.kubeConfig).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// etcd members' client URLs, comma-separated: keep the desired state
+    /// there, shared with other cloudcore replicas (etcd.endpoints).
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
 }
 
 impl Run {
@@ -142,6 +146,9 @@ impl Run {
         }
         if let Some(kubeconfig) = self.kubeconfig {
             config.kube_api_config.kube_config = kubeconfig.to_string_lossy().into_owned();
+        }
+        if !self.etcd.is_empty() {
+            config.etcd.endpoints = self.etcd;
         }
         config.modules.admin.apply_flag(self.admin);
         config.modules.metrics.apply_flag(self.metrics);
@@ -317,6 +324,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
 enum Desired {
     Embedded(EmbeddedStore),
     Kubernetes(Arc<KubernetesStore>),
+    Etcd(Arc<EtcdStore>),
 }
 
 impl Desired {
@@ -331,6 +339,14 @@ impl Desired {
         } else {
             None
         };
+        if !settings.etcd.endpoints.is_empty() {
+            let endpoints = settings.etcd.endpoints.clone();
+            tracing::info!(?endpoints, "desired state: etcd");
+            let mut config = EtcdConfig::new(endpoints);
+            config.prefix = settings.etcd.prefix.clone();
+            let store = EtcdStore::connect(config).await.context("etcd")?;
+            return Ok(Desired::Etcd(Arc::new(store)));
+        }
         match access {
             Some(access) => {
                 tracing::info!(?access, "desired state: a Kubernetes API server");
@@ -354,7 +370,7 @@ impl Desired {
     /// there is one.
     fn api_server(&self) -> Option<Arc<dyn ApiServer>> {
         match self {
-            Desired::Embedded(_) => None,
+            Desired::Embedded(_) | Desired::Etcd(_) => None,
             Desired::Kubernetes(store) => {
                 Some(Arc::new(KubernetesApi::new(store.client().clone())))
             }
@@ -365,6 +381,7 @@ impl Desired {
         match self {
             Desired::Embedded(store) => store.clone().shared(),
             Desired::Kubernetes(store) => store.clone(),
+            Desired::Etcd(store) => store.clone(),
         }
     }
 

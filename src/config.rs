@@ -218,6 +218,9 @@ pub struct CloudCoreConfig {
     /// (with none given and not running in a pod) the embedded store.
     #[serde(rename = "kubeAPIConfig")]
     pub kube_api_config: KubeApiConfig,
+    /// An etcd cluster holding the desired state, shared by several
+    /// cloudcore replicas (standalone mode); none: the embedded store.
+    pub etcd: EtcdSection,
     /// The modules.
     pub modules: CloudModules,
 }
@@ -248,6 +251,25 @@ impl Default for KubeApiConfig {
             in_cluster: true,
             namespace: "kubeedge".to_owned(),
             offline_grace_seconds: 24 * 3600,
+        }
+    }
+}
+
+/// Where the shared desired state lives when it is in etcd.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EtcdSection {
+    /// The members' client URLs (`http://10.0.0.1:2379`); empty: no etcd.
+    pub endpoints: Vec<String>,
+    /// The key prefix under which the desired state lives.
+    pub prefix: String,
+}
+
+impl Default for EtcdSection {
+    fn default() -> Self {
+        EtcdSection {
+            endpoints: Vec::new(),
+            prefix: "/edgehive".to_owned(),
         }
     }
 }
@@ -326,6 +348,7 @@ impl Default for CloudCoreConfig {
             data_dir: PathBuf::from("/var/lib/edgehive/cloud"),
             log: "info".to_owned(),
             kube_api_config: KubeApiConfig::default(),
+            etcd: EtcdSection::default(),
             modules: CloudModules::default(),
         }
     }
@@ -421,6 +444,12 @@ impl Check for CloudCoreConfig {
         }
         if hub.advertise_address.is_empty() {
             return Err("modules.cloudHub.advertiseAddress: name at least one".to_owned());
+        }
+        if !self.etcd.endpoints.is_empty() && !self.kube_api_config.kube_config.is_empty() {
+            return Err(
+                "etcd.endpoints and kubeAPIConfig.kubeConfig: choose one home for the desired state"
+                    .to_owned(),
+            );
         }
         if self.modules.dynamic_controller.max_watches_per_node == 0 {
             return Err(

@@ -317,7 +317,10 @@ async fn a_kubeedge_metaserver_reads_and_watches_the_api_server_as_its_node() {
     let secrets = application_content("watch", "/core/v1/secrets/default/null", json!({}), &node);
     let secrets_id = secrets["ID"].as_str().unwrap_or("").to_owned();
     let answer = edge
-        .ask(watch_sync(json!({ secrets_id: secrets })), "the changed watch list's answer")
+        .ask(
+            watch_sync(json!({ secrets_id: secrets })),
+            "the changed watch list's answer",
+        )
         .await;
     assert_eq!(answer["content"], json!({}));
     tokio::time::timeout(Duration::from_secs(10), counts.wait_for(|c| c.watches == 0))

@@ -124,7 +124,7 @@ impl EmbeddedStore {
     }
 }
 
-fn storage_key(key: &ObjectKey) -> String {
+pub(super) fn storage_key(key: &ObjectKey) -> String {
     key.to_string()
 }
 
@@ -213,14 +213,14 @@ fn now() -> String {
         .to_string()
 }
 
-fn key_of(object: &Value) -> Result<ObjectKey, DesiredError> {
+pub(super) fn key_of(object: &Value) -> Result<ObjectKey, DesiredError> {
     ObjectKey::of(object).ok_or_else(|| DesiredError::Invalid {
         key: "(unnamed)".to_owned(),
         reason: "the object has no kind or name".to_owned(),
     })
 }
 
-fn set_revision(object: &mut Value, revision: u64) {
+pub(super) fn set_revision(object: &mut Value, revision: u64) {
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.insert(
             "resourceVersion".to_owned(),
@@ -247,7 +247,7 @@ impl<T> Outcome<T> {
 
 /// What a create stores: the object with the API server's defaults, a
 /// uid, a creation time and no status but what the server sets.
-fn created(mut object: Value, key: &ObjectKey) -> Result<Value, DesiredError> {
+pub(super) fn created(mut object: Value, key: &ObjectKey) -> Result<Value, DesiredError> {
     let invalid = |reason: String| DesiredError::Invalid {
         key: key.to_string(),
         reason,
@@ -439,7 +439,11 @@ fn precondition(existing: &Value, given: &Value, key: &ObjectKey) -> Result<(), 
 
 /// `existing` with the spec of `given` (its status, uid and creation time
 /// kept), or why not.
-fn with_spec(existing: &Value, mut given: Value, key: &ObjectKey) -> Result<Value, DesiredError> {
+pub(super) fn with_spec(
+    existing: &Value,
+    mut given: Value,
+    key: &ObjectKey,
+) -> Result<Value, DesiredError> {
     precondition(existing, &given, key)?;
     if key.kind.bound_to_node()
         && let Some(bound) = node_name(existing)
@@ -486,7 +490,11 @@ fn with_spec(existing: &Value, mut given: Value, key: &ObjectKey) -> Result<Valu
 
 /// `existing` with the status of `given`, its spec revision recorded, or
 /// why not.
-fn with_status(existing: &Value, given: &Value, key: &ObjectKey) -> Result<Value, DesiredError> {
+pub(super) fn with_status(
+    existing: &Value,
+    given: &Value,
+    key: &ObjectKey,
+) -> Result<Value, DesiredError> {
     precondition(existing, given, key)?;
     let Some(status) = given.get("status") else {
         return Err(DesiredError::Invalid {

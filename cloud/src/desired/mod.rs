@@ -29,6 +29,8 @@
 //! defaults ([`apis::defaults`]).
 
 pub mod embedded;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod feed;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
@@ -40,6 +42,8 @@ use serde_json::Value;
 use apis::kinds::{Kind, ObjectKey};
 
 pub use embedded::EmbeddedStore;
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdConfig, EtcdStore};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{KubeAccess, KubernetesConfig, KubernetesStore};
 

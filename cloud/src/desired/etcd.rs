@@ -1,0 +1,451 @@
+//! The etcd desired-state backend: the desired state several cloudcore
+//! replicas share (standalone mode, without Kubernetes).
+//!
+//! Each object is one key, `<prefix>/objects/<kind>/<namespace>/<name>`,
+//! its JSON the value; its `metadata.resourceVersion` is the key's etcd
+//! revision, which only grows across every key, as the edge needs. Writes
+//! are etcd transactions on the revision the writer read, so replicas
+//! never overwrite each other's changes; they behave as the embedded
+//! store's (the same defaulting, spec and status rules). Every replica
+//! keeps the whole desired state in memory from one watch of the prefix,
+//! for the reads [`DesiredState`] serves without waiting, and for its
+//! watches ([`Feed`]). When etcd has compacted the history a watch needs,
+//! the replica lists again and its own watchers do too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use etcd::{Change, Entry, Etcd, EtcdError, Written};
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+use apis::kinds::{Kind, ObjectKey};
+
+use super::embedded::{created, key_of, set_revision, with_spec, with_status};
+use super::feed::Feed;
+use super::{DesiredError, DesiredState, StoreFuture, WatchEvent, WatchStream};
+
+/// Changes of each kind kept in memory for watches to resume from.
+const WINDOW: usize = 16 * 1024;
+
+/// How often a write retries when another replica wrote the same object
+/// between its read and its write (only where the caller set no
+/// precondition of its own).
+const RETRIES: usize = 5;
+
+/// Where the backend's etcd is, and where in it its keys live.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// The members' client URLs (`http://host:2379`).
+    pub endpoints: Vec<String>,
+    /// The key prefix (`/edgehive`).
+    pub prefix: String,
+}
+
+impl EtcdConfig {
+    /// Defaults for `endpoints`: prefix `/edgehive`.
+    pub fn new(endpoints: Vec<String>) -> EtcdConfig {
+        EtcdConfig {
+            endpoints,
+            prefix: "/edgehive".to_owned(),
+        }
+    }
+}
+
+/// What a replica holds of the desired state.
+struct Mirror {
+    objects: RwLock<HashMap<Kind, BTreeMap<ObjectKey, Value>>>,
+    /// The revision the mirror is current at.
+    revision: RwLock<u64>,
+    feed: Feed,
+}
+
+impl Mirror {
+    fn objects(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Kind, BTreeMap<ObjectKey, Value>>> {
+        self.objects.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn objects_mut(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<Kind, BTreeMap<ObjectKey, Value>>> {
+        self.objects.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn revision(&self) -> u64 {
+        *self.revision.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_revision(&self, revision: u64) {
+        let mut held = self
+            .revision
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        *held = (*held).max(revision);
+    }
+}
+
+/// The desired state in etcd.
+pub struct EtcdStore {
+    etcd: Etcd,
+    objects: String,
+    revision_key: String,
+    mirror: Arc<Mirror>,
+    follower: JoinHandle<()>,
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        self.follower.abort();
+    }
+}
+
+fn unavailable(err: EtcdError) -> DesiredError {
+    DesiredError::Backend(err.to_string())
+}
+
+fn revision(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// The object an entry holds, its revision set.
+fn decode(entry: &Entry) -> Result<Value, DesiredError> {
+    let mut object: Value =
+        serde_json::from_slice(&entry.value).map_err(|err| DesiredError::Corrupt {
+            key: String::from_utf8_lossy(&entry.key).into_owned(),
+            reason: err.to_string(),
+        })?;
+    set_revision(&mut object, revision(entry.mod_revision));
+    Ok(object)
+}
+
+/// The bytes stored for `object` (its revision is the key's own).
+fn encode(object: &Value) -> Vec<u8> {
+    let mut object = object.clone();
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("resourceVersion");
+    }
+    object.to_string().into_bytes()
+}
+
+impl EtcdStore {
+    /// Connects to etcd, lists the desired state and follows it.
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdStore, DesiredError> {
+        let etcd = Etcd::connect(&config.endpoints).map_err(unavailable)?;
+        let prefix = config.prefix.trim_end_matches('/');
+        let objects = format!("{prefix}/objects/");
+        let (listed, at) = etcd.list(objects.as_bytes()).await.map_err(unavailable)?;
+        let mirror = Arc::new(Mirror {
+            objects: RwLock::new(HashMap::new()),
+            revision: RwLock::new(revision(at)),
+            feed: Feed::new(WINDOW, revision(at)),
+        });
+        fill(&mirror, &listed);
+        let follower = tokio::spawn(follow(etcd.clone(), objects.clone(), mirror.clone(), at));
+        Ok(EtcdStore {
+            etcd,
+            revision_key: format!("{prefix}/revision"),
+            objects,
+            mirror,
+            follower,
+        })
+    }
+
+    /// The store as the controller takes it.
+    pub fn shared(self) -> Arc<dyn DesiredState> {
+        Arc::new(self)
+    }
+
+    fn key(&self, key: &ObjectKey) -> String {
+        format!(
+            "{}{}/{}/{}",
+            self.objects,
+            key.kind.plural(),
+            if key.namespace.is_empty() {
+                "-"
+            } else {
+                &key.namespace
+            },
+            key.name
+        )
+    }
+
+    /// Reads `key` from etcd itself (not the mirror): what a write must be
+    /// conditioned on.
+    async fn read(etcd: &Etcd, stored: &str) -> Result<Option<(Value, i64)>, DesiredError> {
+        let (entry, _) = etcd.get(stored.as_bytes()).await.map_err(unavailable)?;
+        entry
+            .map(|entry| decode(&entry).map(|object| (object, entry.mod_revision)))
+            .transpose()
+    }
+
+    /// Writes what `change` makes of the stored object, on the revision it
+    /// was read at; again if another replica wrote in between and the
+    /// caller set no precondition.
+    fn rewrite(
+        &self,
+        object: Value,
+        change: fn(&Value, Value, &ObjectKey) -> Result<Value, DesiredError>,
+    ) -> StoreFuture<Value> {
+        let etcd = self.etcd.clone();
+        let key = key_of(&object);
+        let stored = key.as_ref().map(|key| self.key(key)).unwrap_or_default();
+        Box::pin(async move {
+            let key = key?;
+            let conditional = object["metadata"]["resourceVersion"]
+                .as_str()
+                .is_some_and(|v| !v.is_empty());
+            for _ in 0..RETRIES {
+                let Some((existing, at)) = Self::read(&etcd, &stored).await? else {
+                    return Err(DesiredError::NotFound {
+                        key: key.to_string(),
+                    });
+                };
+                let written = change(&existing, object.clone(), &key)?;
+                if written == existing {
+                    return Ok(existing);
+                }
+                match etcd
+                    .replace(stored.as_bytes(), encode(&written), at)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    Written::Done(at) => {
+                        let mut written = written;
+                        set_revision(&mut written, revision(at));
+                        return Ok(written);
+                    }
+                    Written::Conflict(_) if !conditional => continue,
+                    Written::Conflict(_) => break,
+                }
+            }
+            Err(DesiredError::Conflict {
+                key: key.to_string(),
+                reason: "written meanwhile by another replica".to_owned(),
+            })
+        })
+    }
+}
+
+/// Puts listed entries in the mirror (replacing what it held).
+fn fill(mirror: &Mirror, entries: &[Entry]) -> BTreeMap<Kind, BTreeMap<ObjectKey, Value>> {
+    let mut by_kind: BTreeMap<Kind, BTreeMap<ObjectKey, Value>> = BTreeMap::new();
+    for entry in entries {
+        match decode(entry) {
+            Ok(object) => {
+                if let Some(key) = ObjectKey::of(&object) {
+                    by_kind.entry(key.kind).or_default().insert(key, object);
+                }
+            }
+            Err(err) => warn!(error = %err, "unreadable object in etcd skipped"),
+        }
+    }
+    let mut objects = mirror.objects_mut();
+    objects.clear();
+    for (kind, of_kind) in &by_kind {
+        objects.insert(*kind, of_kind.clone());
+    }
+    by_kind
+}
+
+/// Follows the prefix from `at`: changes go into the mirror and out to
+/// its watchers; a compacted history means listing again.
+async fn follow(etcd: Etcd, prefix: String, mirror: Arc<Mirror>, mut at: i64) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let changes = match etcd.watch(prefix.as_bytes(), at + 1).await {
+            Ok(changes) => changes,
+            Err(err) => {
+                debug!(error = %err, "etcd watch not started; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        let mut changes = Box::pin(changes);
+        while let Some(batch) = changes.next().await {
+            match batch {
+                Ok(batch) => {
+                    if let Some(last) = apply(&mirror, batch) {
+                        at = at.max(last);
+                    }
+                }
+                Err(EtcdError::Compacted { revision: oldest }) => {
+                    warn!(
+                        oldest,
+                        "etcd compacted the history the watch needs; listing again"
+                    );
+                    match etcd.list(prefix.as_bytes()).await {
+                        Ok((entries, listed_at)) => {
+                            let kinds = fill(&mirror, &entries);
+                            mirror.set_revision(revision(listed_at));
+                            for kind in Kind::ALL.iter().copied().chain(kinds.keys().copied()) {
+                                mirror.feed.reset(kind, revision(listed_at));
+                            }
+                            at = listed_at;
+                        }
+                        Err(err) => debug!(error = %err, "etcd list failed; trying again"),
+                    }
+                    break;
+                }
+                Err(err) => {
+                    debug!(error = %err, "etcd watch ended; watching again");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Applies one batch of etcd changes to the mirror and publishes them;
+/// the revision of the last.
+fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
+    let mut last = None;
+    let mut events = Vec::new();
+    {
+        let mut objects = mirror.objects_mut();
+        for change in batch {
+            match change {
+                Change::Put(entry) => {
+                    last = Some(entry.mod_revision);
+                    let Ok(object) = decode(&entry) else { continue };
+                    let Some(key) = ObjectKey::of(&object) else {
+                        continue;
+                    };
+                    let of_kind = objects.entry(key.kind).or_default();
+                    let event = match of_kind.insert(key.clone(), object.clone()) {
+                        None => WatchEvent::Added(object),
+                        Some(_) => WatchEvent::Modified(object),
+                    };
+                    events.push((key.kind, event));
+                }
+                Change::Delete {
+                    revision: at,
+                    previous,
+                    ..
+                } => {
+                    last = Some(at);
+                    let Some(mut object) = previous.as_ref().and_then(|p| decode(p).ok()) else {
+                        continue;
+                    };
+                    let Some(key) = ObjectKey::of(&object) else {
+                        continue;
+                    };
+                    if let Some(of_kind) = objects.get_mut(&key.kind) {
+                        of_kind.remove(&key);
+                    }
+                    set_revision(&mut object, revision(at));
+                    events.push((key.kind, WatchEvent::Deleted(object)));
+                }
+            }
+        }
+    }
+    if let Some(last) = last {
+        mirror.set_revision(revision(last));
+    }
+    mirror.feed.publish(events);
+    last
+}
+
+impl DesiredState for EtcdStore {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+        Ok(self
+            .mirror
+            .objects()
+            .get(&key.kind)
+            .and_then(|of_kind| of_kind.get(key).cloned()))
+    }
+
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        let objects = self.mirror.objects();
+        let listed = objects
+            .get(&kind)
+            .into_iter()
+            .flat_map(|of_kind| of_kind.iter())
+            .filter(|(key, _)| namespace.is_none_or(|ns| !kind.namespaced() || key.namespace == ns))
+            .map(|(_, object)| object.clone())
+            .collect();
+        Ok((listed, self.mirror.revision()))
+    }
+
+    fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
+        self.mirror.feed.watch(kind, since)
+    }
+
+    fn create(&self, object: Value) -> StoreFuture<Value> {
+        let etcd = self.etcd.clone();
+        let prepared = key_of(&object).and_then(|key| {
+            let object = created(object, &key)?;
+            Ok((self.key(&key), key, object))
+        });
+        Box::pin(async move {
+            let (stored, key, mut object) = prepared?;
+            match etcd
+                .create(stored.as_bytes(), encode(&object), 0)
+                .await
+                .map_err(unavailable)?
+            {
+                Written::Done(at) => {
+                    set_revision(&mut object, revision(at));
+                    Ok(object)
+                }
+                Written::Conflict(_) => Err(DesiredError::AlreadyExists {
+                    key: key.to_string(),
+                }),
+            }
+        })
+    }
+
+    fn replace(&self, object: Value) -> StoreFuture<Value> {
+        self.rewrite(object, with_spec)
+    }
+
+    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+        self.rewrite(object, |existing, given, key| {
+            with_status(existing, &given, key)
+        })
+    }
+
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+        let etcd = self.etcd.clone();
+        let stored = self.key(key);
+        let key = key.clone();
+        Box::pin(async move {
+            for _ in 0..RETRIES {
+                let Some((mut existing, at)) = Self::read(&etcd, &stored).await? else {
+                    return Ok(None);
+                };
+                match etcd
+                    .delete(stored.as_bytes(), at)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    Written::Done(at) => {
+                        set_revision(&mut existing, revision(at));
+                        return Ok(Some(existing));
+                    }
+                    Written::Conflict(_) => continue,
+                }
+            }
+            Err(DesiredError::Conflict {
+                key: key.to_string(),
+                reason: "written meanwhile by another replica".to_owned(),
+            })
+        })
+    }
+
+    fn next_revision(&self) -> StoreFuture<u64> {
+        let etcd = self.etcd.clone();
+        let counter = self.revision_key.clone();
+        Box::pin(async move {
+            let at = etcd
+                .put(counter.as_bytes(), Vec::new(), 0)
+                .await
+                .map_err(unavailable)?;
+            Ok(revision(at))
+        })
+    }
+}

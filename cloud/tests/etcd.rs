@@ -1,0 +1,152 @@
+//! The etcd desired-state backend on a real three-member etcd cluster:
+//! two replicas' stores share one desired state.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::time::Duration;
+
+use apis::kinds::{Kind, ObjectKey};
+use cloud::desired::{DesiredError, DesiredState, EtcdConfig, EtcdStore, WatchEvent};
+use common::{Backend, Cloud, Edge, next, pod_yaml};
+use etcd::testing::Cluster;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+fn pod(name: &str, node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36"}]},
+    })
+}
+
+async fn store(cluster: &Cluster, prefix: &str) -> EtcdStore {
+    let mut config = EtcdConfig::new(cluster.endpoints());
+    config.prefix = prefix.to_owned();
+    EtcdStore::connect(config).await.expect("the etcd store")
+}
+
+async fn next_event(watch: &mut cloud::desired::WatchStream, what: &str) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        .unwrap_or_else(|| panic!("watch ended before {what}"))
+        .unwrap_or_else(|err| panic!("watch failed before {what}: {err}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_desired_state_and_never_overwrite_each_other() {
+    let cluster = Cluster::start(3).await;
+    let a = store(&cluster, "/shared").await;
+    let b = store(&cluster, "/shared").await;
+    let (_, since) = b.list(Kind::Pod, None).expect("list");
+    let mut seen_by_b = b.watch(Kind::Pod, since).expect("watch");
+
+    // Created through one, as kube-apiserver would store it.
+    let created = a.create(pod("web", "edge-1")).await.expect("create");
+    assert_eq!(
+        created["spec"]["restartPolicy"], "Always",
+        "defaults filled in"
+    );
+    assert!(created["metadata"]["uid"].is_string());
+    let first: u64 = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .parse()
+        .expect("numeric");
+    match next_event(&mut seen_by_b, "the pod at the other replica").await {
+        WatchEvent::Added(object) => assert_eq!(object, created),
+        other => panic!("added: {other:?}"),
+    }
+    let key = ObjectKey::new(Kind::Pod, "default", "web");
+    assert_eq!(b.get(&key).expect("get"), Some(created.clone()));
+    assert!(matches!(
+        a.create(pod("web", "edge-1")).await,
+        Err(DesiredError::AlreadyExists { .. })
+    ));
+
+    // A change through the other replica, then one on the stale revision.
+    let mut changed = created.clone();
+    changed["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    let replaced = b.replace(changed.clone()).await.expect("replace");
+    let second: u64 = replaced["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .parse()
+        .expect("numeric");
+    assert!(second > first, "revisions grow");
+    let mut stale = changed;
+    stale["spec"]["containers"][0]["image"] = json!("busybox:stale");
+    assert!(matches!(
+        a.replace(stale).await,
+        Err(DesiredError::Conflict { .. })
+    ));
+    // The node is immutable, as kube-apiserver has it.
+    let mut moved = replaced.clone();
+    moved["spec"]["nodeName"] = json!("edge-2");
+    assert!(matches!(
+        a.replace(moved).await,
+        Err(DesiredError::Invalid { .. })
+    ));
+
+    // Status through its own door: the spec's revision is kept for the node.
+    let mut reported = replaced.clone();
+    reported["status"] = json!({"phase": "Running"});
+    let with_status = a.replace_status(reported).await.expect("status");
+    assert_eq!(with_status["status"]["phase"], "Running");
+    assert_eq!(cloud::desired::spec_revision(&with_status), second);
+
+    let deleted = b.delete(&key).await.expect("delete").expect("was there");
+    assert_eq!(deleted["metadata"]["uid"], created["metadata"]["uid"]);
+    let mut last = None;
+    while last.is_none() {
+        if let WatchEvent::Deleted(object) = next_event(&mut seen_by_b, "the deletion").await {
+            last = Some(object);
+        }
+    }
+    assert_eq!(b.delete(&key).await.expect("delete"), None);
+    let next = a.next_revision().await.expect("a revision");
+    assert!(next > second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_with_a_member_killed() {
+    let mut cluster = Cluster::start(3).await;
+    let a = store(&cluster, "/quorum").await;
+    cluster.kill(1);
+    for i in 0..20 {
+        a.create(pod(&format!("p{i}"), "edge-1"))
+            .await
+            .expect("created with two of three members");
+    }
+    let b = store(&cluster, "/quorum").await;
+    assert_eq!(b.list(Kind::Pod, None).expect("list").0.len(), 20);
+}
+
+/// The whole cloud on the etcd store: a pod applied through the admin API
+/// reaches a real edge.
+#[actix::test]
+async fn the_cloud_runs_on_etcd() {
+    let cluster = Cluster::start(3).await;
+    let store = store(&cluster, "/cloud").await.shared();
+    let cloud = Cloud::start_backed_by(Backend {
+        store: Some(store),
+        api: None,
+    })
+    .await;
+    let mut edge = Edge::start(&cloud, "etcd-edge").await;
+    let applied = cloud.apply(&pod_yaml("web", "etcd-edge", &[])).await;
+    assert_eq!(applied, vec!["Pod/web created".to_owned()]);
+    let got = next(&mut edge.edged, "the pod at the edge").await;
+    assert_eq!(
+        (got.operation(), got.resource()),
+        ("insert", "default/pod/web")
+    );
+    assert!(
+        edge.store.get("default/pod/web").expect("read").is_some(),
+        "stored at the edge"
+    );
+    edge.shutdown().await;
+    cloud.shutdown().await;
+}
