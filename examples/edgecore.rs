@@ -71,8 +71,9 @@ enum Command {
 /// Flags of `run`; each overrides its key in the configuration file.
 #[derive(clap::Args, Debug)]
 struct Run {
-    /// The cloud's hub address, host:port or a socket path for uds
-    /// (modules.edgeHub.server).
+    /// The cloud's hub address, host:port or a socket path for uds; for a
+    /// cloud of several replicas, their addresses separated by commas,
+    /// tried in turn (modules.edgeHub.server).
     #[arg(long)]
     cloud: Option<String>,
     /// ws, quic or uds (modules.edgeHub.transport).
@@ -239,7 +240,17 @@ fn main() -> Result<()> {
                 .transport
                 .parse()
                 .map_err(|err| anyhow::anyhow!("modules.edgeHub.transport: {err}"))?;
-            let mut dial = DialOptions::new(&hub.server, &hub.server_name);
+            // Several addresses (the cloud's replicas), comma-separated:
+            // the first is dialed first, the others in turn after it.
+            let mut servers = hub
+                .server
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned);
+            let first = servers.next().context("modules.edgeHub.server is empty")?;
+            let alternates: Vec<String> = servers.collect();
+            let mut dial = DialOptions::new(&first, &hub.server_name);
             let mut renewal = None;
             let node = if transport == TransportKind::UnixSocket {
                 hub.node_name
@@ -273,6 +284,7 @@ fn main() -> Result<()> {
             let config = EdgeHubConfig {
                 keepalive: Duration::from_secs(hub.keepalive_interval),
                 dialect: hub.dialect,
+                alternates,
                 ..EdgeHubConfig::new(node, transport, dial)
             };
             actix::System::new().block_on(async move {

@@ -527,7 +527,9 @@ pub struct EdgeModules {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct EdgeHubSection {
-    /// The cloud's hub address (host:port, or a socket path for uds).
+    /// The cloud's hub address (host:port, or a socket path for uds); a
+    /// cloud of several replicas: their addresses, comma-separated, tried
+    /// in turn.
     pub server: String,
     /// `ws`, `quic` or `uds`.
     pub transport: String,

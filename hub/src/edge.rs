@@ -41,6 +41,9 @@ pub struct EdgeHubConfig {
     /// How this edge talks to the cloud: edgehive's own dialect, or
     /// KubeEdge's (to a cloud endpoint that speaks it).
     pub dialect: Dialect,
+    /// More addresses of the cloud (its other replicas), tried in turn
+    /// after `dial.address` when a dial fails or a link is lost.
+    pub alternates: Vec<String>,
 }
 
 impl EdgeHubConfig {
@@ -56,7 +59,15 @@ impl EdgeHubConfig {
             offline_buffer: 10_000,
             persist_timeout: Duration::from_secs(30),
             dialect: Dialect::Native,
+            alternates: Vec::new(),
         }
+    }
+
+    /// The cloud's addresses, in the order they are tried.
+    pub fn addresses(&self) -> Vec<String> {
+        std::iter::once(self.dial.address.clone())
+            .chain(self.alternates.iter().cloned())
+            .collect()
     }
 
     /// The delay before reconnect attempt `attempt` (0-based): exponential,
@@ -378,30 +389,36 @@ async fn connect_loop(
             return;
         }
     };
-    let dial = config
+    let mut dial = config
         .dialect
         .dial_options(&config.node, config.dial.clone());
+    let addresses = config.addresses();
+    let mut next = 0usize;
     let mut attempt = 0u32;
     let mut id = 0u64;
     while hub.connected() {
+        dial.address = addresses[next % addresses.len()].clone();
         match transport.dial(&dial).await {
             Ok(link) => {
                 attempt = 0;
                 id += 1;
                 stats.count(&stats.connects);
-                info!(node = %config.node, address = %config.dial.address, "connected to the cloud");
+                info!(node = %config.node, address = %dial.address, "connected to the cloud");
                 run_link(link, id, &hub, &hive, &config, &stats, &cut).await;
                 hub.do_send(LinkDown { id });
-                info!(node = %config.node, "link to the cloud lost");
+                info!(node = %config.node, address = %dial.address, "link to the cloud lost");
             }
             Err(err) => {
                 stats.count(&stats.dial_failures);
-                debug!(error = %err, attempt, "dial failed");
+                debug!(error = %err, attempt, address = %dial.address, "dial failed");
             }
         }
         if !hub.connected() {
             break;
         }
+        // The next replica, if there are several; the backoff grows per
+        // failure as with one.
+        next = next.wrapping_add(1);
         let delay = config.backoff(attempt);
         attempt = attempt.saturating_add(1);
         tokio::time::sleep(delay).await;
