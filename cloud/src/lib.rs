@@ -9,6 +9,8 @@
 //! - [`applications`]: the application center (KubeEdge's
 //!   dynamiccontroller), which answers what a KubeEdge edge's MetaServer
 //!   forwards: from the API server in the node's name, or refused at once.
+//! - `replicas` (feature `etcd`): several cloudcores on one etcd, each
+//!   node served by one of them at a time under a claim.
 //! - [`admin`]: the admin API that `edgehivectl` talks to (Kubernetes
 //!   manifests in, objects out), its client and the manifest parser.
 //!
@@ -20,6 +22,8 @@ pub mod admin;
 pub mod applications;
 pub mod controller;
 pub mod desired;
+#[cfg(feature = "etcd")]
+pub mod replicas;
 
 pub use admin::{AdminApi, AdminApiHandle, AdminClient};
 pub use applications::{ApplicationCenter, CenterConfig, CenterCounts, CenterHandle};

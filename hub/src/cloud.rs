@@ -58,6 +58,9 @@ pub struct CloudHubConfig {
     /// An object a KubeEdge node has not acknowledged this long is sent
     /// again (KubeEdge's own cloud retries after 5 s).
     pub kubeedge_resend_after: Duration,
+    /// With several cloud replicas: the claims under which this one
+    /// serves nodes (none: it serves every node that connects).
+    pub claims: Option<Arc<dyn crate::NodeClaims>>,
 }
 
 impl Default for CloudHubConfig {
@@ -71,6 +74,7 @@ impl Default for CloudHubConfig {
             evict_after: Duration::from_secs(3600),
             store: None,
             kubeedge_resend_after: Duration::from_secs(10),
+            claims: None,
         }
     }
 }
@@ -390,6 +394,9 @@ impl Module for CloudHub {
                 self.stats.clone(),
             )));
         }
+        if let Some(claims) = &self.config.claims {
+            ctx.add_message_stream(futures_util::StreamExt::map(claims.lost(), ClaimLost));
+        }
         let evict_every = (self.config.evict_after / 4).max(Duration::from_secs(1));
         ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
         let resend_check = (self.config.kubeedge_resend_after / 4).max(Duration::from_millis(100));
@@ -580,6 +587,28 @@ impl Handler<SessionUp> for CloudHub {
     }
 }
 
+/// This replica lost its claim on a node: it serves the node no more.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ClaimLost(String);
+
+impl Handler<ClaimLost> for CloudHub {
+    type Result = ();
+    fn handle(&mut self, ClaimLost(node): ClaimLost, _: &mut Context<Self>) {
+        let Some(session) = self.sessions.remove(&node) else {
+            return;
+        };
+        warn!(%node, session = session.id, "claim on the node lost; its link is closed");
+        if let Some(queue) = self.queues.get_mut(&node) {
+            queue.link_lost();
+        }
+        self.gone_since.insert(node.clone(), Instant::now());
+        self.node_event(&node, operation::NODE_DISCONNECTED, None);
+        self.stats.set_connected(self.sessions.len());
+        actix::spawn(async move { session.sender.close().await });
+    }
+}
+
 impl Handler<SessionDown> for CloudHub {
     type Result = ();
     fn handle(&mut self, down: SessionDown, _: &mut Context<Self>) {
@@ -592,6 +621,9 @@ impl Handler<SessionDown> for CloudHub {
         }
         info!(node = %down.node, session = down.id, "node disconnected");
         self.sessions.remove(&down.node);
+        if let Some(claims) = &self.config.claims {
+            claims.release(&down.node);
+        }
         if let Some(queue) = self.queues.get_mut(&down.node) {
             queue.link_lost();
         }
@@ -715,6 +747,14 @@ async fn open_session(
             return;
         }
     };
+    if let Some(claims) = &config.claims
+        && let Err(reason) = claims.claim(&node).await
+    {
+        info!(%node, %reason, "link refused: another replica serves the node");
+        stats.count(&stats.refused_links);
+        link.sender.close().await;
+        return;
+    }
     let Ok(id) = hub.send(NewSessionId).await else {
         return;
     };

@@ -21,6 +21,7 @@
 //!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
 
 pub mod certs;
+pub mod claims;
 mod cloud;
 pub mod dialect;
 mod edge;
@@ -32,6 +33,7 @@ pub mod queue;
 mod stats;
 pub mod store;
 
+pub use claims::NodeClaims;
 pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
 pub use dialect::Dialect;
 pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};

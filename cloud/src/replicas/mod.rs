@@ -1,0 +1,317 @@
+//! Several cloudcore replicas on one etcd: each node is served by one
+//! replica at a time, under a claim in etcd.
+//!
+//! A replica holds one etcd lease and renews it a few times per TTL. It
+//! claims a node when the node's link comes up: the key
+//! `<prefix>/claims/<node>`, created under its lease only if absent,
+//! naming the replica. Another replica's claim refuses the link (the edge
+//! tries the cloud's next address); a replica that dies leaves its claims
+//! to expire with its lease, after which any replica takes the nodes. A
+//! replica that cannot renew its lease stops trusting it a margin before
+//! it could end ([`book::ClaimBook`]) and closes those nodes' links, so no
+//! two replicas ever serve one node. A link that ends gives its claim up
+//! at once.
+
+pub mod book;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use etcd::{Etcd, Written};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use book::ClaimBook;
+
+/// How a replica claims nodes.
+#[derive(Debug, Clone)]
+pub struct ClaimsConfig {
+    /// The etcd members' client URLs.
+    pub endpoints: Vec<String>,
+    /// The key prefix (`/edgehive`): claims live under `<prefix>/claims/`.
+    pub prefix: String,
+    /// This replica's name, unique among the replicas.
+    pub replica: String,
+    /// The lease's time to live: how long a dead replica's nodes wait.
+    pub ttl: Duration,
+}
+
+impl ClaimsConfig {
+    /// Defaults: a 10 s lease under `/edgehive`.
+    pub fn new(endpoints: Vec<String>, replica: impl Into<String>) -> ClaimsConfig {
+        ClaimsConfig {
+            endpoints,
+            prefix: "/edgehive".to_owned(),
+            replica: replica.into(),
+            ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a replica's claims have done.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimCounts {
+    /// Nodes held now.
+    pub held: usize,
+    /// Claims taken.
+    pub taken: u64,
+    /// Claims refused (another replica held the node, or no lease).
+    pub refused: u64,
+    /// Claims lost (the lease ended or was no longer trusted).
+    pub lost: u64,
+    /// Leases granted (more than one: the replica lost the engine).
+    pub leases: u64,
+}
+
+/// A replica's claims, kept in etcd.
+#[derive(Clone)]
+pub struct EtcdClaims {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    etcd: Etcd,
+    claims: String,
+    replica: String,
+    ttl: Duration,
+    book: Mutex<ClaimBook>,
+    losers: Mutex<Vec<mpsc::UnboundedSender<String>>>,
+    counts: watch::Sender<ClaimCounts>,
+    keeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Inner {
+    fn book(&self) -> std::sync::MutexGuard<'_, ClaimBook> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells cloudhub (every subscriber) of nodes lost.
+    fn lose(&self, nodes: Vec<String>) {
+        if nodes.is_empty() {
+            return;
+        }
+        warn!(count = nodes.len(), "claims lost: those nodes' links are closed");
+        let held = self.book().len();
+        self.counts.send_modify(|c| {
+            c.lost += nodes.len() as u64;
+            c.held = held;
+        });
+        let mut losers = self.losers.lock().unwrap_or_else(PoisonError::into_inner);
+        losers.retain(|loser| nodes.iter().all(|node| loser.send(node.clone()).is_ok()));
+    }
+
+    fn key(&self, node: &str) -> String {
+        format!("{}{node}", self.claims)
+    }
+}
+
+impl EtcdClaims {
+    /// Connects to etcd and starts keeping a lease.
+    pub fn start(config: ClaimsConfig) -> Result<EtcdClaims, etcd::EtcdError> {
+        let etcd = Etcd::connect(&config.endpoints)?;
+        let (counts, _) = watch::channel(ClaimCounts::default());
+        let inner = Arc::new(Inner {
+            etcd,
+            claims: format!("{}/claims/", config.prefix.trim_end_matches('/')),
+            replica: config.replica,
+            ttl: config.ttl,
+            book: Mutex::new(ClaimBook::new(config.ttl, config.ttl / 5)),
+            losers: Mutex::new(Vec::new()),
+            counts,
+            keeper: Mutex::new(None),
+        });
+        let keeper = tokio::spawn(keep_lease(Arc::downgrade(&inner)));
+        *inner.keeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(keeper);
+        Ok(EtcdClaims { inner })
+    }
+
+    /// The counts, as they change.
+    pub fn counts(&self) -> watch::Receiver<ClaimCounts> {
+        self.inner.counts.subscribe()
+    }
+
+    /// Claims `node`; why not, if this replica may not serve it.
+    pub async fn claim_now(&self, node: &str) -> Result<(), String> {
+        let inner = &self.inner;
+        let refused = |reason: String| {
+            inner.counts.send_modify(|c| c.refused += 1);
+            Err(reason)
+        };
+        let (lease, held) = {
+            let book = inner.book();
+            (book.lease(Instant::now()), book.holds(node))
+        };
+        let Some(lease) = lease else {
+            return refused("this replica holds no trusted lease (etcd out of reach)".to_owned());
+        };
+        if held {
+            return Ok(());
+        }
+        let key = inner.key(node);
+        let written = inner
+            .etcd
+            .create(key.as_bytes(), inner.replica.clone().into_bytes(), lease)
+            .await;
+        let revision = match written {
+            Ok(Written::Done(revision)) => revision,
+            Ok(Written::Conflict(Some(entry)))
+                if entry.value == inner.replica.as_bytes() && entry.lease == lease =>
+            {
+                entry.create_revision
+            }
+            Ok(Written::Conflict(Some(entry))) => {
+                let holder = String::from_utf8_lossy(&entry.value).into_owned();
+                return refused(format!("replica {holder} serves node {node}"));
+            }
+            Ok(Written::Conflict(None)) => {
+                return refused(format!("the claim on {node} changed meanwhile"));
+            }
+            Err(err) => return refused(format!("etcd: {err}")),
+        };
+        // The lease may have been given up while etcd answered.
+        let held = {
+            let mut book = inner.book();
+            let trusted = book.lease(Instant::now()) == Some(lease);
+            if trusted {
+                book.claimed(node, revision);
+            }
+            trusted.then(|| book.len())
+        };
+        let Some(held) = held else {
+            let _ = inner.etcd.delete(key.as_bytes(), revision).await;
+            return refused("the lease ended while claiming".to_owned());
+        };
+        debug!(node, revision, "node claimed");
+        inner.counts.send_modify(|c| {
+            c.taken += 1;
+            c.held = held;
+        });
+        Ok(())
+    }
+
+    /// Gives `node` up (its claim key is removed if it is still this
+    /// replica's).
+    pub async fn release_now(&self, node: &str) {
+        let inner = &self.inner;
+        let (revision, held) = {
+            let mut book = inner.book();
+            (book.released(node), book.len())
+        };
+        inner.counts.send_modify(|c| c.held = held);
+        if let Some(revision) = revision
+            && let Err(err) = inner.etcd.delete(inner.key(node).as_bytes(), revision).await
+        {
+            debug!(node, error = %err, "claim not removed; it ends with the lease");
+        }
+    }
+
+    /// Stops renewing and ends the lease now (a replica told to stop):
+    /// every node it held may be claimed by another at once.
+    pub async fn give_up(&self) {
+        if let Some(keeper) = self
+            .inner
+            .keeper
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            keeper.abort();
+        }
+        let lease = self.inner.book().lease(Instant::now());
+        let lost = self.inner.book().lease_gone();
+        self.inner.lose(lost);
+        if let Some(lease) = lease
+            && let Err(err) = self.inner.etcd.revoke(lease).await
+        {
+            debug!(error = %err, "lease not revoked; it ends on its own");
+        }
+    }
+}
+
+impl hub::NodeClaims for EtcdClaims {
+    fn claim(&self, node: &str) -> BoxFuture<'static, Result<(), String>> {
+        let (claims, node) = (self.clone(), node.to_owned());
+        Box::pin(async move { claims.claim_now(&node).await })
+    }
+
+    fn release(&self, node: &str) {
+        let (claims, node) = (self.clone(), node.to_owned());
+        tokio::spawn(async move { claims.release_now(&node).await });
+    }
+
+    fn lost(&self) -> BoxStream<'static, String> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.inner
+            .losers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(sender);
+        Box::pin(tokio_stream_from(receiver))
+    }
+}
+
+fn tokio_stream_from(
+    mut receiver: mpsc::UnboundedReceiver<String>,
+) -> impl futures_util::Stream<Item = String> {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+/// Keeps the replica's lease: granted, renewed three times per TTL; when
+/// it is no longer trusted, its nodes are lost and a new one is granted.
+async fn keep_lease(inner: std::sync::Weak<Inner>) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let Some(held) = inner.upgrade() else { return };
+        let ttl = held.ttl;
+        let check = (ttl / 10).max(Duration::from_millis(50));
+        let lost = held.book().expire(Instant::now());
+        held.lose(lost);
+        let lease = held.book().lease(Instant::now());
+        let asked = Instant::now();
+        match lease {
+            None => match tokio::time::timeout(ttl / 3, held.etcd.grant(ttl)).await {
+                Ok(Ok(lease)) => {
+                    held.book().granted(lease, asked);
+                    held.counts.send_modify(|c| c.leases += 1);
+                    info!(replica = %held.replica, lease, "claims lease granted");
+                    backoff = Duration::from_millis(200);
+                }
+                Ok(Err(err)) => {
+                    debug!(error = %err, "no lease; trying again");
+                    drop(held);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ttl / 3);
+                    continue;
+                }
+                Err(_) => continue,
+            },
+            Some(lease) => match tokio::time::timeout(ttl / 3, held.etcd.keep_alive(lease)).await {
+                Ok(Ok(Some(_))) => held.book().renewed(asked),
+                Ok(Ok(None)) => {
+                    warn!(lease, "etcd ended the claims lease");
+                    let lost = held.book().lease_gone();
+                    held.lose(lost);
+                    continue;
+                }
+                Ok(Err(err)) => debug!(error = %err, "lease not renewed"),
+                Err(_) => debug!("lease renewal timed out"),
+            },
+        }
+        drop(held);
+        // Until the next renewal, check trust often enough to give nodes
+        // up in time.
+        let next = Instant::now() + ttl / 3;
+        while Instant::now() < next {
+            tokio::time::sleep(check).await;
+            let Some(held) = inner.upgrade() else { return };
+            let lost = held.book().expire(Instant::now());
+            held.lose(lost);
+            if !held.book().has_lease() {
+                break;
+            }
+        }
+    }
+}
