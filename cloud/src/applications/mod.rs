@@ -67,6 +67,9 @@ pub trait ApiServer: Send + Sync + 'static {
 pub struct CenterConfig {
     /// At most this many forwarded watches per node.
     pub max_watches_per_node: usize,
+    /// At most this many of a node's requests in flight at once; more are
+    /// refused with 429.
+    pub max_calls_per_node: usize,
     /// How long queueing an object for a node may take.
     pub send_timeout: Duration,
     /// The longest wait between attempts of a failing watch.
@@ -77,6 +80,7 @@ impl Default for CenterConfig {
     fn default() -> Self {
         CenterConfig {
             max_watches_per_node: 100,
+            max_calls_per_node: 16,
             send_timeout: Duration::from_secs(10),
             max_backoff: Duration::from_secs(30),
         }
@@ -132,6 +136,7 @@ impl ApplicationCenter {
             api,
             watches: Watches::new(config.max_watches_per_node),
             running: HashMap::new(),
+            calls: HashMap::new(),
             config,
             inbox: inbox.clone(),
             counts: Arc::new(counts_tx),
@@ -148,6 +153,8 @@ struct Center {
     api: Option<Arc<dyn ApiServer>>,
     watches: Watches,
     running: HashMap<(String, String), JoinHandle<()>>,
+    /// Each node's requests in flight.
+    calls: HashMap<String, Arc<tokio::sync::Semaphore>>,
     config: CenterConfig,
     inbox: mpsc::Sender<Input>,
     counts: Arc<watch::Sender<CenterCounts>>,
@@ -221,10 +228,21 @@ impl Center {
         match Request::of(&app) {
             Err(refusal) => self.answer(&node, &msg, app, Err(refusal)),
             Ok(Request::Call(call)) => {
+                let calls = self.calls.entry(node.clone()).or_insert_with(|| {
+                    Arc::new(tokio::sync::Semaphore::new(self.config.max_calls_per_node))
+                });
+                let Ok(permit) = calls.clone().try_acquire_owned() else {
+                    let refusal = ApiStatus::too_many(format!(
+                        "node {node} has {} requests in flight, its most",
+                        self.config.max_calls_per_node
+                    ));
+                    return self.answer(&node, &msg, app, Err(refusal));
+                };
                 let (hive, counts) = (self.hive.clone(), self.counts.clone());
                 let read = call.read;
                 let pending = api.call(&node, call);
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let answer = pending.await.map(|body| match read {
                         true => filtered(body),
                         false => body,
@@ -281,7 +299,7 @@ impl Center {
             config: self.config.clone(),
             node: node.to_owned(),
             id: id.to_owned(),
-            view: WatchView::new(spec.key.clone()),
+            view: WatchView::new(spec.key.clone(), node),
             spec,
         };
         let task = tokio::spawn(follower.run(asked));
@@ -460,58 +478,26 @@ impl Follower {
         };
         let watch_query =
             wire::list_query(&self.spec.options, &self.spec.key, wire::Reading::Watch);
-        let mut backoff = Duration::from_millis(500);
+        let mut backoff = Backoff::new(self.config.max_backoff);
         let mut resume: Option<String> = None;
         loop {
             if resume.is_none() {
-                let call = ApiCall {
-                    method: requests::Method::Get,
-                    path: list_path.clone(),
-                    body: Vec::new(),
-                    content_type: String::new(),
-                    read: true,
-                };
-                let listed = self.api.call(&self.node, call).await.and_then(|body| {
-                    serde_json::from_slice::<Value>(&body)
-                        .map_err(|err| ApiStatus::unavailable(format!("unreadable list: {err}")))
-                });
-                let list = match listed {
+                let list = match self.get(&list_path).await {
                     Ok(list) => list,
                     Err(status) => {
                         let asker = asked.take();
                         if asker.is_some() || refused_for_good(&status) {
-                            // The node may not watch this (or asks wrongly):
-                            // the asker is told, a watch the edge listed
-                            // again ends.
-                            warn!(node = %self.node, id = %self.id, %status, "forwarded watch refused");
-                            if let Some((msg, app)) = asker {
-                                answer_node(
-                                    &self.hive,
-                                    &self.counts,
-                                    &self.node,
-                                    &msg,
-                                    app,
-                                    Err(status),
-                                );
-                            }
-                            let _ = self
-                                .inbox
-                                .send(Input::WatchEnded {
-                                    node: self.node,
-                                    id: self.id,
-                                })
-                                .await;
-                            return;
+                            // The node may not watch this: the asker is told,
+                            // a watch the edge listed again ends.
+                            return self.end(asker, status).await;
                         }
                         warn!(node = %self.node, id = %self.id, %status, "forwarded watch cannot list; trying again");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(self.config.max_backoff);
+                        backoff.pause().await;
                         continue;
                     }
                 };
-                for outgoing in self.view.listed(&list) {
-                    self.queue(outgoing).await;
-                }
+                // Approved as soon as the node may watch this: the objects
+                // follow down its queue (the edge waits 10 s at most).
                 if let Some((msg, app)) = asked.take() {
                     answer_node(
                         &self.hive,
@@ -522,45 +508,36 @@ impl Follower {
                         Ok(Vec::new()),
                     );
                 }
+                for outgoing in self.view.listed(&list) {
+                    self.queue(outgoing).await;
+                }
                 resume = list["metadata"]["resourceVersion"]
                     .as_str()
                     .map(str::to_owned);
             }
             let from = resume.clone().unwrap_or_default();
-            let path = format!(
+            let watch_path = format!(
                 "{path}?{watch_query}&resourceVersion={}",
                 form_escape(&from)
             );
-            let mut events = match self.api.watch(&self.node, path).await {
+            let mut events = match self.api.watch(&self.node, watch_path).await {
                 Ok(events) => events,
+                Err(status) if status.code == 410 => {
+                    resume = None;
+                    backoff.pause().await;
+                    continue;
+                }
+                Err(status) if refused_for_good(&status) => return self.end(None, status).await,
                 Err(status) => {
-                    if status.code == 410 {
-                        resume = None;
-                    } else {
-                        warn!(node = %self.node, id = %self.id, %status, "forwarded watch cannot watch; trying again");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(self.config.max_backoff);
-                    }
+                    warn!(node = %self.node, id = %self.id, %status, "forwarded watch cannot watch; trying again");
+                    backoff.pause().await;
                     continue;
                 }
             };
-            backoff = Duration::from_millis(500);
+            let mut changes = 0usize;
             while let Some(event) = events.next().await {
-                match event {
-                    Ok(event) => {
-                        let version = match &event {
-                            ApiEvent::Bookmark(version) => Some(version.clone()),
-                            ApiEvent::Added(o) | ApiEvent::Modified(o) | ApiEvent::Deleted(o) => {
-                                o["metadata"]["resourceVersion"].as_str().map(str::to_owned)
-                            }
-                        };
-                        if let Some(outgoing) = self.view.changed(event) {
-                            self.queue(outgoing).await;
-                        }
-                        if version.is_some() {
-                            resume = version;
-                        }
-                    }
+                let event = match event {
+                    Ok(event) => event,
                     Err(status) => {
                         if status.code == 410 {
                             // Too old to resume: list again.
@@ -570,33 +547,97 @@ impl Follower {
                         }
                         break;
                     }
+                };
+                changes += 1;
+                let version = match &event {
+                    ApiEvent::Bookmark(version) => Some(version.clone()),
+                    ApiEvent::Added(o) | ApiEvent::Modified(o) | ApiEvent::Deleted(o) => {
+                        o["metadata"]["resourceVersion"].as_str().map(str::to_owned)
+                    }
+                };
+                if let Some(outgoing) = self.view.changed(event) {
+                    self.queue(outgoing).await;
                 }
+                if version.is_some() {
+                    resume = version;
+                }
+            }
+            // A watch that ends at once, again and again, is not retried
+            // at full speed.
+            match changes {
+                0 => backoff.pause().await,
+                _ => backoff.reset(),
             }
         }
     }
 
-    /// Queues one object for the node (waits until cloudhub has stored
-    /// it in the node's queue).
-    async fn queue(&self, outgoing: Outgoing) {
+    /// The API server's answer to a GET of `path`, as the node.
+    async fn get(&self, path: &str) -> Result<Value, ApiStatus> {
+        let call = ApiCall {
+            method: requests::Method::Get,
+            path: path.to_owned(),
+            body: Vec::new(),
+            content_type: String::new(),
+            read: true,
+        };
+        let body = self.api.call(&self.node, call).await?;
+        serde_json::from_slice(&body)
+            .map_err(|err| ApiStatus::unavailable(format!("unreadable answer: {err}")))
+    }
+
+    /// Ends the watch: the API server refused it for good.
+    async fn end(self, asker: Option<(HiveMessage, Application)>, status: ApiStatus) {
+        warn!(node = %self.node, id = %self.id, %status, "forwarded watch refused");
+        if let Some((msg, app)) = asker {
+            answer_node(&self.hive, &self.counts, &self.node, &msg, app, Err(status));
+        }
+        let _ = self
+            .inbox
+            .send(Input::WatchEnded {
+                node: self.node,
+                id: self.id,
+            })
+            .await;
+    }
+
+    /// Queues one object for the node (waits until cloudhub has stored it
+    /// in the node's queue). A delete goes only if the object is gone
+    /// from the API server (not merely out of the selector); an object
+    /// the queue did not take is sent again later.
+    async fn queue(&mut self, outgoing: Outgoing) {
         let Outgoing {
             operation,
             resource,
             version,
             mut object,
+            confirm,
         } = outgoing;
+        if let Some(key) = confirm
+            && let Ok(path) = key.path("")
+        {
+            match self.get(&path).await {
+                Err(status) if status.code == 404 => {}
+                Ok(_) => {
+                    return debug!(node = %self.node, %resource, "left the watch's selector; kept at the edge");
+                }
+                Err(status) => {
+                    return warn!(node = %self.node, %resource, %status, "deletion not confirmed; not sent");
+                }
+            }
+        }
         wire::point_at_metaserver(&mut object);
-        let mut msg = HiveMessage::new()
+        // Every object is acknowledged; one without a numeric revision
+        // gets the clock's, which supersedes what the node holds.
+        let version = version.unwrap_or_else(crate::desired::clock_revision);
+        let msg = HiveMessage::new()
             .build_router(
                 MODULE,
                 group::RESOURCE,
                 format!("node/{}/{resource}", self.node),
                 operation,
             )
+            .with_resource_version(version.to_string())
             .with_content(object);
-        // Every object is acknowledged; one without a numeric revision
-        // gets the clock's, which supersedes what the node holds.
-        let version = version.unwrap_or_else(crate::desired::clock_revision);
-        msg = msg.with_resource_version(version.to_string());
         match self
             .hive
             .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
@@ -604,6 +645,7 @@ impl Follower {
         {
             Ok(reply) if reply.operation() != operation::ERROR => {
                 self.counts.send_modify(|c| c.queued += 1);
+                return;
             }
             Ok(reply) => {
                 warn!(node = %self.node, %resource, reason = %reply.content(), "cloudhub refused a watched object")
@@ -612,6 +654,33 @@ impl Follower {
                 warn!(node = %self.node, %resource, error = %err, "a watched object was not queued")
             }
         }
+        self.view.forget(&resource);
+    }
+}
+
+/// Growing pauses between attempts of a failing watch.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(500);
+
+    fn new(max: Duration) -> Backoff {
+        Backoff {
+            next: Self::FIRST,
+            max,
+        }
+    }
+
+    async fn pause(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(self.max);
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
     }
 }
 

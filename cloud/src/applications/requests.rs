@@ -170,12 +170,17 @@ impl Request {
                         info.patch_type
                     )));
                 }
-                let key = ResourceKey {
-                    name: Some(info.name.clone())
-                        .filter(|n| !n.is_empty())
-                        .or(key.name),
-                    ..key
-                };
+                let name = Some(info.name.clone())
+                    .filter(|n| !n.is_empty())
+                    .or(key.name);
+                if let Some(name) = &name
+                    && !super::wire::plain(name)
+                {
+                    return Err(ApiStatus::bad_request(format!(
+                        "patch of {name:?}: not a name"
+                    )));
+                }
+                let key = ResourceKey { name, ..key };
                 named(&key, "a patch")?;
                 let sub = info.subresources.as_deref().unwrap_or_default().join("/");
                 let path = with_query(key.path(&sub)?, write_query(&info.options));
@@ -332,9 +337,16 @@ mod tests {
         );
         assert_eq!(patch.content_type, "application/merge-patch+json");
         assert_eq!(patch.body, br#"{"metadata":{"labels":{"a":"b"}}}"#);
-        let mut odd = info;
+        let mut odd = info.clone();
         odd["PatchType"] = json!("text/plain");
         assert!(Request::of(&app("patch", "/core/v1/pods/default/null", odd, None)).is_err());
+        // A name that would leave the object's path.
+        for name in ["../secrets/x", "p?watch=1", "p/status", ".."] {
+            let mut escaping = info.clone();
+            escaping["Name"] = json!(name);
+            let refused = Request::of(&app("patch", "/core/v1/pods/default/null", escaping, None));
+            assert_eq!(refused.expect_err("refused").code, 400, "{name:?}");
+        }
     }
 
     #[test]

@@ -7,8 +7,15 @@
 //! (insert, update, delete), which the edge stores and passes on to its
 //! local watchers. The edge lists its watches now and then (when one
 //! ends); the cloud stops those no longer on the list. A watch that has to
-//! list again (its revision expired, or the cloud restarted it) sends only
-//! what changed since, and a delete for each object gone meanwhile.
+//! list again (its revision expired) sends only what changed since, and a
+//! delete for each object gone meanwhile.
+//!
+//! Objects the edgecontroller sends the node itself (its own pods and
+//! devices, and configmaps and secrets, which it sends only where pods use
+//! them) are left to it: the two must not race on one queue entry. And a
+//! delete is only a candidate ([`Outgoing::confirm`]): an object that left
+//! a watch's selector is reported deleted too, and the caller sends the
+//! delete only once the API server says the object is gone.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -154,12 +161,16 @@ pub struct Outgoing {
     pub version: Option<u64>,
     /// The object.
     pub object: Value,
+    /// For a delete: the object's key, to confirm with the API server
+    /// that it is gone (and not merely out of the selector) first.
+    pub confirm: Option<ResourceKey>,
 }
 
 /// What one watch has sent its node: each object's resource and revision.
 #[derive(Debug)]
 pub struct WatchView {
     key: ResourceKey,
+    node: String,
     sent: BTreeMap<String, Option<u64>>,
 }
 
@@ -168,11 +179,40 @@ fn revision(object: &Value) -> Option<u64> {
 }
 
 impl WatchView {
-    /// Nothing sent yet for a watch of `key`.
-    pub fn new(key: ResourceKey) -> WatchView {
+    /// Nothing sent yet for `node`'s watch of `key`.
+    pub fn new(key: ResourceKey, node: &str) -> WatchView {
         WatchView {
             key,
+            node: node.to_owned(),
             sent: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the edgecontroller sends `object` to the node itself.
+    fn controller_sends(&self, object: &Value) -> bool {
+        let bound_here = || super::super::desired::bound_node(object) == Some(self.node.as_str());
+        match (self.key.group.as_str(), self.key.resource.as_str()) {
+            ("", "configmaps" | "secrets") => true,
+            ("", "pods") | ("devices.kubeedge.io", "devices") => bound_here(),
+            _ => false,
+        }
+    }
+
+    /// The queue did not take `resource`: it counts as not sent, so the
+    /// next listing or change sends it again.
+    pub fn forget(&mut self, resource: &str) {
+        self.sent.remove(resource);
+    }
+
+    /// The key of the object at `resource` (`<namespace>/<type>/<name>`).
+    fn key_of(&self, resource: &str) -> ResourceKey {
+        let mut parts = resource.splitn(3, '/');
+        let namespace = parts.next().filter(|n| *n != "null").map(str::to_owned);
+        let name = parts.nth(1).map(str::to_owned);
+        ResourceKey {
+            namespace,
+            name,
+            ..self.key.clone()
         }
     }
 
@@ -219,6 +259,9 @@ impl WatchView {
             let Some(resource) = self.resource_of(&object) else {
                 continue;
             };
+            if self.controller_sends(&object) {
+                continue;
+            }
             let version = revision(&object);
             listed.insert(resource.clone(), version);
             let operation = match self.sent.get(&resource) {
@@ -231,17 +274,21 @@ impl WatchView {
                 resource,
                 version,
                 object,
+                confirm: None,
             });
         }
         for (resource, _) in std::mem::take(&mut self.sent) {
             if listed.contains_key(&resource) {
                 continue;
             }
-            let mut parts = resource.splitn(3, '/');
-            let (namespace, name) = (parts.next(), parts.nth(1));
-            let mut metadata = json!({ "name": name });
-            if let Some(namespace) = namespace.filter(|n| *n != "null") {
+            let key = self.key_of(&resource);
+            let mut metadata = json!({ "name": key.name });
+            if let Some(namespace) = &key.namespace {
                 metadata["namespace"] = json!(namespace);
+            }
+            if let Some(version) = list_revision {
+                // Local watchers at the edge order events by it.
+                metadata["resourceVersion"] = json!(version.to_string());
             }
             out.push(Outgoing {
                 operation: "delete",
@@ -249,9 +296,10 @@ impl WatchView {
                 version: list_revision,
                 object: json!({
                     "apiVersion": api_version,
-                    "kind": kind.unwrap_or_default(),
+                    "kind": kind.map_or_else(|| super::wire::resource_to_kind(&self.key.resource), str::to_owned),
                     "metadata": metadata,
                 }),
+                confirm: Some(key),
             });
         }
         self.sent = listed;
@@ -270,12 +318,20 @@ impl WatchView {
         let version = revision(&object);
         if deleted {
             self.sent.remove(&resource)?;
+            let confirm = Some(self.key_of(&resource));
             return Some(Outgoing {
                 operation: "delete",
                 resource,
                 version,
                 object,
+                confirm,
             });
+        }
+        if self.controller_sends(&object) {
+            // Now the edgecontroller's (a pod newly bound here): the watch
+            // lets go of it without a word.
+            self.sent.remove(&resource);
+            return None;
         }
         let operation = match self.sent.get(&resource) {
             None => "insert",
@@ -288,6 +344,7 @@ impl WatchView {
             resource,
             version,
             object,
+            confirm: None,
         })
     }
 }
@@ -375,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_listing_sends_what_the_node_lacks_and_withdraws_what_went() {
-        let mut view = WatchView::new(services());
+        let mut view = WatchView::new(services(), "edge-1");
         let out = view.listed(&list(10, vec![service("a", 5), service("b", 6)]));
         assert_eq!(
             ops(&out),
@@ -407,7 +464,14 @@ mod tests {
         );
         assert_eq!(
             delete.object["metadata"],
-            json!({"name": "b", "namespace": "default"})
+            json!({"name": "b", "namespace": "default", "resourceVersion": "20"})
+        );
+        assert_eq!(delete.object["kind"], "Service");
+        // Sent only once the API server says it is gone.
+        let confirm = delete.confirm.as_ref().expect("to confirm");
+        assert_eq!(
+            confirm.path("").expect("path"),
+            "/api/v1/namespaces/default/services/b"
         );
         // Unchanged: nothing.
         assert!(
@@ -419,7 +483,7 @@ mod tests {
 
     #[test]
     fn changes_reach_the_node_once_and_in_order() {
-        let mut view = WatchView::new(services());
+        let mut view = WatchView::new(services(), "edge-1");
         view.listed(&list(10, vec![service("a", 5)]));
         // A replay of what the listing had: nothing.
         assert_eq!(view.changed(ApiEvent::Added(service("a", 5))), None);
@@ -447,12 +511,57 @@ mod tests {
     }
 
     #[test]
+    fn what_the_edgecontroller_sends_is_left_to_it() {
+        let pods = match Target::parse("/core/v1/pods/null/null") {
+            Ok(Target::Resource(key)) => key,
+            other => panic!("{other:?}"),
+        };
+        let mut view = WatchView::new(pods, "edge-1");
+        let pod = |name: &str, node: &str, rv: u64| {
+            json!({"metadata": {"name": name, "namespace": "default", "resourceVersion": rv.to_string()},
+                   "spec": {"nodeName": node}})
+        };
+        let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+                          "items": [pod("mine", "edge-1", 5), pod("theirs", "edge-2", 6)]});
+        let out = view.listed(&list);
+        assert_eq!(ops(&out), vec![("insert", "default/pod/theirs")]);
+        // Its own pod's changes are the edgecontroller's, never the watch's.
+        assert_eq!(
+            view.changed(ApiEvent::Modified(pod("mine", "edge-1", 10))),
+            None
+        );
+        // A pod the watch sent that is now bound here: let go, silently.
+        assert_eq!(
+            view.changed(ApiEvent::Modified(pod("theirs", "edge-1", 11))),
+            None
+        );
+        assert!(view.is_empty());
+        let secrets = match Target::parse("/core/v1/secrets/default/null") {
+            Ok(Target::Resource(key)) => key,
+            other => panic!("{other:?}"),
+        };
+        let mut view = WatchView::new(secrets, "edge-1");
+        let secret =
+            json!({"metadata": {"name": "s", "namespace": "default", "resourceVersion": "3"}});
+        assert_eq!(view.changed(ApiEvent::Added(secret)), None);
+    }
+
+    #[test]
+    fn a_failed_send_is_sent_again() {
+        let mut view = WatchView::new(services(), "edge-1");
+        let out = view.changed(ApiEvent::Added(service("a", 5))).expect("new");
+        view.forget(&out.resource);
+        let again = view.listed(&list(6, vec![service("a", 5)]));
+        assert_eq!(ops(&again), vec![("insert", "default/service/a")]);
+    }
+
+    #[test]
     fn cluster_scoped_objects_live_in_the_null_namespace() {
         let key = match Target::parse("/core/v1/nodes/null/null") {
             Ok(Target::Resource(key)) => key,
             other => panic!("{other:?}"),
         };
-        let mut view = WatchView::new(key);
+        let mut view = WatchView::new(key, "edge-1");
         let node = json!({"kind": "Node", "metadata": {"name": "edge-1", "resourceVersion": "3"}});
         let out = view.changed(ApiEvent::Added(node)).expect("new");
         assert_eq!(out.resource, "null/node/edge-1");
@@ -470,7 +579,7 @@ mod tests {
             seed % n
         };
         for _ in 0..200 {
-            let mut view = WatchView::new(services());
+            let mut view = WatchView::new(services(), "edge-1");
             let mut truth: BTreeMap<String, u64> = BTreeMap::new();
             let mut node: BTreeMap<String, u64> = BTreeMap::new();
             let mut rv = 1;

@@ -274,7 +274,7 @@ const DISCOVERY: &[&str] = &[
 
 /// Whether `segment` may stand in an API path: a Kubernetes name, group,
 /// version or resource (no `/`, `?`, `%`, `..` or spaces).
-fn plain(segment: &str) -> bool {
+pub fn plain(segment: &str) -> bool {
     !segment.is_empty()
         && segment != "."
         && segment != ".."
@@ -529,8 +529,11 @@ fn rewrite_default_master(object: &mut Value, is_slice: bool) {
     {
         return;
     }
+    // One endpoint, the node's own MetaServer (as KubeEdge keeps the
+    // first only).
     if let Some(endpoints) = object.get_mut("endpoints").and_then(Value::as_array_mut) {
-        for endpoint in endpoints {
+        endpoints.truncate(1);
+        if let Some(endpoint) = endpoints.first_mut() {
             endpoint["addresses"] = json!([METASERVER_ADDRESS]);
         }
     }
@@ -715,12 +718,12 @@ mod tests {
         let slice = json!({
             "kind": "EndpointSlice", "addressType": "IPv4",
             "metadata": {"name": "kubernetes", "namespace": "default"},
-            "endpoints": [{"addresses": ["10.0.0.1"]}],
+            "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}],
             "ports": [{"name": "https", "port": 6443}]
         });
         let mut one = slice.clone();
         point_at_metaserver(&mut one);
-        assert_eq!(one["endpoints"][0]["addresses"], json!(["127.0.0.1"]));
+        assert_eq!(one["endpoints"], json!([{"addresses": ["127.0.0.1"]}]));
         assert_eq!(one["ports"][0]["port"], 10550);
         let mut list = json!({"kind": "EndpointSliceList", "items": [slice.clone()]});
         point_at_metaserver(&mut list);

@@ -119,7 +119,11 @@ mod tests {
         assert_eq!(book.lease(start), None, "nothing to claim under yet");
         book.granted(7, start);
         assert_eq!(book.lease(start + Duration::from_secs(7)), Some(7));
-        assert_eq!(book.lease(start + Duration::from_secs(8)), None, "ttl - margin");
+        assert_eq!(
+            book.lease(start + Duration::from_secs(8)),
+            None,
+            "ttl - margin"
+        );
         // Renewed, as asked at 5 s: trusted until 13 s.
         book.renewed(start + Duration::from_secs(5));
         assert_eq!(book.lease(start + Duration::from_secs(12)), Some(7));

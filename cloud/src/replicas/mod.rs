@@ -93,7 +93,10 @@ impl Inner {
         if nodes.is_empty() {
             return;
         }
-        warn!(count = nodes.len(), "claims lost: those nodes' links are closed");
+        warn!(
+            count = nodes.len(),
+            "claims lost: those nodes' links are closed"
+        );
         let held = self.book().len();
         self.counts.send_modify(|c| {
             c.lost += nodes.len() as u64;
@@ -202,7 +205,10 @@ impl EtcdClaims {
         };
         inner.counts.send_modify(|c| c.held = held);
         if let Some(revision) = revision
-            && let Err(err) = inner.etcd.delete(inner.key(node).as_bytes(), revision).await
+            && let Err(err) = inner
+                .etcd
+                .delete(inner.key(node).as_bytes(), revision)
+                .await
         {
             debug!(node, error = %err, "claim not removed; it ends with the lease");
         }
