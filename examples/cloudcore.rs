@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
+use cloud::replicas::{ClaimsConfig, EtcdClaims};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
     EmbeddedStore,
@@ -261,12 +262,20 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
         None => None,
     };
+    // Replicas on etcd serve each node under a claim.
+    let claims = match settings.etcd.endpoints.is_empty() {
+        true => None,
+        false => Some(start_claims(&settings.etcd)?),
+    };
     let hub = CloudHub::start(
         &hive,
         CloudHubConfig {
             endpoints,
             keepalive: Duration::from_secs(hub_settings.keepalive_interval),
             store: Some(data_dir.join("queues.redb")),
+            claims: claims
+                .clone()
+                .map(|claims| Arc::new(claims) as Arc<dyn hub::NodeClaims>),
             ..CloudHubConfig::default()
         },
     )
@@ -306,6 +315,10 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         tracing::info!(address = %admin.address, "admin API ready");
     }
     let report = hive.shutdown_on_signal().await?;
+    if let Some(claims) = claims {
+        // Handed over: every other replica may take these nodes at once.
+        claims.give_up().await;
+    }
     if let Some(metrics) = metrics {
         metrics.stop(true).await;
     }
@@ -318,6 +331,24 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     desired.close().await;
     tracing::info!(?report, "cloudcore stopped");
     Ok(())
+}
+
+/// This replica's claims on the nodes it serves, kept in etcd.
+fn start_claims(etcd: &config::EtcdSection) -> Result<EtcdClaims> {
+    let replica = match etcd.replica.is_empty() {
+        false => etcd.replica.clone(),
+        true => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "cloudcore".to_owned());
+            format!("{host}-{}", std::process::id())
+        }
+    };
+    tracing::info!(%replica, "serving nodes under claims in etcd");
+    let mut config = ClaimsConfig::new(etcd.endpoints.clone(), replica);
+    config.prefix = etcd.prefix.clone();
+    config.ttl = Duration::from_secs(etcd.claim_ttl_seconds);
+    EtcdClaims::start(config).context("etcd claims")
 }
 
 /// The desired state cloudcore runs on.

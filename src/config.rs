@@ -263,6 +263,12 @@ pub struct EtcdSection {
     pub endpoints: Vec<String>,
     /// The key prefix under which the desired state lives.
     pub prefix: String,
+    /// This replica's name among the replicas ("": the host's name and
+    /// the process id).
+    pub replica: String,
+    /// How long a replica's claims on its nodes outlive its last renewal:
+    /// the longest a dead replica's nodes wait for another, in seconds.
+    pub claim_ttl_seconds: u64,
 }
 
 impl Default for EtcdSection {
@@ -270,6 +276,8 @@ impl Default for EtcdSection {
         EtcdSection {
             endpoints: Vec::new(),
             prefix: "/edgehive".to_owned(),
+            replica: String::new(),
+            claim_ttl_seconds: 10,
         }
     }
 }
@@ -450,6 +458,9 @@ impl Check for CloudCoreConfig {
                 "etcd.endpoints and kubeAPIConfig.kubeConfig: choose one home for the desired state"
                     .to_owned(),
             );
+        }
+        if self.etcd.claim_ttl_seconds < 2 {
+            return Err("etcd.claimTtlSeconds: must be at least 2".to_owned());
         }
         if self.modules.dynamic_controller.max_watches_per_node == 0 {
             return Err(

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use apis::kinds::{Kind, ObjectKey};
 use cloud::desired::{DesiredError, DesiredState, EtcdConfig, EtcdStore, WatchEvent};
+use cloud::replicas::{ClaimsConfig, EtcdClaims};
 use common::{Backend, Cloud, Edge, next, pod_yaml};
 use etcd::testing::Cluster;
 use futures_util::StreamExt;
+use hub::NodeClaims;
 use serde_json::{Value, json};
 
 fn pod(name: &str, node: &str) -> Value {
@@ -149,4 +151,110 @@ async fn the_cloud_runs_on_etcd() {
     );
     edge.shutdown().await;
     cloud.shutdown().await;
+}
+
+fn claims(cluster: &Cluster, replica: &str, ttl_secs: u64) -> EtcdClaims {
+    let mut config = ClaimsConfig::new(cluster.endpoints(), replica);
+    config.prefix = "/claims-test".to_owned();
+    config.ttl = Duration::from_secs(ttl_secs);
+    EtcdClaims::start(config).expect("claims")
+}
+
+/// Waits until `claims` holds a lease.
+async fn leased(claims: &EtcdClaims) {
+    let mut counts = claims.counts();
+    tokio::time::timeout(Duration::from_secs(10), counts.wait_for(|c| c.leases >= 1))
+        .await
+        .expect("a lease in time")
+        .expect("claims running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_served_by_one_replica_at_a_time() {
+    let cluster = Cluster::start(3).await;
+    let (a, b) = (claims(&cluster, "a", 5), claims(&cluster, "b", 5));
+    leased(&a).await;
+    leased(&b).await;
+    assert_eq!(a.claim_now("n1").await, Ok(()));
+    assert_eq!(
+        a.claim_now("n1").await,
+        Ok(()),
+        "a reconnect finds its claim"
+    );
+    let refused = b.claim_now("n1").await.expect_err("a holds n1");
+    assert!(refused.contains("replica a"), "{refused}");
+    assert!(a.holds("n1") && !b.holds("n1"));
+
+    // Its link ended: b may take it at once.
+    a.release_now("n1").await;
+    assert_eq!(b.claim_now("n1").await, Ok(()));
+    assert!(a.claim_now("n1").await.is_err());
+
+    // b is told to stop: it hands every node over.
+    let mut lost = b.lost();
+    b.give_up().await;
+    assert_eq!(lost.next().await.as_deref(), Some("n1"));
+    assert_eq!(a.claim_now("n1").await, Ok(()));
+    let counts = a.counts().borrow().clone();
+    assert_eq!((counts.held, counts.taken, counts.refused), (1, 2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_nodes_are_taken_once_its_lease_ends() {
+    let cluster = Cluster::start(3).await;
+    let (a, b) = (claims(&cluster, "a", 2), claims(&cluster, "b", 2));
+    leased(&a).await;
+    leased(&b).await;
+    assert_eq!(a.claim_now("n1").await, Ok(()));
+    // Await the claim's end in etcd itself.
+    let etcd = cluster.client();
+    let (_, at) = etcd.get(b"/claims-test/claims/n1").await.expect("get");
+    let mut changes = Box::pin(
+        etcd.watch(b"/claims-test/claims/", at + 1)
+            .await
+            .expect("watch"),
+    );
+    // a dies without a word: its lease is no longer renewed.
+    drop(a);
+    let ended = tokio::time::timeout(Duration::from_secs(15), changes.next())
+        .await
+        .expect("the claim ends with its lease")
+        .expect("watch")
+        .expect("no error");
+    assert!(
+        matches!(&ended[0], etcd::Change::Delete { .. }),
+        "{ended:?}"
+    );
+    assert_eq!(b.claim_now("n1").await, Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_etcd_gives_its_nodes_up_before_its_lease_can_end() {
+    let mut cluster = Cluster::start(3).await;
+    let ttl = Duration::from_secs(3);
+    let a = claims(&cluster, "a", 3);
+    leased(&a).await;
+    assert_eq!(a.claim_now("n1").await, Ok(()));
+    let mut lost = a.lost();
+    // No quorum: the lease cannot be renewed.
+    cluster.kill(1);
+    cluster.kill(2);
+    let cut = tokio::time::Instant::now();
+    let node = tokio::time::timeout(ttl * 2, lost.next())
+        .await
+        .expect("given up in time")
+        .expect("a lost node");
+    let after = cut.elapsed();
+    assert_eq!(node, "n1");
+    assert!(!a.holds("n1"));
+    // Before etcd could have ended the lease (ttl after the last renewal,
+    // which came before the cut).
+    assert!(
+        after < ttl,
+        "given up after {after:?}, the lease lasts {ttl:?}"
+    );
+    assert!(
+        a.claim_now("n2").await.is_err(),
+        "no claims without a trusted lease"
+    );
 }

@@ -17,6 +17,11 @@ pub trait NodeClaims: Send + Sync + 'static {
     /// replica may take the node at once.
     fn release(&self, node: &str);
 
+    /// Whether this replica holds `node` now (a claim under a lease it
+    /// still trusts). One that does not must not speak for the node:
+    /// another replica may serve it already.
+    fn holds(&self, node: &str) -> bool;
+
     /// Nodes whose claims this replica lost (its lease ran out, or it lost
     /// the engine): their sessions are closed, and nothing more is sent.
     fn lost(&self) -> BoxStream<'static, String>;

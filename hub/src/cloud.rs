@@ -256,6 +256,32 @@ impl CloudHub {
 
     /// Tells the `nodeevents` group that `node` came or went; a connect
     /// says the node's dialect (`{"dialect": "kubeedge"}`).
+    /// Tells the node-event group that `node`'s session here ended; `served`
+    /// false when this replica no longer holds the node (another may serve
+    /// it already: nothing is to be said of it from here).
+    fn node_gone(&self, node: &str, served: bool) {
+        let hive = self.hive.clone();
+        let event = HiveMessage::new()
+            .build_router(
+                module::CLOUDHUB,
+                group::NODE_EVENTS,
+                format!("node/{node}"),
+                operation::NODE_DISCONNECTED,
+            )
+            .with_content(serde_json::json!({ "served": served }));
+        actix::spawn(async move {
+            let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
+        });
+    }
+
+    /// Whether this replica holds `node` (always, without claims).
+    fn holds(&self, node: &str) -> bool {
+        self.config
+            .claims
+            .as_ref()
+            .is_none_or(|claims| claims.holds(node))
+    }
+
     fn node_event(&self, node: &str, op: &str, dialect: Option<Dialect>) {
         let hive = self.hive.clone();
         let mut event = HiveMessage::new().build_router(
@@ -603,7 +629,7 @@ impl Handler<ClaimLost> for CloudHub {
             queue.link_lost();
         }
         self.gone_since.insert(node.clone(), Instant::now());
-        self.node_event(&node, operation::NODE_DISCONNECTED, None);
+        self.node_gone(&node, false);
         self.stats.set_connected(self.sessions.len());
         actix::spawn(async move { session.sender.close().await });
     }
@@ -621,6 +647,7 @@ impl Handler<SessionDown> for CloudHub {
         }
         info!(node = %down.node, session = down.id, "node disconnected");
         self.sessions.remove(&down.node);
+        let served = self.holds(&down.node);
         if let Some(claims) = &self.config.claims {
             claims.release(&down.node);
         }
@@ -628,7 +655,7 @@ impl Handler<SessionDown> for CloudHub {
             queue.link_lost();
         }
         self.gone_since.insert(down.node.clone(), Instant::now());
-        self.node_event(&down.node, operation::NODE_DISCONNECTED, None);
+        self.node_gone(&down.node, served);
         self.stats.set_connected(self.sessions.len());
     }
 }

@@ -894,6 +894,11 @@ impl Controller {
                     self.renew_tokens(Some(&node)).await;
                     return;
                 }
+                // Served by another replica now: nothing to say of it here.
+                operation::NODE_DISCONNECTED if msg.content()["served"] == false => {
+                    self.reconciler.served_elsewhere(&node);
+                    return;
+                }
                 operation::NODE_DISCONNECTED => self.reconciler.disconnected(&node),
                 _ => return,
             };

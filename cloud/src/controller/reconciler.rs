@@ -739,6 +739,13 @@ impl Reconciler {
         }]
     }
 
+    /// `node`'s link here went down, and another replica serves it: its
+    /// link is down for this replica, and its Node is not this replica's
+    /// to write.
+    pub fn served_elsewhere(&mut self, node: &str) {
+        self.node(node).link = None;
+    }
+
     /// Whether `node`'s link is up.
     pub fn is_connected(&self, node: &str) -> bool {
         self.nodes.get(node).is_some_and(|s| s.link.is_some())

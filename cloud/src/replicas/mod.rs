@@ -248,6 +248,11 @@ impl hub::NodeClaims for EtcdClaims {
         tokio::spawn(async move { claims.release_now(&node).await });
     }
 
+    fn holds(&self, node: &str) -> bool {
+        let book = self.inner.book();
+        book.lease(Instant::now()).is_some() && book.holds(node)
+    }
+
     fn lost(&self) -> BoxStream<'static, String> {
         let (sender, receiver) = mpsc::unbounded_channel();
         self.inner
