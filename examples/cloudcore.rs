@@ -114,6 +114,13 @@ struct Run {
     /// there, shared with other cloudcore replicas (etcd.endpoints).
     #[arg(long, value_delimiter = ',')]
     etcd: Vec<String>,
+    /// This replica's name among the cloud's replicas (etcd.replica).
+    #[arg(long)]
+    replica: Option<String>,
+    /// How long a dead replica's nodes wait for another, in seconds
+    /// (etcd.claimTtlSeconds).
+    #[arg(long)]
+    claim_ttl_secs: Option<u64>,
 }
 
 impl Run {
@@ -150,6 +157,12 @@ impl Run {
         }
         if !self.etcd.is_empty() {
             config.etcd.endpoints = self.etcd;
+        }
+        if let Some(replica) = self.replica {
+            config.etcd.replica = replica;
+        }
+        if let Some(ttl) = self.claim_ttl_secs {
+            config.etcd.claim_ttl_seconds = ttl;
         }
         config.modules.admin.apply_flag(self.admin);
         config.modules.metrics.apply_flag(self.metrics);

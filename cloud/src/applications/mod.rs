@@ -496,8 +496,13 @@ impl Follower {
                         continue;
                     }
                 };
-                // Approved as soon as the node may watch this: the objects
-                // follow down its queue (the edge waits 10 s at most).
+                // The objects first, then the answer (as KubeEdge's
+                // cloud): the edge starts its local watch from its store's
+                // newest revision once approved, and passes on only what
+                // arrives above it.
+                for outgoing in self.view.listed(&list) {
+                    self.queue(outgoing).await;
+                }
                 if let Some((msg, app)) = asked.take() {
                     answer_node(
                         &self.hive,
@@ -507,9 +512,6 @@ impl Follower {
                         app,
                         Ok(Vec::new()),
                     );
-                }
-                for outgoing in self.view.listed(&list) {
-                    self.queue(outgoing).await;
                 }
                 resume = list["metadata"]["resourceVersion"]
                     .as_str()
