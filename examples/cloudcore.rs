@@ -301,10 +301,44 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         Some(address) => {
             let (hive, stats, store) =
                 (hive.clone(), hub.stats.clone(), controller.store().clone());
+            let claim_counts = claims.as_ref().map(EtcdClaims::counts);
             let render: metrics::Render = Arc::new(move || {
                 let mut page = metrics::Exposition::default();
                 page.hive(&hive);
                 page.cloudhub(&stats);
+                if let Some(counts) = &claim_counts {
+                    let c = counts.borrow().clone();
+                    page.gauge(
+                        "edgehive_replica_nodes_held",
+                        "Nodes this replica holds a claim on.",
+                        &[],
+                        c.held as u64,
+                    );
+                    page.counter(
+                        "edgehive_replica_claims_taken_total",
+                        "Claims on nodes taken.",
+                        &[],
+                        c.taken,
+                    );
+                    page.counter(
+                        "edgehive_replica_claims_refused_total",
+                        "Claims refused (another replica serves the node, or no trusted lease).",
+                        &[],
+                        c.refused,
+                    );
+                    page.counter(
+                        "edgehive_replica_claims_lost_total",
+                        "Claims lost with the lease (failovers away from this replica).",
+                        &[],
+                        c.lost,
+                    );
+                    page.counter(
+                        "edgehive_replica_leases_total",
+                        "Claim leases granted (more than one: the replica lost etcd).",
+                        &[],
+                        c.leases,
+                    );
+                }
                 let pods = store
                     .list(meta::Kind::Pod, None)
                     .map(|(pods, _)| pods)

@@ -20,6 +20,7 @@ struct Replica {
     process: Process,
     hub: String,
     admin: String,
+    metrics: String,
 }
 
 /// A dead replica's nodes wait this long for another.
@@ -27,6 +28,7 @@ const CLAIM_TTL_SECS: u64 = 3;
 
 fn replica(dir: &str, etcd: &str, name: &str) -> (Replica, String) {
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
+    let metrics = free_address();
     let ttl = CLAIM_TTL_SECS.to_string();
     let process = Process::start(
         env!("CARGO_BIN_EXE_cloudcore"),
@@ -41,7 +43,7 @@ fn replica(dir: &str, etcd: &str, name: &str) -> (Replica, String) {
             "--admin",
             &admin,
             "--metrics",
-            "off",
+            &metrics,
             "--keepalive-secs",
             "2",
             "--etcd",
@@ -58,6 +60,7 @@ fn replica(dir: &str, etcd: &str, name: &str) -> (Replica, String) {
             process,
             hub,
             admin,
+            metrics,
         },
         certs,
     )
@@ -257,6 +260,18 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
     // Nothing the edge acknowledged from a is gone.
     assert_eq!(ha.held(), ["after", "before"]);
     assert_eq!(ha.ready(&ha.b.admin).as_deref(), Some("True"));
+    // b's metrics say it holds the node now.
+    let client = cloud::AdminClient::new(&ha.b.metrics);
+    let (_, body) = ha
+        .runtime
+        .block_on(client.raw(hyper::Method::GET, "/metrics", None))
+        .expect("metrics");
+    let page = String::from_utf8_lossy(&body);
+    assert!(page.contains("edgehive_replica_nodes_held 1"), "{page}");
+    assert!(
+        page.contains("edgehive_replica_claims_taken_total 1"),
+        "{page}"
+    );
     let Ha {
         edge, b, cluster, ..
     } = ha;
