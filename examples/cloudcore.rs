@@ -260,6 +260,8 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let grace = settings.kube_api_config.offline_grace_seconds;
     let controller_config = ControllerConfig {
         offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
+        // Replicas: a node is sent to by the one that serves it.
+        send_to_linked_only: !settings.etcd.endpoints.is_empty(),
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;

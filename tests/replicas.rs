@@ -272,6 +272,8 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
         page.contains("edgehive_replica_claims_taken_total 1"),
         "{page}"
     );
+    // b sent the edge what it lacked, not what it held already from a.
+    assert!(page.contains("edgehive_cloudhub_acked_total 1\n"), "{page}");
     let Ha {
         edge, b, cluster, ..
     } = ha;

@@ -74,6 +74,12 @@ pub struct ControllerConfig {
     /// how long pods bound to an edge node whose link is down are kept
     /// before they may be evicted (`None`: never). See [`eviction`].
     pub offline_grace: Option<Duration>,
+    /// With several replicas: send only to nodes linked to this replica.
+    /// A node that links here is brought in step from its inventory, so it
+    /// is sent what it lacks, not everything this replica would have
+    /// queued while another served it. Off (one cloudcore), every node's
+    /// queue is kept, linked or not, and delivered when it returns.
+    pub send_to_linked_only: bool,
 }
 
 impl Default for ControllerConfig {
@@ -85,6 +91,7 @@ impl Default for ControllerConfig {
             lease_every: Duration::from_secs(10),
             lease_duration: Duration::from_secs(40),
             offline_grace: Some(Duration::from_secs(24 * 3600)),
+            send_to_linked_only: false,
         }
     }
 }
@@ -640,6 +647,11 @@ impl Controller {
                     object,
                     version,
                 } => {
+                    if self.config.send_to_linked_only && !self.reconciler.is_connected(&node) {
+                        // Another replica serves it, or none: it is brought
+                        // in step when it links here.
+                        continue;
+                    }
                     let version = match version {
                         Version::Of(version) => version,
                         Version::Fresh => match fresh {
