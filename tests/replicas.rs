@@ -327,3 +327,45 @@ fn a_frozen_replica_loses_its_node_and_says_nothing_of_it_after() {
     b.process.stop();
     drop(cluster);
 }
+
+/// Two of three etcd members stopped: applies fail with a clear error, the
+/// edge keeps what it has; when the quorum returns, everything resumes.
+#[test]
+fn without_etcds_quorum_applies_fail_and_the_edge_keeps_what_it_has() {
+    let mut ha = start_ha("replicas-quorum");
+    let mut events = ha.watch_edge();
+    apply(&ha.a.admin, &ha.dir, "kept", &pod("kept", NODE));
+    ha.arrives(&mut events, "kept");
+
+    ha.cluster.kill(1);
+    ha.cluster.kill(2);
+    let path = format!("{}/refused.yaml", ha.dir);
+    std::fs::write(&path, pod("refused", NODE)).expect("manifest");
+    let (ok, out, err) = ctl(&ha.a.admin, &["apply", "-f", &path]);
+    assert!(!ok, "no apply without a quorum: {out}");
+    assert!(err.contains("etcd"), "the error names etcd: {err}");
+    println!("apply without a quorum: {}", err.trim());
+    // The replicas give their nodes up (no trusted lease); the edge runs
+    // on with what it holds.
+    ha.a.process
+        .wait_for("claims lost", Duration::from_secs(30));
+    assert_eq!(ha.held(), ["kept"]);
+
+    ha.cluster.restart(1);
+    ha.cluster.restart(2);
+    ha.runtime.block_on(ha.cluster.wait_ready());
+    apply(&ha.a.admin, &ha.dir, "resumed", &pod("resumed", NODE));
+    ha.arrives(&mut events, "resumed");
+    assert_eq!(ha.held(), ["kept", "resumed"]);
+    let Ha {
+        edge,
+        a,
+        b,
+        cluster,
+        ..
+    } = ha;
+    edge.stop();
+    a.process.stop();
+    b.process.stop();
+    drop(cluster);
+}

@@ -216,7 +216,7 @@ impl Etcd {
         let members = &self.members;
         let count = members.channels.len();
         let first = members.preferred.load(Ordering::Relaxed);
-        let mut failure = None;
+        let mut failures = Vec::new();
         for attempt in 0..count {
             let index = (first + attempt) % count;
             match call(members.channels[index].clone()).await {
@@ -224,11 +224,16 @@ impl Etcd {
                     members.preferred.store(index, Ordering::Relaxed);
                     return Ok(answer);
                 }
-                Err(status) if try_another(&status) => failure = Some(status),
+                Err(status) if try_another(&status) => {
+                    failures.push(format!("member {}: {}", index + 1, status.message()));
+                }
                 Err(status) => return Err(status),
             }
         }
-        Err(failure.unwrap_or_else(|| tonic::Status::unavailable("no member")))
+        Err(tonic::Status::unavailable(format!(
+            "no member could answer ({})",
+            failures.join("; ")
+        )))
     }
 
     /// The value at `key`, and the revision the answer is current at.
