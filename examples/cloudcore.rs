@@ -282,6 +282,11 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         true => None,
         false => Some(start_claims(&settings.etcd)?),
     };
+    if let (Some(claims), Desired::Etcd(store)) = (&claims, &desired) {
+        // A node's status is written only under this replica's claim.
+        let claims = claims.clone();
+        store.fence_with(Arc::new(move |node: &str| claims.fence(node)));
+    }
     let hub = CloudHub::start(
         &hive,
         CloudHubConfig {

@@ -258,3 +258,56 @@ async fn a_replica_cut_off_from_etcd_gives_its_nodes_up_before_its_lease_can_end
         "no claims without a trusted lease"
     );
 }
+
+/// etcd itself refuses a node's status from a replica that lost the node,
+/// however late that replica learns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_lost_a_node_cannot_write_its_status() {
+    let cluster = Cluster::start(3).await;
+    let (a, b) = (claims(&cluster, "a", 5), claims(&cluster, "b", 5));
+    leased(&a).await;
+    leased(&b).await;
+    let store = store(&cluster, "/fenced").await;
+    let fence_of = a.clone();
+    store.fence_with(std::sync::Arc::new(move |node: &str| fence_of.fence(node)));
+    let created = store.create(pod("p", "n1")).await.expect("create");
+
+    // Not a's node: refused before etcd is asked.
+    let mut reported = created.clone();
+    reported["status"] = json!({"phase": "Running"});
+    assert!(matches!(
+        store.replace_status(reported.clone()).await,
+        Err(DesiredError::Conflict { .. })
+    ));
+    assert_eq!(a.claim_now("n1").await, Ok(()));
+    let written = store.replace_status(reported).await.expect("a serves n1");
+    assert_eq!(written["status"]["phase"], "Running");
+
+    // The claim goes behind a's back (its lease ran out while it was
+    // frozen, say) and b takes the node; a still believes it holds it.
+    let etcd = cluster.client();
+    let (claim, _) = etcd.get(b"/claims-test/claims/n1").await.expect("get");
+    let claim = claim.expect("a's claim");
+    assert!(matches!(
+        etcd.delete(&claim.key, claim.mod_revision).await,
+        Ok(etcd::Written::Done(_))
+    ));
+    assert_eq!(b.claim_now("n1").await, Ok(()));
+    assert!(a.holds("n1"), "a has not noticed");
+    let mut late = written.clone();
+    late["status"] = json!({"phase": "Failed"});
+    match store.replace_status(late).await {
+        Err(DesiredError::Conflict { reason, .. }) => assert!(reason.contains("claim"), "{reason}"),
+        other => panic!("a late status refused: {other:?}"),
+    }
+    let key = ObjectKey::new(Kind::Pod, "default", "p");
+    let (stored, _) = etcd
+        .get(format!("/fenced/objects/pods/default/p").as_bytes())
+        .await
+        .expect("get");
+    let stored: Value = serde_json::from_slice(&stored.expect("stored").value).expect("json");
+    assert_eq!(
+        stored["status"]["phase"], "Running",
+        "{key}: what a wrote last, under its claim"
+    );
+}

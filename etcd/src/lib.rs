@@ -123,6 +123,19 @@ pub enum Written {
     Done(i64),
     /// The key was not as expected; it is this now (`None`: absent).
     Conflict(Option<Entry>),
+    /// The fence the write was made under no longer holds.
+    Fenced,
+}
+
+/// A key whose creation a write depends on: the write is done only while
+/// the key is the one created at `create_revision` (a claim, say), so a
+/// writer that has lost it writes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its creation's revision.
+    pub create_revision: i64,
 }
 
 /// One change a watch reports.
@@ -338,6 +351,30 @@ impl Etcd {
             .await
     }
 
+    /// Like [`Etcd::replace`], and only while `fence` holds.
+    pub async fn replace_fenced(
+        &self,
+        key: &[u8],
+        value: Vec<u8>,
+        mod_revision: i64,
+        fence: &Fence,
+    ) -> Result<Written> {
+        let put = PutRequest {
+            key: key.to_vec(),
+            value,
+            ignore_lease: true,
+            ..PutRequest::default()
+        };
+        self.txn_if(
+            key,
+            CompareTarget::Mod,
+            mod_revision,
+            Op::RequestPut(put),
+            Some(fence),
+        )
+        .await
+    }
+
     /// Removes `key` if its last change was at `mod_revision`.
     pub async fn delete(&self, key: &[u8], mod_revision: i64) -> Result<Written> {
         let delete = DeleteRangeRequest {
@@ -362,25 +399,51 @@ impl Etcd {
         expected: i64,
         op: Op,
     ) -> Result<Written> {
+        self.txn_if(key, target, expected, op, None).await
+    }
+
+    /// Runs `op` if `key`'s `target` revision is `expected` (and `fence`
+    /// holds); else reads the key (and the fence) as they are.
+    async fn txn_if(
+        &self,
+        key: &[u8],
+        target: CompareTarget,
+        expected: i64,
+        op: Op,
+        fence: Option<&Fence>,
+    ) -> Result<Written> {
         let target_union = match target {
             CompareTarget::Create => TargetUnion::CreateRevision(expected),
             _ => TargetUnion::ModRevision(expected),
         };
-        let request = TxnRequest {
-            compare: vec![Compare {
-                result: CompareResult::Equal as i32,
-                target: target as i32,
+        let read = |key: &[u8]| RequestOp {
+            request: Some(Op::RequestRange(RangeRequest {
                 key: key.to_vec(),
-                target_union: Some(target_union),
+                ..RangeRequest::default()
+            })),
+        };
+        let mut compare = vec![Compare {
+            result: CompareResult::Equal as i32,
+            target: target as i32,
+            key: key.to_vec(),
+            target_union: Some(target_union),
+            ..Compare::default()
+        }];
+        let mut failure = vec![read(key)];
+        if let Some(fence) = fence {
+            compare.push(Compare {
+                result: CompareResult::Equal as i32,
+                target: CompareTarget::Create as i32,
+                key: fence.key.clone(),
+                target_union: Some(TargetUnion::CreateRevision(fence.create_revision)),
                 ..Compare::default()
-            }],
+            });
+            failure.push(read(&fence.key));
+        }
+        let request = TxnRequest {
+            compare,
             success: vec![RequestOp { request: Some(op) }],
-            failure: vec![RequestOp {
-                request: Some(Op::RequestRange(RangeRequest {
-                    key: key.to_vec(),
-                    ..RangeRequest::default()
-                })),
-            }],
+            failure,
         };
         let answer = self
             .on_member(|c| {
@@ -392,12 +455,19 @@ impl Etcd {
         if answer.succeeded {
             return Ok(Written::Done(answer.header.map_or(0, |h| h.revision)));
         }
-        let current = answer.responses.into_iter().find_map(|r| match r.response {
+        let mut reads = answer.responses.into_iter().map(|r| match r.response {
             Some(proto::etcdserverpb::response_op::Response::ResponseRange(range)) => {
                 range.kvs.into_iter().next().map(Entry::from)
             }
             _ => None,
         });
+        let current = reads.next().flatten();
+        if let Some(fence) = fence {
+            let held = reads.next().flatten();
+            if held.is_none_or(|entry| entry.create_revision != fence.create_revision) {
+                return Ok(Written::Fenced);
+            }
+        }
         Ok(Written::Conflict(current))
     }
 

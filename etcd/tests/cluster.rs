@@ -172,3 +172,54 @@ async fn a_killed_member_interrupts_nothing_while_a_quorum_stands() {
     cluster.restart(0);
     cluster.wait_ready().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_holds_only_while_its_fence_does() {
+    let cluster = Cluster::start(3).await;
+    let etcd = cluster.client();
+    let Written::Done(claimed) = etcd
+        .create(b"/f/claim", b"a".to_vec(), 0)
+        .await
+        .expect("claim")
+    else {
+        panic!("claimed");
+    };
+    let fence = etcd::Fence {
+        key: b"/f/claim".to_vec(),
+        create_revision: claimed,
+    };
+    let Written::Done(at) = etcd
+        .create(b"/f/object", b"1".to_vec(), 0)
+        .await
+        .expect("object")
+    else {
+        panic!("created");
+    };
+    let written = etcd
+        .replace_fenced(b"/f/object", b"2".to_vec(), at, &fence)
+        .await
+        .expect("write");
+    let Written::Done(at) = written else {
+        panic!("under its fence: {written:?}")
+    };
+    // The claim is taken away and made anew by another.
+    etcd.delete(b"/f/claim", claimed).await.expect("delete");
+    etcd.create(b"/f/claim", b"b".to_vec(), 0)
+        .await
+        .expect("reclaim");
+    assert_eq!(
+        etcd.replace_fenced(b"/f/object", b"3".to_vec(), at, &fence)
+            .await
+            .expect("write"),
+        Written::Fenced
+    );
+    assert_eq!(
+        etcd.get(b"/f/object")
+            .await
+            .expect("get")
+            .0
+            .expect("there")
+            .value,
+        b"2".to_vec()
+    );
+}

@@ -36,6 +36,9 @@ const WINDOW: usize = 16 * 1024;
 /// precondition of its own).
 const RETRIES: usize = 5;
 
+/// The claim a write for a node must hold, if this replica holds one.
+pub type FenceOf = Arc<dyn Fn(&str) -> Option<etcd::Fence> + Send + Sync>;
+
 /// Where the backend's etcd is, and where in it its keys live.
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
@@ -90,6 +93,8 @@ impl Mirror {
 /// The desired state in etcd.
 pub struct EtcdStore {
     etcd: Etcd,
+    /// With replicas: the claim a status write of a node's must hold.
+    fence: std::sync::OnceLock<FenceOf>,
     objects: String,
     revision_key: String,
     mirror: Arc<Mirror>,
@@ -146,11 +151,21 @@ impl EtcdStore {
         let follower = tokio::spawn(follow(etcd.clone(), objects.clone(), mirror.clone(), at));
         Ok(EtcdStore {
             etcd,
+            fence: std::sync::OnceLock::new(),
             revision_key: format!("{prefix}/revision"),
             objects,
             mirror,
             follower,
         })
+    }
+
+    /// With several replicas: a node's status (its Node's, its pods') is
+    /// written only under this replica's claim on the node, checked by etcd
+    /// in the same transaction, so a replica that lost the node (however
+    /// late it learns it) writes nothing of it. `fence_of` gives the claim
+    /// to write under, or `None` where this replica holds none. Set once.
+    pub fn fence_with(&self, fence_of: FenceOf) {
+        let _ = self.fence.set(fence_of);
     }
 
     /// The store as the controller takes it.
@@ -188,12 +203,28 @@ impl EtcdStore {
         &self,
         object: Value,
         change: fn(&Value, Value, &ObjectKey) -> Result<Value, DesiredError>,
+        fenced: bool,
     ) -> StoreFuture<Value> {
         let etcd = self.etcd.clone();
         let key = key_of(&object);
         let stored = key.as_ref().map(|key| self.key(key)).unwrap_or_default();
+        // A node's status is written only by the replica that serves it.
+        let node = match &key {
+            Ok(key) if key.kind == Kind::Node => Some(key.name.clone()),
+            Ok(key) if key.kind.bound_to_node() => super::bound_node(&object).map(str::to_owned),
+            _ => None,
+        };
+        let fence = match (fenced, node, self.fence.get()) {
+            (true, Some(node), Some(fence_of)) => Some(fence_of(&node).ok_or(node)),
+            _ => None,
+        };
         Box::pin(async move {
             let key = key?;
+            let fence = match fence {
+                Some(Err(node)) => return Err(not_served(&key, &node)),
+                Some(Ok(fence)) => Some(fence),
+                None => None,
+            };
             let conditional = object["metadata"]["resourceVersion"]
                 .as_str()
                 .is_some_and(|v| !v.is_empty());
@@ -207,15 +238,24 @@ impl EtcdStore {
                 if written == existing {
                     return Ok(existing);
                 }
-                match etcd
-                    .replace(stored.as_bytes(), encode(&written), at)
-                    .await
-                    .map_err(unavailable)?
-                {
+                let outcome = match &fence {
+                    Some(fence) => {
+                        etcd.replace_fenced(stored.as_bytes(), encode(&written), at, fence)
+                            .await
+                    }
+                    None => etcd.replace(stored.as_bytes(), encode(&written), at).await,
+                };
+                match outcome.map_err(unavailable)? {
                     Written::Done(at) => {
                         let mut written = written;
                         set_revision(&mut written, revision(at));
                         return Ok(written);
+                    }
+                    Written::Fenced => {
+                        let node =
+                            String::from_utf8_lossy(&fence.map(|f| f.key).unwrap_or_default())
+                                .into_owned();
+                        return Err(not_served(&key, &node));
                     }
                     Written::Conflict(_) if !conditional => continue,
                     Written::Conflict(_) => break,
@@ -226,6 +266,14 @@ impl EtcdStore {
                 reason: "written meanwhile by another replica".to_owned(),
             })
         })
+    }
+}
+
+/// Why a status write was refused: this replica does not serve its node.
+fn not_served(key: &ObjectKey, node: &str) -> DesiredError {
+    DesiredError::Conflict {
+        key: key.to_string(),
+        reason: format!("this replica does not hold the claim on {node}"),
     }
 }
 
@@ -392,7 +440,7 @@ impl DesiredState for EtcdStore {
                     set_revision(&mut object, revision(at));
                     Ok(object)
                 }
-                Written::Conflict(_) => Err(DesiredError::AlreadyExists {
+                Written::Conflict(_) | Written::Fenced => Err(DesiredError::AlreadyExists {
                     key: key.to_string(),
                 }),
             }
@@ -400,13 +448,15 @@ impl DesiredState for EtcdStore {
     }
 
     fn replace(&self, object: Value) -> StoreFuture<Value> {
-        self.rewrite(object, with_spec)
+        self.rewrite(object, with_spec, false)
     }
 
     fn replace_status(&self, object: Value) -> StoreFuture<Value> {
-        self.rewrite(object, |existing, given, key| {
-            with_status(existing, &given, key)
-        })
+        self.rewrite(
+            object,
+            |existing, given, key| with_status(existing, &given, key),
+            true,
+        )
     }
 
     fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
@@ -427,7 +477,7 @@ impl DesiredState for EtcdStore {
                         set_revision(&mut existing, revision(at));
                         return Ok(Some(existing));
                     }
-                    Written::Conflict(_) => continue,
+                    Written::Conflict(_) | Written::Fenced => continue,
                 }
             }
             Err(DesiredError::Conflict {

@@ -73,6 +73,11 @@ impl ClaimBook {
         self.held.remove(node)
     }
 
+    /// The revision of `node`'s claim, if it is held (the fencing token).
+    pub fn revision(&self, node: &str) -> Option<i64> {
+        self.held.get(node).copied()
+    }
+
     /// Whether `node` is held.
     pub fn holds(&self, node: &str) -> bool {
         self.held.contains_key(node)

@@ -169,7 +169,7 @@ impl EtcdClaims {
                 let holder = String::from_utf8_lossy(&entry.value).into_owned();
                 return refused(format!("replica {holder} serves node {node}"));
             }
-            Ok(Written::Conflict(None)) => {
+            Ok(Written::Conflict(None) | Written::Fenced) => {
                 return refused(format!("the claim on {node} changed meanwhile"));
             }
             Err(err) => return refused(format!("etcd: {err}")),
@@ -193,6 +193,18 @@ impl EtcdClaims {
             c.held = held;
         });
         Ok(())
+    }
+
+    /// The claim a write for `node` must hold, if this replica holds one
+    /// under a lease it trusts (see `EtcdStore::fence_with`).
+    pub fn fence(&self, node: &str) -> Option<etcd::Fence> {
+        let book = self.inner.book();
+        book.lease(Instant::now())?;
+        let revision = book.revision(node)?;
+        Some(etcd::Fence {
+            key: self.inner.key(node).into_bytes(),
+            create_revision: revision,
+        })
     }
 
     /// Gives `node` up (its claim key is removed if it is still this
