@@ -302,7 +302,7 @@ async fn a_replica_that_lost_a_node_cannot_write_its_status() {
     }
     let key = ObjectKey::new(Kind::Pod, "default", "p");
     let (stored, _) = etcd
-        .get(format!("/fenced/objects/pods/default/p").as_bytes())
+        .get(b"/fenced/objects/pods/default/p")
         .await
         .expect("get");
     let stored: Value = serde_json::from_slice(&stored.expect("stored").value).expect("json");
