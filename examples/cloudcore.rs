@@ -284,8 +284,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     };
     if let (Some(claims), Desired::Etcd(store)) = (&claims, &desired) {
         // A node's status is written only under this replica's claim.
-        let claims = claims.clone();
-        store.fence_with(Arc::new(move |node: &str| claims.fence(node)));
+        store.fence_with(claims.fencing());
     }
     let hub = CloudHub::start(
         &hive,

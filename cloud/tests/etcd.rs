@@ -175,26 +175,38 @@ async fn a_node_is_served_by_one_replica_at_a_time() {
     let (a, b) = (claims(&cluster, "a", 5), claims(&cluster, "b", 5));
     leased(&a).await;
     leased(&b).await;
-    assert_eq!(a.claim_now("n1").await, Ok(()));
+    let first = a.claim_now("n1").await.expect("a claims n1");
+    // The fence is the claim key's own creation.
+    let (fence, hold) = a.fence("n1").await.expect("a fence");
+    drop(hold);
+    let (claim, _) = cluster.client().get(&fence.key).await.expect("get");
     assert_eq!(
-        a.claim_now("n1").await,
-        Ok(()),
-        "a reconnect finds its claim"
+        Some(fence.create_revision),
+        claim.map(|c| c.create_revision)
     );
+    let second = a
+        .claim_now("n1")
+        .await
+        .expect("a reconnect finds its claim");
     let refused = b.claim_now("n1").await.expect_err("a holds n1");
     assert!(refused.contains("replica a"), "{refused}");
     assert!(a.holds("n1") && !b.holds("n1"));
 
+    // The first session's release comes after the second claimed: the
+    // second keeps the node.
+    a.release_now("n1", first).await;
+    assert!(a.holds("n1"));
+    assert!(b.claim_now("n1").await.is_err());
     // Its link ended: b may take it at once.
-    a.release_now("n1").await;
-    assert_eq!(b.claim_now("n1").await, Ok(()));
+    a.release_now("n1", second).await;
+    let taken = b.claim_now("n1").await.expect("b claims n1");
     assert!(a.claim_now("n1").await.is_err());
 
     // b is told to stop: it hands every node over.
     let mut lost = b.lost();
     b.give_up().await;
-    assert_eq!(lost.next().await.as_deref(), Some("n1"));
-    assert_eq!(a.claim_now("n1").await, Ok(()));
+    assert_eq!(lost.next().await, Some(("n1".to_owned(), taken)));
+    a.claim_now("n1").await.expect("a claims n1 again");
     let counts = a.counts().borrow().clone();
     assert_eq!((counts.held, counts.taken, counts.refused), (1, 2, 1));
 }
@@ -205,7 +217,7 @@ async fn a_dead_replicas_nodes_are_taken_once_its_lease_ends() {
     let (a, b) = (claims(&cluster, "a", 2), claims(&cluster, "b", 2));
     leased(&a).await;
     leased(&b).await;
-    assert_eq!(a.claim_now("n1").await, Ok(()));
+    a.claim_now("n1").await.expect("a claims n1");
     // Await the claim's end in etcd itself.
     let etcd = cluster.client();
     let (_, at) = etcd.get(b"/claims-test/claims/n1").await.expect("get");
@@ -225,7 +237,7 @@ async fn a_dead_replicas_nodes_are_taken_once_its_lease_ends() {
         matches!(&ended[0], etcd::Change::Delete { .. }),
         "{ended:?}"
     );
-    assert_eq!(b.claim_now("n1").await, Ok(()));
+    b.claim_now("n1").await.expect("b claims n1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +246,7 @@ async fn a_replica_cut_off_from_etcd_gives_its_nodes_up_before_its_lease_can_end
     let ttl = Duration::from_secs(3);
     let a = claims(&cluster, "a", 3);
     leased(&a).await;
-    assert_eq!(a.claim_now("n1").await, Ok(()));
+    a.claim_now("n1").await.expect("a claims n1");
     let mut lost = a.lost();
     // No quorum: the lease cannot be renewed.
     cluster.kill(1);
@@ -245,7 +257,7 @@ async fn a_replica_cut_off_from_etcd_gives_its_nodes_up_before_its_lease_can_end
         .expect("given up in time")
         .expect("a lost node");
     let after = cut.elapsed();
-    assert_eq!(node, "n1");
+    assert_eq!(node.0, "n1");
     assert!(!a.holds("n1"));
     // Before etcd could have ended the lease (ttl after the last renewal,
     // which came before the cut).
@@ -259,6 +271,12 @@ async fn a_replica_cut_off_from_etcd_gives_its_nodes_up_before_its_lease_can_end
     );
 }
 
+async fn store_fenced_by(cluster: &Cluster, claims: &EtcdClaims) -> EtcdStore {
+    let store = store(cluster, "/fenced").await;
+    store.fence_with(claims.fencing());
+    store
+}
+
 /// etcd itself refuses a node's status from a replica that lost the node,
 /// however late that replica learns it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,18 +286,20 @@ async fn a_replica_that_lost_a_node_cannot_write_its_status() {
     leased(&a).await;
     leased(&b).await;
     let store = store(&cluster, "/fenced").await;
-    let fence_of = a.clone();
-    store.fence_with(std::sync::Arc::new(move |node: &str| fence_of.fence(node)));
+    store.fence_with(a.fencing());
     let created = store.create(pod("p", "n1")).await.expect("create");
 
-    // Not a's node: refused before etcd is asked.
+    // Served by no replica (its link is down everywhere): a may still say
+    // so, as etcd checks that no claim exists.
     let mut reported = created.clone();
+    reported["status"] = json!({"phase": "Pending"});
+    let unclaimed = store
+        .replace_status(reported)
+        .await
+        .expect("nobody serves n1");
+    let mut reported = unclaimed.clone();
     reported["status"] = json!({"phase": "Running"});
-    assert!(matches!(
-        store.replace_status(reported.clone()).await,
-        Err(DesiredError::Conflict { .. })
-    ));
-    assert_eq!(a.claim_now("n1").await, Ok(()));
+    a.claim_now("n1").await.expect("a claims n1");
     let written = store.replace_status(reported).await.expect("a serves n1");
     assert_eq!(written["status"]["phase"], "Running");
 
@@ -292,8 +312,18 @@ async fn a_replica_that_lost_a_node_cannot_write_its_status() {
         etcd.delete(&claim.key, claim.mod_revision).await,
         Ok(etcd::Written::Done(_))
     ));
-    assert_eq!(b.claim_now("n1").await, Ok(()));
+    b.claim_now("n1").await.expect("b claims n1");
     assert!(a.holds("n1"), "a has not noticed");
+    // Nor may a replica that never held it write while b serves it.
+    let c = claims(&cluster, "c", 5);
+    leased(&c).await;
+    let other = store_fenced_by(&cluster, &c).await;
+    let mut elsewhere = written.clone();
+    elsewhere["status"] = json!({"phase": "Unknown"});
+    assert!(matches!(
+        other.replace_status(elsewhere).await,
+        Err(DesiredError::Conflict { .. })
+    ));
     let mut late = written.clone();
     late["status"] = json!({"phase": "Failed"});
     match store.replace_status(late).await {

@@ -129,7 +129,8 @@ pub enum Written {
 
 /// A key whose creation a write depends on: the write is done only while
 /// the key is the one created at `create_revision` (a claim, say), so a
-/// writer that has lost it writes nothing.
+/// writer that has lost it writes nothing; with `create_revision` 0, only
+/// while the key does not exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
     /// The key.
@@ -464,7 +465,12 @@ impl Etcd {
         let current = reads.next().flatten();
         if let Some(fence) = fence {
             let held = reads.next().flatten();
-            if held.is_none_or(|entry| entry.create_revision != fence.create_revision) {
+            let holds = match fence.create_revision {
+                // The fence is that the key does not exist.
+                0 => held.is_none(),
+                revision => held.is_some_and(|entry| entry.create_revision == revision),
+            };
+            if !holds {
                 return Ok(Written::Fenced);
             }
         }
@@ -496,10 +502,15 @@ impl Etcd {
                 async move {
                     let (requests, outgoing) = mpsc::channel(1);
                     let _ = requests.send(create).await;
-                    let responses = WatchClient::new(c)
-                        .watch(tokio_stream::wrappers::ReceiverStream::new(outgoing))
-                        .await?
-                        .into_inner();
+                    let mut request =
+                        tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(outgoing));
+                    // A member cut off from the quorum ends the watch rather
+                    // than keep it open and silent (etcd's WithRequireLeader).
+                    request.metadata_mut().insert(
+                        "hasleader",
+                        tonic::metadata::MetadataValue::from_static("true"),
+                    );
+                    let responses = WatchClient::new(c).watch(request).await?.into_inner();
                     Ok((responses, requests))
                 }
             })

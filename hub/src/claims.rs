@@ -9,20 +9,23 @@ use futures_util::stream::BoxStream;
 
 /// The claims of one cloud replica on the nodes it serves.
 pub trait NodeClaims: Send + Sync + 'static {
-    /// Claims `node` for this replica; why not, if it may not serve it
-    /// (another replica holds it, or this one cannot reach the engine).
-    fn claim(&self, node: &str) -> BoxFuture<'static, Result<(), String>>;
+    /// Claims `node` for a new session of it on this replica: the claim's
+    /// generation, or why this replica may not serve it (another replica
+    /// holds it, or this one cannot reach the engine).
+    fn claim(&self, node: &str) -> BoxFuture<'static, Result<u64, String>>;
 
-    /// `node`'s session here ended: its claim is given up, so another
-    /// replica may take the node at once.
-    fn release(&self, node: &str);
+    /// The session that claimed `node` at `generation` ended: its claim is
+    /// given up (unless a newer session of the node claimed it since), so
+    /// another replica may take the node at once.
+    fn release(&self, node: &str, generation: u64);
 
     /// Whether this replica holds `node` now (a claim under a lease it
     /// still trusts). One that does not must not speak for the node:
     /// another replica may serve it already.
     fn holds(&self, node: &str) -> bool;
 
-    /// Nodes whose claims this replica lost (its lease ran out, or it lost
-    /// the engine): their sessions are closed, and nothing more is sent.
-    fn lost(&self) -> BoxStream<'static, String>;
+    /// Claims this replica lost (its lease ran out, or it lost the
+    /// engine), as node and generation: those sessions are closed, and
+    /// nothing more is sent.
+    fn lost(&self) -> BoxStream<'static, (String, u64)>;
 }

@@ -92,6 +92,8 @@ struct Session {
     id: u64,
     sender: LinkSender,
     dialect: Dialect,
+    /// The generation of this session's claim on the node (replicas).
+    claim: Option<u64>,
 }
 
 /// The cloudhub module.
@@ -421,7 +423,10 @@ impl Module for CloudHub {
             )));
         }
         if let Some(claims) = &self.config.claims {
-            ctx.add_message_stream(futures_util::StreamExt::map(claims.lost(), ClaimLost));
+            ctx.add_message_stream(futures_util::StreamExt::map(
+                claims.lost(),
+                |(node, generation)| ClaimLost { node, generation },
+            ));
         }
         let evict_every = (self.config.evict_after / 4).max(Duration::from_secs(1));
         ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
@@ -540,6 +545,7 @@ struct SessionUp {
     id: u64,
     sender: LinkSender,
     dialect: Dialect,
+    claim: Option<u64>,
 }
 
 /// A node's session ended.
@@ -591,6 +597,7 @@ impl Handler<SessionUp> for CloudHub {
                 id: up.id,
                 sender: up.sender,
                 dialect: up.dialect,
+                claim: up.claim,
             },
         ) {
             // A reconnect while the old link lingers: the new one wins.
@@ -616,11 +623,23 @@ impl Handler<SessionUp> for CloudHub {
 /// This replica lost its claim on a node: it serves the node no more.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct ClaimLost(String);
+struct ClaimLost {
+    node: String,
+    generation: u64,
+}
 
 impl Handler<ClaimLost> for CloudHub {
     type Result = ();
-    fn handle(&mut self, ClaimLost(node): ClaimLost, _: &mut Context<Self>) {
+    fn handle(&mut self, lost: ClaimLost, _: &mut Context<Self>) {
+        let ClaimLost { node, generation } = lost;
+        // A session claimed under a newer lease is not this claim's.
+        if self
+            .sessions
+            .get(&node)
+            .is_none_or(|session| session.claim != Some(generation))
+        {
+            return;
+        }
         let Some(session) = self.sessions.remove(&node) else {
             return;
         };
@@ -646,10 +665,12 @@ impl Handler<SessionDown> for CloudHub {
             return;
         }
         info!(node = %down.node, session = down.id, "node disconnected");
-        self.sessions.remove(&down.node);
+        let ended = self.sessions.remove(&down.node);
         let served = self.holds(&down.node);
-        if let Some(claims) = &self.config.claims {
-            claims.release(&down.node);
+        if let (Some(claims), Some(generation)) =
+            (&self.config.claims, ended.and_then(|session| session.claim))
+        {
+            claims.release(&down.node, generation);
         }
         if let Some(queue) = self.queues.get_mut(&down.node) {
             queue.link_lost();
@@ -774,14 +795,18 @@ async fn open_session(
             return;
         }
     };
-    if let Some(claims) = &config.claims
-        && let Err(reason) = claims.claim(&node).await
-    {
-        info!(%node, %reason, "link refused: another replica serves the node");
-        stats.count(&stats.refused_links);
-        link.sender.close().await;
-        return;
-    }
+    let claim = match &config.claims {
+        None => None,
+        Some(claims) => match claims.claim(&node).await {
+            Ok(generation) => Some(generation),
+            Err(reason) => {
+                info!(%node, %reason, "link refused: another replica serves the node");
+                stats.count(&stats.refused_links);
+                link.sender.close().await;
+                return;
+            }
+        },
+    };
     let Ok(id) = hub.send(NewSessionId).await else {
         return;
     };
@@ -819,6 +844,7 @@ async fn open_session(
         id,
         sender,
         dialect,
+        claim,
     });
 }
 

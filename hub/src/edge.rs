@@ -400,11 +400,16 @@ async fn connect_loop(
         dial.address = addresses[next % addresses.len()].clone();
         match transport.dial(&dial).await {
             Ok(link) => {
-                attempt = 0;
                 id += 1;
                 stats.count(&stats.connects);
                 info!(node = %config.node, address = %dial.address, "connected to the cloud");
+                let up = Instant::now();
                 run_link(link, id, &hub, &hive, &config, &stats, &cut).await;
+                // A link refused at once (another replica serves this node)
+                // is a failure too: the backoff grows.
+                if up.elapsed() >= Duration::from_secs(1) {
+                    attempt = 0;
+                }
                 hub.do_send(LinkDown { id });
                 info!(node = %config.node, address = %dial.address, "link to the cloud lost");
             }

@@ -36,8 +36,18 @@ const WINDOW: usize = 16 * 1024;
 /// precondition of its own).
 const RETRIES: usize = 5;
 
-/// The claim a write for a node must hold, if this replica holds one.
-pub type FenceOf = Arc<dyn Fn(&str) -> Option<etcd::Fence> + Send + Sync>;
+/// What a write for a node must hold (this replica's claim on it, or that
+/// none exists), once any claim or release of the node under way is done,
+/// and a token that keeps further ones waiting until the write is done;
+/// `None`: this replica may write nothing of it.
+pub type FenceOf = Arc<
+    dyn Fn(String) -> futures_util::future::BoxFuture<'static, Option<(etcd::Fence, FenceHold)>>
+        + Send
+        + Sync,
+>;
+
+/// Held while a fenced write is made: the fence cannot change meanwhile.
+pub type FenceHold = Box<dyn std::any::Any + Send>;
 
 /// Where the backend's etcd is, and where in it its keys live.
 #[derive(Debug, Clone)]
@@ -214,16 +224,18 @@ impl EtcdStore {
             Ok(key) if key.kind.bound_to_node() => super::bound_node(&object).map(str::to_owned),
             _ => None,
         };
-        let fence = match (fenced, node, self.fence.get()) {
-            (true, Some(node), Some(fence_of)) => Some(fence_of(&node).ok_or(node)),
+        let fence_of = match (fenced, node) {
+            (true, Some(node)) => self.fence.get().cloned().map(|f| (f, node)),
             _ => None,
         };
         Box::pin(async move {
             let key = key?;
-            let fence = match fence {
-                Some(Err(node)) => return Err(not_served(&key, &node)),
-                Some(Ok(fence)) => Some(fence),
-                None => None,
+            let (fence, _hold) = match fence_of {
+                None => (None, None),
+                Some((fence_of, node)) => match fence_of(node.clone()).await {
+                    Some((fence, hold)) => (Some(fence), Some(hold)),
+                    None => return Err(not_served(&key, &node)),
+                },
             };
             let conditional = object["metadata"]["resourceVersion"]
                 .as_str()
@@ -345,6 +357,9 @@ async fn follow(etcd: Etcd, prefix: String, mirror: Arc<Mirror>, mut at: i64) {
                 }
             }
         }
+        // Not at full speed if it ends at once, again and again.
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -18,8 +18,18 @@ pub struct ClaimBook {
     margin: Duration,
     /// The lease, and until when it is trusted.
     lease: Option<(i64, Instant)>,
-    /// Nodes held, with their claim's revision (the fencing token).
-    held: BTreeMap<String, i64>,
+    /// Nodes held: their claim's revision (the fencing token) and which
+    /// session of the node it serves.
+    held: BTreeMap<String, Claim>,
+    /// The last generation handed out.
+    generations: u64,
+}
+
+/// One node's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Claim {
+    revision: i64,
+    generation: u64,
 }
 
 impl ClaimBook {
@@ -31,21 +41,27 @@ impl ClaimBook {
             margin: margin.min(ttl / 2),
             lease: None,
             held: BTreeMap::new(),
+            generations: 0,
         }
     }
 
-    fn trusted_until(&self, asked: Instant) -> Instant {
+    fn trust_from(&self, asked: Instant) -> Instant {
         asked + self.ttl - self.margin
     }
 
-    /// A lease was granted, asked for at `asked`.
-    pub fn granted(&mut self, lease: i64, asked: Instant) {
-        self.lease = Some((lease, self.trusted_until(asked)));
+    /// A lease was granted, asked for at `asked`. Claims under an earlier
+    /// lease end with it: the nodes lost.
+    pub fn granted(&mut self, lease: i64, asked: Instant) -> Vec<(String, u64)> {
+        self.lease = Some((lease, self.trust_from(asked)));
+        std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|(node, claim)| (node, claim.generation))
+            .collect()
     }
 
     /// The lease was renewed, asked at `asked`.
     pub fn renewed(&mut self, asked: Instant) {
-        let until = self.trusted_until(asked);
+        let until = self.trust_from(asked);
         if let Some((_, trusted)) = &mut self.lease {
             *trusted = (*trusted).max(until);
         }
@@ -58,24 +74,46 @@ impl ClaimBook {
             .map(|(lease, _)| lease)
     }
 
+    /// Until when the lease is trusted, if there is one.
+    pub fn trusted_until(&self) -> Option<Instant> {
+        self.lease.map(|(_, until)| until)
+    }
+
     /// Whether a lease is held (trusted or not).
     pub fn has_lease(&self) -> bool {
         self.lease.is_some()
     }
 
-    /// `node` is claimed, at `revision`.
-    pub fn claimed(&mut self, node: &str, revision: i64) {
-        self.held.insert(node.to_owned(), revision);
+    /// `node` is claimed at `revision`, for a new session of it: the
+    /// claim's generation, which only that session's release gives up.
+    pub fn claimed(&mut self, node: &str, revision: i64) -> u64 {
+        self.generations += 1;
+        let generation = self.generations;
+        self.held.insert(
+            node.to_owned(),
+            Claim {
+                revision,
+                generation,
+            },
+        );
+        generation
     }
 
-    /// `node` is given up; its claim's revision, if it was held.
-    pub fn released(&mut self, node: &str) -> Option<i64> {
-        self.held.remove(node)
+    /// The session of generation `generation` gave `node` up; its claim's
+    /// revision, if that session's claim was the one held (a newer
+    /// session's claim is kept).
+    pub fn released(&mut self, node: &str, generation: u64) -> Option<i64> {
+        match self.held.get(node) {
+            Some(claim) if claim.generation == generation => {
+                self.held.remove(node).map(|claim| claim.revision)
+            }
+            _ => None,
+        }
     }
 
     /// The revision of `node`'s claim, if it is held (the fencing token).
     pub fn revision(&self, node: &str) -> Option<i64> {
-        self.held.get(node).copied()
+        self.held.get(node).map(|claim| claim.revision)
     }
 
     /// Whether `node` is held.
@@ -94,8 +132,8 @@ impl ClaimBook {
     }
 
     /// At `now`: if the lease is no longer trusted, it and every claim are
-    /// gone; the nodes lost.
-    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+    /// gone; the nodes lost, with their claims' generations.
+    pub fn expire(&mut self, now: Instant) -> Vec<(String, u64)> {
         match self.lease {
             Some((_, until)) if now >= until => self.lease_gone(),
             _ => Vec::new(),
@@ -103,10 +141,13 @@ impl ClaimBook {
     }
 
     /// The engine says the lease has ended: every claim is gone; the nodes
-    /// lost.
-    pub fn lease_gone(&mut self) -> Vec<String> {
+    /// lost, with their claims' generations.
+    pub fn lease_gone(&mut self) -> Vec<(String, u64)> {
         self.lease = None;
-        std::mem::take(&mut self.held).into_keys().collect()
+        std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|(node, claim)| (node, claim.generation))
+            .collect()
     }
 }
 
@@ -142,11 +183,14 @@ mod tests {
         let start = Instant::now();
         let mut book = ClaimBook::new(TTL, MARGIN);
         book.granted(7, start);
-        book.claimed("n1", 100);
-        book.claimed("n2", 101);
+        let first = book.claimed("n1", 100);
+        let second = book.claimed("n2", 101);
         assert!(book.expire(start + Duration::from_secs(7)).is_empty());
         let lost = book.expire(start + TTL - MARGIN);
-        assert_eq!(lost, vec!["n1".to_owned(), "n2".to_owned()]);
+        assert_eq!(
+            lost,
+            vec![("n1".to_owned(), first), ("n2".to_owned(), second)]
+        );
         assert!(!book.has_lease() && book.is_empty());
         // Nothing more to lose.
         assert!(book.expire(start + TTL * 2).is_empty());
@@ -157,11 +201,29 @@ mod tests {
         let start = Instant::now();
         let mut book = ClaimBook::new(TTL, MARGIN);
         book.granted(7, start);
-        book.claimed("n1", 100);
+        let old = book.claimed("n1", 100);
+        // The node links again before its old session's release comes.
+        let new = book.claimed("n1", 100);
+        assert_eq!(
+            book.released("n1", old),
+            None,
+            "the new session's claim stays"
+        );
         assert!(book.holds("n1"));
-        assert_eq!(book.released("n1"), Some(100));
-        assert_eq!(book.released("n1"), None);
+        assert_eq!(book.released("n1", new), Some(100));
+        assert_eq!(book.released("n1", new), None);
         assert!(book.lease_gone().is_empty());
+    }
+
+    #[test]
+    fn claims_under_an_earlier_lease_end_with_it() {
+        let start = Instant::now();
+        let mut book = ClaimBook::new(TTL, MARGIN);
+        book.granted(7, start);
+        let generation = book.claimed("n1", 100);
+        let lost = book.granted(8, start + TTL);
+        assert_eq!(lost, vec![("n1".to_owned(), generation)]);
+        assert!(!book.holds("n1"));
     }
 
     /// Whatever the renewals' timing, the replica never trusts its lease

@@ -78,7 +78,10 @@ struct Inner {
     replica: String,
     ttl: Duration,
     book: Mutex<ClaimBook>,
-    losers: Mutex<Vec<mpsc::UnboundedSender<String>>>,
+    losers: Mutex<Vec<mpsc::UnboundedSender<(String, u64)>>>,
+    /// One lock per node: its claims and releases run one at a time, so a
+    /// release's delete never overtakes the next claim.
+    node_locks: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     counts: watch::Sender<ClaimCounts>,
     keeper: Mutex<Option<JoinHandle<()>>>,
 }
@@ -88,8 +91,17 @@ impl Inner {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Tells cloudhub (every subscriber) of nodes lost.
-    fn lose(&self, nodes: Vec<String>) {
+    fn node_lock(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.node_locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(node.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Tells cloudhub (every subscriber) of claims lost.
+    fn lose(&self, nodes: Vec<(String, u64)>) {
         if nodes.is_empty() {
             return;
         }
@@ -123,6 +135,7 @@ impl EtcdClaims {
             ttl: config.ttl,
             book: Mutex::new(ClaimBook::new(config.ttl, config.ttl / 5)),
             losers: Mutex::new(Vec::new()),
+            node_locks: Mutex::new(std::collections::HashMap::new()),
             counts,
             keeper: Mutex::new(None),
         });
@@ -136,22 +149,26 @@ impl EtcdClaims {
         self.inner.counts.subscribe()
     }
 
-    /// Claims `node`; why not, if this replica may not serve it.
-    pub async fn claim_now(&self, node: &str) -> Result<(), String> {
+    /// Claims `node` for a new session of it: the claim's generation, or
+    /// why this replica may not serve it.
+    pub async fn claim_now(&self, node: &str) -> Result<u64, String> {
         let inner = &self.inner;
+        let lock = inner.node_lock(node);
+        let _one_at_a_time = lock.lock().await;
         let refused = |reason: String| {
             inner.counts.send_modify(|c| c.refused += 1);
             Err(reason)
         };
         let (lease, held) = {
             let book = inner.book();
-            (book.lease(Instant::now()), book.holds(node))
+            (book.lease(Instant::now()), book.revision(node))
         };
         let Some(lease) = lease else {
             return refused("this replica holds no trusted lease (etcd out of reach)".to_owned());
         };
-        if held {
-            return Ok(());
+        if let Some(revision) = held {
+            // The node linked again: the claim is the new session's now.
+            return Ok(inner.book().claimed(node, revision));
         }
         let key = inner.key(node);
         let written = inner
@@ -175,45 +192,62 @@ impl EtcdClaims {
             Err(err) => return refused(format!("etcd: {err}")),
         };
         // The lease may have been given up while etcd answered.
-        let held = {
+        let claimed = {
             let mut book = inner.book();
             let trusted = book.lease(Instant::now()) == Some(lease);
-            if trusted {
-                book.claimed(node, revision);
-            }
-            trusted.then(|| book.len())
+            trusted.then(|| (book.claimed(node, revision), book.len()))
         };
-        let Some(held) = held else {
+        let Some((generation, held)) = claimed else {
             let _ = inner.etcd.delete(key.as_bytes(), revision).await;
             return refused("the lease ended while claiming".to_owned());
         };
-        debug!(node, revision, "node claimed");
+        debug!(node, revision, generation, "node claimed");
         inner.counts.send_modify(|c| {
             c.taken += 1;
             c.held = held;
         });
-        Ok(())
+        Ok(generation)
     }
 
-    /// The claim a write for `node` must hold, if this replica holds one
-    /// under a lease it trusts (see `EtcdStore::fence_with`).
-    pub fn fence(&self, node: &str) -> Option<etcd::Fence> {
+    /// What a write for `node` must hold (see `EtcdStore::fence_with`),
+    /// once a claim or release of it under way is done: this replica's
+    /// claim, if it holds one; if it holds none, that no replica does (a
+    /// node that left this replica and linked nowhere yet is still marked
+    /// disconnected, but not one another replica serves). `None` without a
+    /// trusted lease: nothing is written.
+    pub async fn fence(&self, node: &str) -> Option<(etcd::Fence, crate::desired::FenceHold)> {
+        let lock = self.inner.node_lock(node);
+        // Held until the write is made: no claim or release of the node
+        // in between.
+        let settled = lock.lock_owned().await;
         let book = self.inner.book();
         book.lease(Instant::now())?;
-        let revision = book.revision(node)?;
-        Some(etcd::Fence {
+        let fence = etcd::Fence {
             key: self.inner.key(node).into_bytes(),
-            create_revision: revision,
+            // 0: the key must not exist.
+            create_revision: book.revision(node).unwrap_or(0),
+        };
+        Some((fence, Box::new(settled)))
+    }
+
+    /// [`EtcdClaims::fence`] as the etcd store takes it.
+    pub fn fencing(&self) -> crate::desired::FenceOf {
+        let claims = self.clone();
+        Arc::new(move |node: String| {
+            let claims = claims.clone();
+            Box::pin(async move { claims.fence(&node).await })
         })
     }
 
-    /// Gives `node` up (its claim key is removed if it is still this
-    /// replica's).
-    pub async fn release_now(&self, node: &str) {
+    /// The session of `generation` gave `node` up: its claim key is
+    /// removed, unless a newer session of the node holds the claim.
+    pub async fn release_now(&self, node: &str, generation: u64) {
         let inner = &self.inner;
+        let lock = inner.node_lock(node);
+        let _one_at_a_time = lock.lock().await;
         let (revision, held) = {
             let mut book = inner.book();
-            (book.released(node), book.len())
+            (book.released(node, generation), book.len())
         };
         inner.counts.send_modify(|c| c.held = held);
         if let Some(revision) = revision
@@ -250,14 +284,14 @@ impl EtcdClaims {
 }
 
 impl hub::NodeClaims for EtcdClaims {
-    fn claim(&self, node: &str) -> BoxFuture<'static, Result<(), String>> {
+    fn claim(&self, node: &str) -> BoxFuture<'static, Result<u64, String>> {
         let (claims, node) = (self.clone(), node.to_owned());
         Box::pin(async move { claims.claim_now(&node).await })
     }
 
-    fn release(&self, node: &str) {
+    fn release(&self, node: &str, generation: u64) {
         let (claims, node) = (self.clone(), node.to_owned());
-        tokio::spawn(async move { claims.release_now(&node).await });
+        tokio::spawn(async move { claims.release_now(&node, generation).await });
     }
 
     fn holds(&self, node: &str) -> bool {
@@ -265,7 +299,7 @@ impl hub::NodeClaims for EtcdClaims {
         book.lease(Instant::now()).is_some() && book.holds(node)
     }
 
-    fn lost(&self) -> BoxStream<'static, String> {
+    fn lost(&self) -> BoxStream<'static, (String, u64)> {
         let (sender, receiver) = mpsc::unbounded_channel();
         self.inner
             .losers
@@ -277,9 +311,19 @@ impl hub::NodeClaims for EtcdClaims {
 }
 
 fn tokio_stream_from(
-    mut receiver: mpsc::UnboundedReceiver<String>,
-) -> impl futures_util::Stream<Item = String> {
+    mut receiver: mpsc::UnboundedReceiver<(String, u64)>,
+) -> impl futures_util::Stream<Item = (String, u64)> {
     futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+/// How long a renewal may take: a third of the TTL, and never past the
+/// instant the lease stops being trusted.
+fn renewal_deadline(inner: &Inner, ttl: Duration) -> tokio::time::Instant {
+    let trusted = inner.book().trusted_until();
+    let third = tokio::time::Instant::now() + ttl / 3;
+    trusted.map_or(third, |until| {
+        third.min(tokio::time::Instant::from_std(until))
+    })
 }
 
 /// Keeps the replica's lease: granted, renewed three times per TTL; when
@@ -297,7 +341,8 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
         match lease {
             None => match tokio::time::timeout(ttl / 3, held.etcd.grant(ttl)).await {
                 Ok(Ok(lease)) => {
-                    held.book().granted(lease, asked);
+                    let lost = held.book().granted(lease, asked);
+                    held.lose(lost);
                     held.counts.send_modify(|c| c.leases += 1);
                     info!(replica = %held.replica, lease, "claims lease granted");
                     backoff = Duration::from_millis(200);
@@ -311,7 +356,14 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
                 }
                 Err(_) => continue,
             },
-            Some(lease) => match tokio::time::timeout(ttl / 3, held.etcd.keep_alive(lease)).await {
+            // A renewal is waited for no longer than the lease is trusted:
+            // when trust ends, the nodes are given up on time, answer or not.
+            Some(lease) => match tokio::time::timeout_at(
+                renewal_deadline(&held, ttl),
+                held.etcd.keep_alive(lease),
+            )
+            .await
+            {
                 Ok(Ok(Some(_))) => held.book().renewed(asked),
                 Ok(Ok(None)) => {
                     warn!(lease, "etcd ended the claims lease");
