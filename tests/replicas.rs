@@ -314,9 +314,11 @@ fn a_frozen_replica_loses_its_node_and_says_nothing_of_it_after() {
     ha.arrives(&mut events, "served-by-b");
 
     ha.a.process.signal("-CONT");
-    // a finds its lease untrusted and lets the node go, without a word.
+    // a lets the node go: its lease is no longer trusted (claims lost),
+    // or its dead link to the node ended first (the claim given up).
+    let disconnected = format!("node disconnected node={NODE}");
     ha.a.process
-        .wait_for("claims lost", Duration::from_secs(30));
+        .wait_for_any(&["claims lost", &disconnected], Duration::from_secs(30));
     // What a's controller does next comes after its node events: a pod
     // applied through a reaches the edge (through b) only after them.
     apply(&ha.a.admin, &ha.dir, "after-wake", &pod("after-wake", NODE));

@@ -48,6 +48,19 @@ impl Process {
         }
     }
 
+    /// The first log line containing any of `needles`, within `limit`.
+    pub fn wait_for_any(&self, needles: &[&str], limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if needles.iter().any(|n| line.contains(n)) => return line,
+                Ok(_) => continue,
+                Err(_) => panic!("no log line with any of {needles:?} within {limit:?}"),
+            }
+        }
+    }
+
     /// Sends `signal` (`-TERM`, `-KILL`, ...).
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
