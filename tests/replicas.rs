@@ -213,6 +213,22 @@ impl Ha {
             .expect("watch the edge's pods")
     }
 
+    /// Stops the edge, then both replicas (each must exit cleanly on
+    /// SIGTERM), then etcd.
+    fn stop(self) {
+        let Ha {
+            edge,
+            a,
+            b,
+            cluster,
+            ..
+        } = self;
+        edge.stop();
+        a.process.stop();
+        b.process.stop();
+        drop(cluster);
+    }
+
     /// The Ready condition of the node as the shared desired state has it.
     fn ready(&self, admin: &str) -> Option<String> {
         node_ready(admin)
@@ -329,17 +345,7 @@ fn a_frozen_replica_loses_its_node_and_says_nothing_of_it_after() {
         "a wrote nothing of the node"
     );
     assert_eq!(ha.held(), ["after-wake", "served-by-b"]);
-    let Ha {
-        edge,
-        a,
-        b,
-        cluster,
-        ..
-    } = ha;
-    edge.stop();
-    a.process.stop();
-    b.process.stop();
-    drop(cluster);
+    ha.stop();
 }
 
 /// Two of three etcd members stopped: applies fail with a clear error, the
@@ -378,15 +384,5 @@ fn without_etcds_quorum_applies_fail_and_the_edge_keeps_what_it_has() {
         held.contains(&"kept".to_owned()) && held.contains(&"resumed".to_owned()),
         "{held:?}"
     );
-    let Ha {
-        edge,
-        a,
-        b,
-        cluster,
-        ..
-    } = ha;
-    edge.stop();
-    a.process.stop();
-    b.process.stop();
-    drop(cluster);
+    ha.stop();
 }

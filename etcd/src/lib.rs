@@ -250,19 +250,40 @@ impl Etcd {
         )))
     }
 
+    /// A Range call, on the first member that answers.
+    async fn kv_range(&self, request: RangeRequest) -> Result<proto::etcdserverpb::RangeResponse> {
+        let call = |c| {
+            let request = request.clone();
+            async move { KvClient::new(c).range(request).await }
+        };
+        Ok(self.on_member(call).await?.into_inner())
+    }
+
+    /// A Put call, on the first member that answers.
+    async fn kv_put(&self, request: PutRequest) -> Result<proto::etcdserverpb::PutResponse> {
+        let call = |c| {
+            let request = request.clone();
+            async move { KvClient::new(c).put(request).await }
+        };
+        Ok(self.on_member(call).await?.into_inner())
+    }
+
+    /// A Txn call, on the first member that answers.
+    async fn kv_txn(&self, request: TxnRequest) -> Result<proto::etcdserverpb::TxnResponse> {
+        let call = |c| {
+            let request = request.clone();
+            async move { KvClient::new(c).txn(request).await }
+        };
+        Ok(self.on_member(call).await?.into_inner())
+    }
+
     /// The value at `key`, and the revision the answer is current at.
     pub async fn get(&self, key: &[u8]) -> Result<(Option<Entry>, i64)> {
         let request = RangeRequest {
             key: key.to_vec(),
             ..RangeRequest::default()
         };
-        let answer = self
-            .on_member(|c| {
-                let request = request.clone();
-                async move { KvClient::new(c).range(request).await }
-            })
-            .await?
-            .into_inner();
+        let answer = self.kv_range(request).await?;
         let revision = answer.header.map_or(0, |h| h.revision);
         Ok((answer.kvs.into_iter().next().map(Entry::from), revision))
     }
@@ -284,13 +305,7 @@ impl Etcd {
                 revision,
                 ..RangeRequest::default()
             };
-            let answer = self
-                .on_member(|c| {
-                    let request = request.clone();
-                    async move { KvClient::new(c).range(request).await }
-                })
-                .await?
-                .into_inner();
+            let answer = self.kv_range(request).await?;
             if revision == 0 {
                 revision = answer.header.map_or(0, |h| h.revision);
             }
@@ -316,13 +331,7 @@ impl Etcd {
             lease,
             ..PutRequest::default()
         };
-        let answer = self
-            .on_member(|c| {
-                let request = request.clone();
-                async move { KvClient::new(c).put(request).await }
-            })
-            .await?
-            .into_inner();
+        let answer = self.kv_put(request).await?;
         Ok(answer.header.map_or(0, |h| h.revision))
     }
 
@@ -446,13 +455,7 @@ impl Etcd {
             success: vec![RequestOp { request: Some(op) }],
             failure,
         };
-        let answer = self
-            .on_member(|c| {
-                let request = request.clone();
-                async move { KvClient::new(c).txn(request).await }
-            })
-            .await?
-            .into_inner();
+        let answer = self.kv_txn(request).await?;
         if answer.succeeded {
             return Ok(Written::Done(answer.header.map_or(0, |h| h.revision)));
         }

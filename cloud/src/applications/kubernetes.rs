@@ -75,13 +75,7 @@ impl ApiServer for KubernetesApi {
     ) -> BoxFuture<'static, Result<BoxStream<'static, Result<ApiEvent, ApiStatus>>, ApiStatus>>
     {
         let client = self.client.clone();
-        let call = ApiCall {
-            method: super::requests::Method::Get,
-            path,
-            body: Vec::new(),
-            content_type: String::new(),
-            read: true,
-        };
+        let call = ApiCall::get(path, true);
         let request = request(node, &call);
         Box::pin(async move {
             let events = client

@@ -42,6 +42,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::controller::send_to_node;
 use requests::{ApiCall, Request};
 use watches::{Admission, ApiEvent, Outgoing, WatchSpec, WatchView, Watches};
 use wire::{ApiStatus, Application};
@@ -381,8 +382,10 @@ impl Center {
                 failed.insert(id, app.rejected(&status).to_content());
             }
         }
-        let answer = msg.response(MODULE, Value::Object(failed));
-        send_answer(&self.hive, answer);
+        let mut answer = msg.response(MODULE, Value::Object(failed));
+        answer.router.operation = wire::ANSWER.to_owned();
+        answer.router.group = group::RESOURCE.to_owned();
+        send_to_node(&self.hive, answer);
     }
 }
 
@@ -427,24 +430,7 @@ fn answer_node(
         )
         .with_parent(msg.id())
         .with_content(app.to_content());
-    send_answer(hive, answer);
-}
-
-/// Sends an answer down its node's link (now or never: an answer is not an
-/// object the node acknowledges).
-fn send_answer(hive: &Hive, mut answer: HiveMessage) {
-    answer.header.resource_version.clear();
-    answer.header.sync = false;
-    if answer.operation() == operation::RESPONSE {
-        answer.router.operation = wire::ANSWER.to_owned();
-        answer.router.group = group::RESOURCE.to_owned();
-    }
-    let hive = hive.clone();
-    tokio::spawn(async move {
-        if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
-            debug!(error = %err, "answer to a node not sent");
-        }
-    });
+    send_to_node(hive, answer);
 }
 
 /// One forwarded watch: lists, queues what the node lacks, then follows
@@ -575,13 +561,7 @@ impl Follower {
 
     /// The API server's answer to a GET of `path`, as the node.
     async fn get(&self, path: &str) -> Result<Value, ApiStatus> {
-        let call = ApiCall {
-            method: requests::Method::Get,
-            path: path.to_owned(),
-            body: Vec::new(),
-            content_type: String::new(),
-            read: true,
-        };
+        let call = ApiCall::get(path.to_owned(), true);
         let body = self.api.call(&self.node, call).await?;
         serde_json::from_slice(&body)
             .map_err(|err| ApiStatus::unavailable(format!("unreadable answer: {err}")))

@@ -54,7 +54,9 @@ pub struct ApiCall {
 }
 
 impl ApiCall {
-    fn get(path: String, read: bool) -> ApiCall {
+    /// A GET of `path`; `read`: its answer is an object or list the edge
+    /// stores.
+    pub fn get(path: String, read: bool) -> ApiCall {
         ApiCall {
             method: Method::Get,
             path,

@@ -414,12 +414,13 @@ fn node_name(pod: &Value) -> Option<String> {
 }
 
 /// Sends an answer down to its node through cloudhub.
-fn send_to_node(hive: &Hive, mut answer: HiveMessage) {
+pub(crate) fn send_to_node(hive: &Hive, mut answer: HiveMessage) {
     // An answer is not an object to acknowledge.
     answer.header.resource_version.clear();
     answer.header.sync = false;
     let hive = hive.clone();
-    actix::spawn(async move {
+    // tokio's spawn: answers are also sent from tasks outside actix's.
+    tokio::spawn(async move {
         if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
             debug!(error = %err, "answer to a node not sent");
         }
