@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod applications;
+mod backoff;
 pub mod controller;
 pub mod desired;
 #[cfg(feature = "etcd")]

@@ -42,6 +42,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::backoff::Backoff;
 use crate::controller::send_to_node;
 use requests::{ApiCall, Request};
 use watches::{Admission, ApiEvent, Outgoing, WatchSpec, WatchView, Watches};
@@ -464,7 +465,7 @@ impl Follower {
         };
         let watch_query =
             wire::list_query(&self.spec.options, &self.spec.key, wire::Reading::Watch);
-        let mut backoff = Backoff::new(self.config.max_backoff);
+        let mut backoff = Backoff::new(Duration::from_millis(500), self.config.max_backoff);
         let mut resume: Option<String> = None;
         loop {
             if resume.is_none() {
@@ -637,32 +638,6 @@ impl Follower {
             }
         }
         self.view.forget(&resource);
-    }
-}
-
-/// Growing pauses between attempts of a failing watch.
-struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(500);
-
-    fn new(max: Duration) -> Backoff {
-        Backoff {
-            next: Self::FIRST,
-            max,
-        }
-    }
-
-    async fn pause(&mut self) {
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(self.max);
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
     }
 }
 

@@ -24,6 +24,8 @@ use tracing::{debug, warn};
 
 use apis::kinds::{Kind, ObjectKey};
 
+use crate::backoff::Backoff;
+
 use super::embedded::{created, key_of, set_revision, with_spec, with_status};
 use super::feed::Feed;
 use super::{DesiredError, DesiredState, StoreFuture, WatchEvent, WatchStream};
@@ -313,18 +315,17 @@ fn fill(mirror: &Mirror, entries: &[Entry]) -> BTreeMap<Kind, BTreeMap<ObjectKey
 /// Follows the prefix from `at`: changes go into the mirror and out to
 /// its watchers; a compacted history means listing again.
 async fn follow(etcd: Etcd, prefix: String, mirror: Arc<Mirror>, mut at: i64) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let changes = match etcd.watch(prefix.as_bytes(), at + 1).await {
             Ok(changes) => changes,
             Err(err) => {
                 debug!(error = %err, "etcd watch not started; trying again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.pause().await;
                 continue;
             }
         };
-        backoff = Duration::from_millis(100);
+        backoff.reset();
         let mut changes = Box::pin(changes);
         while let Some(batch) = changes.next().await {
             match batch {
@@ -358,8 +359,7 @@ async fn follow(etcd: Etcd, prefix: String, mirror: Arc<Mirror>, mut at: i64) {
             }
         }
         // Not at full speed if it ends at once, again and again.
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.pause().await;
     }
 }
 

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::backoff::Backoff;
 use book::ClaimBook;
 
 /// How a replica claims nodes.
@@ -329,7 +330,10 @@ fn renewal_deadline(inner: &Inner, ttl: Duration) -> tokio::time::Instant {
 /// Keeps the replica's lease: granted, renewed three times per TTL; when
 /// it is no longer trusted, its nodes are lost and a new one is granted.
 async fn keep_lease(inner: std::sync::Weak<Inner>) {
-    let mut backoff = Duration::from_millis(200);
+    let Some(ttl) = inner.upgrade().map(|held| held.ttl) else {
+        return;
+    };
+    let mut backoff = Backoff::new(Duration::from_millis(200), ttl / 3);
     loop {
         let Some(held) = inner.upgrade() else { return };
         let ttl = held.ttl;
@@ -345,13 +349,12 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
                     held.lose(lost);
                     held.counts.send_modify(|c| c.leases += 1);
                     info!(replica = %held.replica, lease, "claims lease granted");
-                    backoff = Duration::from_millis(200);
+                    backoff.reset();
                 }
                 Ok(Err(err)) => {
                     debug!(error = %err, "no lease; trying again");
                     drop(held);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(ttl / 3);
+                    backoff.pause().await;
                     continue;
                 }
                 Err(_) => continue,
