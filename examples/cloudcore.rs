@@ -285,6 +285,9 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     if let (Some(claims), Desired::Etcd(store)) = (&claims, &desired) {
         // A node's status is written only under this replica's claim.
         store.fence_with(claims.fencing());
+        // A node taken over is served once this replica sees every apply
+        // answered before.
+        claims.catch_up_with(store.catching_up());
     }
     let hub = CloudHub::start(
         &hive,
@@ -344,6 +347,18 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                         &[],
                         c.leases,
                     );
+                    page.counter(
+                        "edgehive_replica_handed_over_total",
+                        "Nodes handed over to another replica (to even the replicas out, or on SIGTERM).",
+                        &[],
+                        c.handed_over,
+                    );
+                    page.gauge(
+                        "edgehive_replica_replicas",
+                        "Replicas up, as this one last counted them.",
+                        &[],
+                        c.replicas as u64,
+                    );
                 }
                 let pods = store
                     .list(meta::Kind::Pod, None)
@@ -367,11 +382,13 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     if let Some(admin) = &admin {
         tracing::info!(address = %admin.address, "admin API ready");
     }
-    let report = hive.shutdown_on_signal().await?;
-    if let Some(claims) = claims {
-        // Handed over: every other replica may take these nodes at once.
+    Hive::signalled().await?;
+    if let Some(claims) = &claims {
+        // Handed over first: the nodes' links close and every other
+        // replica may take them at once, while this one stops.
         claims.give_up().await;
     }
+    let report = hive.shutdown().await;
     if let Some(metrics) = metrics {
         metrics.stop(true).await;
     }

@@ -26,10 +26,10 @@ struct Replica {
 /// A dead replica's nodes wait this long for another.
 const CLAIM_TTL_SECS: u64 = 3;
 
-fn replica(dir: &str, etcd: &str, name: &str) -> (Replica, String) {
+fn replica(dir: &str, etcd: &str, name: &str, ttl_secs: u64) -> (Replica, String) {
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
     let metrics = free_address();
-    let ttl = CLAIM_TTL_SECS.to_string();
+    let ttl = ttl_secs.to_string();
     let process = Process::start(
         env!("CARGO_BIN_EXE_cloudcore"),
         &[
@@ -96,6 +96,11 @@ struct Ha {
 const NODE: &str = "edge-ha";
 
 fn start_ha(name: &str) -> Ha {
+    start_ha_with(name, CLAIM_TTL_SECS)
+}
+
+/// [`start_ha`] with claims that last `ttl_secs` when not given up.
+fn start_ha_with(name: &str, ttl_secs: u64) -> Ha {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -111,14 +116,14 @@ fn start_ha(name: &str) -> Ha {
     );
 
     // Replica a makes the CA; replica b is given it (one CA for the cloud).
-    let (a, certs) = replica(&a_dir, &etcd, "a");
+    let (a, certs) = replica(&a_dir, &etcd, "a", ttl_secs);
     std::fs::create_dir_all(&b_dir).expect("b's data dir");
     let copied = std::process::Command::new("cp")
         .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
         .status()
         .expect("cp");
     assert!(copied.success());
-    let (b, _) = replica(&b_dir, &etcd, "b");
+    let (b, _) = replica(&b_dir, &etcd, "b", ttl_secs);
 
     join_node(&a_dir, &certs, NODE, &edge_dir);
     let metaserver = free_address();
@@ -384,5 +389,32 @@ fn without_etcds_quorum_applies_fail_and_the_edge_keeps_what_it_has() {
         held.contains(&"kept".to_owned()) && held.contains(&"resumed".to_owned()),
         "{held:?}"
     );
+    ha.stop();
+}
+
+/// A replica told to stop (SIGTERM) hands its node over before it exits:
+/// the other serves the edge long before the claim's lease could end.
+#[test]
+fn a_replica_told_to_stop_hands_its_node_over() {
+    // Only a hand-over lets b serve the node within a minute.
+    let mut ha = start_ha_with("replicas-term", 60);
+    let mut events = ha.watch_edge();
+    apply(&ha.a.admin, &ha.dir, "before", &pod("before", NODE));
+    ha.arrives(&mut events, "before");
+    let stopping = std::time::Instant::now();
+    ha.a.process.terminate();
+    ha.a.process
+        .wait_for("handing every node over", Duration::from_secs(5));
+    ha.b.process.wait_for(
+        &format!("node connected node={NODE}"),
+        Duration::from_secs(30),
+    );
+    println!(
+        "hand-over: the edge linked to replica b {:?} after a was told to stop",
+        stopping.elapsed()
+    );
+    apply(&ha.b.admin, &ha.dir, "after", &pod("after", NODE));
+    ha.arrives(&mut events, "after");
+    assert_eq!(ha.held(), ["after", "before"]);
     ha.stop();
 }

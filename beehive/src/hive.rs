@@ -529,14 +529,21 @@ impl Hive {
 
     /// Waits for SIGINT or SIGTERM, then shuts the hive down.
     pub async fn shutdown_on_signal(&self) -> std::io::Result<ShutdownReport> {
+        Hive::signalled().await?;
+        Ok(self.shutdown().await)
+    }
+
+    /// Waits for SIGINT or SIGTERM, for a process that has something to
+    /// do before its hive stops (hand its work over).
+    pub async fn signalled() -> std::io::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut terminate = signal(SignalKind::terminate())?;
         tokio::select! {
-            _ = interrupt.recv() => info!(hive = self.name(), "SIGINT"),
-            _ = terminate.recv() => info!(hive = self.name(), "SIGTERM"),
+            _ = interrupt.recv() => info!("SIGINT"),
+            _ = terminate.recv() => info!("SIGTERM"),
         }
-        Ok(self.shutdown().await)
+        Ok(())
     }
 
     /// The hive's counters.

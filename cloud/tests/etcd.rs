@@ -341,3 +341,98 @@ async fn a_replica_that_lost_a_node_cannot_write_its_status() {
         "{key}: what a wrote last, under its claim"
     );
 }
+
+/// A new replica takes its share: the one holding every node hands the
+/// surplus over a few at a time (closing their links, giving their claims
+/// up, refusing them for a while), and the new one claims them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_replica_takes_its_share_of_the_nodes() {
+    let cluster = Cluster::start(3).await;
+    let a = claims(&cluster, "a", 2);
+    leased(&a).await;
+    let nodes: Vec<String> = (0..20).map(|i| format!("n{i:02}")).collect();
+    for node in &nodes {
+        a.claim_now(node).await.expect("a alone claims every node");
+    }
+    let mut handed = a.lost();
+    let b = claims(&cluster, "b", 2);
+    leased(&b).await;
+    // Each node a hands over links to b, as its edge would.
+    // Fair is 10 each, with a slack of one: 9 go, 3 a round.
+    let mut moved = Vec::new();
+    while moved.len() < 9 {
+        let (node, _) = tokio::time::timeout(Duration::from_secs(20), handed.next())
+            .await
+            .expect("a hands nodes over")
+            .expect("a running");
+        // Refused at a for a while: its edge goes on to b, dialling again
+        // until a has given the claim up.
+        let refused = a.claim_now(&node).await.expect_err("handed over");
+        assert!(refused.contains("handed over"), "{refused}");
+        let mut attempts = 0;
+        while let Err(reason) = b.claim_now(&node).await {
+            attempts += 1;
+            assert!(attempts < 100, "b never took {node}: {reason}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        moved.push(node);
+    }
+    println!("handed over to b: {moved:?}");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        a.counts().wait_for(|c| c.held == 11),
+    )
+    .await
+    .expect("a's releases done")
+    .expect("a running");
+    let (a_counts, b_counts) = (a.counts().borrow().clone(), b.counts().borrow().clone());
+    assert_eq!(b_counts.held, 9);
+    assert_eq!(a_counts.handed_over, moved.len() as u64);
+    assert_eq!(a_counts.replicas, 2);
+    assert_eq!(a_counts.lost, 0, "handed over, not lost");
+}
+
+/// A replica that claims a node serves it only once its mirror of the
+/// desired state has caught up with the claim: what another replica
+/// applied just before is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_node_is_served_once_every_earlier_apply_is_seen() {
+    let cluster = Cluster::start(3).await;
+    let (a_store, b_store) = (
+        store(&cluster, "/caught-up").await,
+        store(&cluster, "/caught-up").await,
+    );
+    let mut config = ClaimsConfig::new(cluster.endpoints(), "b");
+    config.prefix = "/caught-up".to_owned();
+    config.ttl = Duration::from_secs(3);
+    let b = EtcdClaims::start(config).expect("claims");
+    b.catch_up_with(b_store.catching_up());
+    leased(&b).await;
+
+    // The hook waits for a revision that is not there yet.
+    let (_, now) = cluster.client().get(b"/caught-up/none").await.expect("get");
+    let catch_up = b_store.catching_up();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), catch_up(now + 1_000))
+            .await
+            .is_err(),
+        "no revision {} yet",
+        now + 1_000
+    );
+    tokio::time::timeout(Duration::from_secs(10), catch_up(now))
+        .await
+        .expect("the revision already reached");
+    for i in 0..20 {
+        let name = format!("applied-{i}");
+        a_store
+            .create(pod(&name, "n1"))
+            .await
+            .expect("applied at a");
+        b.claim_now(&format!("n{i}")).await.expect("b claims");
+        let key = ObjectKey::new(Kind::Pod, "default", &name);
+        assert!(
+            b_store.get(&key).expect("read").is_some(),
+            "b sees {name}, applied before its claim"
+        );
+    }
+}

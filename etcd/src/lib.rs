@@ -322,6 +322,19 @@ impl Etcd {
         }
     }
 
+    /// How many keys are under `prefix` (none of them read), and the
+    /// revision the count is current at.
+    pub async fn count(&self, prefix: &[u8]) -> Result<(i64, i64)> {
+        let request = RangeRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            count_only: true,
+            ..RangeRequest::default()
+        };
+        let answer = self.kv_range(request).await?;
+        Ok((answer.count, answer.header.map_or(0, |h| h.revision)))
+    }
+
     /// Writes `value` at `key` unconditionally (under `lease`, if not 0);
     /// the revision of the write.
     pub async fn put(&self, key: &[u8], value: Vec<u8>, lease: i64) -> Result<i64> {

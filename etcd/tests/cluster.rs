@@ -76,6 +76,9 @@ async fn a_list_pages_through_one_snapshot_and_a_watch_resumes_after_it() {
         .expect("put");
     let (entries, revision) = etcd.list(b"/l/").await.expect("list");
     assert_eq!(entries.len(), 1_200, "more than one page");
+    let (counted, counted_at) = etcd.count(b"/l/").await.expect("count");
+    assert_eq!(counted, 1_200, "the count is of the prefix only");
+    assert_eq!(counted_at, revision);
     assert!(
         entries.windows(2).all(|w| w[0].key < w[1].key),
         "in key order"

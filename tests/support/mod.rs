@@ -72,6 +72,16 @@ impl Process {
 
     /// SIGTERM, and a clean exit.
     pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    /// [`Process::stop`], keeping the process's lines to read (a second
+    /// call finds the exit already made).
+    pub fn terminate(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            assert!(status.success(), "clean exit on SIGTERM: {status}");
+            return;
+        }
         self.signal("-TERM");
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "clean exit on SIGTERM: {status}");

@@ -19,6 +19,7 @@ use std::time::Duration;
 use etcd::{Change, Entry, Etcd, EtcdError, Written};
 use futures_util::StreamExt;
 use serde_json::Value;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
@@ -48,6 +49,10 @@ pub type FenceOf = Arc<
         + Sync,
 >;
 
+/// Waits until a replica's mirror holds every change up to a revision
+/// ([`EtcdStore::catching_up`]).
+pub type CatchUp = Arc<dyn Fn(i64) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// Held while a fenced write is made: the fence cannot change meanwhile.
 pub type FenceHold = Box<dyn std::any::Any + Send>;
 
@@ -73,8 +78,8 @@ impl EtcdConfig {
 /// What a replica holds of the desired state.
 struct Mirror {
     objects: RwLock<HashMap<Kind, BTreeMap<ObjectKey, Value>>>,
-    /// The revision the mirror is current at.
-    revision: RwLock<u64>,
+    /// The revision the mirror is current at: every change up to it is in.
+    revision: watch::Sender<u64>,
     feed: Feed,
 }
 
@@ -90,15 +95,15 @@ impl Mirror {
     }
 
     fn revision(&self) -> u64 {
-        *self.revision.read().unwrap_or_else(PoisonError::into_inner)
+        *self.revision.borrow()
     }
 
     fn set_revision(&self, revision: u64) {
-        let mut held = self
-            .revision
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        *held = (*held).max(revision);
+        self.revision.send_if_modified(|held| {
+            let newer = revision > *held;
+            *held = (*held).max(revision);
+            newer
+        });
     }
 }
 
@@ -156,11 +161,20 @@ impl EtcdStore {
         let (listed, at) = etcd.list(objects.as_bytes()).await.map_err(unavailable)?;
         let mirror = Arc::new(Mirror {
             objects: RwLock::new(HashMap::new()),
-            revision: RwLock::new(revision(at)),
+            revision: watch::Sender::new(revision(at)),
             feed: Feed::new(WINDOW, revision(at)),
         });
         fill(&mirror, &listed);
-        let follower = tokio::spawn(follow(etcd.clone(), objects.clone(), mirror.clone(), at));
+        // The whole prefix is followed, not only the objects: the mirror's
+        // revision then passes every write of the replicas' (a claim's
+        // too), which `caught_up` waits for.
+        let follower = tokio::spawn(follow(
+            etcd.clone(),
+            format!("{prefix}/"),
+            objects.clone(),
+            mirror.clone(),
+            at,
+        ));
         Ok(EtcdStore {
             etcd,
             fence: std::sync::OnceLock::new(),
@@ -178,6 +192,22 @@ impl EtcdStore {
     /// to write under, or `None` where this replica holds none. Set once.
     pub fn fence_with(&self, fence_of: FenceOf) {
         let _ = self.fence.set(fence_of);
+    }
+
+    /// Waits, when called with a revision, until this replica's mirror
+    /// holds every change up to it (of any key under the prefix): a
+    /// replica that has just claimed a node at that revision then sees
+    /// every apply answered before, whichever replica took it.
+    pub fn catching_up(&self) -> CatchUp {
+        let mirror = self.mirror.clone();
+        Arc::new(move |at: i64| {
+            let mut current = mirror.revision.subscribe();
+            let wanted = revision(at);
+            Box::pin(async move {
+                // The sender lives as long as the mirror, held here.
+                let _ = current.wait_for(|held| *held >= wanted).await;
+            })
+        })
     }
 
     /// The store as the controller takes it.
@@ -312,9 +342,10 @@ fn fill(mirror: &Mirror, entries: &[Entry]) -> BTreeMap<Kind, BTreeMap<ObjectKey
     by_kind
 }
 
-/// Follows the prefix from `at`: changes go into the mirror and out to
-/// its watchers; a compacted history means listing again.
-async fn follow(etcd: Etcd, prefix: String, mirror: Arc<Mirror>, mut at: i64) {
+/// Follows `prefix` from `at`: changes of the objects (under `objects`) go
+/// into the mirror and out to its watchers, other keys only move the
+/// mirror's revision on; a compacted history means listing again.
+async fn follow(etcd: Etcd, prefix: String, objects: String, mirror: Arc<Mirror>, mut at: i64) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let changes = match etcd.watch(prefix.as_bytes(), at + 1).await {
@@ -339,7 +370,7 @@ async fn follow(etcd: Etcd, prefix: String, mirror: Arc<Mirror>, mut at: i64) {
                         oldest,
                         "etcd compacted the history the watch needs; listing again"
                     );
-                    match etcd.list(prefix.as_bytes()).await {
+                    match etcd.list(objects.as_bytes()).await {
                         Ok((entries, listed_at)) => {
                             let kinds = fill(&mirror, &entries);
                             mirror.set_revision(revision(listed_at));

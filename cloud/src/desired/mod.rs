@@ -43,7 +43,7 @@ use apis::kinds::{Kind, ObjectKey};
 
 pub use embedded::EmbeddedStore;
 #[cfg(feature = "etcd")]
-pub use etcd::{EtcdConfig, EtcdStore, FenceHold, FenceOf};
+pub use etcd::{CatchUp, EtcdConfig, EtcdStore, FenceHold, FenceOf};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{KubeAccess, KubernetesConfig, KubernetesStore};
 

@@ -121,6 +121,14 @@ impl ClaimBook {
         self.held.contains_key(node)
     }
 
+    /// The nodes held, with their claims' generations.
+    pub fn held(&self) -> Vec<(String, u64)> {
+        self.held
+            .iter()
+            .map(|(node, claim)| (node.clone(), claim.generation))
+            .collect()
+    }
+
     /// How many nodes are held.
     pub fn len(&self) -> usize {
         self.held.len()

@@ -11,8 +11,15 @@
 //! it could end ([`book::ClaimBook`]) and closes those nodes' links, so no
 //! two replicas ever serve one node. A link that ends gives its claim up
 //! at once.
+//!
+//! Each replica also names itself under `<prefix>/replicas/`, under the
+//! same lease, so every replica knows how many are up; one that holds more
+//! than its share of the claimed nodes hands the surplus over a few at a
+//! time ([`share::Share`]): a new replica takes its share, and the
+//! survivors of a dead one even out again.
 
 pub mod book;
+pub mod share;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -25,7 +32,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
+use crate::desired::CatchUp;
 use book::ClaimBook;
+use share::Share;
 
 /// How a replica claims nodes.
 #[derive(Debug, Clone)]
@@ -38,6 +47,9 @@ pub struct ClaimsConfig {
     pub replica: String,
     /// The lease's time to live: how long a dead replica's nodes wait.
     pub ttl: Duration,
+    /// Whether this replica hands nodes over when it holds more than its
+    /// share (a round every `ttl`).
+    pub rebalance: bool,
 }
 
 impl ClaimsConfig {
@@ -48,6 +60,7 @@ impl ClaimsConfig {
             prefix: "/edgehive".to_owned(),
             replica: replica.into(),
             ttl: Duration::from_secs(10),
+            rebalance: true,
         }
     }
 }
@@ -65,6 +78,10 @@ pub struct ClaimCounts {
     pub lost: u64,
     /// Leases granted (more than one: the replica lost the engine).
     pub leases: u64,
+    /// Nodes handed over to even the replicas out.
+    pub handed_over: u64,
+    /// Replicas up, as last counted.
+    pub replicas: usize,
 }
 
 /// A replica's claims, kept in etcd.
@@ -76,20 +93,30 @@ pub struct EtcdClaims {
 struct Inner {
     etcd: Etcd,
     claims: String,
+    /// `<prefix>/replicas/`: a key per replica up, under its lease.
+    replicas: String,
     replica: String,
     ttl: Duration,
     book: Mutex<ClaimBook>,
+    share: Mutex<Share>,
+    /// Waits until the desired state's mirror holds a revision.
+    catch_up: std::sync::OnceLock<CatchUp>,
     losers: Mutex<Vec<mpsc::UnboundedSender<(String, u64)>>>,
     /// One lock per node: its claims and releases run one at a time, so a
     /// release's delete never overtakes the next claim.
     node_locks: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     counts: watch::Sender<ClaimCounts>,
-    keeper: Mutex<Option<JoinHandle<()>>>,
+    /// The lease keeper and the rebalancer.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Inner {
     fn book(&self) -> std::sync::MutexGuard<'_, ClaimBook> {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn share(&self) -> std::sync::MutexGuard<'_, Share> {
+        self.share.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn node_lock(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -115,6 +142,12 @@ impl Inner {
             c.lost += nodes.len() as u64;
             c.held = held;
         });
+        self.share().clear();
+        self.tell(&nodes);
+    }
+
+    /// Tells cloudhub (every subscriber) to close these nodes' sessions.
+    fn tell(&self, nodes: &[(String, u64)]) {
         let mut losers = self.losers.lock().unwrap_or_else(PoisonError::into_inner);
         losers.retain(|loser| nodes.iter().all(|node| loser.send(node.clone()).is_ok()));
     }
@@ -129,20 +162,36 @@ impl EtcdClaims {
     pub fn start(config: ClaimsConfig) -> Result<EtcdClaims, etcd::EtcdError> {
         let etcd = Etcd::connect(&config.endpoints)?;
         let (counts, _) = watch::channel(ClaimCounts::default());
+        let prefix = config.prefix.trim_end_matches('/');
         let inner = Arc::new(Inner {
             etcd,
-            claims: format!("{}/claims/", config.prefix.trim_end_matches('/')),
+            claims: format!("{prefix}/claims/"),
+            replicas: format!("{prefix}/replicas/"),
             replica: config.replica,
             ttl: config.ttl,
             book: Mutex::new(ClaimBook::new(config.ttl, config.ttl / 5)),
+            // A node handed over is refused here for two rounds; a quarter
+            // of a fair share goes per round.
+            share: Mutex::new(Share::new(config.ttl * 2, 0.25)),
+            catch_up: std::sync::OnceLock::new(),
             losers: Mutex::new(Vec::new()),
             node_locks: Mutex::new(std::collections::HashMap::new()),
             counts,
-            keeper: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
         });
-        let keeper = tokio::spawn(keep_lease(Arc::downgrade(&inner)));
-        *inner.keeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(keeper);
+        let mut tasks = vec![tokio::spawn(keep_lease(Arc::downgrade(&inner)))];
+        if config.rebalance {
+            tasks.push(tokio::spawn(rebalance(Arc::downgrade(&inner))));
+        }
+        *inner.tasks.lock().unwrap_or_else(PoisonError::into_inner) = tasks;
         Ok(EtcdClaims { inner })
+    }
+
+    /// A node claimed here is served only once the desired state's mirror
+    /// has caught up with the claim (`EtcdStore::catching_up`): then every
+    /// apply answered before the claim, by any replica, is seen. Set once.
+    pub fn catch_up_with(&self, catch_up: CatchUp) {
+        let _ = self.inner.catch_up.set(catch_up);
     }
 
     /// The counts, as they change.
@@ -167,6 +216,11 @@ impl EtcdClaims {
         let Some(lease) = lease else {
             return refused("this replica holds no trusted lease (etcd out of reach)".to_owned());
         };
+        if inner.share().refuses(node, Instant::now()) {
+            return refused(format!(
+                "node {node} was handed over to another replica to even the replicas out"
+            ));
+        }
         if let Some(revision) = held {
             // The node linked again: the claim is the new session's now.
             return Ok(inner.book().claimed(node, revision));
@@ -202,6 +256,17 @@ impl EtcdClaims {
             let _ = inner.etcd.delete(key.as_bytes(), revision).await;
             return refused("the lease ended while claiming".to_owned());
         };
+        // Served only once this replica sees everything up to the claim.
+        if let Some(catch_up) = inner.catch_up.get() {
+            let caught_up = tokio::time::timeout(inner.ttl / 3, catch_up(revision)).await;
+            if caught_up.is_err() {
+                let _ = inner.book().released(node, generation);
+                let _ = inner.etcd.delete(key.as_bytes(), revision).await;
+                return refused(format!(
+                    "the desired state here has not caught up with revision {revision}"
+                ));
+            }
+        }
         debug!(node, revision, generation, "node claimed");
         inner.counts.send_modify(|c| {
             c.taken += 1;
@@ -264,18 +329,25 @@ impl EtcdClaims {
     /// Stops renewing and ends the lease now (a replica told to stop):
     /// every node it held may be claimed by another at once.
     pub async fn give_up(&self) {
-        if let Some(keeper) = self
+        for task in self
             .inner
-            .keeper
+            .tasks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
+            .drain(..)
         {
-            keeper.abort();
+            task.abort();
         }
         let lease = self.inner.book().lease(Instant::now());
-        let lost = self.inner.book().lease_gone();
-        self.inner.lose(lost);
+        let going = self.inner.book().lease_gone();
+        if !going.is_empty() {
+            info!(count = going.len(), "handing every node over");
+        }
+        self.inner.counts.send_modify(|c| {
+            c.handed_over += going.len() as u64;
+            c.held = 0;
+        });
+        self.inner.tell(&going);
         if let Some(lease) = lease
             && let Err(err) = self.inner.etcd.revoke(lease).await
         {
@@ -317,6 +389,89 @@ fn tokio_stream_from(
     futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
 }
 
+/// Names this replica under `<prefix>/replicas/`, under `lease`: counted
+/// among the replicas up while the lease lives. Whether it was written.
+async fn register(inner: &Inner, lease: i64) -> bool {
+    let key = format!("{}{}", inner.replicas, inner.replica);
+    let written = tokio::time::timeout(
+        inner.ttl / 3,
+        inner.etcd.put(key.as_bytes(), Vec::new(), lease),
+    )
+    .await;
+    match written {
+        Ok(Ok(_)) => true,
+        Ok(Err(err)) => {
+            debug!(error = %err, "replica not named in etcd yet; trying again");
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+/// Evens the replicas out: a round every TTL (give or take a quarter, so
+/// the replicas' rounds do not coincide), in which this replica counts
+/// the replicas up and the nodes claimed, and hands over what it holds
+/// beyond its share: each such node's link is closed and its claim given
+/// up, and it is refused here for a while, so its edge links to another.
+async fn rebalance(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(ttl) = inner.upgrade().map(|held| held.ttl) else {
+            return;
+        };
+        tokio::time::sleep(ttl.mul_f64(0.75 + fastrand::f64() * 0.5)).await;
+        let Some(held) = inner.upgrade() else { return };
+        if held.book().lease(Instant::now()).is_none() {
+            continue;
+        }
+        let counted = tokio::time::timeout(ttl / 3, async {
+            let replicas = held.etcd.count(held.replicas.as_bytes()).await?;
+            let claimed = held.etcd.count(held.claims.as_bytes()).await?;
+            Ok::<_, etcd::EtcdError>((replicas.0, claimed.0))
+        })
+        .await;
+        let (replicas, claimed) = match counted {
+            Ok(Ok((replicas, claimed))) => (
+                usize::try_from(replicas).unwrap_or(0),
+                usize::try_from(claimed).unwrap_or(0),
+            ),
+            Ok(Err(err)) => {
+                debug!(error = %err, "replicas not counted; no rebalancing this round");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        held.counts.send_modify(|c| c.replicas = replicas);
+        let nodes = held.book().held();
+        let names: Vec<String> = nodes.iter().map(|(node, _)| node.clone()).collect();
+        let going = held
+            .share()
+            .round(&names, claimed, replicas, Instant::now());
+        if going.is_empty() {
+            continue;
+        }
+        let going: Vec<(String, u64)> = nodes
+            .into_iter()
+            .filter(|(node, _)| going.contains(node))
+            .collect();
+        info!(
+            count = going.len(),
+            held = names.len(),
+            claimed,
+            replicas,
+            "handing nodes over to even the replicas out"
+        );
+        held.counts
+            .send_modify(|c| c.handed_over += going.len() as u64);
+        // Their links are closed first, then their claims given up: an
+        // edge links elsewhere only once its link here has ended.
+        held.tell(&going);
+        let claims = EtcdClaims { inner: held };
+        for (node, generation) in going {
+            claims.release_now(&node, generation).await;
+        }
+    }
+}
+
 /// How long a renewal may take: a third of the TTL, and never past the
 /// instant the lease stops being trusted.
 fn renewal_deadline(inner: &Inner, ttl: Duration) -> tokio::time::Instant {
@@ -334,6 +489,8 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
         return;
     };
     let mut backoff = Backoff::new(Duration::from_millis(200), ttl / 3);
+    // Whether this replica's key is under the current lease.
+    let mut registered = false;
     loop {
         let Some(held) = inner.upgrade() else { return };
         let ttl = held.ttl;
@@ -350,6 +507,7 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
                     held.counts.send_modify(|c| c.leases += 1);
                     info!(replica = %held.replica, lease, "claims lease granted");
                     backoff.reset();
+                    registered = register(&held, lease).await;
                 }
                 Ok(Err(err)) => {
                     debug!(error = %err, "no lease; trying again");
@@ -367,7 +525,12 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
             )
             .await
             {
-                Ok(Ok(Some(_))) => held.book().renewed(asked),
+                Ok(Ok(Some(_))) => {
+                    held.book().renewed(asked);
+                    if !registered {
+                        registered = register(&held, lease).await;
+                    }
+                }
                 Ok(Ok(None)) => {
                     warn!(lease, "etcd ended the claims lease");
                     let lost = held.book().lease_gone();
