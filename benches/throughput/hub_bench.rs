@@ -34,7 +34,7 @@ pub(crate) fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-fn object(node: &str, name: &str, version: u64) -> Message {
+pub(crate) fn object(node: &str, name: &str, version: u64) -> Message {
     Message::new()
         .build_router(
             "edgecontroller",
@@ -46,28 +46,41 @@ fn object(node: &str, name: &str, version: u64) -> Message {
         .with_content(serde_json::json!({"metadata": {"name": name}, "spec": {"nodeName": node}}))
 }
 
-fn node_name(i: usize) -> String {
+pub(crate) fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
 /// Writes the CA root and one client identity per node for the child.
-fn write_identities(pki: &DevPki, nodes: usize, path: &Path) -> Result<()> {
+pub(crate) fn write_identities(pki: &DevPki, nodes: usize, path: &Path) -> Result<()> {
+    let identities = (0..nodes)
+        .map(|i| pki.client(&node_name(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    write_identity_file(path, &pki.root(), &identities)
+}
+
+/// Writes `root` and each identity's leaf certificate and key, for a
+/// child process to read with [`read_identities`].
+pub(crate) fn write_identity_file(
+    path: &Path,
+    root: &CertificateDer<'static>,
+    identities: &[(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)],
+) -> Result<()> {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut put = |bytes: &[u8]| -> std::io::Result<()> {
         out.write_all(&(bytes.len() as u32).to_be_bytes())?;
         out.write_all(bytes)
     };
-    put(pki.root().as_ref())?;
-    for i in 0..nodes {
-        let (chain, key) = pki.client(&node_name(i))?;
-        put(chain[0].as_ref())?;
+    put(root.as_ref())?;
+    for (chain, key) in identities {
+        let leaf = chain.first().ok_or_else(|| anyhow!("an empty chain"))?;
+        put(leaf.as_ref())?;
         put(key.secret_der())?;
     }
     out.flush()?;
     Ok(())
 }
 
-fn read_identities(
+pub(crate) fn read_identities(
     path: &Path,
 ) -> Result<(
     CertificateDer<'static>,
@@ -99,15 +112,19 @@ fn read_identities(
 }
 
 /// The child: `nodes` simulated edges that say hello, ack every object and
-/// send keepalives, until killed.
+/// send keepalives, until killed. `addresses` are the cloud's (its
+/// replicas, comma-separated): node `i` dials address `i mod count` first
+/// (as a name resolving to several would spread them) and, when a dial
+/// fails or its link ends, the next, as an edgehub does.
 pub fn child_main(
     kind: TransportKind,
     dialect: Dialect,
-    address: &str,
+    addresses: &str,
     nodes: usize,
     identities: Option<&Path>,
 ) -> Result<()> {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
+    let addresses: Arc<Vec<String>> = Arc::new(addresses.split(',').map(str::to_owned).collect());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -123,53 +140,72 @@ pub fn child_main(
         };
         let dialing = Arc::new(tokio::sync::Semaphore::new(64));
         for (i, cert) in certs.drain(..).enumerate().take(nodes) {
-            let mut dial = dialect.dial_options(&node_name(i), DialOptions::new(address, "localhost"));
+            let mut dial = dialect.dial_options(&node_name(i), DialOptions::new("", "localhost"));
             if let (Some(root), Some((cert, key))) = (&root, cert) {
                 dial = dial.with_tls(tls::client_config(std::slice::from_ref(root), Some((vec![cert], key)))?);
             }
             // Each node its own transport, as on a real fleet: over QUIC
             // that is its own endpoint (UDP socket), not one shared by all.
             let transport = kind.transport()?;
-            let dialing = dialing.clone();
+            let (dialing, addresses) = (dialing.clone(), addresses.clone());
             tokio::spawn(async move {
-                let permit = dialing.acquire_owned().await;
-                // Dialled again after a refusal, as an edgehub would (a
-                // cloud busy accepting thousands lets its backlog fill).
-                let mut attempt = 0;
-                let mut link = loop {
-                    match transport.dial(&dial).await {
-                        Ok(link) => break link,
-                        Err(err) if attempt < DIAL_ATTEMPTS => {
-                            attempt += 1;
-                            tracing::debug!(node = i, %err, attempt, "dialling again");
-                            tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
-                        }
-                        Err(err) => {
-                            eprintln!("node {i}: {err}");
-                            return;
-                        }
-                    }
-                };
-                if link.sender.send(&dialect.opener(&node_name(i))).await.is_err() {
-                    return;
-                }
-                drop(permit);
-                let mut keepalive = tokio::time::interval(KEEPALIVE / 3);
+                let mut at = i % addresses.len();
+                let mut failures: u64 = 0;
                 loop {
-                    tokio::select! {
-                        next = link.receiver.recv() => {
-                            let Some(Ok(msg)) = next else { return };
-                            if protocol::kind(&msg) == protocol::Kind::Payload && protocol::needs_ack(&msg) {
-                                let ack = dialect.ack(&msg);
-                                if link.sender.send(&ack).await.is_err() {
-                                    return;
+                    dial.address = addresses[at].clone();
+                    let permit = dialing.acquire().await;
+                    let link = transport.dial(&dial).await;
+                    let mut link = match link {
+                        Ok(link) => link,
+                        Err(err) => {
+                            drop(permit);
+                            // One cloud that keeps refusing dials: give up,
+                            // as the single-cloud runs always did.
+                            if addresses.len() == 1 && failures >= DIAL_ATTEMPTS {
+                                eprintln!("node {i}: {err}");
+                                return;
+                            }
+                            tracing::debug!(node = i, %err, failures, "dialling again");
+                            failures += 1;
+                            at = (at + 1) % addresses.len();
+                            // A cloud busy accepting thousands lets its
+                            // backlog fill: dial again, a little later.
+                            tokio::time::sleep(Duration::from_millis(50 * failures.min(40))).await;
+                            continue;
+                        }
+                    };
+                    if link.sender.send(&dialect.opener(&node_name(i))).await.is_err() {
+                        continue;
+                    }
+                    drop(permit);
+                    let linked = Instant::now();
+                    let mut keepalive = tokio::time::interval(KEEPALIVE / 3);
+                    loop {
+                        tokio::select! {
+                            next = link.receiver.recv() => {
+                                let Some(Ok(msg)) = next else { break };
+                                if protocol::kind(&msg) == protocol::Kind::Payload && protocol::needs_ack(&msg) {
+                                    let ack = dialect.ack(&msg);
+                                    if link.sender.send(&ack).await.is_err() {
+                                        break;
+                                    }
                                 }
                             }
-                        }
-                        _ = keepalive.tick() => {
-                            let _ = link.sender.send(&dialect.keepalive()).await;
+                            _ = keepalive.tick() => {
+                                let _ = link.sender.send(&dialect.keepalive()).await;
+                            }
                         }
                     }
+                    // The link ended (the replica died, refused the node
+                    // or handed it over): the next address, at once after
+                    // a long link, backing off after short ones.
+                    failures = match linked.elapsed() > Duration::from_secs(1) {
+                        true => 0,
+                        false => failures + 1,
+                    };
+                    at = (at + 1) % addresses.len();
+                    let pause = 50 * failures.min(40) + fastrand::u64(0..50);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
             });
         }
@@ -178,7 +214,7 @@ pub fn child_main(
     })
 }
 
-struct ChildGuard(Child);
+pub(crate) struct ChildGuard(pub(crate) Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -200,7 +236,7 @@ async fn wait_until(
     }
 }
 
-fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
+pub(crate) fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
     HubStats::get(counter)
 }
 

@@ -11,6 +11,7 @@ mod controller_bench;
 mod hub_bench;
 mod meta_bench;
 mod pods_bench;
+mod replicas_bench;
 mod report;
 mod transport_bench;
 mod twin_bench;
@@ -43,6 +44,15 @@ struct Args {
     /// Simulated nodes for the hub scenarios (repeatable); 1000 and 10000 if omitted.
     #[arg(long)]
     nodes: Vec<usize>,
+    /// Hub scenarios: serve the nodes from this many cloudhub replicas
+    /// claiming them in etcd (three members), beside one cloudhub without
+    /// claims; 10000 nodes if --nodes is omitted (200 with --quick, where
+    /// 3 replicas run besides the single-cloud scenarios).
+    #[arg(long)]
+    replicas: Option<usize>,
+    /// Child mode of the replicas scenario: the etcd endpoints.
+    #[arg(long, hide = true)]
+    etcd: Option<String>,
     /// Child mode of the hub scenarios: where the cloud listens.
     #[arg(long, hide = true)]
     address: Option<String>,
@@ -86,6 +96,21 @@ fn main() -> Result<()> {
         let nodes = args.nodes.first().copied().unwrap_or(1);
         let dialect = args.dialect.unwrap_or_default();
         return hub_bench::child_main(kind, dialect, address, nodes, args.identities.as_deref());
+    }
+    if args.group.as_deref() == Some("__hub-replica") {
+        let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
+        let identities = args
+            .identities
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("--identities"))?;
+        return replicas_bench::replica_main(
+            kind,
+            args.address.as_deref().unwrap_or("127.0.0.1:0"),
+            args.etcd.as_deref(),
+            args.mode.as_deref().unwrap_or("replica"),
+            args.nodes.first().copied().unwrap_or(1),
+            identities,
+        );
     }
     if args.group.as_deref() == Some("__meta-rss") {
         let path = args.address.as_deref().unwrap_or("meta-rss.redb");
@@ -142,8 +167,24 @@ fn main() -> Result<()> {
                     }
                     (None, _) => vec![hub::Dialect::Native],
                 };
-                for dialect in dialects {
-                    hub_bench::run(scale, kind, dialect, &nodes, args.quick, &mut report)?
+                let replicas = match (args.replicas, args.quick) {
+                    (Some(replicas), _) => Some(replicas),
+                    (None, true) => Some(3),
+                    (None, false) => None,
+                };
+                let single = args.replicas.is_none();
+                if single {
+                    for dialect in dialects {
+                        hub_bench::run(scale, kind, dialect, &nodes, args.quick, &mut report)?
+                    }
+                }
+                if let Some(replicas) = replicas {
+                    let nodes = match (args.nodes.is_empty(), args.quick) {
+                        (false, _) => args.nodes.clone(),
+                        (true, true) => vec![200],
+                        (true, false) => vec![10_000],
+                    };
+                    replicas_bench::run(kind, &nodes, replicas, &mut report)?
                 }
             }
             "meta" => meta_bench::run(scale, &mut report)?,

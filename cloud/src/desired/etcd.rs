@@ -536,11 +536,22 @@ impl DesiredState for EtcdStore {
     fn next_revision(&self) -> StoreFuture<u64> {
         let etcd = self.etcd.clone();
         let counter = self.revision_key.clone();
+        let catch_up = self.catching_up();
         Box::pin(async move {
             let at = etcd
                 .put(counter.as_bytes(), Vec::new(), 0)
                 .await
                 .map_err(unavailable)?;
+            // What is read next, to be sent at this revision, is current
+            // as of it: an update committed before it (by any replica) is
+            // never sent under a newer version than its own content.
+            tokio::time::timeout(Duration::from_secs(10), catch_up(at))
+                .await
+                .map_err(|_| {
+                    DesiredError::Backend(format!(
+                        "this replica's mirror of etcd has not reached revision {at}"
+                    ))
+                })?;
             Ok(revision(at))
         })
     }
