@@ -1,6 +1,9 @@
-//! Several cloudcore replicas on one etcd: each node is served by one
-//! replica at a time, under a claim in etcd.
+//! Several cloudcore replicas: each node is served by one replica at a
+//! time, under a claim in etcd ([`EtcdClaims`], feature `etcd`) or in the
+//! Kubernetes API server ([`leases::LeaseClaims`], feature `kubernetes`).
+//! Both keep their rules in [`book::ClaimBook`].
 //!
+//! On etcd:
 //! A replica holds one etcd lease and renews it a few times per TTL. It
 //! claims a node when the node's link comes up: the key
 //! `<prefix>/claims/<node>`, created under its lease only if absent,
@@ -13,21 +16,40 @@
 //! at once.
 
 pub mod book;
+#[cfg(feature = "kubernetes")]
+pub mod leases;
+#[cfg(feature = "kubernetes")]
+pub mod observed;
 
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+#[cfg(feature = "etcd")]
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+#[cfg(feature = "etcd")]
+use std::time::Duration;
 
+#[cfg(feature = "etcd")]
 use etcd::{Etcd, Written};
+#[cfg(feature = "etcd")]
 use futures_util::future::BoxFuture;
+#[cfg(feature = "etcd")]
 use futures_util::stream::BoxStream;
-use tokio::sync::{mpsc, watch};
+#[cfg(feature = "etcd")]
+use tokio::sync::watch;
+#[cfg(feature = "etcd")]
 use tokio::task::JoinHandle;
+#[cfg(feature = "etcd")]
 use tracing::{debug, info, warn};
 
+#[cfg(feature = "etcd")]
 use crate::backoff::Backoff;
+#[cfg(feature = "etcd")]
 use book::ClaimBook;
 
 /// How a replica claims nodes.
+#[cfg(feature = "etcd")]
 #[derive(Debug, Clone)]
 pub struct ClaimsConfig {
     /// The etcd members' client URLs.
@@ -40,6 +62,7 @@ pub struct ClaimsConfig {
     pub ttl: Duration,
 }
 
+#[cfg(feature = "etcd")]
 impl ClaimsConfig {
     /// Defaults: a 10 s lease under `/edgehive`.
     pub fn new(endpoints: Vec<String>, replica: impl Into<String>) -> ClaimsConfig {
@@ -68,11 +91,13 @@ pub struct ClaimCounts {
 }
 
 /// A replica's claims, kept in etcd.
+#[cfg(feature = "etcd")]
 #[derive(Clone)]
 pub struct EtcdClaims {
     inner: Arc<Inner>,
 }
 
+#[cfg(feature = "etcd")]
 struct Inner {
     etcd: Etcd,
     claims: String,
@@ -87,6 +112,7 @@ struct Inner {
     keeper: Mutex<Option<JoinHandle<()>>>,
 }
 
+#[cfg(feature = "etcd")]
 impl Inner {
     fn book(&self) -> std::sync::MutexGuard<'_, ClaimBook> {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
@@ -124,6 +150,7 @@ impl Inner {
     }
 }
 
+#[cfg(feature = "etcd")]
 impl EtcdClaims {
     /// Connects to etcd and starts keeping a lease.
     pub fn start(config: ClaimsConfig) -> Result<EtcdClaims, etcd::EtcdError> {
@@ -284,6 +311,7 @@ impl EtcdClaims {
     }
 }
 
+#[cfg(feature = "etcd")]
 impl hub::NodeClaims for EtcdClaims {
     fn claim(&self, node: &str) -> BoxFuture<'static, Result<u64, String>> {
         let (claims, node) = (self.clone(), node.to_owned());
@@ -318,9 +346,8 @@ fn tokio_stream_from(
 }
 
 /// How long a renewal may take: a third of the TTL, and never past the
-/// instant the lease stops being trusted.
-fn renewal_deadline(inner: &Inner, ttl: Duration) -> tokio::time::Instant {
-    let trusted = inner.book().trusted_until();
+/// instant the lease stops being trusted (`trusted`, the book's).
+fn renewal_deadline(trusted: Option<Instant>, ttl: std::time::Duration) -> tokio::time::Instant {
     let third = tokio::time::Instant::now() + ttl / 3;
     trusted.map_or(third, |until| {
         third.min(tokio::time::Instant::from_std(until))
@@ -329,6 +356,7 @@ fn renewal_deadline(inner: &Inner, ttl: Duration) -> tokio::time::Instant {
 
 /// Keeps the replica's lease: granted, renewed three times per TTL; when
 /// it is no longer trusted, its nodes are lost and a new one is granted.
+#[cfg(feature = "etcd")]
 async fn keep_lease(inner: std::sync::Weak<Inner>) {
     let Some(ttl) = inner.upgrade().map(|held| held.ttl) else {
         return;
@@ -362,7 +390,10 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
             // A renewal is waited for no longer than the lease is trusted:
             // when trust ends, the nodes are given up on time, answer or not.
             Some(lease) => match tokio::time::timeout_at(
-                renewal_deadline(&held, ttl),
+                {
+                    let trusted = held.book().trusted_until();
+                    renewal_deadline(trusted, ttl)
+                },
                 held.etcd.keep_alive(lease),
             )
             .await
