@@ -9,8 +9,9 @@
 //! - [`applications`]: the application center (KubeEdge's
 //!   dynamiccontroller), which answers what a KubeEdge edge's MetaServer
 //!   forwards: from the API server in the node's name, or refused at once.
-//! - `replicas` (feature `etcd`): several cloudcores on one etcd, each
-//!   node served by one of them at a time under a claim.
+//! - `replicas` (feature `etcd` or `kubernetes`): several cloudcores on
+//!   one etcd or one Kubernetes cluster, each node served by one of them at
+//!   a time under a claim (an etcd key, or a Lease).
 //! - [`admin`]: the admin API that `edgehivectl` talks to (Kubernetes
 //!   manifests in, objects out), its client and the manifest parser.
 //!
@@ -23,7 +24,7 @@ pub mod applications;
 mod backoff;
 pub mod controller;
 pub mod desired;
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod replicas;
 
 pub use admin::{AdminApi, AdminApiHandle, AdminClient};

@@ -63,6 +63,29 @@ pub enum KubeAccess {
 }
 
 impl KubeAccess {
+    /// The API client's configuration this access gives.
+    pub async fn config(&self) -> Result<Config, DesiredError> {
+        match self {
+            KubeAccess::Kubeconfig(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|err| {
+                    DesiredError::Backend(format!("kubeconfig {}: {err}", path.display()))
+                })?;
+                Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(|err| {
+                        DesiredError::Backend(format!("kubeconfig {}: {err}", path.display()))
+                    })
+            }
+            KubeAccess::InCluster => Config::incluster()
+                .map_err(|err| DesiredError::Backend(format!("in-cluster config: {err}"))),
+        }
+    }
+
+    /// An API client with this access.
+    pub async fn client(&self) -> Result<Client, DesiredError> {
+        Client::try_from(self.config().await?).map_err(backend)
+    }
+
     /// Whether this process runs in a Kubernetes pod with a service
     /// account (the in-cluster configuration is available).
     pub fn in_cluster_available() -> bool {
@@ -158,7 +181,7 @@ impl Drop for KubernetesStore {
     }
 }
 
-fn backend(err: impl std::fmt::Display) -> DesiredError {
+pub(crate) fn backend(err: impl std::fmt::Display) -> DesiredError {
     DesiredError::Backend(err.to_string())
 }
 
@@ -179,7 +202,7 @@ pub fn api_resource(kind: Kind) -> ApiResource {
 }
 
 /// An API failure in the desired state's terms.
-fn refused(err: kube::Error, key: &str) -> DesiredError {
+pub(crate) fn refused(err: kube::Error, key: &str) -> DesiredError {
     match err {
         kube::Error::Api(status) => match (status.code, status.reason.as_str()) {
             (404, _) => DesiredError::NotFound {
@@ -219,7 +242,7 @@ fn typed(kind: Kind, object: DynamicObject) -> Result<Value, DesiredError> {
     Ok(value)
 }
 
-fn dynamic(object: &Value) -> Result<DynamicObject, DesiredError> {
+pub(crate) fn dynamic(object: &Value) -> Result<DynamicObject, DesiredError> {
     serde_json::from_value(object.clone()).map_err(|err| DesiredError::Invalid {
         key: ObjectKey::of(object).map_or_else(|| "(unnamed)".to_owned(), |k| k.to_string()),
         reason: err.to_string(),
@@ -230,21 +253,7 @@ impl KubernetesStore {
     /// Connects to the API server, starts the watches and waits for their
     /// first lists.
     pub async fn connect(config: KubernetesConfig) -> Result<Self, DesiredError> {
-        let kube_config = match &config.access {
-            KubeAccess::Kubeconfig(path) => {
-                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|err| {
-                    DesiredError::Backend(format!("kubeconfig {}: {err}", path.display()))
-                })?;
-                Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                    .await
-                    .map_err(|err| {
-                        DesiredError::Backend(format!("kubeconfig {}: {err}", path.display()))
-                    })?
-            }
-            KubeAccess::InCluster => Config::incluster()
-                .map_err(|err| DesiredError::Backend(format!("in-cluster config: {err}")))?,
-        };
-        let client = Client::try_from(kube_config).map_err(backend)?;
+        let client = config.access.client().await?;
         Self::start(client, config).await
     }
 
@@ -322,7 +331,8 @@ impl KubernetesStore {
     }
 }
 
-async fn ensure_namespace(client: &Client, namespace: &str) -> Result<(), DesiredError> {
+/// Creates `namespace` if it is missing.
+pub(crate) async fn ensure_namespace(client: &Client, namespace: &str) -> Result<(), DesiredError> {
     let namespaces: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &ApiResource {
@@ -814,7 +824,8 @@ const REVISION_LEASE: &str = "edgehive-revision";
 /// Where nodes' heartbeat Leases live.
 pub const NODE_LEASES: &str = "kube-node-lease";
 
-fn lease_resource() -> ApiResource {
+/// `coordination.k8s.io/v1` Leases.
+pub(crate) fn lease_resource() -> ApiResource {
     ApiResource {
         group: "coordination.k8s.io".to_owned(),
         version: "v1".to_owned(),
@@ -824,7 +835,8 @@ fn lease_resource() -> ApiResource {
     }
 }
 
-fn micro_time() -> String {
+/// Now, as a Lease's `MicroTime`.
+pub(crate) fn micro_time() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
         .to_string()

@@ -7,35 +7,39 @@
 //! instant no later than the engine's grant, and stops trusting the lease
 //! a `margin` before `ttl` has passed: so it gives up its nodes before
 //! another replica could claim them, whatever the network did meanwhile.
+//!
+//! A claim's record (`R`) is what the engine needs to fence or remove it:
+//! etcd's claims keep the key's create revision (an `i64`, the default);
+//! Kubernetes Leases keep the claim Lease's uid and resourceVersion.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// The lease and the claims under it.
+/// The lease and the claims under it; `R`, each claim's record.
 #[derive(Debug)]
-pub struct ClaimBook {
+pub struct ClaimBook<R = i64> {
     ttl: Duration,
     margin: Duration,
     /// The lease, and until when it is trusted.
     lease: Option<(i64, Instant)>,
     /// Nodes held: their claim's revision (the fencing token) and which
     /// session of the node it serves.
-    held: BTreeMap<String, Claim>,
+    held: BTreeMap<String, Claim<R>>,
     /// The last generation handed out.
     generations: u64,
 }
 
 /// One node's claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Claim {
-    revision: i64,
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claim<R> {
+    revision: R,
     generation: u64,
 }
 
-impl ClaimBook {
+impl<R: Clone> ClaimBook<R> {
     /// No lease yet; leases of `ttl`, trusted until `margin` before they
     /// could end.
-    pub fn new(ttl: Duration, margin: Duration) -> ClaimBook {
+    pub fn new(ttl: Duration, margin: Duration) -> ClaimBook<R> {
         ClaimBook {
             ttl,
             margin: margin.min(ttl / 2),
@@ -86,7 +90,7 @@ impl ClaimBook {
 
     /// `node` is claimed at `revision`, for a new session of it: the
     /// claim's generation, which only that session's release gives up.
-    pub fn claimed(&mut self, node: &str, revision: i64) -> u64 {
+    pub fn claimed(&mut self, node: &str, revision: R) -> u64 {
         self.generations += 1;
         let generation = self.generations;
         self.held.insert(
@@ -102,7 +106,7 @@ impl ClaimBook {
     /// The session of generation `generation` gave `node` up; its claim's
     /// revision, if that session's claim was the one held (a newer
     /// session's claim is kept).
-    pub fn released(&mut self, node: &str, generation: u64) -> Option<i64> {
+    pub fn released(&mut self, node: &str, generation: u64) -> Option<R> {
         match self.held.get(node) {
             Some(claim) if claim.generation == generation => {
                 self.held.remove(node).map(|claim| claim.revision)
@@ -112,8 +116,8 @@ impl ClaimBook {
     }
 
     /// The revision of `node`'s claim, if it is held (the fencing token).
-    pub fn revision(&self, node: &str) -> Option<i64> {
-        self.held.get(node).map(|claim| claim.revision)
+    pub fn revision(&self, node: &str) -> Option<R> {
+        self.held.get(node).map(|claim| claim.revision.clone())
     }
 
     /// Whether `node` is held.
@@ -169,7 +173,7 @@ mod tests {
     #[test]
     fn a_lease_is_trusted_until_a_margin_before_it_could_end() {
         let start = Instant::now();
-        let mut book = ClaimBook::new(TTL, MARGIN);
+        let mut book: ClaimBook = ClaimBook::new(TTL, MARGIN);
         assert_eq!(book.lease(start), None, "nothing to claim under yet");
         book.granted(7, start);
         assert_eq!(book.lease(start + Duration::from_secs(7)), Some(7));
@@ -189,7 +193,7 @@ mod tests {
     #[test]
     fn every_node_is_lost_with_the_lease_and_before_it_ends() {
         let start = Instant::now();
-        let mut book = ClaimBook::new(TTL, MARGIN);
+        let mut book: ClaimBook = ClaimBook::new(TTL, MARGIN);
         book.granted(7, start);
         let first = book.claimed("n1", 100);
         let second = book.claimed("n2", 101);
@@ -207,7 +211,7 @@ mod tests {
     #[test]
     fn a_released_node_is_no_longer_held() {
         let start = Instant::now();
-        let mut book = ClaimBook::new(TTL, MARGIN);
+        let mut book: ClaimBook = ClaimBook::new(TTL, MARGIN);
         book.granted(7, start);
         let old = book.claimed("n1", 100);
         // The node links again before its old session's release comes.
@@ -226,7 +230,7 @@ mod tests {
     #[test]
     fn claims_under_an_earlier_lease_end_with_it() {
         let start = Instant::now();
-        let mut book = ClaimBook::new(TTL, MARGIN);
+        let mut book: ClaimBook = ClaimBook::new(TTL, MARGIN);
         book.granted(7, start);
         let generation = book.claimed("n1", 100);
         let lost = book.granted(8, start + TTL);
@@ -247,7 +251,7 @@ mod tests {
         };
         for _ in 0..500 {
             let start = Instant::now();
-            let mut book = ClaimBook::new(TTL, MARGIN);
+            let mut book: ClaimBook = ClaimBook::new(TTL, MARGIN);
             book.granted(1, start);
             // The engine's view: the lease ends ttl after its last grant,
             // which comes after the replica asked.
