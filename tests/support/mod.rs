@@ -61,6 +61,11 @@ impl Process {
         }
     }
 
+    /// The log lines that arrived and were not awaited (nor taken) yet.
+    pub fn take_lines(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
     /// Sends `signal` (`-TERM`, `-KILL`, ...).
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
