@@ -20,7 +20,8 @@ use clap::{Parser, Subcommand};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
-use cloud::replicas::{ClaimsConfig, EtcdClaims};
+use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
+use cloud::replicas::{ClaimCounts, ClaimsConfig, EtcdClaims};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
     EmbeddedStore,
@@ -114,11 +115,12 @@ struct Run {
     /// there, shared with other cloudcore replicas (etcd.endpoints).
     #[arg(long, value_delimiter = ',')]
     etcd: Vec<String>,
-    /// This replica's name among the cloud's replicas (etcd.replica).
+    /// This replica's name among the cloud's replicas; on a Kubernetes
+    /// cluster, makes it one of several (replicas.name, replicas.enable).
     #[arg(long)]
     replica: Option<String>,
     /// How long a dead replica's nodes wait for another, in seconds
-    /// (etcd.claimTtlSeconds).
+    /// (replicas.claimTtlSeconds).
     #[arg(long)]
     claim_ttl_secs: Option<u64>,
 }
@@ -159,10 +161,11 @@ impl Run {
             config.etcd.endpoints = self.etcd;
         }
         if let Some(replica) = self.replica {
-            config.etcd.replica = replica;
+            config.replicas.name = replica;
+            config.replicas.enable = true;
         }
         if let Some(ttl) = self.claim_ttl_secs {
-            config.etcd.claim_ttl_seconds = ttl;
+            config.replicas.claim_ttl_seconds = ttl;
         }
         config.modules.admin.apply_flag(self.admin);
         config.modules.metrics.apply_flag(self.metrics);
@@ -261,7 +264,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let controller_config = ControllerConfig {
         offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
         // Replicas: a node is sent to by the one that serves it.
-        send_to_linked_only: !settings.etcd.endpoints.is_empty(),
+        send_to_linked_only: desired.replicated(&settings),
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;
@@ -278,11 +281,8 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         None => None,
     };
     // Replicas on etcd serve each node under a claim.
-    let claims = match settings.etcd.endpoints.is_empty() {
-        true => None,
-        false => Some(start_claims(&settings.etcd)?),
-    };
-    if let (Some(claims), Desired::Etcd(store)) = (&claims, &desired) {
+    let claims = start_claims(&settings, &desired).await?;
+    if let (Some(Claims::Etcd(claims)), Desired::Etcd(store)) = (&claims, &desired) {
         // A node's status is written only under this replica's claim.
         store.fence_with(claims.fencing());
         // A node taken over is served once this replica sees every apply
@@ -295,9 +295,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             endpoints,
             keepalive: Duration::from_secs(hub_settings.keepalive_interval),
             store: Some(data_dir.join("queues.redb")),
-            claims: claims
-                .clone()
-                .map(|claims| Arc::new(claims) as Arc<dyn hub::NodeClaims>),
+            claims: claims.as_ref().map(Claims::shared),
             ..CloudHubConfig::default()
         },
     )
@@ -310,7 +308,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         Some(address) => {
             let (hive, stats, store) =
                 (hive.clone(), hub.stats.clone(), controller.store().clone());
-            let claim_counts = claims.as_ref().map(EtcdClaims::counts);
+            let claim_counts = claims.as_ref().map(Claims::counts);
             let render: metrics::Render = Arc::new(move || {
                 let mut page = metrics::Exposition::default();
                 page.hive(&hive);
@@ -403,22 +401,85 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     Ok(())
 }
 
-/// This replica's claims on the nodes it serves, kept in etcd.
-fn start_claims(etcd: &config::EtcdSection) -> Result<EtcdClaims> {
-    let replica = match etcd.replica.is_empty() {
-        false => etcd.replica.clone(),
+/// This replica's claims on the nodes it serves.
+#[derive(Clone)]
+enum Claims {
+    /// Keys in etcd, under the replica's etcd lease.
+    Etcd(EtcdClaims),
+    /// Kubernetes Leases in cloudcore's namespace.
+    Leases(LeaseClaims),
+}
+
+impl Claims {
+    fn counts(&self) -> tokio::sync::watch::Receiver<ClaimCounts> {
+        match self {
+            Claims::Etcd(claims) => claims.counts(),
+            Claims::Leases(claims) => claims.counts(),
+        }
+    }
+
+    fn shared(&self) -> Arc<dyn hub::NodeClaims> {
+        match self {
+            Claims::Etcd(claims) => Arc::new(claims.clone()),
+            Claims::Leases(claims) => Arc::new(claims.clone()),
+        }
+    }
+
+    async fn give_up(&self) {
+        match self {
+            Claims::Etcd(claims) => claims.give_up().await,
+            Claims::Leases(claims) => claims.give_up().await,
+        }
+    }
+}
+
+/// This replica's name: the configured one, or the host's name and the
+/// process id (lowercase: it names Kubernetes Leases).
+fn replica_name(replicas: &config::ReplicasSection) -> String {
+    match replicas.name.is_empty() {
+        false => replicas.name.clone(),
         true => {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_owned())
+                .map(|h| h.trim().to_lowercase())
                 .unwrap_or_else(|_| "cloudcore".to_owned());
             format!("{host}-{}", std::process::id())
         }
-    };
-    tracing::info!(%replica, "serving nodes under claims in etcd");
-    let mut config = ClaimsConfig::new(etcd.endpoints.clone(), replica);
-    config.prefix = etcd.prefix.clone();
-    config.ttl = Duration::from_secs(etcd.claim_ttl_seconds);
-    EtcdClaims::start(config).context("etcd claims")
+    }
+}
+
+/// The claims this replica serves nodes under, if it is one of several:
+/// in etcd with the desired state there, as Leases on a Kubernetes
+/// cluster with `replicas.enable`.
+async fn start_claims(settings: &CloudCoreConfig, desired: &Desired) -> Result<Option<Claims>> {
+    let replicas = &settings.replicas;
+    let ttl = Duration::from_secs(replicas.claim_ttl_seconds);
+    match desired {
+        Desired::Etcd(_) => {
+            let replica = replica_name(replicas);
+            tracing::info!(%replica, "serving nodes under claims in etcd");
+            let mut config = ClaimsConfig::new(settings.etcd.endpoints.clone(), replica);
+            config.prefix = settings.etcd.prefix.clone();
+            config.ttl = ttl;
+            let claims = EtcdClaims::start(config).context("etcd claims")?;
+            Ok(Some(Claims::Etcd(claims)))
+        }
+        Desired::Kubernetes(store) if replicas.enable => {
+            let replica = replica_name(replicas);
+            tracing::info!(%replica, "serving nodes under Lease claims");
+            let mut config = LeaseClaimsConfig::new(replica);
+            config.namespace = settings.kube_api_config.namespace.clone();
+            config.ttl = ttl;
+            let claims = LeaseClaims::start(store.client().clone(), config)
+                .await
+                .context("Lease claims")?;
+            Ok(Some(Claims::Leases(claims)))
+        }
+        Desired::Kubernetes(_) => Ok(None),
+        Desired::Embedded(_) if replicas.enable => anyhow::bail!(
+            "replicas.enable: replicas share their desired state in etcd (etcd.endpoints) or a Kubernetes API server (kubeAPIConfig)"
+        ),
+        Desired::Embedded(_) => Ok(None),
+    }
 }
 
 /// The desired state cloudcore runs on.
@@ -429,6 +490,16 @@ enum Desired {
 }
 
 impl Desired {
+    /// Whether this cloudcore is one of several replicas (each node sent
+    /// to by the one that serves it).
+    fn replicated(&self, settings: &CloudCoreConfig) -> bool {
+        match self {
+            Desired::Etcd(_) => true,
+            Desired::Kubernetes(_) => settings.replicas.enable,
+            Desired::Embedded(_) => false,
+        }
+    }
+
     /// A Kubernetes API server if one is configured (a kubeconfig, or the
     /// pod's service account), else the embedded store in the data dir.
     async fn open(settings: &CloudCoreConfig) -> Result<Desired> {

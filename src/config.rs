@@ -221,6 +221,9 @@ pub struct CloudCoreConfig {
     /// An etcd cluster holding the desired state, shared by several
     /// cloudcore replicas (standalone mode); none: the embedded store.
     pub etcd: EtcdSection,
+    /// Several cloudcore replicas sharing the nodes, each served by one at
+    /// a time under a claim (in etcd, or as a Kubernetes Lease).
+    pub replicas: ReplicasSection,
     /// The modules.
     pub modules: CloudModules,
 }
@@ -263,12 +266,6 @@ pub struct EtcdSection {
     pub endpoints: Vec<String>,
     /// The key prefix under which the desired state lives.
     pub prefix: String,
-    /// This replica's name among the replicas ("": the host's name and
-    /// the process id).
-    pub replica: String,
-    /// How long a replica's claims on its nodes outlive its last renewal:
-    /// the longest a dead replica's nodes wait for another, in seconds.
-    pub claim_ttl_seconds: u64,
 }
 
 impl Default for EtcdSection {
@@ -276,7 +273,31 @@ impl Default for EtcdSection {
         EtcdSection {
             endpoints: Vec::new(),
             prefix: "/edgehive".to_owned(),
-            replica: String::new(),
+        }
+    }
+}
+
+/// cloudcore as one of several replicas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ReplicasSection {
+    /// On a Kubernetes cluster: this cloudcore is one of several, each
+    /// node served by one under a Lease in `kubeAPIConfig.namespace`. With
+    /// `etcd.endpoints`, replicas are always on (claims in etcd).
+    pub enable: bool,
+    /// This replica's name among the replicas ("": the host's name and
+    /// the process id).
+    pub name: String,
+    /// How long a replica's claims on its nodes outlive its last renewal:
+    /// the longest a dead replica's nodes wait for another, in seconds.
+    pub claim_ttl_seconds: u64,
+}
+
+impl Default for ReplicasSection {
+    fn default() -> Self {
+        ReplicasSection {
+            enable: false,
+            name: String::new(),
             claim_ttl_seconds: 10,
         }
     }
@@ -357,6 +378,7 @@ impl Default for CloudCoreConfig {
             log: "info".to_owned(),
             kube_api_config: KubeApiConfig::default(),
             etcd: EtcdSection::default(),
+            replicas: ReplicasSection::default(),
             modules: CloudModules::default(),
         }
     }
@@ -459,8 +481,8 @@ impl Check for CloudCoreConfig {
                     .to_owned(),
             );
         }
-        if self.etcd.claim_ttl_seconds < 2 {
-            return Err("etcd.claimTtlSeconds: must be at least 2".to_owned());
+        if self.replicas.claim_ttl_seconds < 2 {
+            return Err("replicas.claimTtlSeconds: must be at least 2".to_owned());
         }
         if self.modules.dynamic_controller.max_watches_per_node == 0 {
             return Err(

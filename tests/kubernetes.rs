@@ -210,30 +210,7 @@ impl Cluster {
 
     /// The pods the edge holds (its MetaServer's answer): name and version.
     fn held_pods(&self) -> BTreeMap<String, u64> {
-        let Ok(mut stream) = std::net::TcpStream::connect(&self.metaserver) else {
-            return BTreeMap::new();
-        };
-        let request = format!(
-            "GET /api/v1/namespaces/{}/pods HTTP/1.0\r\nHost: edge\r\n\r\n",
-            self.namespace
-        );
-        if stream.write_all(request.as_bytes()).is_err() {
-            return BTreeMap::new();
-        }
-        let mut answer = String::new();
-        let _ = stream.read_to_string(&mut answer);
-        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-        let list: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-        list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|pod| {
-                let name = pod["metadata"]["name"].as_str()?.to_owned();
-                let version = pod["metadata"]["resourceVersion"].as_str()?.parse().ok()?;
-                Some((name, version))
-            })
-            .collect()
+        held_pods(&self.metaserver, &self.namespace)
     }
 
     fn node(&self) -> Option<Value> {
@@ -330,6 +307,34 @@ impl Drop for Cluster {
             &["delete", "node", &self.node, "--wait=false"],
         );
     }
+}
+
+/// The pods an edge holds in `namespace` (its MetaServer at `metaserver`
+/// answers): name and version.
+fn held_pods(metaserver: &str, namespace: &str) -> BTreeMap<String, u64> {
+    let Ok(mut stream) = std::net::TcpStream::connect(metaserver) else {
+        return BTreeMap::new();
+    };
+    let request =
+        format!("GET /api/v1/namespaces/{namespace}/pods HTTP/1.0\r\nHost: edge\r\n\r\n");
+
+    if stream.write_all(request.as_bytes()).is_err() {
+        return BTreeMap::new();
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let list: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|pod| {
+            let name = pod["metadata"]["name"].as_str()?.to_owned();
+            let version = pod["metadata"]["resourceVersion"].as_str()?.parse().ok()?;
+            Some((name, version))
+        })
+        .collect()
 }
 
 fn web(node: &str) -> String {
@@ -831,4 +836,174 @@ fn a_device_reports_through_the_api_server() {
             .filter(|held| !held.contains(&device))
             .map(drop)
     });
+}
+
+/// A cloudcore replica on the cluster: its process and hub address.
+fn k8s_replica(kubeconfig: &str, dir: &str, name: &str) -> (Process, String, String) {
+    let (hub, certs) = (free_address(), free_address());
+    let process = Process::start(
+        env!("CARGO_BIN_EXE_cloudcore"),
+        &[
+            "--data-dir",
+            dir,
+            "run",
+            "--kubeconfig",
+            kubeconfig,
+            "--ws",
+            &hub,
+            "--certs",
+            &certs,
+            "--admin",
+            "off",
+            "--metrics",
+            &free_address(),
+            "--keepalive-secs",
+            "2",
+            "--replica",
+            name,
+            "--claim-ttl-secs",
+            "3",
+        ],
+    );
+    process.wait_for("certificate endpoints ready", Duration::from_secs(90));
+    (process, hub, certs)
+}
+
+/// Two cloudcore replicas on one cluster, claims as Leases: the edge
+/// knows both; the one serving it is SIGKILLed and the other takes the
+/// node over once its Lease is seen unrenewed, keeping what the edge held.
+#[test]
+fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
+    let test = "two_replicas_on_the_api_server_one_killed_its_node_taken_over";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    let node = format!("eh-replicas-{}", std::process::id());
+    let namespace = format!("edgehive-replicas-{}", std::process::id());
+    let dir = tempfile_dir(&node);
+    let (a_dir, b_dir, edge_dir) = (
+        format!("{dir}/a"),
+        format!("{dir}/b"),
+        format!("{dir}/edge"),
+    );
+    let (a, a_hub, certs) = k8s_replica(&kubeconfig, &a_dir, "replica-a");
+    // One CA for the cloud: b is given a's.
+    std::fs::create_dir_all(&b_dir).expect("b's data dir");
+    let copied = Command::new("cp")
+        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let (b, b_hub, _) = k8s_replica(&kubeconfig, &b_dir, "replica-b");
+    join_node(&a_dir, &certs, &node, &edge_dir);
+    let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
+    assert!(ok || out.contains("AlreadyExists"), "{out}");
+    let metaserver = free_address();
+    let edge = Process::start(
+        env!("CARGO_BIN_EXE_edgecore"),
+        &[
+            "--data-dir",
+            &edge_dir,
+            "run",
+            "--cloud",
+            &format!("{a_hub},{b_hub}"),
+            "--metaserver",
+            &metaserver,
+            "--edged-server",
+            &free_address(),
+            "--mqtt-broker",
+            &free_address(),
+            "--metrics",
+            "off",
+            "--node-ip",
+            "127.0.0.1",
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            "off",
+        ],
+    );
+    a.wait_for(
+        &format!("node connected node={node}"),
+        Duration::from_secs(30),
+    );
+    let pod = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodeName": node,
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
+            },
+        })
+        .to_string()
+    };
+    let apply = |name: &str| {
+        let file = format!("{dir}/{name}.json");
+        std::fs::write(&file, pod(name)).expect("manifest");
+        let (ok, out) = kubectl(&kubeconfig, &["apply", "-f", &file]);
+        assert!(ok, "kubectl apply: {out}");
+    };
+    apply("before");
+    until("the pod at the edge through replica a", || {
+        held_pods(&metaserver, &namespace)
+            .contains_key("before")
+            .then_some(())
+    });
+    // The node's claim is a Lease naming replica a.
+    let claim = get(
+        &kubeconfig,
+        &[
+            "get",
+            "lease",
+            &format!("edgehive-claim-{node}"),
+            "-n",
+            "kubeedge",
+        ],
+    )
+    .expect("the node's claim Lease");
+    assert_eq!(claim["spec"]["holderIdentity"], "replica-a");
+
+    // a dies; b takes the node once a's Lease is seen unrenewed.
+    a.signal("-KILL");
+    let killed = std::time::Instant::now();
+    b.wait_for(
+        &format!("node connected node={node}"),
+        Duration::from_secs(60),
+    );
+    println!(
+        "{test}: the edge linked to replica b {:?} after a was killed (3 s claims)",
+        killed.elapsed()
+    );
+    apply("after");
+    let held = until("both pods at the edge through replica b", || {
+        let held = held_pods(&metaserver, &namespace);
+        (held.len() == 2).then_some(held)
+    });
+    println!("{test}: the edge holds {held:?}");
+    let claim = get(
+        &kubeconfig,
+        &[
+            "get",
+            "lease",
+            &format!("edgehive-claim-{node}"),
+            "-n",
+            "kubeedge",
+        ],
+    )
+    .expect("the node's claim Lease");
+    assert_eq!(claim["spec"]["holderIdentity"], "replica-b");
+    until("the Node Ready, written by b", || {
+        get(&kubeconfig, &["get", "node", &node])
+            .and_then(|n| condition(&n, "Ready").cloned())
+            .filter(|c| c["status"] == "True")
+    });
+    edge.stop();
+    b.stop();
+    let _ = kubectl(
+        &kubeconfig,
+        &["delete", "namespace", &namespace, "--wait=false"],
+    );
+    let _ = kubectl(&kubeconfig, &["delete", "node", &node, "--wait=false"]);
 }
