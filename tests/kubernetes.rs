@@ -315,8 +315,7 @@ fn held_pods(metaserver: &str, namespace: &str) -> BTreeMap<String, u64> {
     let Ok(mut stream) = std::net::TcpStream::connect(metaserver) else {
         return BTreeMap::new();
     };
-    let request =
-        format!("GET /api/v1/namespaces/{namespace}/pods HTTP/1.0\r\nHost: edge\r\n\r\n");
+    let request = format!("GET /api/v1/namespaces/{namespace}/pods HTTP/1.0\r\nHost: edge\r\n\r\n");
 
     if stream.write_all(request.as_bytes()).is_err() {
         return BTreeMap::new();
@@ -886,7 +885,13 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
         format!("{dir}/b"),
         format!("{dir}/edge"),
     );
-    let (a, a_hub, certs) = k8s_replica(&kubeconfig, &a_dir, "replica-a");
+    // Names of this run's own: a replica named as one killed in an
+    // earlier run waits one TTL for that one's Lease to end.
+    let (a_name, b_name) = (
+        format!("a-{}", std::process::id()),
+        format!("b-{}", std::process::id()),
+    );
+    let (a, a_hub, certs) = k8s_replica(&kubeconfig, &a_dir, &a_name);
     // One CA for the cloud: b is given a's.
     std::fs::create_dir_all(&b_dir).expect("b's data dir");
     let copied = Command::new("cp")
@@ -894,7 +899,7 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
         .status()
         .expect("cp");
     assert!(copied.success());
-    let (b, b_hub, _) = k8s_replica(&kubeconfig, &b_dir, "replica-b");
+    let (b, b_hub, _) = k8s_replica(&kubeconfig, &b_dir, &b_name);
     join_node(&a_dir, &certs, &node, &edge_dir);
     let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
     assert!(ok || out.contains("AlreadyExists"), "{out}");
@@ -963,7 +968,7 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
         ],
     )
     .expect("the node's claim Lease");
-    assert_eq!(claim["spec"]["holderIdentity"], "replica-a");
+    assert_eq!(claim["spec"]["holderIdentity"], a_name.as_str());
 
     // a dies; b takes the node once a's Lease is seen unrenewed.
     a.signal("-KILL");
@@ -993,7 +998,7 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
         ],
     )
     .expect("the node's claim Lease");
-    assert_eq!(claim["spec"]["holderIdentity"], "replica-b");
+    assert_eq!(claim["spec"]["holderIdentity"], b_name.as_str());
     until("the Node Ready, written by b", || {
         get(&kubeconfig, &["get", "node", &node])
             .and_then(|n| condition(&n, "Ready").cloned())
@@ -1006,4 +1011,16 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
         &["delete", "namespace", &namespace, "--wait=false"],
     );
     let _ = kubectl(&kubeconfig, &["delete", "node", &node, "--wait=false"]);
+    let _ = kubectl(
+        &kubeconfig,
+        &[
+            "delete",
+            "lease",
+            "-n",
+            "kubeedge",
+            &format!("edgehive-claim-{node}"),
+            &format!("edgehive-replica-{a_name}"),
+            "--wait=false",
+        ],
+    );
 }

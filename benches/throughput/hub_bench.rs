@@ -112,14 +112,16 @@ pub(crate) fn read_identities(
 }
 
 /// The child: `nodes` simulated edges that say hello, ack every object and
-/// send keepalives, until killed. `addresses` are the cloud's (its
-/// replicas, comma-separated): node `i` dials address `i mod count` first
-/// (as a name resolving to several would spread them) and, when a dial
-/// fails or its link ends, the next, as an edgehub does.
+/// send keepalives, until killed: nodes `first..first + nodes`.
+/// `addresses` are the cloud's (its replicas, comma-separated): node `i`
+/// dials address `i mod count` first (as a name resolving to several
+/// would spread them) and, when a dial fails or its link ends, another at
+/// random, as edges behind a load balancer would.
 pub fn child_main(
     kind: TransportKind,
     dialect: Dialect,
     addresses: &str,
+    first: usize,
     nodes: usize,
     identities: Option<&Path>,
 ) -> Result<()> {
@@ -136,10 +138,10 @@ pub fn child_main(
         };
         let (root, mut certs) = match identities {
             Some((root, certs)) => (Some(root), certs.into_iter().map(Some).collect::<Vec<_>>()),
-            None => (None, (0..nodes).map(|_| None).collect()),
+            None => (None, (0..first + nodes).map(|_| None).collect()),
         };
         let dialing = Arc::new(tokio::sync::Semaphore::new(64));
-        for (i, cert) in certs.drain(..).enumerate().take(nodes) {
+        for (i, cert) in certs.drain(..).enumerate().skip(first).take(nodes) {
             let mut dial = dialect.dial_options(&node_name(i), DialOptions::new("", "localhost"));
             if let (Some(root), Some((cert, key))) = (&root, cert) {
                 dial = dial.with_tls(tls::client_config(std::slice::from_ref(root), Some((vec![cert], key)))?);
@@ -167,7 +169,7 @@ pub fn child_main(
                             }
                             tracing::debug!(node = i, %err, failures, "dialling again");
                             failures += 1;
-                            at = (at + 1) % addresses.len();
+                            at = another(at, addresses.len());
                             // A cloud busy accepting thousands lets its
                             // backlog fill: dial again, a little later.
                             tokio::time::sleep(Duration::from_millis(50 * failures.min(40))).await;
@@ -203,7 +205,7 @@ pub fn child_main(
                         true => 0,
                         false => failures + 1,
                     };
-                    at = (at + 1) % addresses.len();
+                    at = another(at, addresses.len());
                     let pause = 50 * failures.min(40) + fastrand::u64(0..50);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
@@ -212,6 +214,14 @@ pub fn child_main(
         std::future::pending::<()>().await;
         Ok(())
     })
+}
+
+/// An address other than `at` among `count`, at random (`at` if alone).
+fn another(at: usize, count: usize) -> usize {
+    match count {
+        0 | 1 => at,
+        _ => (at + 1 + fastrand::usize(0..count - 1)) % count,
+    }
 }
 
 pub(crate) struct ChildGuard(pub(crate) Child);

@@ -50,6 +50,9 @@ struct Args {
     /// 3 replicas run besides the single-cloud scenarios).
     #[arg(long)]
     replicas: Option<usize>,
+    /// Child mode of the hub scenarios: the first node's index.
+    #[arg(long, hide = true, default_value_t = 0)]
+    first: usize,
     /// Child mode of the replicas scenario: the etcd endpoints.
     #[arg(long, hide = true)]
     etcd: Option<String>,
@@ -95,7 +98,14 @@ fn main() -> Result<()> {
         let address = args.address.as_deref().unwrap_or_default();
         let nodes = args.nodes.first().copied().unwrap_or(1);
         let dialect = args.dialect.unwrap_or_default();
-        return hub_bench::child_main(kind, dialect, address, nodes, args.identities.as_deref());
+        return hub_bench::child_main(
+            kind,
+            dialect,
+            address,
+            args.first,
+            nodes,
+            args.identities.as_deref(),
+        );
     }
     if args.group.as_deref() == Some("__hub-replica") {
         let kind = args.kind.unwrap_or(transports::TransportKind::WebSocket);
