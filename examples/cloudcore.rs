@@ -351,6 +351,24 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                         &[],
                         c.handed_over,
                     );
+                    page.counter(
+                        "edgehive_replica_engine_renewals_total",
+                        "Claim lease renewals the engine (etcd, the API server) answered.",
+                        &[],
+                        c.renewals,
+                    );
+                    page.counter(
+                        "edgehive_replica_engine_renewal_microseconds_total",
+                        "Their round trips, summed: the engine's latency is this over the renewals.",
+                        &[],
+                        c.renewal_micros,
+                    );
+                    page.gauge(
+                        "edgehive_replica_engine_last_renewal_microseconds",
+                        "The last renewal's round trip.",
+                        &[],
+                        c.last_renewal_micros,
+                    );
                     page.gauge(
                         "edgehive_replica_replicas",
                         "Replicas up, as this one last counted them.",

@@ -298,6 +298,17 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
         page.contains("edgehive_replica_claims_taken_total 1"),
         "{page}"
     );
+    // etcd's latency, as b's lease renewals measure it.
+    let renewals: u64 = page
+        .lines()
+        .find_map(|line| line.strip_prefix("edgehive_replica_engine_renewals_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(renewals > 0, "{page}");
+    assert!(
+        page.contains("edgehive_replica_engine_renewal_microseconds_total"),
+        "{page}"
+    );
     // b sent the edge what it lacked, not what it held already from a.
     assert!(page.contains("edgehive_cloudhub_acked_total 1\n"), "{page}");
     let Ha {

@@ -790,6 +790,8 @@ async fn renew(held: &Inner, own: Incarnation) -> bool {
                 current.lease = lease;
                 state.book.renewed(asked);
             }
+            drop(state);
+            held.counts.send_modify(|c| c.renewed(asked.elapsed()));
             return false;
         }
         Ok(Ok(_)) => DesiredError::Conflict {

@@ -33,10 +33,27 @@ pub struct ClaimCounts {
     pub lost: u64,
     /// Leases granted (more than one: the replica lost the engine).
     pub leases: u64,
+    /// Lease renewals the engine answered, and their round trips summed
+    /// and the last, in microseconds: the engine's latency.
+    pub renewals: u64,
+    /// See `renewals`.
+    pub renewal_micros: u64,
+    /// See `renewals`.
+    pub last_renewal_micros: u64,
     /// Nodes handed over to even the replicas out.
     pub handed_over: u64,
     /// Replicas up, as last counted.
     pub replicas: usize,
+}
+
+impl ClaimCounts {
+    /// The engine answered a renewal after `took`.
+    pub fn renewed(&mut self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.renewals += 1;
+        self.renewal_micros = self.renewal_micros.saturating_add(micros);
+        self.last_renewal_micros = micros;
+    }
 }
 
 fn tokio_stream_from(

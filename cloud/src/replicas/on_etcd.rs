@@ -491,6 +491,7 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
                 match renewal {
                     Ok(Ok(Some(_))) => {
                         held.book().renewed(asked);
+                        held.counts.send_modify(|c| c.renewed(asked.elapsed()));
                         if !registered {
                             registered = register(&held, lease).await;
                         }
