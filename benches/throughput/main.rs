@@ -50,6 +50,10 @@ struct Args {
     /// 3 replicas run besides the single-cloud scenarios).
     #[arg(long)]
     replicas: Option<usize>,
+    /// The replicas scenario: the claims' lease TTL in seconds (how long a
+    /// dead replica's nodes wait), as cloudcore's claimTtlSeconds.
+    #[arg(long, default_value_t = 10)]
+    claim_ttl_secs: u64,
     /// Child mode of the hub scenarios: the first node's index.
     #[arg(long, hide = true, default_value_t = 0)]
     first: usize,
@@ -116,7 +120,9 @@ fn main() -> Result<()> {
         return replicas_bench::replica_main(
             kind,
             args.address.as_deref().unwrap_or("127.0.0.1:0"),
-            args.etcd.as_deref(),
+            args.etcd
+                .as_deref()
+                .map(|etcd| (etcd, std::time::Duration::from_secs(args.claim_ttl_secs))),
             args.mode.as_deref().unwrap_or("replica"),
             args.nodes.first().copied().unwrap_or(1),
             identities,
@@ -194,7 +200,8 @@ fn main() -> Result<()> {
                         (true, true) => vec![200],
                         (true, false) => vec![10_000],
                     };
-                    replicas_bench::run(kind, &nodes, replicas, &mut report)?
+                    let ttl = std::time::Duration::from_secs(args.claim_ttl_secs);
+                    replicas_bench::run(kind, &nodes, replicas, ttl, &mut report)?
                 }
             }
             "meta" => meta_bench::run(scale, &mut report)?,

@@ -26,8 +26,6 @@ use transports::{ListenOptions, TransportKind};
 use crate::hub_bench::{self, rss_bytes};
 use crate::report::Report;
 
-/// The claims' lease: how long a dead replica's nodes wait.
-const CLAIM_TTL: Duration = Duration::from_secs(5);
 
 /// Nodes per simulated-nodes process (one process may hold 20,000 open
 /// files here).
@@ -77,7 +75,7 @@ impl Drop for ReplicaProcess {
 fn start_replica(
     kind: TransportKind,
     index: usize,
-    etcd: Option<&str>,
+    etcd: Option<(&str, Duration)>,
     nodes: usize,
     identity: &Path,
 ) -> Result<ReplicaProcess> {
@@ -98,8 +96,8 @@ fn start_replica(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    if let Some(etcd) = etcd {
-        command.args(["--etcd", etcd]);
+    if let Some((etcd, ttl)) = etcd {
+        command.args(["--etcd", etcd, "--claim-ttl-secs", &ttl.as_secs().to_string()]);
     }
     let mut child = command.spawn().context("spawn a replica")?;
     let stdin = child.stdin.take().ok_or_else(|| anyhow!("no stdin"))?;
@@ -189,7 +187,7 @@ struct Measured {
 fn measure(
     kind: TransportKind,
     count: usize,
-    etcd: Option<&str>,
+    etcd: Option<(&str, Duration)>,
     nodes: usize,
     node_identities: &Path,
     server_identity: &Path,
@@ -280,6 +278,7 @@ pub fn run(
     kind: TransportKind,
     node_counts: &[usize],
     replicas: usize,
+    claim_ttl: Duration,
     report: &mut Report,
 ) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -320,7 +319,7 @@ pub fn run(
             let many = measure(
                 kind,
                 replicas,
-                Some(&endpoints),
+                Some((&endpoints, claim_ttl)),
                 nodes,
                 &node_identities,
                 &server_identity,
@@ -364,7 +363,7 @@ pub fn run(
                     "failover_all_served",
                     took.as_secs_f64(),
                     "s",
-                    CLAIM_TTL.as_secs_f64(),
+                    claim_ttl.as_secs_f64(),
                     "the claims' lease TTL",
                 );
                 report.plain(&scenario, "failover_nodes_moved", moved as f64, "nodes");
@@ -390,29 +389,37 @@ pub fn run(
 pub fn replica_main(
     kind: TransportKind,
     address: &str,
-    etcd: Option<&str>,
+    etcd: Option<(&str, Duration)>,
     name: &str,
     nodes: usize,
     identity: &Path,
 ) -> Result<()> {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
+    // Warnings (claims lost, handed over) to stderr, as cloudcore logs them.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
     let (root, mut identities) = hub_bench::read_identities(identity)?;
     let (cert, key) = identities
         .pop()
         .ok_or_else(|| anyhow!("no server identity"))?;
     let server_tls = tls::server_config(vec![cert], key, Some(&[root]))?;
     let address = address.to_owned();
-    let etcd = etcd.map(str::to_owned);
+    let etcd = etcd.map(|(etcd, ttl)| (etcd.to_owned(), ttl));
     let name = name.to_owned();
     actix::System::new().block_on(async move {
         let claims = match etcd {
-            Some(etcd) => {
+            Some((etcd, ttl)) => {
                 let mut config = cloud::replicas::ClaimsConfig::new(
                     etcd.split(',').map(str::to_owned).collect(),
                     name,
                 );
                 config.prefix = "/edgehive-bench".to_owned();
-                config.ttl = CLAIM_TTL;
+                config.ttl = ttl;
                 let claims = cloud::replicas::EtcdClaims::start(config)?;
                 let mut counts = claims.counts();
                 let leased = tokio::time::timeout(

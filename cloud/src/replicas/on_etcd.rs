@@ -33,6 +33,9 @@ use super::{ClaimCounts, renewal_deadline, tokio_stream_from};
 use crate::backoff::Backoff;
 use crate::desired::CatchUp;
 
+/// Claims and releases a replica has in flight in etcd at once.
+const IN_FLIGHT: usize = 32;
+
 /// How a replica claims nodes.
 #[derive(Debug, Clone)]
 pub struct ClaimsConfig {
@@ -84,8 +87,14 @@ struct Inner {
     /// release's delete never overtakes the next claim.
     node_locks: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     counts: watch::Sender<ClaimCounts>,
-    /// The lease keeper and the rebalancer.
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Claims and releases in flight at once: when thousands of nodes
+    /// link at once (a failover), etcd gets them a few at a time, so its
+    /// answers to lease renewals (every replica's) stay prompt.
+    in_flight: tokio::sync::Semaphore,
+    /// The rebalancer.
+    rebalancer: Mutex<Option<JoinHandle<()>>>,
+    /// Stops the lease keeper (on its own thread).
+    stop_keeper: watch::Sender<bool>,
 }
 
 impl Inner {
@@ -155,13 +164,26 @@ impl EtcdClaims {
             losers: Mutex::new(Vec::new()),
             node_locks: Mutex::new(std::collections::HashMap::new()),
             counts,
-            tasks: Mutex::new(Vec::new()),
+            in_flight: tokio::sync::Semaphore::new(IN_FLIGHT),
+            rebalancer: Mutex::new(None),
+            stop_keeper: watch::Sender::new(false),
         });
-        let mut tasks = vec![tokio::spawn(keep_lease(Arc::downgrade(&inner)))];
+        spawn_keeper(
+            Arc::downgrade(&inner),
+            config.endpoints,
+            inner.stop_keeper.subscribe(),
+        )
+        .map_err(|err| etcd::EtcdError::Endpoint {
+            endpoint: String::new(),
+            reason: format!("the lease keeper's thread: {err}"),
+        })?;
         if config.rebalance {
-            tasks.push(tokio::spawn(rebalance(Arc::downgrade(&inner))));
+            let rebalancer = tokio::spawn(rebalance(Arc::downgrade(&inner)));
+            *inner
+                .rebalancer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(rebalancer);
         }
-        *inner.tasks.lock().unwrap_or_else(PoisonError::into_inner) = tasks;
         Ok(EtcdClaims { inner })
     }
 
@@ -204,10 +226,12 @@ impl EtcdClaims {
             return Ok(inner.book().claimed(node, revision));
         }
         let key = inner.key(node);
+        let permit = inner.in_flight.acquire().await;
         let written = inner
             .etcd
             .create(key.as_bytes(), inner.replica.clone().into_bytes(), lease)
             .await;
+        drop(permit);
         let revision = match written {
             Ok(Written::Done(revision)) => revision,
             Ok(Written::Conflict(Some(entry)))
@@ -294,11 +318,14 @@ impl EtcdClaims {
             (book.released(node, generation), book.len())
         };
         inner.counts.send_modify(|c| c.held = held);
-        if let Some(revision) = revision
-            && let Err(err) = inner
-                .etcd
-                .delete(inner.key(node).as_bytes(), revision)
-                .await
+        let Some(revision) = revision else {
+            return;
+        };
+        let _permit = inner.in_flight.acquire().await;
+        if let Err(err) = inner
+            .etcd
+            .delete(inner.key(node).as_bytes(), revision)
+            .await
         {
             debug!(node, error = %err, "claim not removed; it ends with the lease");
         }
@@ -307,14 +334,15 @@ impl EtcdClaims {
     /// Stops renewing and ends the lease now (a replica told to stop):
     /// every node it held may be claimed by another at once.
     pub async fn give_up(&self) {
-        for task in self
+        self.inner.stop_keeper.send_replace(true);
+        if let Some(rebalancer) = self
             .inner
-            .tasks
+            .rebalancer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
+            .take()
         {
-            task.abort();
+            rebalancer.abort();
         }
         let lease = self.inner.book().lease(Instant::now());
         let going = self.inner.book().lease_gone();
@@ -363,11 +391,11 @@ impl hub::NodeClaims for EtcdClaims {
 
 /// Names this replica under `<prefix>/replicas/`, under `lease`: counted
 /// among the replicas up while the lease lives. Whether it was written.
-async fn register(inner: &Inner, lease: i64) -> bool {
+async fn register(inner: &Inner, etcd: &Etcd, lease: i64) -> bool {
     let key = format!("{}{}", inner.replicas, inner.replica);
     let written = tokio::time::timeout(
         inner.ttl / 3,
-        inner.etcd.put(key.as_bytes(), Vec::new(), lease),
+        etcd.put(key.as_bytes(), Vec::new(), lease),
     )
     .await;
     match written {
@@ -444,9 +472,42 @@ async fn rebalance(inner: std::sync::Weak<Inner>) {
     }
 }
 
+/// Runs [`keep_lease`] on a thread of its own, with a runtime and an etcd
+/// client of its own, until `stop` or the claims are dropped: renewals
+/// are never starved by the sessions' work on the replica's runtime (a
+/// replica busy with thousands of links coming up would otherwise miss
+/// its renewals and drop every node, which would then link again).
+fn spawn_keeper(
+    inner: std::sync::Weak<Inner>,
+    endpoints: Vec<String>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("claims-keeper".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let etcd = match Etcd::connect(&endpoints) {
+                    Ok(etcd) => etcd,
+                    Err(err) => {
+                        warn!(error = %err, "the lease keeper cannot reach etcd");
+                        return;
+                    }
+                };
+                tokio::select! {
+                    () = keep_lease(inner, etcd) => {}
+                    _ = stop.wait_for(|stopped| *stopped) => {}
+                }
+            });
+        })?;
+    Ok(())
+}
+
 /// Keeps the replica's lease: granted, renewed three times per TTL; when
 /// it is no longer trusted, its nodes are lost and a new one is granted.
-async fn keep_lease(inner: std::sync::Weak<Inner>) {
+async fn keep_lease(inner: std::sync::Weak<Inner>, etcd: Etcd) {
     let Some(ttl) = inner.upgrade().map(|held| held.ttl) else {
         return;
     };
@@ -462,14 +523,14 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
         let lease = held.book().lease(Instant::now());
         let asked = Instant::now();
         match lease {
-            None => match tokio::time::timeout(ttl / 3, held.etcd.grant(ttl)).await {
+            None => match tokio::time::timeout(ttl / 3, etcd.grant(ttl)).await {
                 Ok(Ok(lease)) => {
                     let lost = held.book().granted(lease, asked);
                     held.lose(lost);
                     held.counts.send_modify(|c| c.leases += 1);
                     info!(replica = %held.replica, lease, "claims lease granted");
                     backoff.reset();
-                    registered = register(&held, lease).await;
+                    registered = register(&held, &etcd, lease).await;
                 }
                 Ok(Err(err)) => {
                     debug!(error = %err, "no lease; trying again");
@@ -485,7 +546,7 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
                 let trusted = held.book().trusted_until();
                 let renewal = tokio::time::timeout_at(
                     renewal_deadline(trusted, ttl),
-                    held.etcd.keep_alive(lease),
+                    etcd.keep_alive(lease),
                 )
                 .await;
                 match renewal {
@@ -493,7 +554,7 @@ async fn keep_lease(inner: std::sync::Weak<Inner>) {
                         held.book().renewed(asked);
                         held.counts.send_modify(|c| c.renewed(asked.elapsed()));
                         if !registered {
-                            registered = register(&held, lease).await;
+                            registered = register(&held, &etcd, lease).await;
                         }
                     }
                     Ok(Ok(None)) => {
