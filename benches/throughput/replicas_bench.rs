@@ -26,7 +26,6 @@ use transports::{ListenOptions, TransportKind};
 use crate::hub_bench::{self, rss_bytes};
 use crate::report::Report;
 
-
 /// Nodes per simulated-nodes process (one process may hold 20,000 open
 /// files here).
 const NODES_PER_PROCESS: usize = 15_000;
@@ -97,7 +96,12 @@ fn start_replica(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some((etcd, ttl)) = etcd {
-        command.args(["--etcd", etcd, "--claim-ttl-secs", &ttl.as_secs().to_string()]);
+        command.args([
+            "--etcd",
+            etcd,
+            "--claim-ttl-secs",
+            &ttl.as_secs().to_string(),
+        ]);
     }
     let mut child = command.spawn().context("spawn a replica")?;
     let stdin = child.stdin.take().ok_or_else(|| anyhow!("no stdin"))?;

@@ -436,3 +436,29 @@ async fn a_claimed_node_is_served_once_every_earlier_apply_is_seen() {
         );
     }
 }
+
+/// A member frozen (SIGSTOP: stalled, not down, so its calls time out
+/// rather than fail) costs no claim: renewals go on to the members that
+/// answer, within the lease's trust.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_etcd_member_costs_no_claim() {
+    let cluster = Cluster::start(3).await;
+    let a = claims(&cluster, "a", 5);
+    leased(&a).await;
+    a.claim_now("n1").await.expect("a claims n1");
+    let mut counts = a.counts();
+    let before = counts.borrow().renewals;
+    // Member 0 is the one every client asks first.
+    cluster.signal(0, "-STOP");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        counts.wait_for(|c| c.renewals >= before + 6),
+    )
+    .await
+    .expect("renewals go on")
+    .expect("claims running");
+    let counts = a.counts().borrow().clone();
+    assert_eq!(counts.lost, 0, "{counts:?}");
+    assert!(a.holds("n1"));
+    cluster.signal(0, "-CONT");
+}

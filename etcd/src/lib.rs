@@ -220,6 +220,17 @@ impl Etcd {
         })
     }
 
+    /// Sends the next calls to the next member first: for a caller whose
+    /// call timed out (a member stalled, not down, answers nothing and so
+    /// is not left by itself).
+    pub fn prefer_next(&self) {
+        let count = self.members.channels.len();
+        let current = self.members.preferred.load(Ordering::Relaxed);
+        self.members
+            .preferred
+            .store((current + 1) % count.max(1), Ordering::Relaxed);
+    }
+
     /// Makes `call` on the member that answered last, and on the others in
     /// turn while a member cannot be reached.
     async fn on_member<T, F, Fut>(&self, call: F) -> std::result::Result<T, tonic::Status>

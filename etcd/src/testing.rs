@@ -114,6 +114,18 @@ impl Cluster {
         }
     }
 
+    /// Sends member `i` `signal` (`-STOP` freezes it: a member stalled,
+    /// not down, which answers nothing; `-CONT` wakes it).
+    pub fn signal(&self, i: usize, signal: &str) {
+        if let Some(child) = &self.members[i].process {
+            let status = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .expect("kill");
+            assert!(status.success(), "kill {signal} member {i}");
+        }
+    }
+
     /// Starts member `i` again on its data directory.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
@@ -124,6 +136,8 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
+            // A frozen member is woken, so it dies of the kill.
+            self.signal(i, "-CONT");
             self.kill(i);
         }
     }

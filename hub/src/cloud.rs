@@ -580,6 +580,15 @@ impl Handler<NewSessionId> for CloudHub {
 impl Handler<SessionUp> for CloudHub {
     type Result = ();
     fn handle(&mut self, up: SessionUp, ctx: &mut Context<Self>) {
+        if let Some(claims) = &self.config.claims
+            && !claims.holds(&up.node)
+        {
+            // Its claim ended between the claim and now: another replica
+            // may serve the node already.
+            warn!(node = %up.node, session = up.id, "claim gone before the session started; link closed");
+            actix::spawn(async move { up.sender.close().await });
+            return;
+        }
         info!(node = %up.node, session = up.id, "node connected");
         self.stats.count(&self.stats.sessions_opened);
         if self

@@ -916,6 +916,16 @@ impl Reconciler {
             else {
                 continue;
             };
+            // Bound to this node in the desired state, its events not
+            // handled here yet (a replica that just took the node over):
+            // a withdrawal at a fresh revision would outrank the object's
+            // own version when its event comes, and the edge would lose
+            // it. Its event decides.
+            if key.kind.bound_to_node()
+                && matches!(reader.read(&key), Ok(Some(object)) if node_of(&object) == Some(node))
+            {
+                continue;
+            }
             tracing::debug!(%node, %resource, "withdrawn: not desired any more");
             actions.push(self.send(node, Op::Delete, &key, Arc::new(stub(&key)), Version::Fresh));
         }
@@ -1999,6 +2009,23 @@ mod tests {
         r.disconnected("edge-1");
         let actions = r.connected("edge-1", NodeDialect::KubeEdge, &store);
         assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/web", Fresh)]);
+    }
+
+    /// A replica that has just taken a node over reads a pod bound to it
+    /// whose event it has not handled yet: the node holds it (another
+    /// replica sent it), and it is not withdrawn.
+    #[test]
+    fn an_inventory_keeps_a_pod_bound_here_whose_event_is_still_to_come() {
+        let mut store = store_of(&[]);
+        let mut r = loaded(&store, 1);
+        store.insert(
+            key(Kind::Pod, "web"),
+            pod("web", Some("edge-1"), 5, &[], "nginx"),
+        );
+        r.connected("edge-1", NodeDialect::Native, &store);
+        let held = inventory(&[("pod/web", 5)]);
+        let actions = r.inventory("edge-1", Ok(held), &store);
+        assert!(sends(&actions).is_empty(), "{actions:?}");
     }
 
     #[test]

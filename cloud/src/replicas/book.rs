@@ -125,6 +125,11 @@ impl<R: Clone> ClaimBook<R> {
         self.held.contains_key(node)
     }
 
+    /// The generation of `node`'s claim, if it is held.
+    pub fn generation(&self, node: &str) -> Option<u64> {
+        self.held.get(node).map(|claim| claim.generation)
+    }
+
     /// The nodes held, with their claims' generations.
     pub fn held(&self) -> Vec<(String, u64)> {
         self.held

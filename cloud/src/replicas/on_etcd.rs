@@ -269,6 +269,18 @@ impl EtcdClaims {
                 ));
             }
         }
+        // Still this session's claim, under a lease still trusted: while
+        // it waited, the lease may have ended, or the claim been handed
+        // over (the session would then start with no claim behind it).
+        let current = {
+            let book = inner.book();
+            book.lease(Instant::now()) == Some(lease) && book.generation(node) == Some(generation)
+        };
+        if !current {
+            return refused(format!(
+                "the claim on {node} ended while it was being taken"
+            ));
+        }
         debug!(node, revision, generation, "node claimed");
         inner.counts.send_modify(|c| {
             c.taken += 1;
@@ -393,11 +405,8 @@ impl hub::NodeClaims for EtcdClaims {
 /// among the replicas up while the lease lives. Whether it was written.
 async fn register(inner: &Inner, etcd: &Etcd, lease: i64) -> bool {
     let key = format!("{}{}", inner.replicas, inner.replica);
-    let written = tokio::time::timeout(
-        inner.ttl / 3,
-        etcd.put(key.as_bytes(), Vec::new(), lease),
-    )
-    .await;
+    let written =
+        tokio::time::timeout(inner.ttl / 3, etcd.put(key.as_bytes(), Vec::new(), lease)).await;
     match written {
         Ok(Ok(_)) => true,
         Ok(Err(err)) => {
@@ -514,6 +523,10 @@ async fn keep_lease(inner: std::sync::Weak<Inner>, etcd: Etcd) {
     let mut backoff = Backoff::new(Duration::from_millis(200), ttl / 3);
     // Whether this replica's key is under the current lease.
     let mut registered = false;
+    // The last lease held: revoked once a new one is granted (its claims
+    // would otherwise keep the nodes from every replica, this one too,
+    // until it ends).
+    let mut previous: Option<i64> = None;
     loop {
         let Some(held) = inner.upgrade() else { return };
         let ttl = held.ttl;
@@ -530,6 +543,15 @@ async fn keep_lease(inner: std::sync::Weak<Inner>, etcd: Etcd) {
                     held.counts.send_modify(|c| c.leases += 1);
                     info!(replica = %held.replica, lease, "claims lease granted");
                     backoff.reset();
+                    if let Some(old) = previous.replace(lease)
+                        && old != lease
+                        && !matches!(
+                            tokio::time::timeout(ttl / 3, etcd.revoke(old)).await,
+                            Ok(Ok(()))
+                        )
+                    {
+                        debug!(lease = old, "the old lease not revoked; it ends on its own");
+                    }
                     registered = register(&held, &etcd, lease).await;
                 }
                 Ok(Err(err)) => {
@@ -538,17 +560,21 @@ async fn keep_lease(inner: std::sync::Weak<Inner>, etcd: Etcd) {
                     backoff.pause().await;
                     continue;
                 }
-                Err(_) => continue,
+                Err(_) => {
+                    etcd.prefer_next();
+                    continue;
+                }
             },
             // A renewal is waited for no longer than the lease is trusted:
             // when trust ends, the nodes are given up on time, answer or not.
             Some(lease) => {
+                previous = Some(lease);
+                // Several attempts fit in the trust window: one member
+                // stalled costs one attempt, not the nodes.
                 let trusted = held.book().trusted_until();
-                let renewal = tokio::time::timeout_at(
-                    renewal_deadline(trusted, ttl),
-                    etcd.keep_alive(lease),
-                )
-                .await;
+                let deadline =
+                    renewal_deadline(trusted, ttl).min(tokio::time::Instant::now() + ttl / 6);
+                let renewal = tokio::time::timeout_at(deadline, etcd.keep_alive(lease)).await;
                 match renewal {
                     Ok(Ok(Some(_))) => {
                         held.book().renewed(asked);
@@ -563,8 +589,17 @@ async fn keep_lease(inner: std::sync::Weak<Inner>, etcd: Etcd) {
                         held.lose(lost);
                         continue;
                     }
-                    Ok(Err(err)) => debug!(error = %err, "lease not renewed"),
-                    Err(_) => debug!("lease renewal timed out"),
+                    Ok(Err(err)) => {
+                        debug!(error = %err, "lease not renewed; trying again");
+                        drop(held);
+                        tokio::time::sleep(check).await;
+                        continue;
+                    }
+                    Err(_) => {
+                        debug!("lease renewal timed out; trying another member");
+                        etcd.prefer_next();
+                        continue;
+                    }
                 }
             }
         }

@@ -13,6 +13,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// At most this many nodes handed over per round, however large the
+/// share: their edges link again all at once.
+pub const MAX_PER_ROUND: usize = 500;
+
 /// A replica's view of the spread, and the nodes it is handing over.
 #[derive(Debug)]
 pub struct Share {
@@ -53,6 +57,9 @@ impl Share {
     ) -> Vec<String> {
         self.handing.retain(|_, until| *until > now);
         if replicas <= 1 {
+            // Alone: nothing to hand over, and nowhere for a node handed
+            // over to go.
+            self.handing.clear();
             return Vec::new();
         }
         let fair = Share::fair(claimed.max(held.len()), replicas);
@@ -63,7 +70,7 @@ impl Share {
         if held.len() <= fair + slack {
             return Vec::new();
         }
-        let per_round = ((fair as f64 * self.step).ceil() as usize).max(1);
+        let per_round = ((fair as f64 * self.step).ceil() as usize).clamp(1, MAX_PER_ROUND);
         let surplus = (held.len() - fair).min(per_round);
         let going: Vec<String> = held
             .iter()
