@@ -490,3 +490,48 @@ async fn a_release_after_a_takeover_never_deletes_the_new_holders_claim() {
     );
     assert!(b.holds("n1") && !a.holds("n1"));
 }
+
+/// A new replica takes its share, as on etcd: the one holding every node
+/// hands the surplus over a few at a time, refusing those nodes for a
+/// while, and the new one claims them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_replica_takes_its_share_of_the_nodes() {
+    let Some(kubeconfig) = kubeconfig("a_new_replica_takes_its_share_of_the_nodes") else {
+        return;
+    };
+    let namespace = Namespace::new(&kubeconfig);
+    let client = client(&kubeconfig).await;
+    let a = replica(client.clone(), &namespace.name, "a", TTL).await;
+    for i in 0..8 {
+        a.claim_now(&format!("n{i}"))
+            .await
+            .expect("a alone claims every node");
+    }
+    let mut handed = a.lost();
+    let b = replica(client.clone(), &namespace.name, "b", TTL).await;
+    // Fair is 4 each, with a slack of one: 3 go, one a round.
+    let mut moved = Vec::new();
+    while moved.len() < 3 {
+        let (node, _) = tokio::time::timeout(Duration::from_secs(60), handed.next())
+            .await
+            .expect("a hands nodes over")
+            .expect("a running");
+        let refused = a.claim_now(&node).await.expect_err("handed over");
+        assert!(refused.contains("handed over"), "{refused}");
+        // Its edge goes on to b (b's first look at a's Lease refuses; the
+        // edge dials again, as it would).
+        let mut attempts = 0;
+        while let Err(reason) = b.claim_now(&node).await {
+            attempts += 1;
+            assert!(attempts < 100, "b never took {node}: {reason}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        moved.push(node);
+    }
+    println!("handed over to b: {moved:?}");
+    let (a_counts, b_counts) = (a.counts().borrow().clone(), b.counts().borrow().clone());
+    assert_eq!(b_counts.held, 3);
+    assert_eq!(a_counts.handed_over, 3);
+    assert_eq!(a_counts.replicas, 2);
+    assert_eq!(a_counts.lost, 0, "handed over, not lost");
+}

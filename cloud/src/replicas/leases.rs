@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -69,6 +69,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::book::ClaimBook;
 use super::observed::{Observations, Verdict};
+use super::share::Share;
 use super::{ClaimCounts, renewal_deadline, tokio_stream_from};
 use crate::backoff::Backoff;
 use crate::desired::DesiredError;
@@ -220,6 +221,9 @@ struct Inner {
     node_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     counts: watch::Sender<ClaimCounts>,
     keeper: Mutex<Option<JoinHandle<()>>>,
+    /// How the replicas even out their nodes, as on etcd.
+    share: Mutex<Share>,
+    rebalancer: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Whether `name` is a DNS subdomain (RFC 1123), as object names are.
@@ -324,6 +328,16 @@ impl Inner {
             .clone()
     }
 
+    fn share(&self) -> MutexGuard<'_, Share> {
+        self.share.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells cloudhub (every subscriber) to close these nodes' sessions.
+    fn tell(&self, nodes: &[(String, u64)]) {
+        let mut losers = self.losers.lock().unwrap_or_else(PoisonError::into_inner);
+        losers.retain(|loser| nodes.iter().all(|node| loser.send(node.clone()).is_ok()));
+    }
+
     /// Tells cloudhub (every subscriber) of claims lost.
     fn lose(&self, nodes: Vec<(String, u64)>) {
         if nodes.is_empty() {
@@ -339,6 +353,7 @@ impl Inner {
             c.lost += nodes.len() as u64;
             c.held = held;
         });
+        self.share().clear();
         let mut losers = self.losers.lock().unwrap_or_else(PoisonError::into_inner);
         losers.retain(|loser| nodes.iter().all(|node| loser.send(node.clone()).is_ok()));
     }
@@ -590,10 +605,17 @@ impl LeaseClaims {
             node_locks: Mutex::new(HashMap::new()),
             counts,
             keeper: Mutex::new(None),
+            share: Mutex::new(Share::new(config.ttl * 2, 0.25)),
+            rebalancer: Mutex::new(None),
         });
         let span = info_span!("replica_lease", replica = %inner.replica);
         let keeper = tokio::spawn(keep_lease(Arc::downgrade(&inner)).instrument(span));
         *inner.keeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(keeper);
+        let rebalancer = tokio::spawn(rebalance(Arc::downgrade(&inner)));
+        *inner
+            .rebalancer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(rebalancer);
         Ok(LeaseClaims { inner })
     }
 
@@ -635,6 +657,11 @@ impl LeaseClaims {
                 "this replica holds no trusted Lease (the API server out of reach)".to_owned(),
             );
         };
+        if inner.share().refuses(node, Instant::now()) {
+            return refused(format!(
+                "node {node} was handed over to another replica to even the replicas out"
+            ));
+        }
         if let Some(claim) = held {
             // The node linked again: the claim is the new session's now.
             return Ok(inner.state().book.claimed(node, claim));
@@ -690,13 +717,10 @@ impl LeaseClaims {
     /// another at once.
     pub async fn give_up(&self) {
         let inner = &self.inner;
-        if let Some(keeper) = inner
-            .keeper
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            keeper.abort();
+        for task in [&inner.keeper, &inner.rebalancer] {
+            if let Some(task) = task.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                task.abort();
+            }
         }
         let (own, lost) = {
             let mut state = inner.state();
@@ -962,5 +986,84 @@ mod tests {
         assert!(claim_lease_name("a..b").is_err());
         assert!(claim_lease_name(&"n".repeat(238)).is_ok());
         assert!(claim_lease_name(&"n".repeat(239)).is_err(), "over 253");
+    }
+}
+
+/// Evens the replicas out, as on etcd ([`Share`]): a round every TTL (give
+/// or take a quarter), in which the namespace's Leases are listed (their
+/// metadata only): the replicas up are the replica Leases not seen
+/// unrenewed for a TTL (this replica's own observation, as for claims;
+/// every replica is taken to run with the same TTL), the nodes claimed
+/// the claim Leases. The surplus over this replica's share is handed
+/// over: links closed, claims released, refused here for a while.
+async fn rebalance(inner: Weak<Inner>) {
+    loop {
+        let Some(ttl) = inner.upgrade().map(|held| held.ttl) else {
+            return;
+        };
+        tokio::time::sleep(ttl.mul_f64(0.75 + fastrand::f64() * 0.5)).await;
+        let Some(held) = inner.upgrade() else { return };
+        if held.state().trusted(Instant::now()).is_none() {
+            continue;
+        }
+        let asked = Instant::now();
+        let listed =
+            tokio::time::timeout(ttl / 3, held.leases.list_metadata(&ListParams::default())).await;
+        let listed = match listed {
+            Ok(Ok(listed)) => listed,
+            Ok(Err(err)) => {
+                debug!(error = %err, "Leases not listed; no rebalancing this round");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let answered = Instant::now();
+        let (mut replicas, mut claimed) = (0usize, 0usize);
+        {
+            let mut state = held.state();
+            for lease in &listed.items {
+                let Some(name) = lease.metadata.name.as_deref() else {
+                    continue;
+                };
+                if name.starts_with(CLAIM_LEASE_PREFIX) {
+                    claimed += 1;
+                } else if name == held.lease_name {
+                    replicas += 1;
+                } else if name.starts_with(REPLICA_LEASE_PREFIX) {
+                    let version = lease.metadata.resource_version.as_deref().unwrap_or("");
+                    let verdict = state.observed.observe(name, version, ttl, asked, answered);
+                    if matches!(verdict, Verdict::Live { .. }) {
+                        replicas += 1;
+                    }
+                }
+            }
+        }
+        held.counts.send_modify(|c| c.replicas = replicas);
+        let nodes = held.state().book.held();
+        let names: Vec<String> = nodes.iter().map(|(node, _)| node.clone()).collect();
+        let going = held
+            .share()
+            .round(&names, claimed, replicas, Instant::now());
+        if going.is_empty() {
+            continue;
+        }
+        let going: Vec<(String, u64)> = nodes
+            .into_iter()
+            .filter(|(node, _)| going.contains(node))
+            .collect();
+        info!(
+            count = going.len(),
+            held = names.len(),
+            claimed,
+            replicas,
+            "handing nodes over to even the replicas out"
+        );
+        held.counts
+            .send_modify(|c| c.handed_over += going.len() as u64);
+        held.tell(&going);
+        let claims = LeaseClaims { inner: held };
+        for (node, generation) in going {
+            claims.release_now(&node, generation).await;
+        }
     }
 }
