@@ -969,26 +969,6 @@ async fn keep_lease(inner: Weak<Inner>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_dns_subdomains() {
-        assert_eq!(replica_lease_name("a").as_deref(), Ok("edgehive-replica-a"));
-        assert_eq!(
-            claim_lease_name("edge-1.example").as_deref(),
-            Ok("edgehive-claim-edge-1.example")
-        );
-        assert!(replica_lease_name("Host-1").is_err(), "uppercase");
-        assert!(replica_lease_name("a_1").is_err());
-        assert!(replica_lease_name("a-").is_err());
-        assert!(claim_lease_name("a..b").is_err());
-        assert!(claim_lease_name(&"n".repeat(238)).is_ok());
-        assert!(claim_lease_name(&"n".repeat(239)).is_err(), "over 253");
-    }
-}
-
 /// Evens the replicas out, as on etcd ([`Share`]): a round every TTL (give
 /// or take a quarter), in which the namespace's Leases are listed (their
 /// metadata only): the replicas up are the replica Leases not seen
@@ -1065,5 +1045,25 @@ async fn rebalance(inner: Weak<Inner>) {
         for (node, generation) in going {
             claims.release_now(&node, generation).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_subdomains() {
+        assert_eq!(replica_lease_name("a").as_deref(), Ok("edgehive-replica-a"));
+        assert_eq!(
+            claim_lease_name("edge-1.example").as_deref(),
+            Ok("edgehive-claim-edge-1.example")
+        );
+        assert!(replica_lease_name("Host-1").is_err(), "uppercase");
+        assert!(replica_lease_name("a_1").is_err());
+        assert!(replica_lease_name("a-").is_err());
+        assert!(claim_lease_name("a..b").is_err());
+        assert!(claim_lease_name(&"n".repeat(238)).is_ok());
+        assert!(claim_lease_name(&"n".repeat(239)).is_err(), "over 253");
     }
 }
