@@ -429,3 +429,37 @@ fn a_replica_told_to_stop_hands_its_node_over() {
     assert_eq!(ha.held(), ["after", "before"]);
     ha.stop();
 }
+
+/// A counter or gauge from a replica's `/metrics`.
+fn metric(ha: &Ha, replica: &Replica, name: &str) -> u64 {
+    let client = cloud::AdminClient::new(&replica.metrics);
+    let (_, body) = ha
+        .runtime
+        .block_on(client.raw(hyper::Method::GET, "/metrics", None))
+        .expect("metrics");
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One etcd member SIGKILLed, the one every client asks first: nothing is
+/// interrupted. Applies go on, the edge stays linked, and the replicas
+/// renew their leases on the other members without losing a claim.
+#[test]
+fn an_etcd_member_killed_interrupts_nothing() {
+    let mut ha = start_ha("replicas-member");
+    let mut events = ha.watch_edge();
+    ha.cluster.kill(0);
+    apply(&ha.a.admin, &ha.dir, "during", &pod("during", NODE));
+    ha.arrives(&mut events, "during");
+    let renewed = metric(&ha, &ha.a, "edgehive_replica_engine_renewals_total");
+    until("three more renewals of a's lease", || {
+        (metric(&ha, &ha.a, "edgehive_replica_engine_renewals_total") >= renewed + 3).then_some(())
+    });
+    assert_eq!(metric(&ha, &ha.a, "edgehive_replica_claims_lost_total"), 0);
+    assert_eq!(metric(&ha, &ha.a, "edgehive_replica_nodes_held"), 1);
+    assert_eq!(ha.held(), ["during"]);
+    ha.stop();
+}

@@ -116,12 +116,24 @@ async fn two_replicas_share_one_desired_state_and_never_overwrite_each_other() {
 async fn writes_go_on_with_a_member_killed() {
     let mut cluster = Cluster::start(3).await;
     let a = store(&cluster, "/quorum").await;
-    cluster.kill(1);
+    // The member every client asks first, and a's watch is on.
+    cluster.kill(0);
+    let mut last = 0;
     for i in 0..20 {
-        a.create(pod(&format!("p{i}"), "edge-1"))
+        let created = a
+            .create(pod(&format!("p{i}"), "edge-1"))
             .await
             .expect("created with two of three members");
+        last = created["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|rv| rv.parse().ok())
+            .expect("a numeric resourceVersion");
     }
+    // a's own mirror follows on another member.
+    tokio::time::timeout(Duration::from_secs(20), a.catching_up()(last))
+        .await
+        .expect("a's watch goes on at another member");
+    assert_eq!(a.list(Kind::Pod, None).expect("list").0.len(), 20);
     let b = store(&cluster, "/quorum").await;
     assert_eq!(b.list(Kind::Pod, None).expect("list").0.len(), 20);
 }
