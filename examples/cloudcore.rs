@@ -19,9 +19,10 @@ use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
+use cloud::controller::DeliveryCursors;
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
-use cloud::replicas::{ClaimCounts, ClaimsConfig, EtcdClaims};
+use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
     EmbeddedStore,
@@ -260,11 +261,24 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
     let desired = Desired::open(&settings).await?;
+    // Replicas on etcd keep what KubeEdge nodes acknowledged there, so the
+    // replica that takes one over sends it only what it lacks.
+    let cursors = match &desired {
+        Desired::Etcd(_) => {
+            let mut config = CursorConfig::new(settings.etcd.endpoints.clone());
+            config.prefix = settings.etcd.prefix.clone();
+            Some(CursorWriter::start(config).context("delivery cursors")?)
+        }
+        _ => None,
+    };
     let grace = settings.kube_api_config.offline_grace_seconds;
     let controller_config = ControllerConfig {
         offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
         // Replicas: a node is sent to by the one that serves it.
         send_to_linked_only: desired.replicated(&settings),
+        cursors: cursors
+            .clone()
+            .map(|cursors| Arc::new(cursors) as Arc<dyn DeliveryCursors>),
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;
@@ -288,6 +302,12 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         // A node taken over is served once this replica sees every apply
         // answered before.
         claims.catch_up_with(store.catching_up());
+        if let Some(cursors) = &cursors {
+            // A node's delivery cursor too is written only under the
+            // claim, and once more before the claim is given up.
+            cursors.fence_with(claims.fencing());
+            claims.before_release(cursors.before_release());
+        }
     }
     let hub = CloudHub::start(
         &hive,
@@ -296,6 +316,9 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             keepalive: Duration::from_secs(hub_settings.keepalive_interval),
             store: Some(data_dir.join("queues.redb")),
             claims: claims.as_ref().map(Claims::shared),
+            acks: cursors
+                .clone()
+                .map(|cursors| Arc::new(cursors) as Arc<dyn hub::AckSink>),
             ..CloudHubConfig::default()
         },
     )
@@ -309,6 +332,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             let (hive, stats, store) =
                 (hive.clone(), hub.stats.clone(), controller.store().clone());
             let claim_counts = claims.as_ref().map(Claims::counts);
+            let cursor_counts = cursors.as_ref().map(CursorWriter::counts);
             let render: metrics::Render = Arc::new(move || {
                 let mut page = metrics::Exposition::default();
                 page.hive(&hive);
@@ -376,6 +400,14 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                         c.replicas as u64,
                     );
                 }
+                if let Some(counts) = &cursor_counts {
+                    page.counter(
+                        "edgehive_replica_cursor_writes_total",
+                        "Delivery cursors (what a KubeEdge node acknowledged) written to etcd.",
+                        &[],
+                        counts.borrow().writes,
+                    );
+                }
                 let pods = store
                     .list(meta::Kind::Pod, None)
                     .map(|(pods, _)| pods)
@@ -399,6 +431,16 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         tracing::info!(address = %admin.address, "admin API ready");
     }
     Hive::signalled().await?;
+    if let Some(cursors) = &cursors {
+        // What the nodes acknowledged is written while their claims are
+        // still this replica's.
+        if tokio::time::timeout(Duration::from_secs(2), cursors.flush_all())
+            .await
+            .is_err()
+        {
+            tracing::warn!("delivery cursors not all written before stopping");
+        }
+    }
     if let Some(claims) = &claims {
         // Handed over first: the nodes' links close and every other
         // replica may take them at once, while this one stops.

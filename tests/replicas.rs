@@ -311,6 +311,11 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
     );
     // b sent the edge what it lacked, not what it held already from a.
     assert!(page.contains("edgehive_cloudhub_acked_total 1\n"), "{page}");
+    // An edgehive edge reports what it holds: no delivery cursor for it.
+    assert!(
+        page.contains("edgehive_replica_cursor_writes_total 0\n"),
+        "{page}"
+    );
     let Ha {
         edge, b, cluster, ..
     } = ha;

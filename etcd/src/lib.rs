@@ -409,6 +409,28 @@ impl Etcd {
         .await
     }
 
+    /// Like [`Etcd::create`] (no lease), and only while `fence` holds.
+    pub async fn create_fenced(
+        &self,
+        key: &[u8],
+        value: Vec<u8>,
+        fence: &Fence,
+    ) -> Result<Written> {
+        let put = PutRequest {
+            key: key.to_vec(),
+            value,
+            ..PutRequest::default()
+        };
+        self.txn_if(
+            key,
+            CompareTarget::Create,
+            0,
+            Op::RequestPut(put),
+            Some(fence),
+        )
+        .await
+    }
+
     /// Removes `key` if its last change was at `mod_revision`.
     pub async fn delete(&self, key: &[u8], mod_revision: i64) -> Result<Written> {
         let delete = DeleteRangeRequest {

@@ -192,12 +192,17 @@ async fn a_fenced_write_holds_only_while_its_fence_does() {
         create_revision: claimed,
     };
     let Written::Done(at) = etcd
-        .create(b"/f/object", b"1".to_vec(), 0)
+        .create_fenced(b"/f/object", b"1".to_vec(), &fence)
         .await
         .expect("object")
     else {
-        panic!("created");
+        panic!("created under its fence");
     };
+    assert!(matches!(
+        etcd.create_fenced(b"/f/object", b"0".to_vec(), &fence)
+            .await,
+        Ok(Written::Conflict(Some(_)))
+    ));
     let written = etcd
         .replace_fenced(b"/f/object", b"2".to_vec(), at, &fence)
         .await
@@ -212,6 +217,12 @@ async fn a_fenced_write_holds_only_while_its_fence_does() {
         .expect("reclaim");
     assert_eq!(
         etcd.replace_fenced(b"/f/object", b"3".to_vec(), at, &fence)
+            .await
+            .expect("write"),
+        Written::Fenced
+    );
+    assert_eq!(
+        etcd.create_fenced(b"/f/other", b"3".to_vec(), &fence)
             .await
             .expect("write"),
         Written::Fenced

@@ -61,6 +61,10 @@ pub struct CloudHubConfig {
     /// With several cloud replicas: the claims under which this one
     /// serves nodes (none: it serves every node that connects).
     pub claims: Option<Arc<dyn crate::NodeClaims>>,
+    /// Told what nodes that cannot report what they hold (KubeEdge's)
+    /// acknowledge, so another replica that takes one over sends it only
+    /// what it lacks (none: nobody is told).
+    pub acks: Option<Arc<dyn crate::AckSink>>,
 }
 
 impl Default for CloudHubConfig {
@@ -75,6 +79,7 @@ impl Default for CloudHubConfig {
             store: None,
             kubeedge_resend_after: Duration::from_secs(10),
             claims: None,
+            acks: None,
         }
     }
 }
@@ -94,7 +99,14 @@ struct Session {
     dialect: Dialect,
     /// The generation of this session's claim on the node (replicas).
     claim: Option<u64>,
+    /// Nothing is sent from the queue until what it held at the start was
+    /// recorded as unsure (see [`crate::AckSink::recorded`]).
+    held_back: bool,
 }
+
+/// How long a session's queue waits at most for the record of what it
+/// held at the start.
+const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The cloudhub module.
 pub struct CloudHub {
@@ -178,7 +190,7 @@ impl CloudHub {
 
     /// Puts as much of `node`'s queue on the wire as its window allows.
     fn pump(&mut self, node: &str, ctx: &mut Context<Self>) {
-        let Some(session) = self.sessions.get(node) else {
+        let Some(session) = self.sessions.get(node).filter(|s| !s.held_back) else {
             return;
         };
         let sender = session.sender.clone();
@@ -274,6 +286,17 @@ impl CloudHub {
         actix::spawn(async move {
             let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
         });
+    }
+
+    /// The sink told what `node` acknowledges: only for nodes that report
+    /// no inventory (`None` also when none is configured). A node without
+    /// a session here counts as one: it may be.
+    fn acks_of(&self, node: &str) -> Option<&Arc<dyn crate::AckSink>> {
+        let reports = self
+            .sessions
+            .get(node)
+            .is_some_and(|session| session.dialect.reports_inventory());
+        self.config.acks.as_ref().filter(|_| !reports)
     }
 
     /// Whether this replica holds `node` (always, without claims).
@@ -490,6 +513,11 @@ impl Module for CloudHub {
                 if let Some(store) = &self.store {
                     store.put(&node, &msg);
                 }
+                if msg.operation() == operation::DELETE
+                    && let Some(acks) = self.acks_of(&node)
+                {
+                    acks.unsure(&node, msg.resource());
+                }
                 let after = self.queue_len(&node);
                 self.adjust_pending(before, after);
                 if self.sessions.contains_key(&node) {
@@ -607,6 +635,7 @@ impl Handler<SessionUp> for CloudHub {
                 sender: up.sender,
                 dialect: up.dialect,
                 claim: up.claim,
+                held_back: false,
             },
         ) {
             // A reconnect while the old link lingers: the new one wins.
@@ -614,6 +643,30 @@ impl Handler<SessionUp> for CloudHub {
         }
         self.gone_since.remove(&up.node);
         self.load_from_store(&up.node);
+        if let (Some(acks), Some(queue)) = (self.acks_of(&up.node), self.queues.get(&up.node))
+            && !queue.is_empty()
+        {
+            // What was queued before (for another session, perhaps under
+            // another claim, perhaps older than what the node holds now)
+            // is unsure at the node, and goes once that is recorded.
+            for msg in queue.objects() {
+                acks.unsure(&up.node, msg.resource());
+            }
+            let recorded = acks.recorded(&up.node);
+            let (hub, node, id) = (ctx.address(), up.node.clone(), up.id);
+            actix::spawn(async move {
+                if tokio::time::timeout(RECORD_TIMEOUT, recorded)
+                    .await
+                    .is_err()
+                {
+                    warn!(%node, "what the node's queue held was not recorded in time; sent anyway");
+                }
+                hub.do_send(Recorded { node, id });
+            });
+            if let Some(session) = self.sessions.get_mut(&up.node) {
+                session.held_back = true;
+            }
+        }
         let window = up.dialect.window(self.config.window);
         let resend_after = up
             .dialect
@@ -626,6 +679,28 @@ impl Handler<SessionUp> for CloudHub {
         self.pump(&up.node, ctx);
         self.node_event(&up.node, operation::NODE_CONNECTED, Some(up.dialect));
         self.stats.set_connected(self.sessions.len());
+    }
+}
+
+/// What a session's queue held at its start is recorded: it may go.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Recorded {
+    node: String,
+    id: u64,
+}
+
+impl Handler<Recorded> for CloudHub {
+    type Result = ();
+    fn handle(&mut self, recorded: Recorded, ctx: &mut Context<Self>) {
+        if let Some(session) = self
+            .sessions
+            .get_mut(&recorded.node)
+            .filter(|session| session.id == recorded.id)
+        {
+            session.held_back = false;
+            self.pump(&recorded.node, ctx);
+        }
     }
 }
 
@@ -653,6 +728,9 @@ impl Handler<ClaimLost> for CloudHub {
             return;
         };
         warn!(%node, session = session.id, "claim on the node lost; its link is closed");
+        if let Some(acks) = &self.config.acks {
+            acks.ended(&node);
+        }
         if let Some(queue) = self.queues.get_mut(&node) {
             queue.link_lost();
         }
@@ -676,6 +754,11 @@ impl Handler<SessionDown> for CloudHub {
         info!(node = %down.node, session = down.id, "node disconnected");
         let ended = self.sessions.remove(&down.node);
         let served = self.holds(&down.node);
+        if let Some(acks) = &self.config.acks {
+            // Before the claim is given up: what the node acknowledged is
+            // recorded under it.
+            acks.ended(&down.node);
+        }
         if let (Some(claims), Some(generation)) =
             (&self.config.claims, ended.and_then(|session| session.claim))
         {
@@ -694,25 +777,46 @@ impl Handler<Acked> for CloudHub {
     type Result = ();
     fn handle(&mut self, acked: Acked, ctx: &mut Context<Self>) {
         let before = self.queue_len(&acked.node);
+        let acks = self.acks_of(&acked.node).cloned();
         let Some(queue) = self.queues.get_mut(&acked.node) else {
             return;
         };
+        let node = acked.node.as_str();
         match queue.ack(acked.id) {
             AckOutcome::Delivered {
                 resource,
                 operation,
+                version,
             } => {
                 self.stats.count(&self.stats.acked);
                 if let Some(store) = &self.store {
-                    store.remove(&acked.node, &resource);
+                    store.remove(node, &resource);
                 }
                 if operation == operation::DELETE {
+                    if let Some(acks) = &acks {
+                        acks.gone(node, &resource);
+                    }
                     // The node holds the deletion (persisted, at an edgehive
                     // edge): the controller may finish deleting the object.
-                    self.delivered(&acked.node, &resource);
+                    self.delivered(node, &resource);
+                } else if let Some(acks) = &acks {
+                    acks.held(node, &resource, &version);
                 }
             }
-            AckOutcome::Superseded { .. } => self.stats.count(&self.stats.acked),
+            AckOutcome::Superseded {
+                resource,
+                operation,
+                version,
+                deletion_follows,
+            } => {
+                self.stats.count(&self.stats.acked);
+                match &acks {
+                    Some(acks) if operation == operation::DELETE => acks.gone(node, &resource),
+                    // Held only until the deletion behind it arrives.
+                    Some(acks) if !deletion_follows => acks.held(node, &resource, &version),
+                    _ => {}
+                }
+            }
             AckOutcome::Unknown => self.stats.count(&self.stats.duplicate_acks),
         }
         let after = self.queue_len(&acked.node);

@@ -135,6 +135,13 @@ impl Dialect {
         self == Dialect::KubeEdge
     }
 
+    /// Whether a node in this dialect reports what it holds when asked
+    /// (its inventory). KubeEdge's edges cannot: what they acknowledged is
+    /// all the cloud knows.
+    pub fn reports_inventory(self) -> bool {
+        self == Dialect::Native
+    }
+
     /// The edge's keepalive.
     pub fn keepalive(self) -> Message {
         match self {

@@ -20,6 +20,7 @@
 //! - Each endpoint speaks a [`Dialect`]: edgehive's own, or KubeEdge's, so
 //!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
 
+pub mod acks;
 pub mod certs;
 pub mod claims;
 mod cloud;
@@ -33,6 +34,7 @@ pub mod queue;
 mod stats;
 pub mod store;
 
+pub use acks::AckSink;
 pub use claims::NodeClaims;
 pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
 pub use dialect::Dialect;

@@ -35,11 +35,19 @@ pub enum AckOutcome {
         resource: String,
         /// What the delivered message did to it (`insert`, `delete`, ...).
         operation: String,
+        /// The delivered message's resource version.
+        version: String,
     },
     /// An older version was delivered; the newest is queued to follow.
     Superseded {
         /// The object.
         resource: String,
+        /// What the delivered message did to it.
+        operation: String,
+        /// The delivered message's resource version.
+        version: String,
+        /// Whether the newest, still to follow, deletes the object.
+        deletion_follows: bool,
     },
     /// No message with that id is in flight (a duplicate or late ack).
     Unknown,
@@ -50,6 +58,8 @@ struct Entry {
     newest: Message,
     /// Id of the version on the wire, if one is.
     in_flight: Option<Uuid>,
+    /// The operation and resource version of the message on the wire.
+    on_wire: (String, String),
     /// Whether the resource sits in the pending list.
     queued: bool,
     /// When the version in flight was sent (kept only with resends on).
@@ -166,6 +176,7 @@ impl NodeQueue {
                     Entry {
                         newest: msg,
                         in_flight: None,
+                        on_wire: (String::new(), String::new()),
                         queued: true,
                         sent_at: None,
                         resends: 0,
@@ -193,6 +204,10 @@ impl NodeQueue {
             }
             let id = entry.newest.id();
             entry.in_flight = Some(id);
+            entry.on_wire = (
+                entry.newest.operation().to_owned(),
+                entry.newest.resource_version().to_owned(),
+            );
             self.in_flight.insert(id, resource);
             entry.sent_at = self.resend_after.map(|_| Instant::now());
             batch.push(entry.newest.clone());
@@ -211,19 +226,27 @@ impl NodeQueue {
         entry.in_flight = None;
         entry.sent_at = None;
         entry.resends = 0;
+        let (operation, version) = std::mem::take(&mut entry.on_wire);
         if entry.newest.id() == id {
-            let operation = entry.newest.operation().to_owned();
             self.entries.remove(&resource);
             AckOutcome::Delivered {
                 resource,
                 operation,
+                version,
             }
         } else {
             if !entry.queued {
                 entry.queued = true;
                 self.pending.push_back(resource.clone());
             }
-            AckOutcome::Superseded { resource }
+            let deletion_follows =
+                entry.newest.operation() == beehive::constants::operation::DELETE;
+            AckOutcome::Superseded {
+                resource,
+                operation,
+                version,
+                deletion_follows,
+            }
         }
     }
 
@@ -442,6 +465,43 @@ mod tests {
         q.push(object("a", 5));
         let newest = q.next_batch();
         assert!(names(&newest).contains(&("a".into(), "5".into())));
+    }
+
+    #[test]
+    fn an_ack_names_the_version_and_operation_it_settles() {
+        let mut q = NodeQueue::new(10, 100);
+        q.push(object("a", 1));
+        let v1 = q.next_batch();
+        let mut deletion = object("a", 2);
+        deletion.router.operation = "delete".to_owned();
+        q.push(deletion);
+        // v1 is held until the deletion behind it arrives.
+        assert_eq!(
+            q.ack(v1[0].id()),
+            AckOutcome::Superseded {
+                resource: "node/n1/default/pod/a".into(),
+                operation: "update".into(),
+                version: "1".into(),
+                deletion_follows: true,
+            }
+        );
+        let v2 = q.next_batch();
+        assert_eq!(
+            q.ack(v2[0].id()),
+            AckOutcome::Delivered {
+                resource: "node/n1/default/pod/a".into(),
+                operation: "delete".into(),
+                version: "2".into(),
+            }
+        );
+        // An older version acknowledged after a newer one was queued.
+        q.push(object("b", 3));
+        let v3 = q.next_batch();
+        q.push(object("b", 4));
+        assert!(matches!(
+            q.ack(v3[0].id()),
+            AckOutcome::Superseded { version, deletion_follows: false, .. } if version == "3"
+        ));
     }
 
     #[test]

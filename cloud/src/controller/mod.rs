@@ -21,7 +21,8 @@
 //!
 //! All of it runs in one task that takes, in arrival order, watch events,
 //! beehive messages (through the `edgecontroller` module and a relay for
-//! node events) and inventory answers.
+//! node events), inventory answers and delivery cursors (what KubeEdge
+//! nodes acknowledged, where replicas record it).
 
 pub mod eviction;
 pub mod kubeedge;
@@ -51,6 +52,7 @@ use apis::kinds::{Kind, ObjectKey, valid_name};
 use crate::admin::manifest;
 use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
 use kubeedge::Refusal;
+pub use reconciler::Acked;
 use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
 
 /// How the controller runs.
@@ -80,6 +82,26 @@ pub struct ControllerConfig {
     /// queued while another served it. Off (one cloudcore), every node's
     /// queue is kept, linked or not, and delivered when it returns.
     pub send_to_linked_only: bool,
+    /// Where what KubeEdge nodes acknowledged is recorded (a delivery
+    /// cursor per node; replicas on etcd): a KubeEdge node that links here
+    /// is sent what it lacks by that record, not everything again.
+    pub cursors: Option<Arc<dyn DeliveryCursors>>,
+}
+
+/// Where the controller reads what a node acknowledged: its delivery
+/// cursor, resource (`<namespace>/<type>/<name>`) to what it holds.
+pub trait DeliveryCursors: Send + Sync + 'static {
+    /// `node`'s cursor, or why it cannot be read.
+    fn read(
+        &self,
+        node: &str,
+    ) -> futures_util::future::BoxFuture<'static, Result<BTreeMap<String, Acked>, String>>;
+}
+
+impl std::fmt::Debug for dyn DeliveryCursors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeliveryCursors")
+    }
 }
 
 impl Default for ControllerConfig {
@@ -92,6 +114,7 @@ impl Default for ControllerConfig {
             lease_duration: Duration::from_secs(40),
             offline_grace: Some(Duration::from_secs(24 * 3600)),
             send_to_linked_only: false,
+            cursors: None,
         }
     }
 }
@@ -119,6 +142,11 @@ pub struct ControllerCounts {
     pub relists: u64,
     /// Node heartbeat Leases renewed.
     pub leases_renewed: u64,
+    /// Delivery cursor reads answered (KubeEdge nodes brought in step from
+    /// what they acknowledged, or, if it could not be read, by sending
+    /// everything again; an answer for an earlier link is counted, not
+    /// taken).
+    pub cursors_read: u64,
 }
 
 /// What an apply did.
@@ -147,6 +175,9 @@ enum Input {
     Hive(HiveMessage),
     /// What a node reported holding, for its reconciliation.
     Inventory(String, Result<BTreeMap<String, String>, String>),
+    /// What a KubeEdge node acknowledged, for the reconciliation of one
+    /// of its links (a session).
+    Cursor(String, u64, Result<BTreeMap<String, Acked>, String>),
     /// Ends the task (dropping its store handle), then answers.
     Stop(oneshot::Sender<()>),
 }
@@ -316,12 +347,13 @@ impl EdgeController {
         let (counts_tx, counts) = watch::channel(ControllerCounts::default());
         let (handled_tx, handled) = watch::channel(Handled::new());
         let wait = config.send_timeout * 2;
+        let reconciler = Reconciler::new().with_cursors(config.cursors.is_some());
         let controller = Controller {
             hive: hive.clone(),
             store: store.clone(),
             config,
             inbox: inbox.clone(),
-            reconciler: Reconciler::new(),
+            reconciler,
             leases: HashMap::new(),
             watches: Watches::default(),
             tokens: tokens::TokenSchedule::default(),
@@ -522,6 +554,11 @@ impl Controller {
                     let actions = self.reconciler.inventory(&node, inventory, &self.store);
                     self.act(actions).await;
                 }
+                Input::Cursor(node, session, cursor) => {
+                    let actions = self.reconciler.cursor(&node, session, cursor, &self.store);
+                    self.act(actions).await;
+                    self.count(|c| c.cursors_read += 1);
+                }
                 Input::Stop(done) => {
                     drop(self);
                     debug!("edgecontroller stopped");
@@ -686,6 +723,7 @@ impl Controller {
                     }
                 }
                 Action::AskInventory { node } => self.ask_inventory(&node),
+                Action::ReadCursor { node, session } => self.read_cursor(&node, session),
                 Action::UpdateNode { node } => self.update_node(&node, None).await,
                 Action::FinishDeletion { key, uid } => {
                     match self.store.finish_deletion(&key, uid.as_deref()).await {
@@ -870,6 +908,28 @@ impl Controller {
                 Err(err) => Err(err.to_string()),
             };
             let _ = inbox.send(Input::Inventory(node, inventory)).await;
+        });
+    }
+
+    /// Reads what KubeEdge node `node` acknowledged; the answer comes
+    /// back as an [`Input::Cursor`].
+    fn read_cursor(&self, node: &str, session: u64) {
+        let (inbox, timeout) = (self.inbox.clone(), self.config.send_timeout);
+        let read = self
+            .config
+            .cursors
+            .as_ref()
+            .map(|cursors| cursors.read(node));
+        let node = node.to_owned();
+        actix::spawn(async move {
+            let cursor = match read {
+                Some(read) => match tokio::time::timeout(timeout, read).await {
+                    Ok(cursor) => cursor,
+                    Err(_) => Err("timed out".to_owned()),
+                },
+                None => Err("no delivery cursors here".to_owned()),
+            };
+            let _ = inbox.send(Input::Cursor(node, session, cursor)).await;
         });
     }
 

@@ -12,6 +12,7 @@
 //!   anything on a node, is deleted there;
 //! - what a node lacks or holds in an old version, from the inventory it
 //!   reports when it connects (or, for KubeEdge nodes, which report none,
+//!   from what they acknowledged as a delivery cursor records it, or else
 //!   by sending each of their objects again);
 //! - a node's `Ready` condition, from its link and its own report;
 //! - whose status reports are accepted: a node reports only for what is
@@ -71,6 +72,25 @@ pub enum Version {
     Fresh,
 }
 
+/// What a node acknowledged of one object, as its delivery cursor
+/// records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    /// The version it holds at least, or [`Acked::UNSURE`].
+    pub version: u64,
+    /// The claim on the node (one replica's tenure of it) under which it
+    /// was recorded. What one claim recorded is as of one moment of that
+    /// replica; a later claim may have recorded more on top of it.
+    pub claim: i64,
+}
+
+impl Acked {
+    /// A message of the object was on its way (a deletion, or one queued
+    /// before the node's session began): the node may hold any version of
+    /// it, or none.
+    pub const UNSURE: u64 = 0;
+}
+
 /// How a node talks to the cloud.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeDialect {
@@ -103,6 +123,15 @@ pub enum Action {
     AskInventory {
         /// Which node.
         node: String,
+    },
+    /// Read what `node` (a KubeEdge node, which reports no inventory)
+    /// acknowledged, its delivery cursor, and hand it to
+    /// [`Reconciler::cursor`] with `session`.
+    ReadCursor {
+        /// Which node.
+        node: String,
+        /// Which of its links asks.
+        session: u64,
     },
     /// Write `node`'s Node object: its `Ready` condition changed.
     UpdateNode {
@@ -173,6 +202,13 @@ struct NodeState {
     /// Inventories asked for and not answered yet: until the last answer,
     /// what was sent since the first was asked is in flight for each.
     asking: usize,
+    /// Counts its links up and down: a cursor read answered in another
+    /// is not this link's.
+    session: u64,
+    /// A cursor read under way: its session, and the resources sent to
+    /// the node since it was asked for (in flight: the cursor may lack
+    /// them).
+    reading: Option<(u64, BTreeSet<String>)>,
     /// The `Ready` condition it last reported itself.
     reported_ready: Option<NodeCondition>,
 }
@@ -200,6 +236,9 @@ pub struct Reconciler {
     /// nothing a node holds is withdrawn (an empty view must not look like
     /// "nothing is desired").
     loaded: BTreeSet<Kind>,
+    /// Whether what KubeEdge nodes acknowledged can be read (a delivery
+    /// cursor per node): they are brought in step from it.
+    cursors: bool,
 }
 
 /// The type of the Node condition that shows a node's link to the cloud.
@@ -248,6 +287,14 @@ impl Reconciler {
     /// A reconciler that knows nothing yet.
     pub fn new() -> Self {
         Reconciler::default()
+    }
+
+    /// With `cursors`, a KubeEdge node is brought in step from what it
+    /// acknowledged ([`Action::ReadCursor`], then [`Reconciler::cursor`])
+    /// instead of being sent each of its objects again.
+    pub fn with_cursors(mut self, cursors: bool) -> Self {
+        self.cursors = cursors;
+        self
     }
 
     /// Whether every followed kind has been listed.
@@ -660,6 +707,9 @@ impl Reconciler {
         if let Some(asked) = state.asked.as_mut() {
             asked.insert(key.edge_resource().to_string());
         }
+        if let Some((_, sent)) = state.reading.as_mut() {
+            sent.insert(key.edge_resource().to_string());
+        }
         Action::Send {
             node: node.to_owned(),
             op,
@@ -722,7 +772,9 @@ impl Reconciler {
         dialect: NodeDialect,
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
-        self.node(node).link = Some(dialect);
+        let state = self.node(node);
+        state.link = Some(dialect);
+        state.session += 1;
         let mut actions = self.resync(node, reader);
         actions.push(Action::UpdateNode {
             node: node.to_owned(),
@@ -733,7 +785,9 @@ impl Reconciler {
     /// `node`'s link went down. Its lease, if any, stays: a disconnect may
     /// arrive after the next session renewed it.
     pub fn disconnected(&mut self, node: &str) -> Vec<Action> {
-        self.node(node).link = None;
+        let state = self.node(node);
+        state.link = None;
+        state.session += 1;
         vec![Action::UpdateNode {
             node: node.to_owned(),
         }]
@@ -743,7 +797,9 @@ impl Reconciler {
     /// link is down for this replica, and its Node is not this replica's
     /// to write.
     pub fn served_elsewhere(&mut self, node: &str) {
-        self.node(node).link = None;
+        let state = self.node(node);
+        state.link = None;
+        state.session += 1;
     }
 
     /// Whether `node`'s link is up.
@@ -783,11 +839,10 @@ impl Reconciler {
         actions
     }
 
-    /// Brings a node in step: an edgehive node is asked for its inventory;
-    /// a KubeEdge node reports none, so it is assumed to hold its pods and
-    /// devices at some version (each goes again at its own version, which
-    /// it ignores if held) and none of the objects they use (each goes at a
-    /// fresh version, which supersedes a withdrawal).
+    /// Brings a node in step: an edgehive node is asked for its inventory.
+    /// A KubeEdge node reports none: what it acknowledged is read from its
+    /// delivery cursor, where there is one ([`Reconciler::cursor`]);
+    /// otherwise it is assumed to hold what [`Reconciler::assumed`] says.
     fn resync(&mut self, node: &str, reader: &dyn ObjectReader) -> Vec<Action> {
         if !self.is_kubeedge(node) {
             self.node(node).ask();
@@ -795,10 +850,29 @@ impl Reconciler {
                 node: node.to_owned(),
             }];
         }
-        // Pods being deleted too: a KubeEdge node may still hold them, and
-        // only its acknowledgement of their deletion finishes it.
-        let assumed = self
-            .bound
+        if self.cursors {
+            // One read at a time: an earlier one's answer, if it comes, is
+            // not taken.
+            let state = self.node(node);
+            state.reading = Some((state.session, BTreeSet::new()));
+            return vec![Action::ReadCursor {
+                node: node.to_owned(),
+                session: state.session,
+            }];
+        }
+        self.node(node).ask();
+        let assumed = self.assumed(node);
+        self.inventory(node, Ok(assumed), reader)
+    }
+
+    /// What a KubeEdge node is assumed to hold, not knowing better: its
+    /// pods and devices at some version (each goes again at its own
+    /// version, which it ignores if held) and none of the objects they use
+    /// (each goes at a fresh version, which supersedes a withdrawal). Pods
+    /// being deleted too: it may still hold them, and only its
+    /// acknowledgement of their deletion finishes it.
+    fn assumed(&self, node: &str) -> BTreeMap<String, String> {
+        self.bound
             .iter()
             .filter(|(_, bound)| bound.node == node)
             .map(|(key, _)| key)
@@ -809,9 +883,117 @@ impl Reconciler {
                     .map(|(key, _)| key),
             )
             .map(|key| (key.edge_resource().to_string(), "0".to_owned()))
+            .collect()
+    }
+
+    /// Brings KubeEdge node `node` in step from its delivery cursor (what
+    /// it acknowledged), asked for with [`Action::ReadCursor`]. A cursor
+    /// that could not be read counts as none: everything goes again, as
+    /// [`Reconciler::assumed`] has it.
+    ///
+    /// A cursor may lag (what was acknowledged after it was last written
+    /// is missing), never run ahead, so it is read as what the node holds
+    /// at least, less what it may have dropped since:
+    ///
+    /// - its pods and devices: the version acknowledged, or (missing) some
+    ///   version; each goes again at its own unless acknowledged at or
+    ///   above it. The version one is desired at (its last spec change) is
+    ///   above any deletion of an earlier one of its name that the cursor
+    ///   may not show;
+    /// - a configmap, secret or device model it uses: its own version may
+    ///   predate a withdrawal the cursor does not show (the replica that
+    ///   recorded it died before writing it). It counts as held only if
+    ///   something on the node using it is held at its current version,
+    ///   recorded under the same claim: a replica withdraws nothing from
+    ///   a node while something there uses it, and a withdrawal it queued
+    ///   before is recorded before that user's acknowledgement. Otherwise
+    ///   it goes again at a fresh version;
+    /// - one [`Acked::UNSURE`]: not held if desired (it goes again at a
+    ///   fresh version), held if not (withdrawn again);
+    /// - what is no longer desired: withdrawn.
+    ///
+    /// Only the answer to the last read asked for on the node's current
+    /// link is taken; whatever was sent since it was asked for is in
+    /// flight and left alone.
+    pub fn cursor(
+        &mut self,
+        node: &str,
+        session: u64,
+        cursor: Result<BTreeMap<String, Acked>, String>,
+        reader: &dyn ObjectReader,
+    ) -> Vec<Action> {
+        let state = self.node(node);
+        let in_flight = match state.reading.take() {
+            Some((asked, sent)) if asked == session && state.link.is_some() => sent,
+            other => {
+                state.reading = other;
+                tracing::debug!(%node, session, "a cursor read of an earlier link ignored");
+                return Vec::new();
+            }
+        };
+        let inventory = match cursor {
+            Ok(cursor) => self.held_by_cursor(node, &cursor, reader),
+            Err(reason) => {
+                tracing::info!(%node, %reason, "no delivery cursor; the node gets everything again");
+                self.assumed(node)
+            }
+        };
+        self.reconcile(node, inventory, in_flight, reader)
+    }
+
+    /// What `node` holds, as far as its delivery cursor tells (see
+    /// [`Reconciler::cursor`]), as an inventory.
+    fn held_by_cursor(
+        &self,
+        node: &str,
+        cursor: &BTreeMap<String, Acked>,
+        reader: &dyn ObjectReader,
+    ) -> BTreeMap<String, String> {
+        let mut held = self.assumed(node);
+        let mine: HashMap<String, &Bound> = self
+            .bound
+            .iter()
+            .filter(|(_, bound)| bound.node == node)
+            .map(|(key, bound)| (key.edge_resource().to_string(), bound))
             .collect();
-        self.node(node).ask();
-        self.inventory(node, Ok(assumed), reader)
+        // What it uses that exists (what is gone is withdrawn; what
+        // cannot be read counts as there).
+        let wanted: HashMap<String, ObjectKey> = self
+            .wanted(node)
+            .into_iter()
+            .filter(|key| !matches!(reader.read(key), Ok(None)))
+            .map(|key| (key.edge_resource().to_string(), key))
+            .collect();
+        // Whether something on the node using `key` is held at its
+        // current version, recorded under `claim`.
+        let used_as_held = |key: &ObjectKey, claim: i64| {
+            mine.iter().any(|(resource, bound)| {
+                bound.refs.contains(key)
+                    && cursor.get(resource).is_some_and(|acked| {
+                        acked.claim == claim
+                            && acked.version != Acked::UNSURE
+                            && acked.version >= bound.spec
+                    })
+            })
+        };
+        for (resource, acked) in cursor {
+            let desired = mine.contains_key(resource) || wanted.contains_key(resource);
+            if acked.version == Acked::UNSURE {
+                match desired {
+                    true => held.remove(resource),
+                    false => held.insert(resource.clone(), "0".to_owned()),
+                };
+                continue;
+            }
+            let trusted = match wanted.get(resource) {
+                Some(key) if !mine.contains_key(resource) => used_as_held(key, acked.claim),
+                _ => true,
+            };
+            if trusted {
+                held.insert(resource.clone(), acked.version.to_string());
+            }
+        }
+        held
     }
 
     /// Brings `node` in step from what it reports holding: what it lacks or
@@ -841,6 +1023,18 @@ impl Reconciler {
                 return Vec::new();
             }
         };
+        self.reconcile(node, inventory, in_flight, reader)
+    }
+
+    /// Brings `node` in step from `inventory`, what it holds, leaving
+    /// alone what is `in_flight` (see [`Reconciler::inventory`]).
+    fn reconcile(
+        &mut self,
+        node: &str,
+        inventory: BTreeMap<String, String>,
+        in_flight: BTreeSet<String>,
+        reader: &dyn ObjectReader,
+    ) -> Vec<Action> {
         // What the node should hold, with the version it should hold.
         let mut desired: BTreeMap<String, (ObjectKey, Value, u64)> = BTreeMap::new();
         let mut keys: Vec<(ObjectKey, Option<u64>)> = self
@@ -2192,6 +2386,196 @@ mod tests {
         assert!(!actions.contains(&ask("edge-1")));
     }
 
+    fn read_cursor(node: &str, session: u64) -> Action {
+        Action::ReadCursor {
+            node: node.to_owned(),
+            session,
+        }
+    }
+
+    /// A reconciler with delivery cursors that took its first list of
+    /// every kind from `store`.
+    fn loaded_with_cursors(store: &Store, revision: u64) -> Reconciler {
+        let mut r = Reconciler::new().with_cursors(true);
+        for kind in FOLLOWED {
+            assert!(
+                r.listed(kind, of_kind(store, kind), revision, store)
+                    .is_empty()
+            );
+        }
+        r
+    }
+
+    fn cursor_of(acked: &[(&str, u64, i64)]) -> BTreeMap<String, Acked> {
+        acked
+            .iter()
+            .map(|(resource, version, claim)| {
+                (
+                    format!("{NS}/{resource}"),
+                    Acked {
+                        version: *version,
+                        claim: *claim,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_kubeedge_node_with_a_cursor_is_sent_only_what_it_lacks() {
+        let store = store_of(&[
+            cm("a", 2, "a"),
+            cm("b", 3, "b"),
+            cm("c", 4, "c"),
+            pod("p1", Some("edge-1"), 5, &["a"], "nginx"),
+            pod("p2", Some("edge-1"), 6, &["b"], "nginx"),
+            pod("p3", Some("edge-1"), 7, &["c"], "nginx"),
+            pod("p4", Some("edge-1"), 8, &[], "nginx"),
+            pod("p5", Some("edge-1"), 9, &[], "nginx"),
+            pod("p6", Some("edge-1"), 10, &[], "nginx"),
+        ]);
+        let mut r = loaded_with_cursors(&store, 10);
+        // Not assumed: the cursor is read first.
+        let actions = r.connected("edge-1", NodeDialect::KubeEdge, &store);
+        assert_eq!(actions, [read_cursor("edge-1", 1), update_node("edge-1")]);
+        let cursor = cursor_of(&[
+            ("pod/p1", 5, 40),         // held
+            ("configmap/a", 2, 40),    // held: p1, which uses it, is held under claim 40
+            ("pod/p2", 6, 40),         //
+            ("configmap/b", 3, 30),    // recorded under another claim than p2: not sure
+            ("pod/p3", 4, 40),         // older than its spec (7)
+            ("configmap/c", 4, 40),    // p3, which uses it, is not held at its spec
+            ("pod/p5", 0, 40),         // a message of it was on its way
+            ("pod/p6", 11, 40),        // above its spec (sent at a fresh version)
+            ("pod/ghost", 3, 30),      // not desired
+            ("configmap/gone", 0, 40), // not desired, maybe held
+        ]);
+        let actions = r.cursor("edge-1", 1, Ok(cursor), &store);
+        assert_eq!(
+            sends(&actions),
+            [
+                s("edge-1", Delete, "configmap/gone", Fresh),
+                s("edge-1", Delete, "pod/ghost", Fresh),
+                s("edge-1", Insert, "configmap/b", Fresh),
+                s("edge-1", Insert, "configmap/c", Fresh),
+                s("edge-1", Update, "pod/p3", Of(7)),
+                // Not in the cursor: acknowledged after it was written.
+                s("edge-1", Update, "pod/p4", Of(8)),
+                s("edge-1", Insert, "pod/p5", Fresh),
+            ]
+        );
+        ack(&mut r, &actions, 12);
+        // Everything acknowledged, under one claim: nothing goes.
+        r.disconnected("edge-1");
+        let actions = r.connected("edge-1", NodeDialect::KubeEdge, &store);
+        assert_eq!(actions[0], read_cursor("edge-1", 3));
+        let all = cursor_of(&[
+            ("pod/p1", 5, 41),
+            ("pod/p2", 6, 41),
+            ("pod/p3", 7, 41),
+            ("pod/p4", 8, 41),
+            ("pod/p5", 12, 41),
+            ("pod/p6", 11, 41),
+            ("configmap/a", 2, 41),
+            ("configmap/b", 12, 41),
+            ("configmap/c", 12, 41),
+        ]);
+        let actions = r.cursor("edge-1", 3, Ok(all), &store);
+        assert!(sends(&actions).is_empty(), "{actions:?}");
+    }
+
+    #[test]
+    fn a_cursor_read_for_an_earlier_link_is_not_taken() {
+        let mut store = store_of(&[pod("p1", Some("edge-1"), 2, &[], "nginx")]);
+        let mut r = loaded_with_cursors(&store, 2);
+        r.connected("edge-1", NodeDialect::KubeEdge, &store);
+        // The node leaves and links again; meanwhile p2 is created and
+        // sent nowhere (the node is not linked).
+        r.served_elsewhere("edge-1");
+        let actions = put(
+            &mut r,
+            &mut store,
+            pod("p2", Some("edge-1"), 3, &[], "nginx"),
+        );
+        assert_eq!(sends(&actions).len(), 1);
+        let actions = r.connected("edge-1", NodeDialect::KubeEdge, &store);
+        assert_eq!(actions[0], read_cursor("edge-1", 3));
+        // The first read's answer, late: not this link's.
+        let late = cursor_of(&[("pod/p1", 2, 7)]);
+        assert!(r.cursor("edge-1", 1, Ok(late.clone()), &store).is_empty());
+        // This link's: p2, never sent on it, goes.
+        let actions = r.cursor("edge-1", 3, Ok(late.clone()), &store);
+        assert_eq!(sends(&actions), [s("edge-1", Update, "pod/p2", Of(3))]);
+        // Answered once.
+        assert!(r.cursor("edge-1", 3, Ok(late), &store).is_empty());
+    }
+
+    #[test]
+    fn a_kubeedge_node_whose_cursor_cannot_be_read_gets_everything_again() {
+        let store = store_of(&[
+            cm("a", 2, "a"),
+            pod("p1", Some("edge-1"), 3, &["a"], "nginx"),
+            pod("p2", Some("edge-1"), 4, &[], "nginx"),
+        ]);
+        let mut r = loaded_with_cursors(&store, 4);
+        assert_eq!(
+            r.connected("edge-1", NodeDialect::KubeEdge, &store)[0],
+            read_cursor("edge-1", 1)
+        );
+        // Sent while the cursor is read: left alone.
+        let mut store = store;
+        let actions = put(
+            &mut r,
+            &mut store,
+            pod("p3", Some("edge-1"), 5, &[], "nginx"),
+        );
+        assert_eq!(sends(&actions), [s("edge-1", Insert, "pod/p3", Of(5))]);
+        let actions = r.cursor("edge-1", 1, Err("etcd out of reach".to_owned()), &store);
+        assert_eq!(
+            sends(&actions),
+            [
+                s("edge-1", Insert, "configmap/a", Fresh),
+                s("edge-1", Update, "pod/p1", Of(3)),
+                s("edge-1", Update, "pod/p2", Of(4)),
+            ]
+        );
+        // A native node is still asked; without cursors, a KubeEdge node
+        // is assumed to hold its pods, as before.
+        assert_eq!(
+            r.connected("edge-2", NodeDialect::Native, &store)[0],
+            ask("edge-2")
+        );
+        let mut plain = loaded(&store, 5);
+        let actions = plain.connected("edge-1", NodeDialect::KubeEdge, &store);
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::ReadCursor { .. }))
+        );
+        assert_eq!(sends(&actions).len(), 4);
+    }
+
+    #[test]
+    fn a_pod_being_deleted_goes_again_unless_its_deletion_is_acknowledged() {
+        let mut ending = pod("p1", Some("edge-1"), 3, &[], "nginx");
+        ending["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        ending["metadata"]["uid"] = json!("u1");
+        let store = store_of(&[ending, pod("p2", Some("edge-1"), 4, &[], "nginx")]);
+        let mut r = loaded_with_cursors(&store, 4);
+        r.connected("edge-1", NodeDialect::KubeEdge, &store);
+        // Missing from the cursor (its deletion acknowledged, or the
+        // cursor lags): its deletion goes again, and only the node's
+        // acknowledgement of it finishes it.
+        let actions = r.cursor("edge-1", 1, Ok(cursor_of(&[("pod/p2", 4, 7)])), &store);
+        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Fresh)]);
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::FinishDeletion { .. })),
+            "{actions:?}"
+        );
+    }
+
     #[test]
     fn a_node_without_an_inventory_is_asked_again_while_connected() {
         let store = store_of(&[pod("p1", Some("edge-1"), 2, &[], "nginx")]);
@@ -2676,7 +3060,9 @@ mod tests {
                         // order the nodes were asked in.
                         self.asks.sort_by(|a, b| a.0.cmp(&b.0));
                     }
-                    Action::UpdateNode { .. } | Action::FinishDeletion { .. } => {}
+                    Action::ReadCursor { .. }
+                    | Action::UpdateNode { .. }
+                    | Action::FinishDeletion { .. } => {}
                 }
             }
         }

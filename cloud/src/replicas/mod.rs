@@ -2,9 +2,14 @@
 //! time, under a claim in etcd ([`EtcdClaims`], feature `etcd`) or in the
 //! Kubernetes API server ([`leases::LeaseClaims`], feature `kubernetes`).
 //! Both keep their rules in [`book::ClaimBook`]; how the replicas even out
-//! their nodes is [`share::Share`].
+//! their nodes is [`share::Share`]. On etcd, what KubeEdge nodes
+//! acknowledged is kept per node ([`cursor`], `CursorWriter`), so the
+//! replica that takes one over sends it only what it lacks.
 
 pub mod book;
+pub mod cursor;
+#[cfg(feature = "etcd")]
+mod cursor_on_etcd;
 #[cfg(feature = "kubernetes")]
 pub mod leases;
 #[cfg(feature = "kubernetes")]
@@ -13,6 +18,8 @@ pub mod observed;
 mod on_etcd;
 pub mod share;
 
+#[cfg(feature = "etcd")]
+pub use cursor_on_etcd::{BeforeRelease, CursorConfig, CursorCounts, CursorWriter};
 #[cfg(feature = "etcd")]
 pub use on_etcd::{ClaimsConfig, EtcdClaims};
 

@@ -82,6 +82,9 @@ struct Inner {
     share: Mutex<Share>,
     /// Waits until the desired state's mirror holds a revision.
     catch_up: std::sync::OnceLock<CatchUp>,
+    /// Done before a node's claim is given up (its delivery cursor
+    /// written, while the write is still this replica's).
+    before_release: std::sync::OnceLock<super::BeforeRelease>,
     losers: Mutex<Vec<mpsc::UnboundedSender<(String, u64)>>>,
     /// One lock per node: its claims and releases run one at a time, so a
     /// release's delete never overtakes the next claim.
@@ -161,6 +164,7 @@ impl EtcdClaims {
             // of a fair share goes per round.
             share: Mutex::new(Share::new(config.ttl * 2, 0.25)),
             catch_up: std::sync::OnceLock::new(),
+            before_release: std::sync::OnceLock::new(),
             losers: Mutex::new(Vec::new()),
             node_locks: Mutex::new(std::collections::HashMap::new()),
             counts,
@@ -192,6 +196,14 @@ impl EtcdClaims {
     /// apply answered before the claim, by any replica, is seen. Set once.
     pub fn catch_up_with(&self, catch_up: CatchUp) {
         let _ = self.inner.catch_up.set(catch_up);
+    }
+
+    /// `hook` is done (for a third of the TTL at most) before a node's
+    /// claim is given up: what must be written under the claim, such as
+    /// the node's delivery cursor ([`super::CursorWriter::before_release`]).
+    /// Set once.
+    pub fn before_release(&self, hook: super::BeforeRelease) {
+        let _ = self.inner.before_release.set(hook);
     }
 
     /// The counts, as they change.
@@ -323,6 +335,9 @@ impl EtcdClaims {
     /// removed, unless a newer session of the node holds the claim.
     pub async fn release_now(&self, node: &str, generation: u64) {
         let inner = &self.inner;
+        if let Some(hook) = inner.before_release.get() {
+            let _ = tokio::time::timeout(inner.ttl / 3, hook(node.to_owned())).await;
+        }
         let lock = inner.node_lock(node);
         let _one_at_a_time = lock.lock().await;
         let (revision, held) = {

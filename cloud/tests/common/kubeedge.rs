@@ -23,9 +23,20 @@ impl KubeEdgeEdge {
     /// `node_id`, `project_id` and `ConnectionUse` headers, a certificate
     /// whose common name is `certified`.
     pub async fn dial(cloud: &Cloud, node_id: Option<&str>, certified: &str) -> KubeEdgeEdge {
-        let identity = cloud.pki.client(certified).expect("client cert");
-        let mut options = DialOptions::new(&cloud.kubeedge_address, "localhost")
-            .with_tls(tls::client_config(&[cloud.pki.root()], Some(identity)).expect("tls"))
+        KubeEdgeEdge::dial_at(&cloud.pki, &cloud.kubeedge_address, node_id, certified).await
+    }
+
+    /// Like [`KubeEdgeEdge::dial`], to a KubeEdge endpoint at `address`
+    /// whose certificates `pki` issues.
+    pub async fn dial_at(
+        pki: &transports::tls::DevPki,
+        address: &str,
+        node_id: Option<&str>,
+        certified: &str,
+    ) -> KubeEdgeEdge {
+        let identity = pki.client(certified).expect("client cert");
+        let mut options = DialOptions::new(address, "localhost")
+            .with_tls(tls::client_config(&[pki.root()], Some(identity)).expect("tls"))
             .with_codec(transports::Codec::KubeEdgeJson)
             // KubeEdge's edgehub upgrades at its own path.
             .with_path(format!(
