@@ -182,10 +182,18 @@ struct Members {
 }
 
 /// Whether a failed call may go to another member: this one could not be
-/// reached, or has no leader (a call that may have been carried out, one
-/// that timed out, is not made twice).
+/// reached, has no leader, or its connection broke under the call (a
+/// member killed: the connection opened before is found dead only when
+/// used). A call that timed out is not made twice. A write whose member
+/// died after carrying it out may so be made twice: a plain put or a
+/// lease call does no harm; a conditional write then finds its condition
+/// changed and says so, as when another writer came first.
 fn try_another(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable
+    match status.code() {
+        tonic::Code::Unavailable => true,
+        tonic::Code::Unknown => status.message().contains("transport error"),
+        _ => false,
+    }
 }
 
 impl Etcd {
