@@ -26,6 +26,8 @@ pub mod controller;
 pub mod desired;
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod replicas;
+#[cfg(test)]
+mod test_rng;
 
 pub use admin::{AdminApi, AdminApiHandle, AdminClient};
 pub use applications::{ApplicationCenter, CenterConfig, CenterCounts, CenterHandle};

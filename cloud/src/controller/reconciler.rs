@@ -2736,27 +2736,7 @@ mod tests {
 
     // ----- a random walk -----
 
-    /// xorshift64: randomness reproducible from a seed.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-
-        fn percent(&mut self, p: u64) -> bool {
-            self.next() % 100 < p
-        }
-    }
+    use crate::test_rng::Rng;
 
     const NODES: [&str; 3] = ["edge-1", "edge-2", "edge-3"];
     const CONFIGMAPS: usize = 5;

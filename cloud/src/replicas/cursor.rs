@@ -662,27 +662,7 @@ mod takeovers {
 
     type Store = HashMap<ObjectKey, Value>;
 
-    /// xorshift64.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-
-        fn percent(&mut self, p: u64) -> bool {
-            self.next() % 100 < p
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// One replica: its reconciler, its queue for the node, its book.
     struct Replica {

@@ -70,7 +70,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::book::ClaimBook;
 use super::observed::{Observations, Verdict};
 use super::share::Share;
-use super::{ClaimCounts, renewal_deadline, tokio_stream_from};
+use super::{ClaimCounts, hand_over, renewal_deadline, tokio_stream_from};
 use crate::backoff::Backoff;
 use crate::desired::DesiredError;
 use crate::desired::kubernetes::{
@@ -1018,28 +1018,16 @@ async fn rebalance(inner: Weak<Inner>) {
                 }
             }
         }
-        held.counts.send_modify(|c| c.replicas = replicas);
-        let nodes = held.state().book.held();
-        let names: Vec<String> = nodes.iter().map(|(node, _)| node.clone()).collect();
-        let going = held
-            .share()
-            .round(&names, claimed, replicas, Instant::now());
+        let going = hand_over(
+            &mut held.share(),
+            &held.counts,
+            held.state().book.held(),
+            claimed,
+            replicas,
+        );
         if going.is_empty() {
             continue;
         }
-        let going: Vec<(String, u64)> = nodes
-            .into_iter()
-            .filter(|(node, _)| going.contains(node))
-            .collect();
-        info!(
-            count = going.len(),
-            held = names.len(),
-            claimed,
-            replicas,
-            "handing nodes over to even the replicas out"
-        );
-        held.counts
-            .send_modify(|c| c.handed_over += going.len() as u64);
         held.tell(&going);
         let claims = LeaseClaims { inner: held };
         for (node, generation) in going {

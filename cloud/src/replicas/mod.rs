@@ -53,6 +53,41 @@ pub struct ClaimCounts {
     pub replicas: usize,
 }
 
+/// One rebalancing round of a replica holding `held` (nodes and their
+/// claims' generations), with `claimed` nodes claimed by all and
+/// `replicas` up: the nodes it hands over now, counted in `counts`. The
+/// caller closes their links, then releases their claims.
+fn hand_over(
+    share: &mut share::Share,
+    counts: &tokio::sync::watch::Sender<ClaimCounts>,
+    held: Vec<(String, u64)>,
+    claimed: usize,
+    replicas: usize,
+) -> Vec<(String, u64)> {
+    counts.send_modify(|c| c.replicas = replicas);
+    let names: Vec<String> = held.iter().map(|(node, _)| node.clone()).collect();
+    let going: std::collections::HashSet<String> = share
+        .round(&names, claimed, replicas, Instant::now())
+        .into_iter()
+        .collect();
+    if going.is_empty() {
+        return Vec::new();
+    }
+    let going: Vec<(String, u64)> = held
+        .into_iter()
+        .filter(|(node, _)| going.contains(node))
+        .collect();
+    tracing::info!(
+        count = going.len(),
+        held = names.len(),
+        claimed,
+        replicas,
+        "handing nodes over to even the replicas out"
+    );
+    counts.send_modify(|c| c.handed_over += going.len() as u64);
+    going
+}
+
 impl ClaimCounts {
     /// The engine answered a renewal after `took`.
     pub fn renewed(&mut self, took: Duration) {

@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::book::ClaimBook;
 use super::share::Share;
-use super::{ClaimCounts, renewal_deadline, tokio_stream_from};
+use super::{ClaimCounts, hand_over, renewal_deadline, tokio_stream_from};
 use crate::backoff::Backoff;
 use crate::desired::CatchUp;
 
@@ -464,28 +464,16 @@ async fn rebalance(inner: std::sync::Weak<Inner>) {
             }
             Err(_) => continue,
         };
-        held.counts.send_modify(|c| c.replicas = replicas);
-        let nodes = held.book().held();
-        let names: Vec<String> = nodes.iter().map(|(node, _)| node.clone()).collect();
-        let going = held
-            .share()
-            .round(&names, claimed, replicas, Instant::now());
+        let going = hand_over(
+            &mut held.share(),
+            &held.counts,
+            held.book().held(),
+            claimed,
+            replicas,
+        );
         if going.is_empty() {
             continue;
         }
-        let going: Vec<(String, u64)> = nodes
-            .into_iter()
-            .filter(|(node, _)| going.contains(node))
-            .collect();
-        info!(
-            count = going.len(),
-            held = names.len(),
-            claimed,
-            replicas,
-            "handing nodes over to even the replicas out"
-        );
-        held.counts
-            .send_modify(|c| c.handed_over += going.len() as u64);
         // Their links are closed first, then their claims given up: an
         // edge links elsewhere only once its link here has ended.
         held.tell(&going);
