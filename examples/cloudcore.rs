@@ -25,7 +25,7 @@ use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
-    EmbeddedStore,
+    EmbeddedStore, NodeHolders,
 };
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
@@ -271,6 +271,8 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         }
         _ => None,
     };
+    // Replicas serve each node under a claim.
+    let claims = start_claims(&settings, &desired).await?;
     let grace = settings.kube_api_config.offline_grace_seconds;
     let controller_config = ControllerConfig {
         offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
@@ -279,6 +281,10 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         cursors: cursors
             .clone()
             .map(|cursors| Arc::new(cursors) as Arc<dyn DeliveryCursors>),
+        // A node's status is written by its holder; one no replica holds
+        // is marked unreachable by any, every other claim TTL.
+        claims: claims.as_ref().map(Claims::holders),
+        sweep_every: Duration::from_secs(2 * settings.replicas.claim_ttl_seconds),
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;
@@ -294,8 +300,6 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
         None => None,
     };
-    // Replicas on etcd serve each node under a claim.
-    let claims = start_claims(&settings, &desired).await?;
     if let (Some(Claims::Etcd(claims)), Desired::Etcd(store)) = (&claims, &desired) {
         // A node's status is written only under this replica's claim.
         store.fence_with(claims.fencing());
@@ -485,6 +489,13 @@ impl Claims {
         }
     }
 
+    fn holders(&self) -> Arc<dyn NodeHolders> {
+        match self {
+            Claims::Etcd(claims) => Arc::new(claims.clone()),
+            Claims::Leases(claims) => Arc::new(claims.clone()),
+        }
+    }
+
     async fn give_up(&self) {
         match self {
             Claims::Etcd(claims) => claims.give_up().await,
@@ -529,6 +540,10 @@ async fn start_claims(settings: &CloudCoreConfig, desired: &Desired) -> Result<O
             let mut config = LeaseClaimsConfig::new(replica);
             config.namespace = settings.kube_api_config.namespace.clone();
             config.ttl = ttl;
+            // The Lease keeper: its own thread and connection.
+            if let Some(access) = Desired::kube_access(settings) {
+                config.keeper_client = Some(access.config().await.context("the Lease keeper")?);
+            }
             let claims = LeaseClaims::start(store.client().clone(), config)
                 .await
                 .context("Lease claims")?;
@@ -560,17 +575,23 @@ impl Desired {
         }
     }
 
-    /// A Kubernetes API server if one is configured (a kubeconfig, or the
-    /// pod's service account), else the embedded store in the data dir.
-    async fn open(settings: &CloudCoreConfig) -> Result<Desired> {
+    /// How the Kubernetes API server is reached, if one is configured.
+    fn kube_access(settings: &CloudCoreConfig) -> Option<KubeAccess> {
         let kube = &settings.kube_api_config;
-        let access = if !kube.kube_config.is_empty() {
+        if !kube.kube_config.is_empty() {
             Some(KubeAccess::Kubeconfig(PathBuf::from(&kube.kube_config)))
         } else if kube.in_cluster && KubeAccess::in_cluster_available() {
             Some(KubeAccess::InCluster)
         } else {
             None
-        };
+        }
+    }
+
+    /// A Kubernetes API server if one is configured (a kubeconfig, or the
+    /// pod's service account), else the embedded store in the data dir.
+    async fn open(settings: &CloudCoreConfig) -> Result<Desired> {
+        let kube = &settings.kube_api_config;
+        let access = Desired::kube_access(settings);
         if !settings.etcd.endpoints.is_empty() {
             let endpoints = settings.etcd.endpoints.clone();
             tracing::info!(?endpoints, "desired state: etcd");

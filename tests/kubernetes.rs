@@ -871,6 +871,8 @@ fn k8s_replica(kubeconfig: &str, dir: &str, name: &str) -> (Process, String, Str
 /// Two cloudcore replicas on one cluster, claims as Leases: the edge
 /// knows both; the one serving it is SIGKILLed and the other takes the
 /// node over once its Lease is seen unrenewed, keeping what the edge held.
+/// Then b dies with the edge: a third replica marks the node, served by
+/// none, unreachable.
 #[test]
 fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
     let test = "two_replicas_on_the_api_server_one_killed_its_node_taken_over";
@@ -1004,8 +1006,42 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
             .and_then(|n| condition(&n, "Ready").cloned())
             .filter(|c| c["status"] == "True")
     });
-    edge.stop();
-    b.stop();
+
+    // A third replica, c; then b dies, and the edge with it before it
+    // could link to c: no replica serves the node, and c marks it
+    // unreachable once b's Lease is seen unrenewed.
+    let c_dir = format!("{dir}/c");
+    std::fs::create_dir_all(&c_dir).expect("c's data dir");
+    let copied = Command::new("cp")
+        .args(["-r", &format!("{a_dir}/ca"), &format!("{c_dir}/ca")])
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let c_name = format!("c-{}", std::process::id());
+    let (c, _, _) = k8s_replica(&kubeconfig, &c_dir, &c_name);
+    b.signal("-KILL");
+    edge.signal("-KILL");
+    let killed = std::time::Instant::now();
+    c.wait_for(
+        &format!("node served by no replica marked unreachable node={node}"),
+        Duration::from_secs(90),
+    );
+    println!(
+        "{test}: replica c marked the orphaned node unreachable {:?} after b and the edge were killed",
+        killed.elapsed()
+    );
+    let marked = get(&kubeconfig, &["get", "node", &node]).expect("the Node");
+    assert_eq!(
+        condition(&marked, "Ready").map(|c| c["status"].clone()),
+        Some(serde_json::json!("Unknown")),
+        "{marked}"
+    );
+    assert_eq!(
+        condition(&marked, "EdgeLink").map(|c| c["status"].clone()),
+        Some(serde_json::json!("False")),
+        "{marked}"
+    );
+    c.stop();
     let _ = kubectl(
         &kubeconfig,
         &["delete", "namespace", &namespace, "--wait=false"],
@@ -1020,6 +1056,7 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
             "kubeedge",
             &format!("edgehive-claim-{node}"),
             &format!("edgehive-replica-{a_name}"),
+            &format!("edgehive-replica-{b_name}"),
             "--wait=false",
         ],
     );

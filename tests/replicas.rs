@@ -468,3 +468,54 @@ fn an_etcd_member_killed_interrupts_nothing() {
     assert_eq!(ha.held(), ["during"]);
     ha.stop();
 }
+
+/// A replica dies and its edge with it, before the edge could link to
+/// the other: the Node, shown linked by the dead replica, is served by
+/// none. Once the dead replica's claim has ended, the survivor marks it
+/// unreachable (Ready Unknown, its link condition False), as the
+/// kubelet's node controller marks a node that stopped reporting.
+#[test]
+fn a_node_left_by_a_dead_replica_that_never_links_again_is_marked_unreachable() {
+    let ha = start_ha("replicas-orphan");
+    let mut events = ha.watch_edge();
+    apply(&ha.a.admin, &ha.dir, "before", &pod("before", NODE));
+    ha.arrives(&mut events, "before");
+    until("b sees the node Ready", || {
+        (ha.ready(&ha.b.admin).as_deref() == Some("True")).then_some(())
+    });
+    let Ha {
+        edge,
+        a,
+        b,
+        cluster,
+        runtime,
+        ..
+    } = ha;
+    // a first (it cannot mark the link down), then the edge before a's
+    // claim ends (b refuses it until then).
+    a.process.signal("-KILL");
+    edge.signal("-KILL");
+    let killed = std::time::Instant::now();
+    b.process.wait_for(
+        &format!("node served by no replica marked unreachable node={NODE}"),
+        Duration::from_secs(60),
+    );
+    println!(
+        "orphan: node marked unreachable {:?} after its replica and edge were killed",
+        killed.elapsed()
+    );
+    let (ok, out, err) = ctl(&b.admin, &["get", "node", NODE, "-o", "json"]);
+    assert!(ok, "{err}");
+    let node: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let status_of = |kind: &str| {
+        node["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind))
+            .and_then(|c| c["status"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(status_of("Ready").as_deref(), Some("Unknown"), "{out}");
+    assert_eq!(status_of("EdgeLink").as_deref(), Some("False"), "{out}");
+    b.process.stop();
+    drop((cluster, runtime));
+}

@@ -32,6 +32,6 @@ mod test_rng;
 pub use admin::{AdminApi, AdminApiHandle, AdminClient};
 pub use applications::{ApplicationCenter, CenterConfig, CenterCounts, CenterHandle};
 pub use controller::{
-    Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController,
+    Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController, NodeHolders,
 };
 pub use desired::{DesiredError, DesiredState, EmbeddedStore};

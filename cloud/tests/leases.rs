@@ -535,3 +535,63 @@ async fn a_new_replica_takes_its_share_of_the_nodes() {
     assert_eq!(a_counts.replicas, 2);
     assert_eq!(a_counts.lost, 0, "handed over, not lost");
 }
+
+/// Which nodes no replica holds, as a replica asks before it marks a node
+/// unreachable: not one claimed by a live replica (its own or another's),
+/// and one whose replica gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unclaimed_nodes_are_those_no_live_replica_holds() {
+    let Some(kubeconfig) = kubeconfig("unclaimed_nodes_are_those_no_live_replica_holds") else {
+        return;
+    };
+    let namespace = Namespace::new(&kubeconfig);
+    let client = client(&kubeconfig).await;
+    let a = replica(client.clone(), &namespace.name, "a", TTL).await;
+    let b = replica(client.clone(), &namespace.name, "b", TTL).await;
+    a.claim_now("n1").await.expect("a claims n1");
+    let nodes = || vec!["n1".to_owned(), "n2".to_owned()];
+    assert_eq!(b.unclaimed(nodes()).await, Ok(vec!["n2".to_owned()]));
+    assert_eq!(a.unclaimed(nodes()).await, Ok(vec!["n2".to_owned()]));
+    a.give_up().await;
+    assert_eq!(b.unclaimed(nodes()).await, Ok(nodes()));
+}
+
+/// A keeper on its own thread and connection renews the replica's Lease
+/// while the runtime the claims were made on is stalled for twice the
+/// Lease's duration: no claim is lost (one sharing that runtime would
+/// have let every node go).
+#[tokio::test(flavor = "current_thread")]
+async fn a_keeper_on_its_own_thread_keeps_the_claims_through_a_stalled_runtime() {
+    let Some(kubeconfig) =
+        kubeconfig("a_keeper_on_its_own_thread_keeps_the_claims_through_a_stalled_runtime")
+    else {
+        return;
+    };
+    let namespace = Namespace::new(&kubeconfig);
+    let mut config = LeaseClaimsConfig::new("a");
+    config.namespace = namespace.name.clone();
+    config.ttl = TTL;
+    config.keeper_client = Some(kube_config(&kubeconfig).await);
+    let a = LeaseClaims::start(client(&kubeconfig).await, config)
+        .await
+        .expect("claims started");
+    let mut counts = a.counts();
+    tokio::time::timeout(Duration::from_secs(10), counts.wait_for(|c| c.leases >= 1))
+        .await
+        .expect("replica Lease made in time")
+        .expect("counts");
+    a.claim_now("n1").await.expect("a claims n1");
+    let renewed = a.counts().borrow().renewals;
+    // The only thread of this runtime is held: nothing on it runs.
+    std::thread::sleep(TTL * 2);
+    let counts = a.counts().borrow().clone();
+    assert!(a.holds("n1"), "n1 still held");
+    assert_eq!(counts.lost, 0);
+    assert!(
+        counts.renewals >= renewed + 3,
+        "renewed meanwhile: {} then {}",
+        renewed,
+        counts.renewals
+    );
+    a.give_up().await;
+}

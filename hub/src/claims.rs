@@ -24,6 +24,11 @@ pub trait NodeClaims: Send + Sync + 'static {
     /// another replica may serve it already.
     fn holds(&self, node: &str) -> bool;
 
+    /// Of `nodes`, those no replica holds now, as the engine says (read
+    /// when asked: a claim made after the answer is not counted). A node
+    /// no replica serves may be marked unreachable by any replica.
+    fn unclaimed(&self, nodes: Vec<String>) -> BoxFuture<'static, Result<Vec<String>, String>>;
+
     /// Claims this replica lost (its lease ran out, or it lost the
     /// engine), as node and generation: those sessions are closed, and
     /// nothing more is sent.

@@ -42,7 +42,8 @@ pub struct EdgeHubConfig {
     /// KubeEdge's (to a cloud endpoint that speaks it).
     pub dialect: Dialect,
     /// More addresses of the cloud (its other replicas), tried in turn
-    /// after `dial.address` when a dial fails or a link is lost.
+    /// after `dial.address` when a dial fails or a link is lost. A name
+    /// resolving to several addresses is tried at each of them in turn.
     pub alternates: Vec<String>,
 }
 
@@ -392,12 +393,14 @@ async fn connect_loop(
     let mut dial = config
         .dialect
         .dial_options(&config.node, config.dial.clone());
-    let addresses = config.addresses();
-    let mut next = 0usize;
+    let mut addresses = CloudAddresses::new(
+        config.addresses(),
+        config.transport != TransportKind::UnixSocket,
+    );
     let mut attempt = 0u32;
     let mut id = 0u64;
     while hub.connected() {
-        dial.address = addresses[next % addresses.len()].clone();
+        dial.address = addresses.next().await;
         match transport.dial(&dial).await {
             Ok(link) => {
                 id += 1;
@@ -423,10 +426,88 @@ async fn connect_loop(
         }
         // The next replica, if there are several; the backoff grows per
         // failure as with one.
-        next = next.wrapping_add(1);
         let delay = config.backoff(attempt);
         attempt = attempt.saturating_add(1);
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// The cloud's addresses in the order they are dialled: each configured
+/// address in turn, and a name resolving to several addresses (several
+/// replicas behind one DNS name) as each of those in turn. A name is
+/// resolved again each time its turn comes, so a changed record is
+/// followed; one that does not resolve is dialled as given, for the
+/// transport to say why.
+struct CloudAddresses {
+    configured: Vec<String>,
+    /// Whether the addresses are `host:port` (not a socket's path).
+    network: bool,
+    next: usize,
+    pending: VecDeque<String>,
+    resolve: Resolver,
+}
+
+/// Resolves `host:port` to its addresses.
+type Resolver =
+    fn(
+        String,
+    ) -> futures_util::future::BoxFuture<'static, std::io::Result<Vec<std::net::SocketAddr>>>;
+
+/// The system's resolver.
+fn lookup(
+    address: String,
+) -> futures_util::future::BoxFuture<'static, std::io::Result<Vec<std::net::SocketAddr>>> {
+    Box::pin(async move { Ok(tokio::net::lookup_host(address).await?.collect()) })
+}
+
+impl CloudAddresses {
+    fn new(configured: Vec<String>, network: bool) -> CloudAddresses {
+        CloudAddresses {
+            configured,
+            network,
+            next: 0,
+            pending: VecDeque::new(),
+            resolve: lookup,
+        }
+    }
+
+    async fn next(&mut self) -> String {
+        if let Some(address) = self.pending.pop_front() {
+            return address;
+        }
+        let Some(configured) = self
+            .configured
+            .get(self.next % self.configured.len().max(1))
+        else {
+            return String::new();
+        };
+        let configured = configured.clone();
+        self.next = self.next.wrapping_add(1);
+        if !self.network {
+            return configured;
+        }
+        let resolved: Vec<String> = match (self.resolve)(configured.clone()).await {
+            Ok(found) => {
+                let mut found: Vec<String> = found.into_iter().map(|a| a.to_string()).collect();
+                // One address once, whatever the resolver repeats.
+                let mut seen = std::collections::HashSet::new();
+                found.retain(|a| seen.insert(a.clone()));
+                found
+            }
+            Err(err) => {
+                debug!(address = %configured, error = %err, "cloud address not resolved");
+                Vec::new()
+            }
+        };
+        match resolved.len() {
+            // One address (or none): dialled by its name, as given.
+            0 | 1 => configured,
+            _ => {
+                debug!(address = %configured, addresses = ?resolved, "cloud name resolves to several addresses");
+                self.pending.extend(resolved);
+                self.pending.pop_front().unwrap_or(configured)
+            }
+        }
     }
 }
 
@@ -658,6 +739,62 @@ mod tests {
         HiveMessage::new()
             .build_router("edged", "resource", resource, "update")
             .with_resource_version(version.to_string())
+    }
+
+    /// `cloud.example:10000` resolves to three replicas (one repeated),
+    /// `gone.example` to nothing; anything else to itself.
+    fn fake_resolver(
+        address: String,
+    ) -> futures_util::future::BoxFuture<'static, std::io::Result<Vec<std::net::SocketAddr>>> {
+        Box::pin(async move {
+            match address.as_str() {
+                "cloud.example:10000" => Ok([
+                    "127.0.0.2:10000",
+                    "127.0.0.3:10000",
+                    "127.0.0.2:10000",
+                    "[::1]:10000",
+                ]
+                .iter()
+                .filter_map(|a| a.parse().ok())
+                .collect()),
+                "gone.example:10000" => Err(std::io::Error::other("no such host")),
+                other => Ok(other.parse().into_iter().collect()),
+            }
+        })
+    }
+
+    #[actix::test]
+    async fn a_name_resolving_to_several_replicas_is_dialled_at_each_in_turn() {
+        let configured = [
+            "cloud.example:10000",
+            "127.0.0.9:10001",
+            "gone.example:10000",
+        ];
+        let mut addresses =
+            CloudAddresses::new(configured.iter().map(|a| a.to_string()).collect(), true);
+        addresses.resolve = fake_resolver;
+        let mut dialled = Vec::new();
+        for _ in 0..12 {
+            dialled.push(addresses.next().await);
+        }
+        let round = [
+            "127.0.0.2:10000",
+            "127.0.0.3:10000",
+            "[::1]:10000",
+            "127.0.0.9:10001",
+            // Unresolved: dialled as given, for the transport to say why.
+            "gone.example:10000",
+        ];
+        let expected: Vec<&str> = round.iter().cycle().take(12).copied().collect();
+        assert_eq!(dialled, expected);
+    }
+
+    #[actix::test]
+    async fn socket_paths_are_not_resolved() {
+        let mut addresses = CloudAddresses::new(vec!["/run/cloud.sock".to_owned()], false);
+        addresses.resolve = fake_resolver;
+        assert_eq!(addresses.next().await, "/run/cloud.sock");
+        assert_eq!(addresses.next().await, "/run/cloud.sock");
     }
 
     #[test]

@@ -86,6 +86,17 @@ pub struct ControllerConfig {
     /// cursor per node; replicas on etcd): a KubeEdge node that links here
     /// is sent what it lacks by that record, not everything again.
     pub cursors: Option<Arc<dyn DeliveryCursors>>,
+    /// With several replicas: this replica's claims on nodes. A node's
+    /// status is written as its holder only while this replica holds it;
+    /// a node it does not hold is marked unreachable only when no replica
+    /// holds it, and only if nobody wrote its Node since this replica read
+    /// it (a write conditioned on that version), so a stale mark never
+    /// overwrites the status the node's new holder wrote.
+    pub claims: Option<Arc<dyn NodeHolders>>,
+    /// With claims: how often Nodes shown linked but served by no replica
+    /// (their replica died, and they did not link again) are looked for
+    /// and marked unreachable.
+    pub sweep_every: Duration,
 }
 
 /// Where the controller reads what a node acknowledged: its delivery
@@ -96,6 +107,25 @@ pub trait DeliveryCursors: Send + Sync + 'static {
         &self,
         node: &str,
     ) -> futures_util::future::BoxFuture<'static, Result<BTreeMap<String, Acked>, String>>;
+}
+
+/// Which replica holds a node (replicas' claims, as `hub::NodeClaims`
+/// keeps them), as the controller asks it.
+pub trait NodeHolders: Send + Sync + 'static {
+    /// Whether this replica holds `node` now.
+    fn holds(&self, node: &str) -> bool;
+
+    /// Of `nodes`, those no replica holds now, as the engine says.
+    fn unclaimed(
+        &self,
+        nodes: Vec<String>,
+    ) -> futures_util::future::BoxFuture<'static, Result<Vec<String>, String>>;
+}
+
+impl std::fmt::Debug for dyn NodeHolders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeHolders")
+    }
 }
 
 impl std::fmt::Debug for dyn DeliveryCursors {
@@ -115,6 +145,8 @@ impl Default for ControllerConfig {
             offline_grace: Some(Duration::from_secs(24 * 3600)),
             send_to_linked_only: false,
             cursors: None,
+            claims: None,
+            sweep_every: Duration::from_secs(30),
         }
     }
 }
@@ -178,6 +210,9 @@ enum Input {
     /// What a KubeEdge node acknowledged, for the reconciliation of one
     /// of its links (a session).
     Cursor(String, u64, Result<BTreeMap<String, Acked>, String>),
+    /// Nodes no replica holds, each with the version of its Node read
+    /// before the claims were: to mark unreachable if still at it.
+    Unclaimed(Vec<(String, String)>),
     /// Ends the task (dropping its store handle), then answers.
     Stop(oneshot::Sender<()>),
 }
@@ -468,6 +503,12 @@ fn unconditional(mut object: Value) -> Value {
     object
 }
 
+/// The `resourceVersion` of a stored object.
+fn version_of(object: &Value) -> Option<String> {
+    let version = object.pointer("/metadata/resourceVersion")?.as_str()?;
+    (!version.is_empty()).then(|| version.to_owned())
+}
+
 /// The version of a token object: the time in microseconds, so each
 /// renewal supersedes the last at the edge.
 fn token_version() -> u64 {
@@ -486,6 +527,8 @@ impl Controller {
         retry.tick().await;
         let mut leases = tokio::time::interval(self.config.lease_every);
         leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sweep = tokio::time::interval(self.config.sweep_every);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for kind in FOLLOWED {
             self.list_and_watch(kind).await;
         }
@@ -507,6 +550,10 @@ impl Controller {
                     }
                     _ = leases.tick() => {
                         self.renew_leases();
+                        continue;
+                    }
+                    _ = sweep.tick(), if self.config.claims.is_some() => {
+                        self.sweep_unclaimed();
                         continue;
                     }
                     _ = retry.tick() => {
@@ -558,6 +605,13 @@ impl Controller {
                     let actions = self.reconciler.cursor(&node, session, cursor, &self.store);
                     self.act(actions).await;
                     self.count(|c| c.cursors_read += 1);
+                }
+                Input::Unclaimed(nodes) => {
+                    for (node, version) in nodes {
+                        if !self.reconciler.is_connected(&node) {
+                            self.write_node(&node, None, Some(&version)).await;
+                        }
+                    }
                 }
                 Input::Stop(done) => {
                     drop(self);
@@ -1345,13 +1399,101 @@ impl Controller {
 
     /// Writes the node's object (creating it on first sight, labelled as
     /// an edge node): its reported status if given, and its `Ready`
-    /// condition from the link and the node's own report.
+    /// condition from the link and the node's own report. With replicas,
+    /// only as the node's holder; a node this replica does not hold is
+    /// marked unreachable if no replica holds it ([`Input::Unclaimed`]).
     async fn update_node(&mut self, node: &str, reported: Option<NodeStatus>) {
+        let held = self.config.claims.as_ref().is_none_or(|c| c.holds(node));
+        if held {
+            return self.write_node(node, reported, None).await;
+        }
+        if reported.is_some() {
+            return debug!(%node, "status of a node this replica does not hold: not written");
+        }
+        let key = ObjectKey::new(Kind::Node, "", node);
+        if let Some(version) = self
+            .store
+            .get(&key)
+            .ok()
+            .flatten()
+            .as_ref()
+            .and_then(version_of)
+        {
+            self.mark_if_unclaimed(vec![(node.to_owned(), version)]);
+        }
+    }
+
+    /// Finds the Nodes shown linked (by the link condition this controller
+    /// writes) that no replica links here, and marks those no replica
+    /// holds unreachable: their replica died, and they did not link again.
+    fn sweep_unclaimed(&self) {
+        let nodes = match self.store.list(Kind::Node, None) {
+            Ok((nodes, _)) => nodes,
+            Err(err) => return debug!(error = %err, "nodes not listed; no sweep this round"),
+        };
+        let shown_linked = |node: &Value| {
+            node.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|conditions| {
+                    conditions
+                        .iter()
+                        .any(|c| c["type"] == reconciler::LINK_CONDITION && c["status"] == "True")
+                })
+        };
+        let candidates: Vec<(String, String)> = nodes
+            .iter()
+            .filter(|node| shown_linked(node))
+            .filter_map(|node| {
+                let name = node.pointer("/metadata/name")?.as_str()?;
+                let linked_here = self.reconciler.is_connected(name);
+                (!linked_here).then(|| Some((name.to_owned(), version_of(node)?)))?
+            })
+            .collect();
+        if !candidates.is_empty() {
+            self.mark_if_unclaimed(candidates);
+        }
+    }
+
+    /// Asks the claims which of `nodes` no replica holds; those come back
+    /// as an [`Input::Unclaimed`], with the version each was read at
+    /// before the question (so a claim taken after the answer, and its
+    /// holder's write, make the mark's write fail, not overwrite it).
+    fn mark_if_unclaimed(&self, nodes: Vec<(String, String)>) {
+        let Some(claims) = self.config.claims.clone() else {
+            return;
+        };
+        let (inbox, timeout) = (self.inbox.clone(), self.config.send_timeout);
+        actix::spawn(async move {
+            let names = nodes.iter().map(|(node, _)| node.clone()).collect();
+            let unclaimed = match tokio::time::timeout(timeout, claims.unclaimed(names)).await {
+                Ok(Ok(unclaimed)) => unclaimed.into_iter().collect::<HashSet<_>>(),
+                Ok(Err(err)) => return debug!(error = %err, "claims not read; no node marked"),
+                Err(_) => return debug!("claims not read in time; no node marked"),
+            };
+            let nodes: Vec<_> = nodes
+                .into_iter()
+                .filter(|(node, _)| unclaimed.contains(node))
+                .collect();
+            if !nodes.is_empty() {
+                let _ = inbox.send(Input::Unclaimed(nodes)).await;
+            }
+        });
+    }
+
+    /// [`Controller::update_node`]'s write: unconditional (`at` is
+    /// `None`: this replica serves the node), or only if the stored Node
+    /// is still at version `at`.
+    async fn write_node(&mut self, node: &str, reported: Option<NodeStatus>, at: Option<&str>) {
         let key = ObjectKey::new(Kind::Node, "", node);
         let existing = match self.store.get(&key) {
             Ok(existing) => existing,
             Err(err) => return warn!(%node, error = %err, "node unreadable"),
         };
+        if let Some(at) = at
+            && existing.as_ref().and_then(version_of).as_deref() != Some(at)
+        {
+            return debug!(%node, "node written since it was read: not marked");
+        }
         let mut status = match reported {
             Some(reported) => reported,
             None => existing
@@ -1399,8 +1541,11 @@ impl Controller {
                     return;
                 }
                 object["status"] = status;
-                // The controller is the only writer of a node's status.
-                self.store.replace_status(unconditional(object)).await
+                match at {
+                    // The node's holder is the only writer of its status.
+                    None => self.store.replace_status(unconditional(object)).await,
+                    Some(_) => self.store.replace_status(object).await,
+                }
             }
             None => {
                 let object = json!({
@@ -1435,8 +1580,11 @@ impl Controller {
                 }
             }
         };
-        if let Err(err) = written {
-            warn!(%node, error = %err, "node not stored");
+        match written {
+            Ok(_) if at.is_some() => info!(%node, "node served by no replica marked unreachable"),
+            Ok(_) => {}
+            Err(err) if at.is_some() => debug!(%node, error = %err, "node not marked"),
+            Err(err) => warn!(%node, error = %err, "node not stored"),
         }
     }
 

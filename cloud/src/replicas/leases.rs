@@ -37,11 +37,15 @@
 //!
 //! **Fencing.** The Kubernetes API has no transactions over several
 //! objects, so unlike on etcd ([`super::EtcdClaims::fence`]) a node's
-//! status write cannot require the claim: status writes are fenced only
+//! status write cannot require the claim: the holder's writes are fenced only
 //! by the trust window. A replica stops writing a node's status when it
 //! stops holding it ([`hub::NodeClaims::holds`]), which is before any
 //! other replica can take the node; a replica paused (or a write delayed
-//! in the network) past that point may still land one stale write. The
+//! in the network) past that point may still land one stale write. A
+//! replica marks a node it does not hold unreachable only if no replica
+//! holds it ([`hub::NodeClaims::unclaimed`]), by a write conditioned on
+//! the Node's version read before it asked: never over the status a new
+//! holder wrote. The
 //! claim's `resourceVersion` is kept as its fencing token all the same
 //! (the API server's resourceVersions are etcd revisions, numbers that
 //! only grow; one that does not parse as a number is kept as 0).
@@ -99,6 +103,12 @@ pub struct LeaseClaimsConfig {
     /// The replica Lease's duration: how long a dead replica's nodes wait.
     /// Whole seconds (a Lease's `leaseDurationSeconds`); at least 1 s.
     pub ttl: Duration,
+    /// The API client's configuration for the replica Lease's keeper, run
+    /// on a thread of its own with a connection of its own, so a busy
+    /// cloudcore (its runtime, its connection) never delays a renewal
+    /// past the Lease's trust. `None`: the keeper shares the client given
+    /// to [`LeaseClaims::start`] and its runtime.
+    pub keeper_client: Option<kube::Config>,
 }
 
 impl LeaseClaimsConfig {
@@ -108,6 +118,7 @@ impl LeaseClaimsConfig {
             namespace: "kubeedge".to_owned(),
             replica: replica.into(),
             ttl: Duration::from_secs(10),
+            keeper_client: None,
         }
     }
 }
@@ -221,6 +232,8 @@ struct Inner {
     node_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     counts: watch::Sender<ClaimCounts>,
     keeper: Mutex<Option<JoinHandle<()>>>,
+    /// Stops a keeper on its own thread.
+    stop_keeper: watch::Sender<bool>,
     /// How the replicas even out their nodes, as on etcd.
     share: Mutex<Share>,
     rebalancer: Mutex<Option<JoinHandle<()>>>,
@@ -512,11 +525,14 @@ impl Inner {
     /// Makes a new incarnation of the replica's Lease: the instant it was
     /// asked for and the Lease; or how long an earlier process's Lease of
     /// this name may still be live.
-    async fn incarnate(&self, retired: Option<&str>) -> Result<Incarnated, DesiredError> {
+    async fn incarnate(
+        &self,
+        leases: &Api<DynamicObject>,
+        retired: Option<&str>,
+    ) -> Result<Incarnated, DesiredError> {
         let name = &self.lease_name;
         let asked = Instant::now();
-        let existing = self
-            .leases
+        let existing = leases
             .get_opt(name)
             .await
             .map_err(|err| refused(err, name))?;
@@ -546,7 +562,7 @@ impl Inner {
                 }),
                 ..DeleteParams::default()
             };
-            match self.leases.delete(name, &params).await {
+            match leases.delete(name, &params).await {
                 Ok(_) => {}
                 Err(err) => match refused(err, name) {
                     DesiredError::NotFound { .. } => {}
@@ -557,8 +573,7 @@ impl Inner {
         }
         let asked = Instant::now();
         let lease = dynamic(&new_lease(name, &self.replica, self.ttl, None))?;
-        let created = self
-            .leases
+        let created = leases
             .create(&PostParams::default(), &lease)
             .await
             .map_err(|err| refused(err, name))?;
@@ -605,12 +620,26 @@ impl LeaseClaims {
             node_locks: Mutex::new(HashMap::new()),
             counts,
             keeper: Mutex::new(None),
+            stop_keeper: watch::Sender::new(false),
             share: Mutex::new(Share::new(config.ttl * 2, 0.25)),
             rebalancer: Mutex::new(None),
         });
         let span = info_span!("replica_lease", replica = %inner.replica);
-        let keeper = tokio::spawn(keep_lease(Arc::downgrade(&inner)).instrument(span));
-        *inner.keeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(keeper);
+        match config.keeper_client {
+            Some(client) => {
+                spawn_keeper(&inner, client, config.namespace.clone(), span).map_err(|err| {
+                    LeaseError::Api(DesiredError::Backend(format!(
+                        "the Lease keeper's thread: {err}"
+                    )))
+                })?
+            }
+            None => {
+                let leases = inner.leases.clone();
+                let keeper =
+                    tokio::spawn(keep_lease(Arc::downgrade(&inner), leases).instrument(span));
+                *inner.keeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(keeper);
+            }
+        }
         let rebalancer = tokio::spawn(rebalance(Arc::downgrade(&inner)));
         *inner
             .rebalancer
@@ -717,6 +746,7 @@ impl LeaseClaims {
     /// another at once.
     pub async fn give_up(&self) {
         let inner = &self.inner;
+        inner.stop_keeper.send_replace(true);
         for task in [&inner.keeper, &inner.rebalancer] {
             if let Some(task) = task.lock().unwrap_or_else(PoisonError::into_inner).take() {
                 task.abort();
@@ -779,12 +809,74 @@ impl hub::NodeClaims for LeaseClaims {
             .push(sender);
         Box::pin(tokio_stream_from(receiver))
     }
+
+    fn unclaimed(&self, nodes: Vec<String>) -> BoxFuture<'static, Result<Vec<String>, String>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.unclaimed(nodes).await })
+    }
+}
+
+impl Inner {
+    /// Of `nodes`, those whose claim Lease is missing or names an
+    /// incarnation of a replica Lease that is not live (gone, replaced,
+    /// or observed unrenewed for its duration; every replica is taken to
+    /// run with this TTL). A replica Lease seen for the first time, and
+    /// this replica's own, count as live.
+    async fn unclaimed(&self, nodes: Vec<String>) -> Result<Vec<String>, String> {
+        let asked = Instant::now();
+        let listed =
+            tokio::time::timeout(self.ttl, self.leases.list_metadata(&ListParams::default()))
+                .await
+                .map_err(|_| format!("the API server did not answer within {:?}", self.ttl))?
+                .map_err(|err| format!("the API server: {err}"))?;
+        let answered = Instant::now();
+        let mut live = std::collections::HashSet::new();
+        let mut claims = HashMap::new();
+        {
+            let mut state = self.state();
+            for lease in &listed.items {
+                let (Some(name), Some(uid)) = (&lease.metadata.name, &lease.metadata.uid) else {
+                    continue;
+                };
+                if name.starts_with(CLAIM_LEASE_PREFIX) {
+                    let named = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(REPLICA_UID_ANNOTATION))
+                        .cloned()
+                        .unwrap_or_default();
+                    claims.insert(name.clone(), named);
+                } else if *name == self.lease_name {
+                    // Others may count it live until they see it end.
+                    live.insert(uid.clone());
+                } else if name.starts_with(REPLICA_LEASE_PREFIX) {
+                    let version = lease.metadata.resource_version.as_deref().unwrap_or("");
+                    let verdict = state
+                        .observed
+                        .observe(name, version, self.ttl, asked, answered);
+                    if matches!(verdict, Verdict::Live { .. }) {
+                        live.insert(uid.clone());
+                    }
+                }
+            }
+        }
+        Ok(nodes
+            .into_iter()
+            .filter(|node| {
+                let claim = claim_lease_name(node)
+                    .ok()
+                    .and_then(|name| claims.get(&name));
+                claim.is_none_or(|named| !live.contains(named))
+            })
+            .collect())
+    }
 }
 
 /// Renews the incarnation `own`: whether to renew again at once (the
 /// renewal found the Lease written by an earlier renewal of its own that
 /// answered late).
-async fn renew(held: &Inner, own: Incarnation) -> bool {
+async fn renew(held: &Inner, leases: &Api<DynamicObject>, own: Incarnation) -> bool {
     let name = &held.lease_name;
     let mut lease = own.lease.clone();
     lease["spec"]["renewTime"] = json!(micro_time());
@@ -799,7 +891,7 @@ async fn renew(held: &Inner, own: Incarnation) -> bool {
     let asked = Instant::now();
     let written = tokio::time::timeout_at(
         deadline,
-        held.leases.replace(name, &PostParams::default(), &lease),
+        leases.replace(name, &PostParams::default(), &lease),
     )
     .await;
     let err = match written {
@@ -836,7 +928,7 @@ async fn renew(held: &Inner, own: Incarnation) -> bool {
             // Written since: by a renewal of this incarnation answered too
             // late (take its version and renew again), or another
             // incarnation is there.
-            let read = tokio::time::timeout_at(deadline, held.leases.get_opt(name)).await;
+            let read = tokio::time::timeout_at(deadline, leases.get_opt(name)).await;
             match read {
                 Ok(Ok(Some(current)))
                     if current.metadata.uid.as_deref() == Some(own.uid.as_str()) =>
@@ -877,9 +969,46 @@ async fn renew(held: &Inner, own: Incarnation) -> bool {
     false
 }
 
+/// Runs [`keep_lease`] on a thread of its own, with its own runtime and
+/// its own API client made from `client`, until told to stop or the
+/// claims are dropped.
+fn spawn_keeper(
+    inner: &Arc<Inner>,
+    client: kube::Config,
+    namespace: String,
+    span: tracing::Span,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (weak, mut stop) = (Arc::downgrade(inner), inner.stop_keeper.subscribe());
+    std::thread::Builder::new()
+        .name("lease-keeper".to_owned())
+        .spawn(move || {
+            runtime.block_on(
+                async move {
+                    // Made here: its connection's tasks run on this runtime.
+                    let client = match Client::try_from(client) {
+                        Ok(client) => client,
+                        Err(err) => {
+                            return warn!(error = %err, "the Lease keeper has no API client");
+                        }
+                    };
+                    let leases = Api::namespaced_with(client, &namespace, &lease_resource());
+                    tokio::select! {
+                        () = keep_lease(weak, leases) => {}
+                        _ = stop.wait_for(|stopped| *stopped) => {}
+                    }
+                }
+                .instrument(span),
+            );
+        })?;
+    Ok(())
+}
+
 /// Keeps the replica's Lease: made, renewed three times per TTL; when it
 /// is no longer trusted, its nodes are lost and a new incarnation is made.
-async fn keep_lease(inner: Weak<Inner>) {
+async fn keep_lease(inner: Weak<Inner>, leases: Api<DynamicObject>) {
     let Some(ttl) = inner.upgrade().map(|held| held.ttl) else {
         return;
     };
@@ -900,45 +1029,49 @@ async fn keep_lease(inner: Weak<Inner>) {
         };
         held.lose(lost);
         match own {
-            None => match tokio::time::timeout(ttl / 3, held.incarnate(retired.as_deref())).await {
-                Ok(Ok(Incarnated::Made { asked, uid, lease })) => {
-                    let lost = {
-                        let mut state = held.state();
-                        state.incarnations += 1;
-                        let number = state.incarnations;
-                        state.own = Some(Incarnation {
-                            number,
-                            uid: uid.clone(),
-                            lease,
-                        });
-                        state.retired = None;
-                        state.book.granted(number, asked)
-                    };
-                    held.lose(lost);
-                    held.counts.send_modify(|c| c.leases += 1);
-                    info!(lease = %held.lease_name, %uid, "replica Lease made");
-                    backoff.reset();
+            None => {
+                match tokio::time::timeout(ttl / 3, held.incarnate(&leases, retired.as_deref()))
+                    .await
+                {
+                    Ok(Ok(Incarnated::Made { asked, uid, lease })) => {
+                        let lost = {
+                            let mut state = held.state();
+                            state.incarnations += 1;
+                            let number = state.incarnations;
+                            state.own = Some(Incarnation {
+                                number,
+                                uid: uid.clone(),
+                                lease,
+                            });
+                            state.retired = None;
+                            state.book.granted(number, asked)
+                        };
+                        held.lose(lost);
+                        held.counts.send_modify(|c| c.leases += 1);
+                        info!(lease = %held.lease_name, %uid, "replica Lease made");
+                        backoff.reset();
+                    }
+                    Ok(Ok(Incarnated::Waiting(left))) => {
+                        info!(
+                            lease = %held.lease_name,
+                            ?left,
+                            "the replica Lease is another process's (an earlier one of this name?): waiting for it to end"
+                        );
+                        drop(held);
+                        tokio::time::sleep(left.min(ttl / 3).max(check)).await;
+                        continue;
+                    }
+                    Ok(Err(err)) => {
+                        debug!(error = %err, "no replica Lease; trying again");
+                        drop(held);
+                        backoff.pause().await;
+                        continue;
+                    }
+                    Err(_) => continue,
                 }
-                Ok(Ok(Incarnated::Waiting(left))) => {
-                    info!(
-                        lease = %held.lease_name,
-                        ?left,
-                        "the replica Lease is another process's (an earlier one of this name?): waiting for it to end"
-                    );
-                    drop(held);
-                    tokio::time::sleep(left.min(ttl / 3).max(check)).await;
-                    continue;
-                }
-                Ok(Err(err)) => {
-                    debug!(error = %err, "no replica Lease; trying again");
-                    drop(held);
-                    backoff.pause().await;
-                    continue;
-                }
-                Err(_) => continue,
-            },
+            }
             Some(own) => {
-                if renew(&held, own).await {
+                if renew(&held, &leases, own).await {
                     drop(held);
                     tokio::time::sleep(check).await;
                     continue;

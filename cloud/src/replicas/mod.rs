@@ -27,6 +27,22 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+/// The controller asks a replica's claims (whichever engine keeps them)
+/// whether it holds a node, and which nodes no replica holds.
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
+impl<C: hub::NodeClaims> crate::controller::NodeHolders for C {
+    fn holds(&self, node: &str) -> bool {
+        hub::NodeClaims::holds(self, node)
+    }
+
+    fn unclaimed(
+        &self,
+        nodes: Vec<String>,
+    ) -> futures_util::future::BoxFuture<'static, Result<Vec<String>, String>> {
+        hub::NodeClaims::unclaimed(self, nodes)
+    }
+}
+
 /// What a replica's claims have done.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimCounts {

@@ -414,6 +414,40 @@ impl hub::NodeClaims for EtcdClaims {
             .push(sender);
         Box::pin(tokio_stream_from(receiver))
     }
+
+    fn unclaimed(&self, nodes: Vec<String>) -> BoxFuture<'static, Result<Vec<String>, String>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            // A claim key lives exactly as long as its replica's lease.
+            let claimed: std::collections::HashSet<Vec<u8>> = match nodes.len() {
+                0 => return Ok(nodes),
+                // A few nodes: their keys; many: every claim at once.
+                1..=8 => {
+                    let mut claimed = std::collections::HashSet::new();
+                    for node in &nodes {
+                        let key = inner.key(node).into_bytes();
+                        let (entry, _) = inner.etcd.get(&key).await.map_err(|e| e.to_string())?;
+                        if entry.is_some() {
+                            claimed.insert(key);
+                        }
+                    }
+                    claimed
+                }
+                _ => {
+                    let (entries, _) = inner
+                        .etcd
+                        .list(inner.claims.as_bytes())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    entries.into_iter().map(|entry| entry.key).collect()
+                }
+            };
+            Ok(nodes
+                .into_iter()
+                .filter(|node| !claimed.contains(inner.key(node).as_bytes()))
+                .collect())
+        })
+    }
 }
 
 /// Names this replica under `<prefix>/replicas/`, under `lease`: counted
