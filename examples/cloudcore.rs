@@ -261,18 +261,32 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
     let desired = Desired::open(&settings).await?;
-    // Replicas on etcd keep what KubeEdge nodes acknowledged there, so the
-    // replica that takes one over sends it only what it lacks.
-    let cursors = match &desired {
-        Desired::Etcd(_) => {
+    // Replicas serve each node under a claim.
+    let claims = start_claims(&settings, &desired).await?;
+    // Replicas keep what KubeEdge nodes acknowledged in their engine, so
+    // the replica that takes one over sends it only what it lacks: written
+    // only under the node's claim, and once more before it is given up.
+    let cursors = match (&claims, &desired) {
+        (Some(Claims::Etcd(claims)), Desired::Etcd(_)) => {
             let mut config = CursorConfig::new(settings.etcd.endpoints.clone());
             config.prefix = settings.etcd.prefix.clone();
-            Some(CursorWriter::start(config).context("delivery cursors")?)
+            let cursors =
+                CursorWriter::start(config, claims.fencing()).context("delivery cursors")?;
+            claims.before_release(cursors.before_release());
+            Some(cursors)
+        }
+        (Some(Claims::Leases(claims)), Desired::Kubernetes(store)) => {
+            let cursors = CursorWriter::on_kubernetes(
+                store.client().clone(),
+                &settings.kube_api_config.namespace,
+                claims.clone(),
+                Duration::from_secs(1),
+            );
+            claims.before_release(cursors.before_release());
+            Some(cursors)
         }
         _ => None,
     };
-    // Replicas serve each node under a claim.
-    let claims = start_claims(&settings, &desired).await?;
     let grace = settings.kube_api_config.offline_grace_seconds;
     let controller_config = ControllerConfig {
         offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
@@ -306,12 +320,6 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         // A node taken over is served once this replica sees every apply
         // answered before.
         claims.catch_up_with(store.catching_up());
-        if let Some(cursors) = &cursors {
-            // A node's delivery cursor too is written only under the
-            // claim, and once more before the claim is given up.
-            cursors.fence_with(claims.fencing());
-            claims.before_release(cursors.before_release());
-        }
     }
     let hub = CloudHub::start(
         &hive,
@@ -407,7 +415,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                 if let Some(counts) = &cursor_counts {
                     page.counter(
                         "edgehive_replica_cursor_writes_total",
-                        "Delivery cursors (what a KubeEdge node acknowledged) written to etcd.",
+                        "Delivery cursors (what a KubeEdge node acknowledged) written to the engine (etcd, or ConfigMaps).",
                         &[],
                         counts.borrow().writes,
                     );

@@ -63,8 +63,7 @@ impl Replica {
         let cursors = cursors.then(|| {
             let mut config = CursorConfig::new(cluster.endpoints());
             config.prefix = prefix.to_owned();
-            let cursors = CursorWriter::start(config).expect("cursors");
-            cursors.fence_with(claims.fencing());
+            let cursors = CursorWriter::start(config, claims.fencing()).expect("cursors");
             claims.before_release(cursors.before_release());
             cursors
         });
@@ -400,9 +399,7 @@ async fn a_replica_that_lost_a_node_cannot_write_its_cursor() {
     let writer = |claims: &EtcdClaims| {
         let mut config = CursorConfig::new(cluster.endpoints());
         config.prefix = prefix.to_owned();
-        let writer = CursorWriter::start(config).expect("cursors");
-        writer.fence_with(claims.fencing());
-        writer
+        CursorWriter::start(config, claims.fencing()).expect("cursors")
     };
     let (a, b) = (claims("a"), claims("b"));
     for claims in [&a, &b] {

@@ -234,13 +234,16 @@ struct Inner {
     keeper: Mutex<Option<JoinHandle<()>>>,
     /// Stops a keeper on its own thread.
     stop_keeper: watch::Sender<bool>,
+    /// Done before a node's claim is given up (its delivery cursor
+    /// written, while the write is still this replica's).
+    before_release: std::sync::OnceLock<super::BeforeRelease>,
     /// How the replicas even out their nodes, as on etcd.
     share: Mutex<Share>,
     rebalancer: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Whether `name` is a DNS subdomain (RFC 1123), as object names are.
-fn dns_subdomain(name: &str) -> Result<(), String> {
+pub(crate) fn dns_subdomain(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 253 {
         return Err(format!("{} characters (1 to 253)", name.len()));
     }
@@ -621,6 +624,7 @@ impl LeaseClaims {
             counts,
             keeper: Mutex::new(None),
             stop_keeper: watch::Sender::new(false),
+            before_release: std::sync::OnceLock::new(),
             share: Mutex::new(Share::new(config.ttl * 2, 0.25)),
             rebalancer: Mutex::new(None),
         });
@@ -646,6 +650,29 @@ impl LeaseClaims {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(rebalancer);
         Ok(LeaseClaims { inner })
+    }
+
+    /// `hook` is done (for a third of the TTL at most) before a node's
+    /// claim is given up: what must be written under the claim, such as
+    /// the node's delivery cursor ([`super::CursorWriter::before_release`]).
+    /// Set once.
+    pub fn before_release(&self, hook: super::BeforeRelease) {
+        let _ = self.inner.before_release.set(hook);
+    }
+
+    /// This replica's claim on `node`, if it holds one under a trusted
+    /// Lease: the claim Lease's `resourceVersion` as a number (its token)
+    /// and a guard that keeps the claim steady (no claim or release of
+    /// the node here) until dropped. What is written under it is fenced
+    /// by the trust window only (see the module's notes on fencing).
+    pub async fn fence(&self, node: &str) -> Option<(i64, tokio::sync::OwnedMutexGuard<()>)> {
+        let settled = self.inner.node_lock(node).lock_owned().await;
+        let token = {
+            let state = self.inner.state();
+            state.trusted(Instant::now())?;
+            state.book.revision(node)?.token
+        };
+        (token != 0).then_some((token, settled))
     }
 
     /// This replica's name.
@@ -729,6 +756,9 @@ impl LeaseClaims {
     /// Lease changed since this replica wrote it (another replica took it).
     pub async fn release_now(&self, node: &str, generation: u64) {
         let inner = &self.inner;
+        if let Some(hook) = inner.before_release.get() {
+            let _ = tokio::time::timeout(inner.ttl / 3, hook(node.to_owned())).await;
+        }
         let lock = inner.node_lock(node);
         let _one_at_a_time = lock.lock().await;
         let (claim, held) = {

@@ -11,6 +11,10 @@ pub mod cursor;
 #[cfg(feature = "etcd")]
 mod cursor_on_etcd;
 #[cfg(feature = "kubernetes")]
+mod cursor_on_leases;
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
+mod cursor_writer;
+#[cfg(feature = "kubernetes")]
 pub mod leases;
 #[cfg(feature = "kubernetes")]
 pub mod observed;
@@ -19,7 +23,9 @@ mod on_etcd;
 pub mod share;
 
 #[cfg(feature = "etcd")]
-pub use cursor_on_etcd::{BeforeRelease, CursorConfig, CursorCounts, CursorWriter};
+pub use cursor_on_etcd::CursorConfig;
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
+pub use cursor_writer::{BeforeRelease, CursorCounts, CursorWriter};
 #[cfg(feature = "etcd")]
 pub use on_etcd::{ClaimsConfig, EtcdClaims};
 
