@@ -60,7 +60,10 @@ mod ws;
 
 pub use error::{FrameError, TransportError};
 pub use frame::Codec;
-pub use link::{Lane, Limits, Link, LinkReceiver, LinkSender, MAX_HEADERS, PeerIdentity};
+pub use link::{
+    Lane, Limits, Link, LinkReceiver, LinkSender, MAX_HEADERS, PeerIdentity, RAW_FRAME_MARKER,
+    Received,
+};
 pub use listener::Listener;
 #[cfg(feature = "quic")]
 pub use quic::{ALPN, Quic};

@@ -21,10 +21,19 @@ use crate::frame::{Codec, DEFAULT_MAX_FRAME};
 
 /// Which stream of a link a message travels on.
 ///
-/// WebSocket and UDS carry both lanes on their one ordered stream. QUIC
+/// WebSocket and UDS carry every lane on their one ordered stream. QUIC
 /// carries [`Lane::Ordered`] on one long-lived stream and gives every
 /// [`Lane::Independent`] message a stream of its own, so a slow large
 /// message never holds back small ones (and has no order relative to them).
+///
+/// [`Lane::Stream`] frames belong to long-lived streams carried inside the
+/// link (a container's log, a terminal): each stream's frames stay in
+/// order; they are written only when no message of the other lanes waits,
+/// the streams taking turns frame by frame, so no stream holds back the
+/// link's messages (objects, acknowledgements, keepalives) or another
+/// stream by more than the frame being written. QUIC carries them on a
+/// QUIC stream of their own at a lower priority, so their bytes never hold
+/// back the ordered stream in the network either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lane {
     /// In order with every other ordered message of this link.
@@ -32,6 +41,25 @@ pub enum Lane {
     Ordered,
     /// On its own where the transport can; no order relative to others.
     Independent,
+    /// A frame of the link's inner stream `id`: in order with that
+    /// stream's frames, after whatever waits on the other lanes.
+    Stream(u64),
+}
+
+/// The first byte of a frame that is not a message (a frame of an inner
+/// stream, [`Lane::Stream`]): never the first byte of an encoded message
+/// (`0xc1` is unused in MessagePack; JSON is text, and `0xc1` is never
+/// UTF-8). [`LinkReceiver::recv_item`] hands such frames over undecoded.
+pub const RAW_FRAME_MARKER: u8 = 0xc1;
+
+/// What a link received: a message, or a raw frame (one starting with
+/// [`RAW_FRAME_MARKER`]).
+#[derive(Debug)]
+pub enum Received {
+    /// A message.
+    Message(Message),
+    /// A frame starting with [`RAW_FRAME_MARKER`], undecoded.
+    Raw(Bytes),
 }
 
 /// Who is at the other end, as the transport established it.
@@ -147,12 +175,47 @@ impl Outbox {
 #[derive(Default)]
 struct Queued {
     frames: Vec<(Bytes, Lane)>,
+    /// Frames of inner streams, written when `frames` is empty.
+    streams: StreamFrames,
     /// No more frames will come: close once these are written.
     closing: bool,
     /// Some sender waits for room.
     waiting: bool,
     /// Frames ever queued (see [`LinkSender::backlog`]).
     pushed: u64,
+}
+
+/// Frames of a link's inner streams waiting to be written: each stream's
+/// in order, the streams taking turns (round robin by id).
+#[derive(Default)]
+struct StreamFrames {
+    by_stream: std::collections::BTreeMap<u64, std::collections::VecDeque<Bytes>>,
+    len: usize,
+    /// The id whose turn is next (or the first one after it).
+    next: u64,
+}
+
+impl StreamFrames {
+    fn push(&mut self, id: u64, frame: Bytes) {
+        self.by_stream.entry(id).or_default().push_back(frame);
+        self.len += 1;
+    }
+
+    /// The next frame in turn.
+    fn pop(&mut self) -> Option<(u64, Bytes)> {
+        let id = match self.by_stream.range(self.next..).next() {
+            Some((id, _)) => *id,
+            None => *self.by_stream.keys().next()?,
+        };
+        let frames = self.by_stream.get_mut(&id)?;
+        let frame = frames.pop_front()?;
+        if frames.is_empty() {
+            self.by_stream.remove(&id);
+        }
+        self.len -= 1;
+        self.next = id.wrapping_add(1);
+        Some((id, frame))
+    }
 }
 
 impl Outbox {
@@ -274,16 +337,23 @@ impl LinkSender {
         if queued.closing || self.is_closed() {
             return Err(TransportError::Closed);
         }
-        if queued.frames.len() >= outbox.capacity {
+        let full = match frame.1 {
+            Lane::Stream(_) => queued.streams.len >= outbox.capacity,
+            _ => queued.frames.len() >= outbox.capacity,
+        };
+        if full {
             if let Some(room) = room {
                 queued.waiting = true;
                 room.enable();
             }
             return Ok(Some(frame));
         }
-        queued.frames.push(frame);
+        match frame {
+            (frame, Lane::Stream(id)) => queued.streams.push(id, frame),
+            frame => queued.frames.push(frame),
+        }
         queued.pushed += 1;
-        let first = queued.frames.len() == 1;
+        let first = queued.frames.len() + queued.streams.len == 1;
         drop(queued);
         if first {
             outbox.wake_writer.notify_one();
@@ -321,9 +391,10 @@ impl LinkSender {
         self.max_frame
     }
 
-    /// Frames queued and not yet written.
+    /// Frames queued and not yet written (inner streams' included).
     pub fn queued(&self) -> usize {
-        self.outbox.outbox.lock().frames.len()
+        let queued = self.outbox.outbox.lock();
+        queued.frames.len() + queued.streams.len
     }
 
     /// Frames handed to the connection so far. While a [`Self::backlog`]
@@ -380,6 +451,26 @@ impl LinkReceiver {
         };
         match self.codec.decode(&frame) {
             Ok(msg) => Some(Ok(msg)),
+            Err(err) => {
+                warn!(peer = %self.peer, error = %err, "closing link");
+                self.end();
+                Some(Err(err.into()))
+            }
+        }
+    }
+
+    /// The next message or raw frame (see [`RAW_FRAME_MARKER`]); the same
+    /// end-of-link rules as [`Self::recv`].
+    pub async fn recv_item(&mut self) -> Option<Result<Received, TransportError>> {
+        let frame = match self.recv_frame().await? {
+            Ok(frame) => frame,
+            Err(err) => return Some(Err(err)),
+        };
+        if frame.first() == Some(&RAW_FRAME_MARKER) {
+            return Some(Ok(Received::Raw(frame)));
+        }
+        match self.codec.decode(&frame) {
+            Ok(msg) => Some(Ok(Received::Message(msg))),
             Err(err) => {
                 warn!(peer = %self.peer, error = %err, "closing link");
                 self.end();
@@ -529,6 +620,13 @@ async fn write_loop<K: FrameSink>(
         let closing = {
             let mut queued = outbox.lock();
             std::mem::swap(&mut queued.frames, &mut batch);
+            // An inner stream's frame only when no message waits: one,
+            // then the messages queued meanwhile go first.
+            if batch.is_empty()
+                && let Some((id, frame)) = queued.streams.pop()
+            {
+                batch.push((frame, Lane::Stream(id)));
+            }
             if std::mem::take(&mut queued.waiting) {
                 outbox.room.notify_waiters();
             }

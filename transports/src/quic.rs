@@ -1,7 +1,9 @@
 //! QUIC transport (RFC 9000, quinn), always TLS 1.3. The dialing side opens
 //! one bidirectional stream for [`Lane::Ordered`] messages; every
 //! [`Lane::Independent`] message gets a unidirectional stream of its own, so
-//! a slow large message never holds back small ones.
+//! a slow large message never holds back small ones. The frames of the
+//! link's inner streams ([`Lane::Stream`]) share one more unidirectional
+//! stream, opened on the first of them, at a lower priority than the rest.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -148,7 +150,10 @@ fn transport_config(idle: Option<Duration>) -> Result<Arc<quinn::TransportConfig
 /// frame of an independent stream being read.
 enum Independent {
     Opened(Option<RecvStream>),
-    Frame(Result<Bytes, TransportError>),
+    /// A frame, and the stream to read the next one from.
+    Frame(Result<Bytes, TransportError>, Option<RecvStream>),
+    /// A stream ended after its last frame.
+    Ended,
 }
 
 type IndependentFuture = Pin<Box<dyn Future<Output = Independent> + Send>>;
@@ -177,12 +182,19 @@ impl FrameSource for QuicSource {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
         while let Poll::Ready(Some(next)) = self.independent.poll_next_unpin(cx) {
             match next {
-                Independent::Frame(frame) => return Poll::Ready(frame.map(Some)),
+                Independent::Frame(frame, more) => {
+                    if let Some(recv) = more {
+                        let max = self.ordered.max_frame();
+                        self.independent
+                            .push(Box::pin(read_independent(recv, max, false)));
+                    }
+                    return Poll::Ready(frame.map(Some));
+                }
+                Independent::Ended => {}
                 Independent::Opened(Some(recv)) => {
                     let max = self.ordered.max_frame();
-                    self.independent.push(Box::pin(async move {
-                        Independent::Frame(read_independent(recv, max).await)
-                    }));
+                    self.independent
+                        .push(Box::pin(read_independent(recv, max, true)));
                     self.independent.push(accept_independent(&self.connection));
                 }
                 // The connection is gone; the ordered stream ends too.
@@ -193,26 +205,34 @@ impl FrameSource for QuicSource {
     }
 }
 
-/// Reads the one frame of an independent stream.
-async fn read_independent(mut recv: RecvStream, max: usize) -> Result<Bytes, TransportError> {
+/// Reads the next frame of a unidirectional stream: an independent
+/// message's one frame, or one of the inner streams' frames. A stream
+/// that ends where a frame would start (not its `first`) ended cleanly.
+async fn read_independent(mut recv: RecvStream, max: usize, first: bool) -> Independent {
     let mut header = [0u8; LENGTH_PREFIX];
-    recv.read_exact(&mut header)
-        .await
-        .map_err(|e| quic_error("independent stream", e))?;
+    match recv.read_exact(&mut header).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) if !first => return Independent::Ended,
+        Err(e) => return Independent::Frame(Err(quic_error("independent stream", e)), None),
+    }
     let len = u32::from_be_bytes(header) as usize;
     if len > max {
-        return Err(FrameError::TooLarge { len, max }.into());
+        return Independent::Frame(Err(FrameError::TooLarge { len, max }.into()), None);
     }
     // Memory grows with what arrives, not with what the header claims: a
     // peer that sends a header and stalls holds no frame-sized buffer.
-    let frame = recv
-        .read_to_end(len)
-        .await
-        .map_err(|e| quic_error("independent stream", e))?;
-    if frame.len() != len {
-        return Err(FrameError::Protocol("truncated independent stream".into()).into());
+    let mut frame = bytes::BytesMut::new();
+    while frame.len() < len {
+        match recv.read_chunk(len - frame.len(), true).await {
+            Ok(Some(chunk)) => frame.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                let truncated = FrameError::Protocol("truncated independent stream".into());
+                return Independent::Frame(Err(truncated.into()), None);
+            }
+            Err(e) => return Independent::Frame(Err(quic_error("independent stream", e)), None),
+        }
     }
-    Ok(Bytes::from(frame))
+    Independent::Frame(Ok(frame.freeze()), Some(recv))
 }
 
 fn source(connection: Connection, ordered: RecvStream, limits: &Limits) -> QuicSource {
@@ -233,12 +253,50 @@ struct QuicSink {
     /// peer has no stream free, so ordered messages are not held back by
     /// independent ones waiting for a stream.
     outstanding: Arc<Semaphore>,
+    /// The inner streams' frames, to the task writing them on their QUIC
+    /// stream (opened with the first). Unbounded: what an inner stream may
+    /// have in flight is bounded by its own flow control, above the link.
+    streams: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
+}
+
+impl QuicSink {
+    /// The channel to the inner streams' QUIC stream, started on first use.
+    fn streams(&mut self) -> &tokio::sync::mpsc::UnboundedSender<Bytes> {
+        let connection = self.connection.clone();
+        self.streams.get_or_insert_with(|| {
+            let (frames, mut queued) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+            tokio::spawn(async move {
+                let written = async {
+                    let mut stream = connection
+                        .open_uni()
+                        .await
+                        .map_err(|e| quic_error("open stream", e))?;
+                    // Below the ordered stream (priority 0).
+                    let _ = stream.set_priority(-1);
+                    while let Some(frame) = queued.recv().await {
+                        write_prefixed(&mut stream, &frame).await?;
+                    }
+                    let _ = stream.finish();
+                    Ok::<_, TransportError>(())
+                };
+                if let Err(err) = written.await {
+                    debug!(error = %err, "inner streams' QUIC stream failed");
+                    connection.close(VarInt::from_u32(1), b"inner streams failed");
+                }
+            });
+            frames
+        })
+    }
 }
 
 impl FrameSink for QuicSink {
     async fn write_frame(&mut self, frame: Bytes, lane: Lane) -> Result<(), TransportError> {
         match lane {
             Lane::Ordered => self.ordered.write_frame(frame, lane).await,
+            Lane::Stream(_) => self
+                .streams()
+                .send(frame)
+                .map_err(|_| TransportError::Closed),
             Lane::Independent => {
                 if let Some(reason) = self.connection.close_reason() {
                     return Err(quic_error("open stream", reason));
@@ -302,6 +360,7 @@ fn into_link(connection: Connection, send: SendStream, recv: RecvStream, limits:
         connection,
         ordered: StreamSink::new(send),
         outstanding: Arc::new(Semaphore::new(OUTSTANDING_INDEPENDENT)),
+        streams: None,
     };
     spawn_link(peer, source, sink, limits, Codec::MessagePack)
 }

@@ -374,6 +374,112 @@ async fn written_and_backlog_count_what_the_connection_took(kind: TransportKind)
     assert_eq!(client.sender.backlog(), 0);
 }
 
+/// A frame of inner stream `id`: the marker, the id, the sequence number,
+/// and `size` bytes in all.
+fn stream_frame(id: u64, n: u64, size: usize) -> Bytes {
+    let mut frame = vec![transports::RAW_FRAME_MARKER];
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.extend_from_slice(&n.to_be_bytes());
+    frame.resize(size.max(frame.len()), 0xab);
+    Bytes::from(frame)
+}
+
+/// The stream id and sequence number of a frame made by [`stream_frame`].
+fn stream_frame_of(frame: &Bytes) -> (u64, u64) {
+    let number = |at: usize| {
+        let bytes: [u8; 8] = frame[at..at + 8].try_into().expect("8 bytes");
+        u64::from_be_bytes(bytes)
+    };
+    (number(1), number(9))
+}
+
+/// Frames of three inner streams, sent interleaved with messages from
+/// several tasks, all arrive: each stream's in order, every message once,
+/// and raw frames are never taken for messages.
+async fn inner_streams_keep_their_order(kind: TransportKind) {
+    let rig = Rig::new(kind);
+    let mut listener = rig.listen().await;
+    let (client, mut server) = rig.pair(&mut listener).await;
+    const FRAMES: u64 = 200;
+    for id in 1..=3u64 {
+        let sender = client.sender.clone();
+        tokio::spawn(async move {
+            for n in 0..FRAMES {
+                let frame = stream_frame(id, n, 100 + (n as usize * 37) % 3000);
+                sender
+                    .send_frame(frame, Lane::Stream(id))
+                    .await
+                    .expect("stream frame");
+            }
+        });
+    }
+    let sender = client.sender.clone();
+    tokio::spawn(async move {
+        for n in 0..FRAMES {
+            sender.send(&numbered(0, n as usize)).await.expect("send");
+        }
+    });
+    let mut next = [0u64; 4];
+    let mut messages = 0;
+    while messages < FRAMES || next[1..].iter().any(|n| *n < FRAMES) {
+        let item = within(server.receiver.recv_item())
+            .await
+            .expect("link open")
+            .expect("a frame");
+        match item {
+            transports::Received::Message(msg) => {
+                assert_eq!(msg.content()["n"], messages);
+                messages += 1;
+            }
+            transports::Received::Raw(frame) => {
+                let (id, n) = stream_frame_of(&frame);
+                assert_eq!(n, next[id as usize], "stream {id} in order");
+                next[id as usize] += 1;
+            }
+        }
+    }
+}
+
+/// Messages sent after frames of inner streams were queued are written
+/// before the rest of them: a stream never holds the link's messages back.
+async fn messages_go_ahead_of_queued_stream_frames(kind: TransportKind) {
+    let rig = Rig::new(kind);
+    let mut listener = rig.listen().await;
+    let (client, mut server) = rig.pair(&mut listener).await;
+    const FRAMES: u64 = 64;
+    // Queued without yielding: on this test's one thread, the writer
+    // finds all of them, the message last, when it next runs.
+    for n in 0..FRAMES {
+        client
+            .sender
+            .try_send_frame(stream_frame(7, n, 16 * 1024), Lane::Stream(7))
+            .expect("queued");
+    }
+    client
+        .sender
+        .try_send(&numbered(0, 0), Lane::Ordered)
+        .expect("queued");
+    let mut frames_before = 0;
+    loop {
+        match within(server.receiver.recv_item())
+            .await
+            .expect("open")
+            .expect("frame")
+        {
+            transports::Received::Message(_) => break,
+            transports::Received::Raw(_) => frames_before += 1,
+        }
+    }
+    assert!(
+        frames_before < FRAMES,
+        "the message came after every stream frame"
+    );
+    if kind != TransportKind::Quic {
+        // One ordered byte stream: the writer took the message first.
+        assert_eq!(frames_before, 0);
+    }
+}
+
 macro_rules! conformance {
     ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
         mod $module {
@@ -386,6 +492,36 @@ macro_rules! conformance {
         }
     };
 }
+
+/// Cases that need the writer and the test on one thread.
+macro_rules! on_one_thread {
+    ($module:ident, $kind:expr, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "current_thread")]
+                async fn $test() {
+                    super::$test($kind).await;
+                }
+            )*
+        }
+    };
+}
+
+on_one_thread!(
+    ws_one_thread,
+    transports::TransportKind::WebSocket,
+    [messages_go_ahead_of_queued_stream_frames]
+);
+on_one_thread!(
+    quic_one_thread,
+    transports::TransportKind::Quic,
+    [messages_go_ahead_of_queued_stream_frames]
+);
+on_one_thread!(
+    uds_one_thread,
+    transports::TransportKind::UnixSocket,
+    [messages_go_ahead_of_queued_stream_frames]
+);
 
 conformance!(
     ws,
@@ -403,6 +539,7 @@ conformance!(
         dialing_a_silent_server_times_out,
         pings_are_answered_where_the_transport_has_them,
         written_and_backlog_count_what_the_connection_took,
+        inner_streams_keep_their_order,
     ]
 );
 
@@ -422,6 +559,7 @@ conformance!(
         dialing_a_silent_server_times_out,
         pings_are_answered_where_the_transport_has_them,
         written_and_backlog_count_what_the_connection_took,
+        inner_streams_keep_their_order,
     ]
 );
 
@@ -441,6 +579,7 @@ conformance!(
         a_stalled_handshake_holds_up_nobody,
         pings_are_answered_where_the_transport_has_them,
         written_and_backlog_count_what_the_connection_took,
+        inner_streams_keep_their_order,
     ]
 );
 
