@@ -12,7 +12,9 @@ use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
-use transports::{Lane, Link, LinkSender, ListenOptions, Listener, TransportError, TransportKind};
+use transports::{
+    Lane, Link, LinkSender, ListenOptions, Listener, Received, TransportError, TransportKind,
+};
 
 use crate::HubError;
 use crate::dialect::{Dialect, NODE_ID_HEADER, node_of_common_name};
@@ -91,6 +93,8 @@ pub struct CloudHubHandle {
     pub addresses: Vec<(TransportKind, String)>,
     /// Counters.
     pub stats: Arc<HubStats>,
+    /// Streams to the nodes linked here (logs, exec, port-forward, ...).
+    pub streams: crate::tunnel::NodeTunnels,
 }
 
 struct Session {
@@ -124,6 +128,7 @@ pub struct CloudHub {
     /// Tells the accept loops to stop and release their addresses.
     stop_accepting: watch::Sender<bool>,
     accepting: Vec<tokio::task::JoinHandle<()>>,
+    tunnels: crate::tunnel::NodeTunnels,
 }
 
 impl CloudHub {
@@ -148,6 +153,8 @@ impl CloudHub {
         let mut first = Some((listeners, store));
         let config = Arc::new(config);
         let hub_stats = stats.clone();
+        let streams = crate::tunnel::NodeTunnels::default();
+        let tunnels = streams.clone();
         hive.start_module(move |hive| {
             // The listeners and store go to the first instance; cloudhub
             // is not restarted (its sockets would be gone).
@@ -165,9 +172,14 @@ impl CloudHub {
                 pending_total: 0,
                 stop_accepting: watch::channel(false).0,
                 accepting: Vec::new(),
+                tunnels: tunnels.clone(),
             }
         })?;
-        Ok(CloudHubHandle { addresses, stats })
+        Ok(CloudHubHandle {
+            addresses,
+            stats,
+            streams,
+        })
     }
 
     fn queue(&mut self, node: &str) -> &mut NodeQueue {
@@ -574,6 +586,7 @@ struct SessionUp {
     sender: LinkSender,
     dialect: Dialect,
     claim: Option<u64>,
+    tunnel: crate::tunnel::Tunnel,
 }
 
 /// A node's session ended.
@@ -618,7 +631,6 @@ impl Handler<SessionUp> for CloudHub {
             return;
         }
         info!(node = %up.node, session = up.id, "node connected");
-        self.stats.count(&self.stats.sessions_opened);
         if self
             .sessions
             .get(&up.node)
@@ -641,6 +653,11 @@ impl Handler<SessionUp> for CloudHub {
             // A reconnect while the old link lingers: the new one wins.
             actix::spawn(async move { old.sender.close().await });
         }
+        if up.dialect == Dialect::Native {
+            self.tunnels.linked(&up.node, up.id, up.tunnel);
+        }
+        // Counted once the session is in place (streams may be opened).
+        self.stats.count(&self.stats.sessions_opened);
         self.gone_since.remove(&up.node);
         self.load_from_store(&up.node);
         if let (Some(acks), Some(queue)) = (self.acks_of(&up.node), self.queues.get(&up.node))
@@ -752,6 +769,7 @@ impl Handler<SessionDown> for CloudHub {
             return;
         }
         info!(node = %down.node, session = down.id, "node disconnected");
+        self.tunnels.unlinked(&down.node, down.id);
         let ended = self.sessions.remove(&down.node);
         let served = self.holds(&down.node);
         if let Some(acks) = &self.config.acks {
@@ -926,8 +944,25 @@ async fn open_session(
     let Link {
         sender, receiver, ..
     } = link;
-    let incoming = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|item| (item, receiver))
+    // Frames of streams inside the link go to its tunnel as they come;
+    // the session sees messages only. The link's end ends the streams.
+    let tunnel = crate::tunnel::Tunnel::for_cloud(sender.clone());
+    let reader_tunnel = tunnel.clone();
+    let incoming = futures_util::stream::unfold(receiver, move |mut receiver| {
+        let tunnel = reader_tunnel.clone();
+        async move {
+            loop {
+                match receiver.recv_item().await {
+                    Some(Ok(Received::Raw(frame))) => tunnel.received(&frame),
+                    Some(Ok(Received::Message(msg))) => return Some((Ok(msg), receiver)),
+                    Some(Err(err)) => return Some((Err(err), receiver)),
+                    None => {
+                        tunnel.link_lost();
+                        return None;
+                    }
+                }
+            }
+        }
     });
     let session_sender = sender.clone();
     let session_node = node.clone();
@@ -958,6 +993,7 @@ async fn open_session(
         sender,
         dialect,
         claim,
+        tunnel,
     });
 }
 

@@ -12,7 +12,7 @@ use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
-use transports::{DialOptions, Lane, Link, LinkSender, TransportError, TransportKind};
+use transports::{DialOptions, Lane, Link, LinkSender, Received, TransportError, TransportKind};
 
 use crate::dialect::Dialect;
 use crate::protocol::{self, Kind};
@@ -45,6 +45,9 @@ pub struct EdgeHubConfig {
     /// after `dial.address` when a dial fails or a link is lost. A name
     /// resolving to several addresses is tried at each of them in turn.
     pub alternates: Vec<String>,
+    /// Serves the streams the cloud opens inside the link (logs, exec,
+    /// port-forward, ...); none: every stream is refused.
+    pub streams: Option<Arc<dyn crate::tunnel::StreamHandler>>,
 }
 
 impl EdgeHubConfig {
@@ -61,6 +64,7 @@ impl EdgeHubConfig {
             persist_timeout: Duration::from_secs(30),
             dialect: Dialect::Native,
             alternates: Vec::new(),
+            streams: None,
         }
     }
 
@@ -556,6 +560,9 @@ async fn run_link(
     } else if protocol::kind(&first) == Kind::Payload {
         deliver(first, &sender, hive, config, stats).await;
     }
+    // Streams the cloud opens inside the link; they end with it.
+    let tunnel = crate::tunnel::Tunnel::for_edge(sender.clone(), config.streams.clone());
+    let _streams_end_with_the_link = tunnel.end_on_drop();
     let keepalive = config.keepalive;
     // A KubeEdge cloud sends no keepalives, but its WebSocket layer answers
     // pings: their pongs show the cloud process alive, where a frozen one
@@ -569,9 +576,14 @@ async fn run_link(
     let mut last_sent = Instant::now();
     loop {
         tokio::select! {
-            next = receiver.recv() => {
+            next = receiver.recv_item() => {
                 let msg = match next {
-                    Some(Ok(msg)) => msg,
+                    Some(Ok(Received::Message(msg))) => msg,
+                    Some(Ok(Received::Raw(frame))) => {
+                        tunnel.received(&frame);
+                        last_seen = Instant::now();
+                        continue;
+                    }
                     Some(Err(err)) => {
                         warn!(error = %err, "link to the cloud failed");
                         break;
