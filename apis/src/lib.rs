@@ -15,5 +15,6 @@ pub mod api;
 pub mod defaults;
 pub mod devices;
 pub mod kinds;
+pub mod streams;
 
 pub use kinds::{Kind, ObjectKey};
