@@ -310,8 +310,15 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         };
         ApplicationCenter::start(&hive, desired.api_server(), config)?;
     }
+    // Streams to edge pods (logs, exec, port-forward, stats) go through
+    // the nodes' links, kept by cloudhub.
+    let tunnels = hub::tunnel::NodeTunnels::default();
+    let pod_streams = cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
     let admin = match settings.modules.admin.enabled() {
-        Some(address) => Some(AdminApi::start(controller.clone(), address).context("admin API")?),
+        Some(address) => Some(
+            AdminApi::start(controller.clone(), address, Some(pod_streams.clone()))
+                .context("admin API")?,
+        ),
         None => None,
     };
     if let (Some(Claims::Etcd(claims)), Desired::Etcd(store)) = (&claims, &desired) {
@@ -331,6 +338,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             acks: cursors
                 .clone()
                 .map(|cursors| Arc::new(cursors) as Arc<dyn hub::AckSink>),
+            streams: tunnels,
             ..CloudHubConfig::default()
         },
     )

@@ -305,7 +305,7 @@ enum Mqtt {
     External(String),
 }
 
-async fn run(settings: EdgeCoreConfig, config: EdgeHubConfig) -> Result<()> {
+async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> {
     let data_dir = settings.data_dir.clone();
     let modules = &settings.modules;
     std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
@@ -326,6 +326,9 @@ async fn run(settings: EdgeCoreConfig, config: EdgeHubConfig) -> Result<()> {
             format!("edged (is containerd up at {socket}? see scripts/setup-containerd)")
         })?;
         tracing::info!(%socket, server = ?edged.server_address, "edged ready");
+        // The cloud's logs, exec and attach of these pods come through the
+        // link.
+        config.streams = Some(edged.streams.clone());
     }
     let mut twin_counts = None;
     if modules.device_twin.enable {

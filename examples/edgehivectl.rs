@@ -7,15 +7,17 @@
 //! edgehivectl get pods [-A | -n NS] [NAME] [-o wide|yaml|json]
 //! edgehivectl get nodes
 //! edgehivectl describe pod web
+//! edgehivectl logs [-f] [--tail N] POD [-c CONTAINER]
 //! ```
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use apis::kinds::Kind;
 use clap::{Parser, Subcommand, ValueEnum};
 use cloud::AdminClient;
+use futures_util::StreamExt;
 use serde_json::Value;
 
 /// kubectl for an edgehive cloud.
@@ -71,6 +73,35 @@ enum Command {
         #[arg(short, long, value_enum)]
         output: Option<Output>,
     },
+    /// Prints a container's log (from its edge node, through the cloud).
+    Logs {
+        /// The pod.
+        pod: String,
+        /// The container (the pod's only one when left out).
+        #[arg(short, long)]
+        container: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// Keeps printing what the container writes.
+        #[arg(short, long)]
+        follow: bool,
+        /// Only the last lines.
+        #[arg(long)]
+        tail: Option<i64>,
+        /// Only what was written in the last seconds.
+        #[arg(long)]
+        since_seconds: Option<i64>,
+        /// Each line with its timestamp.
+        #[arg(long)]
+        timestamps: bool,
+        /// The container's previous run.
+        #[arg(short, long)]
+        previous: bool,
+        /// At most this many bytes.
+        #[arg(long)]
+        limit_bytes: Option<i64>,
+    },
     /// Shows one object in detail.
     Describe {
         /// Kind.
@@ -109,6 +140,51 @@ fn main() {
 async fn run(args: Args) -> Result<()> {
     let client = AdminClient::new(&args.server);
     match args.command {
+        Command::Logs {
+            pod,
+            container,
+            namespace,
+            follow,
+            tail,
+            since_seconds,
+            timestamps,
+            previous,
+            limit_bytes,
+        } => {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            if let Some(container) = &container {
+                query.append_pair("container", container);
+            }
+            for (name, on) in [
+                ("follow", follow),
+                ("timestamps", timestamps),
+                ("previous", previous),
+            ] {
+                if on {
+                    query.append_pair(name, "true");
+                }
+            }
+            for (name, value) in [
+                ("tailLines", tail),
+                ("sinceSeconds", since_seconds),
+                ("limitBytes", limit_bytes),
+            ] {
+                if let Some(value) = value {
+                    query.append_pair(name, &value.to_string());
+                }
+            }
+            let path = format!(
+                "/api/v1/namespaces/{namespace}/pods/{pod}/log?{}",
+                query.finish()
+            );
+            let mut body = client.stream(&path).await?;
+            let mut out = std::io::stdout();
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.context("the log was cut")?;
+                out.write_all(&chunk).context("stdout")?;
+                out.flush().context("stdout")?;
+            }
+        }
         Command::Apply { files } => {
             let results = client.apply(read_manifests(&files)?).await?;
             for r in results.results {

@@ -26,6 +26,7 @@ pub mod controller;
 pub mod desired;
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod replicas;
+pub mod streams;
 #[cfg(test)]
 mod test_rng;
 

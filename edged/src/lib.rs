@@ -14,11 +14,13 @@
 pub mod config;
 pub mod cri;
 pub mod gc;
+pub mod logs;
 pub mod module;
 pub mod node;
 pub mod probes;
 pub mod server;
 pub mod spec;
+pub mod streams;
 pub mod volumes;
 pub mod worker;
 

@@ -50,6 +50,9 @@ pub struct EdgedHandle {
     pub server_address: Option<std::net::SocketAddr>,
     /// The pods it runs, with their latest status.
     pub pods: PodsView,
+    /// Serves the cloud's streams to those pods (logs, exec, attach): for
+    /// edgehub's `streams`.
+    pub streams: std::sync::Arc<crate::streams::PodStreamServer>,
 }
 
 impl Edged {
@@ -66,6 +69,11 @@ impl Edged {
             None => None,
         };
         let server_address = server.as_ref().map(|s| s.address);
+        let streams = crate::streams::PodStreamServer::new(
+            pods.clone(),
+            cri.clone(),
+            config.root_dir.clone(),
+        );
         let mut image_gc = config.image_gc.clone();
         image_gc.pinned.push(config.pause_image.clone());
         let (inbox, messages) = mpsc::channel(1024);
@@ -92,6 +100,7 @@ impl Edged {
         Ok(EdgedHandle {
             server_address,
             pods,
+            streams,
         })
     }
 }

@@ -67,6 +67,10 @@ pub struct CloudHubConfig {
     /// acknowledge, so another replica that takes one over sends it only
     /// what it lacks (none: nobody is told).
     pub acks: Option<Arc<dyn crate::AckSink>>,
+    /// Where the native nodes' tunnels are kept, for whoever opens streams
+    /// to them (a fresh set by default; give one to share it before the
+    /// hub starts).
+    pub streams: crate::tunnel::NodeTunnels,
 }
 
 impl Default for CloudHubConfig {
@@ -82,6 +86,7 @@ impl Default for CloudHubConfig {
             kubeedge_resend_after: Duration::from_secs(10),
             claims: None,
             acks: None,
+            streams: crate::tunnel::NodeTunnels::default(),
         }
     }
 }
@@ -153,7 +158,7 @@ impl CloudHub {
         let mut first = Some((listeners, store));
         let config = Arc::new(config);
         let hub_stats = stats.clone();
-        let streams = crate::tunnel::NodeTunnels::default();
+        let streams = config.streams.clone();
         let tunnels = streams.clone();
         hive.start_module(move |hive| {
             // The listeners and store go to the first instance; cloudhub

@@ -106,6 +106,52 @@ impl AdminClient {
         Ok(response)
     }
 
+    /// The body of `path` as it arrives (a followed log), or the server's
+    /// refusal. Ends with an error if the server cuts it.
+    pub async fn stream(
+        &self,
+        path: &str,
+    ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, path, None))
+            .await
+            .map_err(|_| self.unreachable("no answer in time"))??;
+        if !response.status().is_success() {
+            let status = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| self.unreachable(e))?
+                .to_bytes();
+            return Err(server_error(status, &body));
+        }
+        let address = self.address.clone();
+        let chunks = stream::unfold(Some(response.into_body()), move |body| {
+            let address = address.clone();
+            async move {
+                let mut body = body?;
+                loop {
+                    match body.frame().await {
+                        Some(Ok(frame)) => {
+                            if let Ok(data) = frame.into_data() {
+                                return Some((Ok(data), Some(body)));
+                            }
+                        }
+                        Some(Err(err)) => {
+                            let err = ClientError::Unreachable {
+                                address,
+                                reason: err.to_string(),
+                            };
+                            return Some((Err(err), None));
+                        }
+                        None => return None,
+                    }
+                }
+            }
+        });
+        Ok(chunks.boxed())
+    }
+
     /// Watches `path` (a list path; `watch=true` is added): each item is
     /// one watch event, as the server sent it.
     pub async fn watch(

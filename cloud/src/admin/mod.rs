@@ -8,6 +8,8 @@
 //!   `GET /api/v1/{plural}` (all namespaces) and `GET /api/v1/nodes[/{name}]`
 //!   list and get, with status.
 //! - `DELETE` on an object's path deletes it.
+//! - A pod's log, exec, attach and port-forward, and the nodes' and pods'
+//!   resource figures, through the nodes' links ([`pods`]).
 //!
 //! It listens on 127.0.0.1 unless told otherwise: whoever reaches it
 //! controls every node.
@@ -29,6 +31,7 @@ use crate::desired::DesiredState;
 
 pub mod client;
 pub mod manifest;
+pub mod pods;
 
 pub use client::AdminClient;
 
@@ -82,19 +85,30 @@ pub struct AdminApi;
 
 impl AdminApi {
     /// Serves the controller behind `handle` on `address` (inside an
-    /// actix System).
-    pub fn start(handle: ControllerHandle, address: &str) -> std::io::Result<AdminApiHandle> {
+    /// actix System), and the pods' streams (logs, exec, ...) through
+    /// `streams` if given.
+    pub fn start(
+        handle: ControllerHandle,
+        address: &str,
+        streams: Option<crate::streams::PodStreams>,
+    ) -> std::io::Result<AdminApiHandle> {
         let objects = web::Data::new(DesiredObjects(handle.store().clone()));
         let controller = web::Data::new(handle);
+        let streams = streams.map(web::Data::new);
         let server = HttpServer::new(move || {
-            App::new()
+            let app = App::new()
                 .app_data(objects.clone())
                 .app_data(controller.clone())
                 .app_data(web::PayloadConfig::new(MAX_MANIFEST_BYTES))
                 .route(APPLY_PATH, web::post().to(apply))
                 .route(DELETE_PATH, web::post().to(delete_manifest))
-                .configure(delete_routes)
-                .configure(api::read_routes::<DesiredObjects>)
+                .configure(delete_routes);
+            // Before the read routes: a pod's subresources are not objects.
+            let app = match &streams {
+                Some(streams) => app.app_data(streams.clone()).configure(pods::routes),
+                None => app,
+            };
+            app.configure(api::read_routes::<DesiredObjects>)
         })
         .workers(1)
         .disable_signals()

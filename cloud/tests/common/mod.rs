@@ -178,7 +178,7 @@ impl Cloud {
         };
         let address = hub.addresses[0].1.clone();
         let kubeedge_address = hub.addresses[1].1.clone();
-        let admin = AdminApi::start(controller.clone(), "127.0.0.1:0").expect("admin API");
+        let admin = AdminApi::start(controller.clone(), "127.0.0.1:0", None).expect("admin API");
         let client = AdminClient::new(&admin.address.to_string());
         Cloud {
             pki,

@@ -1,0 +1,292 @@
+//! The cloud's streams to the pods edged runs (`hub::tunnel`), served as a
+//! kubelet serves its streaming API: a command run in a container and an
+//! attach through CRI `Exec` / `Attach` and containerd's streaming server
+//! (its WebSocket side, protocol `v4.channel.k8s.io`), a container's log
+//! from its log file ([`crate::logs`]).
+//!
+//! Every stream names a pod: one edged does not run is refused, so a
+//! stream never reaches another node's pod, whatever the cloud asks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use hub::tunnel::{Chunk, PendingStream, StreamHandler};
+use k8s_openapi::api::core::v1::Pod;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tracing::{Instrument, debug, info_span};
+
+use crate::cri::{Cri, api};
+use crate::server::PodsView;
+
+/// The WebSocket subprotocol spoken to the runtime's streaming server.
+const CHANNEL_PROTOCOL: &str = "v4.channel.k8s.io";
+
+/// Serves the streams the cloud opens to this node's pods.
+pub struct PodStreamServer {
+    pods: PodsView,
+    cri: Cri,
+    root: PathBuf,
+}
+
+impl PodStreamServer {
+    /// Serves the pods in `pods` (edged's view) through `cri`; their logs
+    /// are under `root`.
+    pub fn new(pods: PodsView, cri: Cri, root: PathBuf) -> Arc<PodStreamServer> {
+        Arc::new(PodStreamServer { pods, cri, root })
+    }
+
+    /// The pod, if edged runs it.
+    fn pod(&self, pod: &PodRef) -> Option<Pod> {
+        let key = format!("{}/{}", pod.namespace, pod.name);
+        self.pods.read().ok()?.get(&key).cloned()
+    }
+}
+
+/// The runtime's id of `container` in `pod`, if it has one.
+fn container_id(pod: &Pod, container: &str) -> Result<String, String> {
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|s| s.name == container));
+    let Some(status) = status else {
+        return Err(format!("container {container} is not in the pod"));
+    };
+    if status
+        .state
+        .as_ref()
+        .and_then(|s| s.running.as_ref())
+        .is_none()
+    {
+        return Err(format!("container {container} is not running"));
+    }
+    status
+        .container_id
+        .as_deref()
+        .map(|id| id.rsplit_once("://").map_or(id, |(_, id)| id).to_owned())
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("container {container} has no runtime id yet"))
+}
+
+impl StreamHandler for PodStreamServer {
+    fn open(&self, request: Bytes, pending: PendingStream) {
+        let request = match StreamRequest::decode(&request) {
+            Ok(request) => request,
+            Err(err) => return pending.refuse(&format!("a request this node cannot read: {err}")),
+        };
+        let pod = match request.pod().map(|pod| (pod, self.pod(pod))) {
+            Some((pod, None)) => {
+                return pending.refuse(&format!(
+                    "pod {}/{} is not on this node",
+                    pod.namespace, pod.name
+                ));
+            }
+            Some((_, Some(pod))) => Some(pod),
+            None => None,
+        };
+        let (cri, root) = (self.cri.clone(), self.root.clone());
+        let span = info_span!("stream", kind = kind_of(&request));
+        tokio::spawn(
+            async move {
+                match (request, pod) {
+                    (
+                        StreamRequest::Exec {
+                            container,
+                            command,
+                            io,
+                            ..
+                        },
+                        Some(pod),
+                    ) => exec(&cri, &pod, &container, command, io, pending).await,
+                    (StreamRequest::Attach { container, io, .. }, Some(pod)) => {
+                        attach(&cri, &pod, &container, io, pending).await
+                    }
+                    (
+                        StreamRequest::Logs {
+                            container, options, ..
+                        },
+                        Some(pod),
+                    ) => logs(&root, &pod, &container, options, pending).await,
+                    (request, _) => pending.refuse(&format!(
+                        "{} is not served by this node yet",
+                        kind_of(&request)
+                    )),
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+fn kind_of(request: &StreamRequest) -> &'static str {
+    match request {
+        StreamRequest::Logs { .. } => "logs",
+        StreamRequest::Exec { .. } => "exec",
+        StreamRequest::Attach { .. } => "attach",
+        StreamRequest::PortForward { .. } => "port-forward",
+        StreamRequest::Stats { .. } => "stats",
+    }
+}
+
+async fn exec(
+    cri: &Cri,
+    pod: &Pod,
+    container: &str,
+    command: Vec<String>,
+    io: Io,
+    pending: PendingStream,
+) {
+    let id = match container_id(pod, container) {
+        Ok(id) => id,
+        Err(reason) => return pending.refuse(&reason),
+    };
+    if command.is_empty() {
+        return pending.refuse("no command to run");
+    }
+    let mut runtime = cri.runtime.clone();
+    let asked = runtime
+        .exec(api::ExecRequest {
+            container_id: id,
+            cmd: command,
+            tty: io.tty,
+            stdin: io.stdin,
+            stdout: io.stdout,
+            // With a terminal, errors come on its output.
+            stderr: io.stderr && !io.tty,
+        })
+        .await;
+    match asked {
+        Ok(answer) => bridge(&answer.into_inner().url, pending).await,
+        Err(status) => pending.refuse(&format!("CRI Exec: {}", status.message())),
+    }
+}
+
+async fn attach(cri: &Cri, pod: &Pod, container: &str, io: Io, pending: PendingStream) {
+    let id = match container_id(pod, container) {
+        Ok(id) => id,
+        Err(reason) => return pending.refuse(&reason),
+    };
+    let mut runtime = cri.runtime.clone();
+    let asked = runtime
+        .attach(api::AttachRequest {
+            container_id: id,
+            stdin: io.stdin,
+            tty: io.tty,
+            stdout: io.stdout,
+            stderr: io.stderr && !io.tty,
+        })
+        .await;
+    match asked {
+        Ok(answer) => bridge(&answer.into_inner().url, pending).await,
+        Err(status) => pending.refuse(&format!("CRI Attach: {}", status.message())),
+    }
+}
+
+/// Connects to the runtime's streaming server at `url` (WebSocket, one
+/// byte of channel before each message) and carries the channels both
+/// ways until either side ends.
+async fn bridge(url: &str, pending: PendingStream) {
+    let ws_url = match url.strip_prefix("http://") {
+        Some(rest) => format!("ws://{rest}"),
+        None => return pending.refuse(&format!("a streaming URL this node cannot reach: {url}")),
+    };
+    let connected = async {
+        let mut request = ws_url
+            .as_str()
+            .into_client_request()
+            .map_err(|err| err.to_string())?;
+        let protocol = CHANNEL_PROTOCOL
+            .parse()
+            .map_err(|_| "protocol header".to_owned())?;
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", protocol);
+        let host = request
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .ok_or("no host in the streaming URL")?;
+        let tcp = tokio::net::TcpStream::connect(&host)
+            .await
+            .map_err(|err| err.to_string())?;
+        let (ws, _) = tokio_tungstenite::client_async(request, tcp)
+            .await
+            .map_err(|err| err.to_string())?;
+        Ok::<_, String>(ws)
+    };
+    let ws = match connected.await {
+        Ok(ws) => ws,
+        Err(reason) => return pending.refuse(&format!("the runtime's streaming server: {reason}")),
+    };
+    let Ok(mut stream) = pending.accept() else {
+        return;
+    };
+    let (mut to_runtime, mut from_runtime) = ws.split();
+    let writer = stream.writer();
+    let upstream = async {
+        // The runtime's output to the cloud.
+        while let Some(message) = from_runtime.next().await {
+            match message {
+                Ok(WsMessage::Binary(frame)) if frame.len() > 1 => {
+                    let channel = frame[0];
+                    writer.send(channel, frame.slice(1..)).await?;
+                }
+                Ok(WsMessage::Close(_)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        Ok::<_, hub::tunnel::StreamError>(())
+    };
+    let downstream = async {
+        // The cloud's input to the runtime.
+        while let Some(chunk) = stream.recv().await {
+            match chunk {
+                Ok(Chunk::Data(channel @ (channel::STDIN | channel::RESIZE), bytes)) => {
+                    let mut frame = Vec::with_capacity(bytes.len() + 1);
+                    frame.push(channel);
+                    frame.extend_from_slice(&bytes);
+                    if to_runtime
+                        .send(WsMessage::Binary(frame.into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                // v4 has no end of input short of closing everything.
+                Ok(_) => {}
+                Err(err) => {
+                    debug!(error = %err, "the cloud's side of the stream ended");
+                    break;
+                }
+            }
+        }
+        let _ = to_runtime.close().await;
+    };
+    tokio::select! {
+        sent = upstream => if let Err(err) = sent {
+            debug!(error = %err, "stream to the cloud ended");
+        },
+        () = downstream => {}
+    }
+    stream.close();
+}
+
+async fn logs(
+    root: &std::path::Path,
+    pod: &Pod,
+    container: &str,
+    options: LogOptions,
+    pending: PendingStream,
+) {
+    let dir = root
+        .join("pods")
+        .join(crate::spec::pod_uid(pod))
+        .join("logs")
+        .join(container);
+    crate::logs::serve(&dir, options, pending).await
+}

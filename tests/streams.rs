@@ -1,0 +1,200 @@
+//! Streams to edge pods from the cloud, as a user runs them: cloudcore and
+//! edgecore as separate processes, a busybox pod on containerd through CRI
+//! (`scripts/setup-containerd`), edgehivectl talking to cloudcore's admin
+//! API, the bytes going through the node's link.
+#![cfg(feature = "cli")]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
+
+mod support;
+
+fn cri_socket() -> PathBuf {
+    std::env::var_os("EDGEHIVE_CRI_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
+}
+
+/// A cloud, an edge linked to it over WebSocket, and a pod `talker` on
+/// the edge writing a numbered line every 50 ms.
+struct Rig {
+    cloud: Process,
+    _edge: Process,
+    admin: String,
+    dir: String,
+    node: String,
+}
+
+fn start(name: &str) -> Rig {
+    let node = format!("streams-{name}");
+    let dir = tempfile_dir(&node);
+    let (hub, certs, admin) = (free_address(), free_address(), free_address());
+    let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
+    let cloud = Process::start(
+        env!("CARGO_BIN_EXE_cloudcore"),
+        &[
+            "--data-dir",
+            &cloud_dir,
+            "run",
+            "--ws",
+            &hub,
+            "--certs",
+            &certs,
+            "--admin",
+            &admin,
+            "--metrics",
+            "off",
+            "--keepalive-secs",
+            "2",
+        ],
+    );
+    cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
+    join_node(&cloud_dir, &certs, &node, &edge_dir);
+    let socket = cri_socket().display().to_string();
+    let edge = Process::start(
+        env!("CARGO_BIN_EXE_edgecore"),
+        &[
+            "--data-dir",
+            &edge_dir,
+            "run",
+            "--cloud",
+            &hub,
+            "--transport",
+            "ws",
+            "--metaserver",
+            &free_address(),
+            "--edged-server",
+            &free_address(),
+            "--mqtt-broker",
+            &free_address(),
+            "--metrics",
+            "off",
+            "--node-ip",
+            "127.0.0.1",
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            &socket,
+        ],
+    );
+    cloud.wait_for(
+        &format!("node connected node={node}"),
+        Duration::from_secs(30),
+    );
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: talker
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: talker
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"i=0; while true; do echo line $i; i=$((i+1)); sleep 0.05; done\"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: elsewhere
+spec:
+  nodeName: a-node-not-linked-here
+  containers:
+  - name: c
+    image: 127.0.0.1:5000/busybox:latest
+"
+    );
+    let file = format!("{dir}/pods.yaml");
+    std::fs::write(&file, manifest).expect("manifest");
+    let (ok, _, err) = ctl(&admin, &["apply", "-f", &file]);
+    assert!(ok, "{err}");
+    until("the pod Running in the cloud's view", || {
+        let (ok, out, _) = ctl(&admin, &["get", "pod", "talker", "-o", "json"]);
+        let pod: Value = ok.then(|| serde_json::from_str(&out).ok()).flatten()?;
+        (pod["status"]["phase"] == "Running").then_some(())
+    });
+    Rig {
+        cloud,
+        _edge: edge,
+        admin,
+        dir,
+        node,
+    }
+}
+
+/// The numbers of `line N` lines in `text`.
+fn numbers(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("line ")?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn logs_of_an_edge_pod_from_the_cloud() {
+    let rig = start("logs");
+    // Enough lines written for a tail.
+    until("ten lines in the log", || {
+        let (ok, out, _) = ctl(&rig.admin, &["logs", "talker"]);
+        (ok && numbers(&out).len() >= 10).then_some(())
+    });
+    let (ok, out, err) = ctl(&rig.admin, &["logs", "talker", "--tail", "3"]);
+    assert!(ok, "{err}");
+    let tail = numbers(&out);
+    assert_eq!(tail.len(), 3, "{out}");
+    assert!(tail.windows(2).all(|w| w[1] == w[0] + 1), "{tail:?}");
+    let (ok, out, _) = ctl(
+        &rig.admin,
+        &["logs", "talker", "--timestamps", "--tail", "1"],
+    );
+    assert!(ok);
+    let stamped = out.trim_end();
+    let (time, text) = stamped.split_once(' ').expect("a timestamp, then the line");
+    assert!(time.parse::<jiff::Timestamp>().is_ok(), "{stamped}");
+    assert!(text.starts_with("line "), "{stamped}");
+    let (ok, out, _) = ctl(&rig.admin, &["logs", "talker", "--limit-bytes", "7"]);
+    assert!(ok);
+    assert_eq!(out, "line 0\n");
+
+    // Followed: the lines keep coming, in order, none missing, until the
+    // reader stops (Ctrl-C).
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args([
+            "--server", &rig.admin, "logs", "-f", "talker", "--tail", "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgehivectl logs -f");
+    let stdout = follow.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    while seen.len() < 40 {
+        let line = lines
+            .next()
+            .expect("the followed log goes on")
+            .expect("a line");
+        seen.extend(numbers(&line));
+    }
+    assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "{seen:?}");
+    let _ = follow.kill();
+    let _ = follow.wait();
+
+    // A pod on a node that is not linked here, a pod that does not exist,
+    // a container the pod does not have: clear refusals, exit code 1.
+    let (ok, _, err) = ctl(&rig.admin, &["logs", "elsewhere"]);
+    assert!(!ok);
+    assert!(err.contains("is not linked to this cloud"), "{err}");
+    let (ok, _, err) = ctl(&rig.admin, &["logs", "nobody"]);
+    assert!(!ok);
+    assert!(err.contains("not found"), "{err}");
+    let (ok, _, err) = ctl(&rig.admin, &["logs", "talker", "-c", "sidecar"]);
+    assert!(!ok);
+    assert!(err.contains("container sidecar is not valid"), "{err}");
+    let _ = (&rig.dir, &rig.node, &rig.cloud);
+}
