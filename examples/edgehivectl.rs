@@ -102,6 +102,43 @@ enum Command {
         #[arg(long)]
         limit_bytes: Option<i64>,
     },
+    /// Runs a command in a container of an edge pod (through the cloud).
+    Exec {
+        /// The pod.
+        pod: String,
+        /// The container (the pod's only one when left out).
+        #[arg(short, long)]
+        container: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// Passes standard input to the command.
+        #[arg(short = 'i', long)]
+        stdin: bool,
+        /// A terminal for the command (raw mode when standard input is one).
+        #[arg(short = 't', long)]
+        tty: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Attaches to the main process of a container of an edge pod.
+    Attach {
+        /// The pod.
+        pod: String,
+        /// The container (the pod's only one when left out).
+        #[arg(short, long)]
+        container: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// Passes standard input to the process.
+        #[arg(short = 'i', long)]
+        stdin: bool,
+        /// The process has a terminal (raw mode when standard input is one).
+        #[arg(short = 't', long)]
+        tty: bool,
+    },
     /// Shows one object in detail.
     Describe {
         /// Kind.
@@ -123,6 +160,36 @@ enum Output {
     /// JSON.
     Json,
 }
+
+/// The path of a pod's `exec` or `attach` with its standard streams.
+fn interactive_path(
+    namespace: &str,
+    pod: &str,
+    what: &str,
+    container: Option<String>,
+    stdin: bool,
+    tty: bool,
+    mut query: form_urlencoded::Serializer<'_, String>,
+) -> String {
+    if let Some(container) = &container {
+        query.append_pair("container", container);
+    }
+    query.append_pair("stdout", "true");
+    query.append_pair("stderr", if tty { "false" } else { "true" });
+    if stdin {
+        query.append_pair("stdin", "true");
+    }
+    if tty {
+        query.append_pair("tty", "true");
+    }
+    format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/{what}?{}",
+        query.finish()
+    )
+}
+
+#[path = "edgehivectl/terminal.rs"]
+mod terminal;
 
 fn main() {
     let args = Args::parse();
@@ -184,6 +251,34 @@ async fn run(args: Args) -> Result<()> {
                 out.write_all(&chunk).context("stdout")?;
                 out.flush().context("stdout")?;
             }
+        }
+        Command::Exec {
+            pod,
+            container,
+            namespace,
+            stdin,
+            tty,
+            command,
+        } => {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for word in &command {
+                query.append_pair("command", word);
+            }
+            let path = interactive_path(&namespace, &pod, "exec", container, stdin, tty, query);
+            let code = terminal::run(&args.server, &path, stdin, tty).await?;
+            std::process::exit(code);
+        }
+        Command::Attach {
+            pod,
+            container,
+            namespace,
+            stdin,
+            tty,
+        } => {
+            let query = form_urlencoded::Serializer::new(String::new());
+            let path = interactive_path(&namespace, &pod, "attach", container, stdin, tty, query);
+            let code = terminal::run(&args.server, &path, stdin, tty).await?;
+            std::process::exit(code);
         }
         Command::Apply { files } => {
             let results = client.apply(read_manifests(&files)?).await?;

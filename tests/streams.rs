@@ -198,3 +198,81 @@ fn logs_of_an_edge_pod_from_the_cloud() {
     assert!(err.contains("container sidecar is not valid"), "{err}");
     let _ = (&rig.dir, &rig.node, &rig.cloud);
 }
+
+/// Runs edgehivectl against `admin` with `input` on its standard input
+/// and `env` set: its exit code, stdout and stderr.
+fn ctl_with(
+    admin: &str,
+    args: &[&str],
+    input: &str,
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .arg("--server")
+        .arg(admin)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgehivectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("input");
+    drop(stdin);
+    let out = child.wait_with_output().expect("edgehivectl ends");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exec_in_an_edge_pod_from_the_cloud() {
+    let rig = start("exec");
+    // Output on both streams, and the command's exit code as ours.
+    let (code, out, err) = ctl_with(
+        &rig.admin,
+        &[
+            "exec",
+            "talker",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        "",
+        &[],
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (3, "out\n", "err\n"));
+    let (code, out, _) = ctl_with(
+        &rig.admin,
+        &["exec", "talker", "--", "cat", "/etc/hostname"],
+        "",
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert!(!out.trim().is_empty());
+
+    // A shell with stdin and a terminal, sized 123x45 by the resize sent
+    // at the start: it reads its commands and ends with an exit code.
+    let (code, out, err) = ctl_with(
+        &rig.admin,
+        &["exec", "-i", "-t", "talker", "--", "sh"],
+        "stty size; exit 4\n",
+        &[("COLUMNS", "123"), ("LINES", "45")],
+    );
+    assert_eq!(code, 4, "{out} {err}");
+    assert!(out.contains("45 123"), "the terminal's size: {out:?}");
+
+    // Refusals: a command for no pod, a pod on a node not linked here.
+    let (code, _, err) = ctl_with(&rig.admin, &["exec", "nobody", "--", "true"], "", &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not found"), "{err}");
+    let (code, _, err) = ctl_with(&rig.admin, &["exec", "elsewhere", "--", "true"], "", &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not linked to this cloud"), "{err}");
+    let _ = (&rig.dir, &rig.node, &rig.cloud);
+}

@@ -1,23 +1,40 @@
-//! A pod's streams through the admin API, at the Kubernetes API's paths:
-//! `GET /api/v1/namespaces/{ns}/pods/{name}/log` (the container's log,
-//! streamed while `follow`), and the node's figures for `top`. Each goes
-//! through the pod's node link ([`crate::streams::PodStreams`]).
+//! A pod's streams through the admin API, at the Kubernetes API's paths,
+//! each through the pod's node link ([`crate::streams::PodStreams`]):
+//! - `GET .../pods/{name}/log`: the container's log, streamed while
+//!   `follow`;
+//! - `GET .../pods/{name}/exec?command=..&stdin&stdout&stderr&tty` and
+//!   `.../attach`: a WebSocket speaking Kubernetes' channel protocol
+//!   (`v5.channel.k8s.io`, or `v4.channel.k8s.io`): one byte of channel
+//!   before each binary message (0 stdin, 1 stdout, 2 stderr, 3 the
+//!   outcome as a `Status`, 4 terminal resizes), and with v5 `[255, c]`
+//!   closing input channel `c`.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
-use apis::streams::{LogOptions, PodRef, StreamRequest, channel};
+use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
 use futures_util::stream;
 use hub::tunnel::{Chunk, TunnelStream};
 use serde_json::Value;
 
 use crate::streams::PodStreams;
 
+/// The WebSocket subprotocols of exec and attach, the preferred first.
+pub const CHANNEL_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
 /// The routes, when the admin API has streams.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         "/api/v1/namespaces/{namespace}/pods/{name}/log",
         web::get().to(log),
+    )
+    .route(
+        "/api/v1/namespaces/{namespace}/pods/{name}/exec",
+        web::get().to(exec),
+    )
+    .route(
+        "/api/v1/namespaces/{namespace}/pods/{name}/attach",
+        web::get().to(attach),
     );
 }
 
@@ -116,4 +133,168 @@ async fn log(
     Ok(HttpResponse::Ok()
         .content_type("text/plain")
         .streaming(body_of(stream, channel::STDOUT)))
+}
+
+/// Whether the query's flag `name` is on.
+fn flag(pairs: &[(String, String)], name: &str) -> bool {
+    pairs
+        .iter()
+        .any(|(k, v)| k == name && matches!(v.as_str(), "" | "1" | "true"))
+}
+
+fn io_of(pairs: &[(String, String)]) -> Result<Io, ApiError> {
+    let io = Io {
+        stdin: flag(pairs, "stdin"),
+        stdout: flag(pairs, "stdout"),
+        stderr: flag(pairs, "stderr"),
+        tty: flag(pairs, "tty"),
+    };
+    if !(io.stdin || io.stdout || io.stderr) {
+        return Err(ApiError::BadRequest(
+            "you must specify at least 1 of stdin, stdout, stderr".to_owned(),
+        ));
+    }
+    Ok(io)
+}
+
+async fn exec(
+    request: HttpRequest,
+    body: web::Payload,
+    streams: web::Data<PodStreams>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let (namespace, name) = path.into_inner();
+    let pairs = query_pairs(&request);
+    let command: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    if command.is_empty() {
+        return Err(
+            ApiError::BadRequest("you must specify at least one command".to_owned()).into(),
+        );
+    }
+    let io = io_of(&pairs)?;
+    let pod = pod_of(&streams, &namespace, &name)?;
+    let named = pairs
+        .iter()
+        .find(|(k, _)| k == "container")
+        .map(|(_, v)| v.as_str());
+    let container = container_of(&pod, named)?;
+    let request_to_node = StreamRequest::Exec {
+        pod: PodRef { namespace, name },
+        container,
+        command,
+        io,
+    };
+    upgrade(&request, body, &streams, &request_to_node).await
+}
+
+async fn attach(
+    request: HttpRequest,
+    body: web::Payload,
+    streams: web::Data<PodStreams>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let (namespace, name) = path.into_inner();
+    let pairs = query_pairs(&request);
+    let io = io_of(&pairs)?;
+    let pod = pod_of(&streams, &namespace, &name)?;
+    let named = pairs
+        .iter()
+        .find(|(k, _)| k == "container")
+        .map(|(_, v)| v.as_str());
+    let container = container_of(&pod, named)?;
+    let request_to_node = StreamRequest::Attach {
+        pod: PodRef { namespace, name },
+        container,
+        io,
+    };
+    upgrade(&request, body, &streams, &request_to_node).await
+}
+
+/// Opens the node's stream (a refusal is the HTTP answer), then takes the
+/// WebSocket and carries the channels both ways until either side ends.
+async fn upgrade(
+    request: &HttpRequest,
+    body: web::Payload,
+    streams: &PodStreams,
+    to_node: &StreamRequest,
+) -> Result<HttpResponse, actix_web::Error> {
+    let stream = streams.open(to_node).await?;
+    let (response, session, messages) =
+        actix_ws::handle_with_protocols(request, body, &CHANNEL_PROTOCOLS)?;
+    actix_web::rt::spawn(carry(stream, session, messages));
+    Ok(response)
+}
+
+async fn carry(
+    mut stream: TunnelStream,
+    session: actix_ws::Session,
+    mut messages: actix_ws::MessageStream,
+) {
+    let writer = stream.writer();
+    let mut replies = session.clone();
+    let from_client = async {
+        while let Some(Ok(message)) = messages.recv().await {
+            let going_on = match message {
+                actix_ws::Message::Binary(frame) if !frame.is_empty() => match frame[0] {
+                    channel::STDIN | channel::RESIZE => {
+                        writer.send(frame[0], frame.slice(1..)).await.is_ok()
+                    }
+                    // v5: the client closes an input channel.
+                    CLOSE_CHANNEL if frame.len() > 1 => writer.end(frame[1]).await.is_ok(),
+                    _ => true,
+                },
+                actix_ws::Message::Ping(bytes) => replies.pong(&bytes).await.is_ok(),
+                actix_ws::Message::Close(_) => false,
+                _ => true,
+            };
+            if !going_on {
+                break;
+            }
+        }
+    };
+    let mut session = session;
+    let to_client = async {
+        while let Some(chunk) = stream.recv().await {
+            match chunk {
+                Ok(Chunk::Data(channel, bytes)) => {
+                    let mut frame = Vec::with_capacity(bytes.len() + 1);
+                    frame.push(channel);
+                    frame.extend_from_slice(&bytes);
+                    if session.binary(frame).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Chunk::End(_)) => {}
+                Err(err) => {
+                    // The outcome the client reads: a failure, not a hang.
+                    let status = serde_json::json!({
+                        "kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "message": err.to_string(),
+                        "reason": "InternalError",
+                    });
+                    let mut frame = vec![channel::ERROR];
+                    frame.extend_from_slice(status.to_string().as_bytes());
+                    let _ = session.binary(frame).await;
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = from_client => {}
+        () = to_client => {}
+    }
+    drop(stream);
+    let _ = session_close(replies).await;
+}
+
+/// Channel 255 of `v5.channel.k8s.io`: `[255, c]` closes input channel `c`.
+const CLOSE_CHANNEL: u8 = 255;
+
+async fn session_close(session: actix_ws::Session) -> Result<(), actix_ws::Closed> {
+    session.close(None).await
 }

@@ -1,0 +1,214 @@
+//! `exec` and `attach`: a WebSocket to the admin API speaking Kubernetes'
+//! `v5.channel.k8s.io` (one byte of channel before each message), the
+//! local terminal in raw mode while it lasts, its size sent at the start
+//! and on every change, and the command's exit code as this process's.
+
+use std::io::{IsTerminal, Write};
+
+use anyhow::{Context, Result, bail};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const PROTOCOL: &str = "v5.channel.k8s.io";
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+const CLOSE: u8 = 255;
+
+/// The terminal in raw mode until dropped.
+struct Raw {
+    saved: rustix::termios::Termios,
+}
+
+impl Raw {
+    fn enter() -> Option<Raw> {
+        let stdin = std::io::stdin();
+        let saved = rustix::termios::tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &raw).ok()?;
+        Some(Raw { saved })
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        );
+    }
+}
+
+/// The terminal's size as the channel protocol sends it: the local
+/// terminal's, or `COLUMNS` and `LINES` when there is none.
+fn size() -> Option<Vec<u8>> {
+    let (width, height) = match rustix::termios::tcgetwinsize(std::io::stdout()) {
+        Ok(size) if size.ws_col > 0 => (u32::from(size.ws_col), u32::from(size.ws_row)),
+        _ => {
+            let env = |name: &str| std::env::var(name).ok()?.parse::<u32>().ok();
+            (env("COLUMNS")?, env("LINES")?)
+        }
+    };
+    let mut frame = vec![RESIZE];
+    frame.extend_from_slice(
+        serde_json::json!({ "Width": width, "Height": height })
+            .to_string()
+            .as_bytes(),
+    );
+    Some(frame)
+}
+
+/// The exit code a `Status` on the error channel says.
+fn exit_code(status: &[u8]) -> Result<i32> {
+    let status: Value = serde_json::from_slice(status).context("the command's outcome")?;
+    if status["status"] == "Success" {
+        return Ok(0);
+    }
+    let code = status["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|cause| cause["reason"] == "ExitCode")
+        .and_then(|cause| cause["message"].as_str()?.parse::<i32>().ok());
+    match code {
+        Some(code) => Ok(code),
+        None => bail!(
+            "{}",
+            status["message"].as_str().unwrap_or("the command failed")
+        ),
+    }
+}
+
+/// Runs the exec or attach at `path` of the admin API at `server`: its
+/// exit code.
+pub async fn run(server: &str, path: &str, stdin: bool, tty: bool) -> Result<i32> {
+    let mut request = format!("ws://{server}{path}")
+        .into_client_request()
+        .context("the request")?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        PROTOCOL.parse().context("protocol")?,
+    );
+    let tcp = tokio::net::TcpStream::connect(server)
+        .await
+        .with_context(|| format!("the admin API at {server}"))?;
+    let socket = match tokio_tungstenite::client_async(request, tcp).await {
+        Ok((socket, _)) => socket,
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body = response.body().as_deref().unwrap_or_default();
+            let status: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let message = status["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+            bail!(
+                "Error from server ({}): {message}",
+                response.status().as_u16()
+            );
+        }
+        Err(err) => bail!("the admin API at {server}: {err}"),
+    };
+    let (mut to_server, mut from_server) = socket.split();
+    let raw = (tty && stdin && std::io::stdin().is_terminal())
+        .then(Raw::enter)
+        .flatten();
+    if tty && let Some(frame) = size() {
+        to_server
+            .send(Message::Binary(frame.into()))
+            .await
+            .context("the size")?;
+    }
+    let (frames, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    if stdin {
+        let frames = frames.clone();
+        tokio::spawn(async move {
+            let mut input = tokio::io::stdin();
+            let mut buffer = vec![0u8; 16 * 1024];
+            loop {
+                match input.read(&mut buffer).await {
+                    Ok(0) | Err(_) => {
+                        let _ = frames.send(vec![CLOSE, STDIN]);
+                        return;
+                    }
+                    Ok(n) => {
+                        let mut frame = Vec::with_capacity(n + 1);
+                        frame.push(STDIN);
+                        frame.extend_from_slice(&buffer[..n]);
+                        if frames.send(frame).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    if tty && raw.is_some() {
+        let frames = frames.clone();
+        tokio::spawn(async move {
+            let Ok(mut changes) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+            else {
+                return;
+            };
+            while changes.recv().await.is_some() {
+                if let Some(frame) = size()
+                    && frames.send(frame).is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+    drop(frames);
+    let sending = async {
+        while let Some(frame) = outgoing.recv().await {
+            if to_server.send(Message::Binary(frame.into())).await.is_err() {
+                return;
+            }
+        }
+        // Nothing more to send: the exchange goes on until the server ends it.
+        std::future::pending::<()>().await
+    };
+    let receiving = async {
+        let mut code = None;
+        while let Some(message) = from_server.next().await {
+            let frame = match message {
+                Ok(Message::Binary(frame)) => frame,
+                Ok(Message::Close(_)) => break,
+                Ok(_) => continue,
+                Err(err) => return Err(anyhow::anyhow!("the connection: {err}")),
+            };
+            let Some((&channel, data)) = frame.split_first() else {
+                continue;
+            };
+            match channel {
+                STDOUT => {
+                    let mut out = std::io::stdout();
+                    out.write_all(data).context("stdout")?;
+                    out.flush().context("stdout")?;
+                }
+                STDERR => {
+                    let mut err = std::io::stderr();
+                    err.write_all(data).context("stderr")?;
+                    err.flush().context("stderr")?;
+                }
+                ERROR if !data.is_empty() => code = Some(exit_code(data)),
+                _ => {}
+            }
+        }
+        code.unwrap_or(Ok(0))
+    };
+    let code = tokio::select! {
+        code = receiving => code,
+        () = sending => Ok(0),
+    };
+    drop(raw);
+    code
+}
