@@ -8,6 +8,9 @@
 //! edgehivectl get nodes
 //! edgehivectl describe pod web
 //! edgehivectl logs [-f] [--tail N] POD [-c CONTAINER]
+//! edgehivectl exec -it POD [-c CONTAINER] -- sh
+//! edgehivectl attach -it POD
+//! edgehivectl port-forward POD 8080:80
 //! ```
 
 use std::io::{Read, Write};
@@ -121,6 +124,21 @@ enum Command {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Forwards local ports to ports of an edge pod (through the cloud),
+    /// until interrupted.
+    PortForward {
+        /// The pod.
+        pod: String,
+        /// LOCAL:REMOTE, or PORT for the same on both sides (repeatable).
+        #[arg(required = true)]
+        ports: Vec<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// The local address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        address: String,
     },
     /// Attaches to the main process of a container of an edge pod.
     Attach {
@@ -267,6 +285,15 @@ async fn run(args: Args) -> Result<()> {
             let path = interactive_path(&namespace, &pod, "exec", container, stdin, tty, query);
             let code = terminal::run(&args.server, &path, stdin, tty).await?;
             std::process::exit(code);
+        }
+        Command::PortForward {
+            pod,
+            ports,
+            namespace,
+            address,
+        } => {
+            let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/portforward");
+            terminal::forward(&args.server, &path, &address, &ports).await?;
         }
         Command::Attach {
             pod,

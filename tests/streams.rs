@@ -102,6 +102,18 @@ spec:
 apiVersion: v1
 kind: Pod
 metadata:
+  name: web
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"mkdir -p /www && echo hello-from-the-edge > /www/index.html && exec httpd -f -p 8080 -h /www\"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
   name: elsewhere
 spec:
   nodeName: a-node-not-linked-here
@@ -114,11 +126,13 @@ spec:
     std::fs::write(&file, manifest).expect("manifest");
     let (ok, _, err) = ctl(&admin, &["apply", "-f", &file]);
     assert!(ok, "{err}");
-    until("the pod Running in the cloud's view", || {
-        let (ok, out, _) = ctl(&admin, &["get", "pod", "talker", "-o", "json"]);
-        let pod: Value = ok.then(|| serde_json::from_str(&out).ok()).flatten()?;
-        (pod["status"]["phase"] == "Running").then_some(())
-    });
+    for pod in ["talker", "web"] {
+        until("the pods Running in the cloud's view", || {
+            let (ok, out, _) = ctl(&admin, &["get", "pod", pod, "-o", "json"]);
+            let pod: Value = ok.then(|| serde_json::from_str(&out).ok()).flatten()?;
+            (pod["status"]["phase"] == "Running").then_some(())
+        });
+    }
     Rig {
         cloud,
         _edge: edge,
@@ -274,5 +288,67 @@ fn exec_in_an_edge_pod_from_the_cloud() {
     let (code, _, err) = ctl_with(&rig.admin, &["exec", "elsewhere", "--", "true"], "", &[]);
     assert_eq!(code, 1);
     assert!(err.contains("is not linked to this cloud"), "{err}");
+    let _ = (&rig.dir, &rig.node, &rig.cloud);
+}
+
+/// Fetches `/` over HTTP/1.0 from 127.0.0.1:`port`: the whole answer.
+fn fetch(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the forwarded port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    tcp.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer);
+    answer
+}
+
+#[test]
+fn port_forward_to_an_edge_pods_httpd() {
+    let rig = start("port-forward");
+    let local = |address: String| {
+        address
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .expect("a port")
+    };
+    let (web, closed) = (local(free_address()), local(free_address()));
+    let mut forward = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--server", &rig.admin, "port-forward", "web"])
+        .arg(format!("{web}:8080"))
+        .arg(format!("{closed}:8081"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgehivectl port-forward");
+    let mut lines = BufReader::new(forward.stdout.take().expect("stdout")).lines();
+    for port in [web, closed] {
+        let line = lines.next().expect("a line").expect("stdout");
+        assert!(
+            line.starts_with(&format!("Forwarding from 127.0.0.1:{port} -> ")),
+            "{line}"
+        );
+    }
+    // Several connections, one after another and at once.
+    for _ in 0..3 {
+        let answer = fetch(web);
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.contains("hello-from-the-edge"), "{answer}");
+    }
+    let at_once: Vec<_> = (0..5)
+        .map(|_| std::thread::spawn(move || fetch(web)))
+        .collect();
+    for answer in at_once {
+        assert!(
+            answer
+                .join()
+                .expect("fetch")
+                .contains("hello-from-the-edge")
+        );
+    }
+    // Nothing listens on 8081 in the pod: the connection ends, empty.
+    assert_eq!(fetch(closed), "");
+    let _ = forward.kill();
+    let _ = forward.wait();
     let _ = (&rig.dir, &rig.node, &rig.cloud);
 }

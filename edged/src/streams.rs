@@ -111,6 +111,9 @@ impl StreamHandler for PodStreamServer {
                         },
                         Some(pod),
                     ) => logs(&root, &pod, &container, options, pending).await,
+                    (StreamRequest::PortForward { port, .. }, Some(pod)) => {
+                        port_forward(&pod, port, pending).await
+                    }
                     (request, _) => pending.refuse(&format!(
                         "{} is not served by this node yet",
                         kind_of(&request)
@@ -271,6 +274,75 @@ async fn bridge(url: &str, pending: PendingStream) {
         sent = upstream => if let Err(err) = sent {
             debug!(error = %err, "stream to the cloud ended");
         },
+        () = downstream => {}
+    }
+    stream.close();
+}
+
+/// One connection to `port` of the pod, at its address on the node's pod
+/// network (the node's loopback for a pod on the host's network): bytes on
+/// channel 0 both ways, the connection's end as the stream's.
+async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.host_network)
+        .unwrap_or(false);
+    let ip = match host_network {
+        true => Some("127.0.0.1".to_owned()),
+        false => pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
+    };
+    let Some(ip) = ip.filter(|ip| !ip.is_empty()) else {
+        return pending.refuse("the pod has no address yet");
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return pending.refuse(&format!("the pod's address {ip:?} is not an IP address"));
+    };
+    let tcp = match tokio::net::TcpStream::connect((ip, port)).await {
+        Ok(tcp) => tcp,
+        Err(err) => return pending.refuse(&format!("port {port} of the pod at {ip}: {err}")),
+    };
+    let Ok(mut stream) = pending.accept() else {
+        return;
+    };
+    let (mut from_pod, mut to_pod) = tcp.into_split();
+    let writer = stream.writer();
+    let upstream = async {
+        let mut buffer = vec![0u8; 32 * 1024];
+        loop {
+            match tokio::io::AsyncReadExt::read(&mut from_pod, &mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let bytes = Bytes::copy_from_slice(&buffer[..n]);
+                    if writer.send(channel::STDIN, bytes).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let downstream = async {
+        while let Some(Ok(chunk)) = stream.recv().await {
+            match chunk {
+                Chunk::Data(channel::STDIN, bytes) => {
+                    if tokio::io::AsyncWriteExt::write_all(&mut to_pod, &bytes)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Chunk::End(channel::STDIN) => {
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut to_pod).await;
+                }
+                _ => {}
+            }
+        }
+    };
+    // The pod's side ending ends the stream; the cloud's side ending (its
+    // client gone) too.
+    tokio::select! {
+        () = upstream => {}
         () = downstream => {}
     }
     stream.close();

@@ -2,6 +2,8 @@
 //! `v5.channel.k8s.io` (one byte of channel before each message), the
 //! local terminal in raw mode while it lasts, its size sent at the start
 //! and on every change, and the command's exit code as this process's.
+//! `port-forward`: a WebSocket per local connection, channel 0 its bytes,
+//! channel 1 an error.
 
 use std::io::{IsTerminal, Write};
 
@@ -211,4 +213,127 @@ pub async fn run(server: &str, path: &str, stdin: bool, tty: bool) -> Result<i32
     };
     drop(raw);
     code
+}
+
+/// Opens the admin API's WebSocket at `path` with `protocol`.
+async fn connect(
+    server: &str,
+    path: &str,
+    protocol: &str,
+) -> Result<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>> {
+    let mut request = format!("ws://{server}{path}")
+        .into_client_request()
+        .context("the request")?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        protocol.parse().context("protocol")?,
+    );
+    let tcp = tokio::net::TcpStream::connect(server)
+        .await
+        .with_context(|| format!("the admin API at {server}"))?;
+    match tokio_tungstenite::client_async(request, tcp).await {
+        Ok((socket, _)) => Ok(socket),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body = response.body().as_deref().unwrap_or_default();
+            let status: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let message = status["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+            bail!(
+                "Error from server ({}): {message}",
+                response.status().as_u16()
+            );
+        }
+        Err(err) => bail!("the admin API at {server}: {err}"),
+    }
+}
+
+/// Forwards each `LOCAL:REMOTE` (or `PORT`) of `ports` from `address`
+/// to the pod behind `path`, until interrupted.
+pub async fn forward(server: &str, path: &str, address: &str, ports: &[String]) -> Result<()> {
+    for mapping in ports {
+        let (local, remote) = match mapping.split_once(':') {
+            Some((local, remote)) => (local, remote),
+            None => (mapping.as_str(), mapping.as_str()),
+        };
+        let remote: u16 = remote
+            .parse()
+            .with_context(|| format!("port {remote:?} in {mapping:?}"))?;
+        let listener = tokio::net::TcpListener::bind(format!("{address}:{local}"))
+            .await
+            .with_context(|| format!("listening on {address}:{local}"))?;
+        let bound = listener.local_addr().context("local address")?;
+        println!("Forwarding from {bound} -> {remote}");
+        let (server, path) = (server.to_owned(), format!("{path}?ports={remote}"));
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (server, path) = (server.clone(), path.clone());
+                tokio::spawn(async move {
+                    if let Err(err) = one_connection(&server, &path, tcp).await {
+                        eprintln!("error: {err:#}");
+                    }
+                });
+            }
+        });
+    }
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    Ok(())
+}
+
+async fn one_connection(server: &str, path: &str, tcp: tokio::net::TcpStream) -> Result<()> {
+    let socket = connect(server, path, "v4.channel.k8s.io").await?;
+    let (mut to_server, mut from_server) = socket.split();
+    let (mut from_local, mut to_local) = tcp.into_split();
+    let upstream = async {
+        let mut buffer = vec![0u8; 32 * 1024];
+        loop {
+            match from_local.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let mut frame = Vec::with_capacity(n + 1);
+                    frame.push(0);
+                    frame.extend_from_slice(&buffer[..n]);
+                    if to_server.send(Message::Binary(frame.into())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let downstream = async {
+        // Each channel's first message is its port.
+        let mut prefixed = [false; 2];
+        while let Some(Ok(message)) = from_server.next().await {
+            let Message::Binary(frame) = message else {
+                continue;
+            };
+            let Some((&channel, data)) = frame.split_first() else {
+                continue;
+            };
+            let channel = usize::from(channel.min(1));
+            if !prefixed[channel] {
+                prefixed[channel] = true;
+                continue;
+            }
+            match channel {
+                0 => {
+                    if tokio::io::AsyncWriteExt::write_all(&mut to_local, data)
+                        .await
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+                _ => bail!("{}", String::from_utf8_lossy(data)),
+            }
+        }
+        Ok(())
+    };
+    tokio::select! {
+        () = upstream => Ok(()),
+        ended = downstream => ended,
+    }
 }

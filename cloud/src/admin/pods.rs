@@ -7,7 +7,12 @@
 //!   (`v5.channel.k8s.io`, or `v4.channel.k8s.io`): one byte of channel
 //!   before each binary message (0 stdin, 1 stdout, 2 stderr, 3 the
 //!   outcome as a `Status`, 4 terminal resizes), and with v5 `[255, c]`
-//!   closing input channel `c`.
+//!   closing input channel `c`;
+//! - `GET .../pods/{name}/portforward?ports=P`: a WebSocket carrying one
+//!   connection to port `P` of the pod, as Kubernetes' WebSocket
+//!   port-forward does for one port: channel 0 its bytes both ways,
+//!   channel 1 an error; the server's first message on each channel is
+//!   the port (two bytes, little-endian).
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use apis::api::ApiError;
@@ -35,8 +40,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .route(
         "/api/v1/namespaces/{namespace}/pods/{name}/attach",
         web::get().to(attach),
+    )
+    .route(
+        "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+        web::get().to(port_forward),
     );
 }
+
+/// The WebSocket subprotocols of a port-forward connection.
+pub const PORT_FORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "portforward.k8s.io"];
 
 /// The query's pairs, decoded.
 pub(crate) fn query_pairs(request: &HttpRequest) -> Vec<(String, String)> {
@@ -297,4 +309,100 @@ const CLOSE_CHANNEL: u8 = 255;
 
 async fn session_close(session: actix_ws::Session) -> Result<(), actix_ws::Closed> {
     session.close(None).await
+}
+
+async fn port_forward(
+    request: HttpRequest,
+    body: web::Payload,
+    streams: web::Data<PodStreams>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let (namespace, name) = path.into_inner();
+    let pairs = query_pairs(&request);
+    let ports: Vec<&str> = pairs
+        .iter()
+        .filter(|(k, _)| k == "ports" || k == "port")
+        .flat_map(|(_, v)| v.split(','))
+        .collect();
+    let port = match ports.as_slice() {
+        [port] => port.trim().parse::<u16>().ok().filter(|port| *port > 0),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        ApiError::BadRequest("one port to forward, 1 to 65535, per connection".to_owned())
+    })?;
+    pod_of(&streams, &namespace, &name)?;
+    let to_node = StreamRequest::PortForward {
+        pod: PodRef { namespace, name },
+        port,
+    };
+    let stream = streams.open(&to_node).await?;
+    let (response, session, messages) =
+        actix_ws::handle_with_protocols(&request, body, &PORT_FORWARD_PROTOCOLS)?;
+    actix_web::rt::spawn(carry_port(stream, port, session, messages));
+    Ok(response)
+}
+
+async fn carry_port(
+    mut stream: TunnelStream,
+    port: u16,
+    session: actix_ws::Session,
+    mut messages: actix_ws::MessageStream,
+) {
+    let mut session = session;
+    let prefix = port.to_le_bytes();
+    for channel in [0u8, 1] {
+        if session
+            .binary(vec![channel, prefix[0], prefix[1]])
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let writer = stream.writer();
+    let mut replies = session.clone();
+    let from_client = async {
+        while let Some(Ok(message)) = messages.recv().await {
+            let going_on = match message {
+                actix_ws::Message::Binary(frame) if frame.first() == Some(&0) => {
+                    writer.send(channel::STDIN, frame.slice(1..)).await.is_ok()
+                }
+                actix_ws::Message::Ping(bytes) => replies.pong(&bytes).await.is_ok(),
+                actix_ws::Message::Close(_) => false,
+                _ => true,
+            };
+            if !going_on {
+                break;
+            }
+        }
+    };
+    let to_client = async {
+        while let Some(chunk) = stream.recv().await {
+            let frame = match chunk {
+                Ok(Chunk::Data(channel::STDIN, bytes)) => {
+                    let mut frame = Vec::with_capacity(bytes.len() + 1);
+                    frame.push(0);
+                    frame.extend_from_slice(&bytes);
+                    frame
+                }
+                Ok(_) => continue,
+                Err(err) => {
+                    let mut frame = vec![1];
+                    frame.extend_from_slice(err.to_string().as_bytes());
+                    let _ = session.binary(frame).await;
+                    return;
+                }
+            };
+            if session.binary(frame).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = from_client => {}
+        () = to_client => {}
+    }
+    drop(stream);
+    let _ = session_close(replies).await;
 }
