@@ -323,19 +323,17 @@ async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
     };
     let downstream = async {
         while let Some(Ok(chunk)) = stream.recv().await {
-            match chunk {
+            let written = match chunk {
                 Chunk::Data(channel::STDIN, bytes) => {
-                    if tokio::io::AsyncWriteExt::write_all(&mut to_pod, &bytes)
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
+                    tokio::io::AsyncWriteExt::write_all(&mut to_pod, &bytes).await
                 }
                 Chunk::End(channel::STDIN) => {
-                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut to_pod).await;
+                    tokio::io::AsyncWriteExt::shutdown(&mut to_pod).await
                 }
-                _ => {}
+                _ => Ok(()),
+            };
+            if written.is_err() {
+                return;
             }
         }
     };
