@@ -13,6 +13,7 @@ mod meta_bench;
 mod pods_bench;
 mod replicas_bench;
 mod report;
+mod streams_bench;
 mod transport_bench;
 mod twin_bench;
 
@@ -25,8 +26,8 @@ use report::Report;
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
-    /// Scenario group to run: beehive, transport, hub, meta, pods, twin or
-    /// controller; all if omitted.
+    /// Scenario group to run: beehive, transport, hub, meta, pods, twin,
+    /// controller or streams; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -93,6 +94,7 @@ const GROUPS: &[&str] = &[
     "pods",
     "twin",
     "controller",
+    "streams",
 ];
 
 fn main() -> Result<()> {
@@ -208,6 +210,7 @@ fn main() -> Result<()> {
             "pods" => pods_bench::run(scale, &mut report)?,
             "twin" => twin_bench::run(scale, &mut report)?,
             "controller" => controller_bench::run(scale, args.quick, &mut report)?,
+            "streams" => streams_bench::run(scale, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }
     }

@@ -327,9 +327,7 @@ async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
                 Chunk::Data(channel::STDIN, bytes) => {
                     tokio::io::AsyncWriteExt::write_all(&mut to_pod, &bytes).await
                 }
-                Chunk::End(channel::STDIN) => {
-                    tokio::io::AsyncWriteExt::shutdown(&mut to_pod).await
-                }
+                Chunk::End(channel::STDIN) => tokio::io::AsyncWriteExt::shutdown(&mut to_pod).await,
                 _ => Ok(()),
             };
             if written.is_err() {
