@@ -119,6 +119,13 @@ struct Run {
     /// (modules.edged.server).
     #[arg(long)]
     edged_server: Option<String>,
+    /// A container's log is rotated at this size, such as 10Mi
+    /// (modules.edged.containerLogMaxSize).
+    #[arg(long)]
+    container_log_max_size: Option<String>,
+    /// Log files kept per container (modules.edged.containerLogMaxFiles).
+    #[arg(long)]
+    container_log_max_files: Option<usize>,
     /// An external MQTT broker (host:port) for the eventbus, instead of the
     /// embedded one (modules.eventBus.mqttMode: external,
     /// mqttServerExternal).
@@ -177,6 +184,12 @@ impl Run {
             modules.edged.node_ip = ip;
         }
         modules.edged.server.apply_flag(self.edged_server);
+        if let Some(size) = self.container_log_max_size {
+            modules.edged.container_log_max_size = size;
+        }
+        if let Some(files) = self.container_log_max_files {
+            modules.edged.container_log_max_files = files;
+        }
         let bus = &mut modules.event_bus;
         match (self.mqtt, self.mqtt_broker.as_deref()) {
             (Some(external), _) => {
@@ -321,6 +334,13 @@ async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> 
         pods.pause_image = modules.edged.pod_sandbox_image.clone();
         pods.node_ip = modules.edged.node_ip.clone();
         pods.server_address = modules.edged.server.enabled().map(str::to_owned);
+        pods.log_rotation = edged::logs::Rotation {
+            max_size: edged::logs::parse_size(&modules.edged.container_log_max_size)
+                .map_err(anyhow::Error::msg)
+                .context("modules.edged.containerLogMaxSize")?,
+            max_files: modules.edged.container_log_max_files.max(2),
+            ..edged::logs::Rotation::default()
+        };
         let socket = pods.cri_socket.display().to_string();
         let edged = edged::Edged::start(&hive, pods).await.with_context(|| {
             format!("edged (is containerd up at {socket}? see scripts/setup-containerd)")

@@ -609,6 +609,12 @@ pub struct EdgedSection {
     /// edged's HTTP server (`/healthz`, `/pods`, `/containerLogs/...`);
     /// it shows every pod's logs: keep it on loopback.
     pub server: Listener,
+    /// A container's log is rotated at this size (the kubelet's
+    /// containerLogMaxSize: `10Mi`, `512Ki`, bytes).
+    pub container_log_max_size: String,
+    /// Log files kept per container, the one written included (the
+    /// kubelet's containerLogMaxFiles; at least 2).
+    pub container_log_max_files: usize,
 }
 
 /// Where the eventbus's broker is.
@@ -701,6 +707,8 @@ impl Default for EdgedSection {
             pod_sandbox_image: "127.0.0.1:5000/edgehive/pause:latest".to_owned(),
             node_ip: String::new(),
             server: Listener::on(edged::server::DEFAULT_ADDRESS),
+            container_log_max_size: "10Mi".to_owned(),
+            container_log_max_files: 5,
         }
     }
 }

@@ -31,6 +31,11 @@ struct Rig {
 }
 
 fn start(name: &str) -> Rig {
+    start_with(name, &[])
+}
+
+/// [`start`] with more edgecore flags.
+fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
     let node = format!("streams-{name}");
     let dir = tempfile_dir(&node);
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
@@ -56,32 +61,32 @@ fn start(name: &str) -> Rig {
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     join_node(&cloud_dir, &certs, &node, &edge_dir);
     let socket = cri_socket().display().to_string();
-    let edge = Process::start(
-        env!("CARGO_BIN_EXE_edgecore"),
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &hub,
-            "--transport",
-            "ws",
-            "--metaserver",
-            &free_address(),
-            "--edged-server",
-            &free_address(),
-            "--mqtt-broker",
-            &free_address(),
-            "--metrics",
-            "off",
-            "--node-ip",
-            "127.0.0.1",
-            "--keepalive-secs",
-            "2",
-            "--cri-socket",
-            &socket,
-        ],
-    );
+    let (metaserver, edged, broker) = (free_address(), free_address(), free_address());
+    let mut args = vec![
+        "--data-dir",
+        &edge_dir,
+        "run",
+        "--cloud",
+        &hub,
+        "--transport",
+        "ws",
+        "--metaserver",
+        &metaserver,
+        "--edged-server",
+        &edged,
+        "--mqtt-broker",
+        &broker,
+        "--metrics",
+        "off",
+        "--node-ip",
+        "127.0.0.1",
+        "--keepalive-secs",
+        "2",
+        "--cri-socket",
+        &socket,
+    ];
+    args.extend_from_slice(edge_flags);
+    let edge = Process::start(env!("CARGO_BIN_EXE_edgecore"), &args);
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),
@@ -351,4 +356,93 @@ fn port_forward_to_an_edge_pods_httpd() {
     let _ = forward.kill();
     let _ = forward.wait();
     let _ = (&rig.dir, &rig.node, &rig.cloud);
+}
+
+/// The talker's log files on the edge: (name, size), sorted.
+fn log_files(rig: &Rig, uid: &str) -> Vec<(String, u64)> {
+    let dir = format!("{}/edge/edged/pods/{uid}/logs/talker", rig.dir);
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| {
+                    let entry = entry.ok()?;
+                    let size = entry.metadata().ok()?.len();
+                    Some((entry.file_name().into_string().ok()?, size))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Logs rotate by size and count (1 KiB, 3 files here), and a followed
+/// log goes on across the rotations: every line once, in order.
+#[test]
+fn a_followed_log_goes_on_across_rotations() {
+    let rig = start_with(
+        "rotation",
+        &[
+            "--container-log-max-size",
+            "1Ki",
+            "--container-log-max-files",
+            "3",
+        ],
+    );
+    let (ok, out, _) = ctl(&rig.admin, &["get", "pod", "talker", "-o", "json"]);
+    assert!(ok);
+    let pod: Value = serde_json::from_str(&out).expect("json");
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--server", &rig.admin, "logs", "-f", "talker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgehivectl logs -f");
+    let mut lines = BufReader::new(follow.stdout.take().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    let mut rotated = std::collections::BTreeSet::new();
+    let mut most_files = 0;
+    // Until the log was rotated three times (so the oldest was deleted),
+    // looking at the files between lines.
+    while rotated.len() < 3 {
+        let line = lines
+            .next()
+            .expect("the followed log goes on")
+            .expect("a line");
+        seen.extend(numbers(&line));
+        let files = log_files(&rig, &uid);
+        most_files = most_files.max(files.len());
+        rotated.extend(
+            files
+                .into_iter()
+                .map(|(name, _)| name)
+                .filter(|name| name != "0.log"),
+        );
+    }
+    // A few lines after the last rotation.
+    for _ in 0..20 {
+        let line = lines
+            .next()
+            .expect("the followed log goes on")
+            .expect("a line");
+        seen.extend(numbers(&line));
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert_eq!(seen.first(), Some(&0));
+    assert!(
+        seen.windows(2).all(|w| w[1] == w[0] + 1),
+        "every line once, in order, across {} rotations: {seen:?}",
+        rotated.len()
+    );
+    assert!(most_files <= 3, "at most 3 files kept, saw {most_files}");
+    let files = log_files(&rig, &uid);
+    assert!(files.len() <= 3, "{files:?}");
+    println!(
+        "rotation: {} lines followed across {} rotations; files now {files:?}",
+        seen.len(),
+        rotated.len()
+    );
+    let _ = (&rig.node, &rig.cloud);
 }

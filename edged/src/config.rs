@@ -38,6 +38,9 @@ pub struct EdgedConfig {
     /// Dead containers kept per container (the latest at least, for its
     /// logs); the container garbage-collection policy.
     pub max_dead_per_container: usize,
+    /// Container logs rotate by size and count (the kubelet's
+    /// containerLogMaxSize and containerLogMaxFiles).
+    pub log_rotation: crate::logs::Rotation,
 }
 
 impl EdgedConfig {
@@ -62,6 +65,7 @@ impl EdgedConfig {
             gc_period: Duration::from_secs(60),
             image_gc: ImageGcPolicy::default(),
             max_dead_per_container: 1,
+            log_rotation: crate::logs::Rotation::default(),
         }
     }
 

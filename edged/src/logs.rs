@@ -1,3 +1,6 @@
+//! Container logs: read as the kubelet's `/containerLogs` gives them, and
+//! rotated by size and count as the kubelet rotates them.
+//!
 //! A container's log as the kubelet's `/containerLogs` gives it, from the
 //! file the runtime writes (`<log dir>/<container>/<attempt>.log`, CRI
 //! format: `<RFC 3339 time> <stdout|stderr> <F|P> <text>`, `P` a part of a
@@ -293,9 +296,252 @@ async fn inode_of(path: &Path) -> Option<u64> {
     tokio::fs::metadata(path).await.ok().map(|m| m.ino())
 }
 
+/// How container logs rotate: the kubelet's containerLogMaxSize and
+/// containerLogMaxFiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// A log reaching this size is rotated.
+    pub max_size: u64,
+    /// Files kept per container, the one being written included (at
+    /// least 2).
+    pub max_files: usize,
+    /// How often the logs are looked at.
+    pub every: Duration,
+}
+
+impl Default for Rotation {
+    /// The kubelet's defaults: 10 MiB, 5 files; looked at every 10 s.
+    fn default() -> Rotation {
+        Rotation {
+            max_size: 10 << 20,
+            max_files: 5,
+            every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What to do with one container's log files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RotationPlan {
+    /// Rename the file being written (and have the runtime reopen it).
+    pub rotate: bool,
+    /// Rotated files to delete, oldest first.
+    pub delete: Vec<String>,
+}
+
+/// Decides one container's rotation: the file being written is `size`
+/// bytes; `rotated` are its earlier files' names (`<log>.<time>`, so
+/// their order is their age).
+pub fn plan(size: u64, rotated: &[String], limits: &Rotation) -> RotationPlan {
+    let rotate = size >= limits.max_size;
+    let mut rotated: Vec<&String> = rotated.iter().collect();
+    rotated.sort();
+    // After a rotation one more is rotated; the one written counts too.
+    let keep = limits.max_files.max(2) - 1 - usize::from(rotate);
+    let excess = rotated.len().saturating_sub(keep);
+    RotationPlan {
+        rotate,
+        delete: rotated[..excess]
+            .iter()
+            .map(|name| (*name).clone())
+            .collect(),
+    }
+}
+
+/// Reads a size as the kubelet's configuration writes it (`10Mi`, `512Ki`,
+/// `1G`, `4096`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (such as 10Mi)"))?;
+    let factor: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "K" | "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        other => return Err(format!("unknown size unit {other:?} in {text:?}")),
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// One pass over the running containers' logs: each one over the size is
+/// renamed to `<log>.<time>` and the runtime told to reopen it (CRI
+/// `ReopenContainerLog`; renamed back if it cannot); rotated files beyond
+/// the count are deleted. What was rotated and deleted.
+pub async fn rotate(
+    cri: &crate::Cri,
+    pods: &crate::server::PodsView,
+    root: &Path,
+    limits: &Rotation,
+) -> (usize, usize) {
+    let containers: Vec<(PathBuf, String)> = pods
+        .read()
+        .map(|pods| {
+            pods.values()
+                .flat_map(|pod| {
+                    let dir = root
+                        .join("pods")
+                        .join(crate::spec::pod_uid(pod))
+                        .join("logs");
+                    pod.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                        .filter(|s| s.state.as_ref().is_some_and(|s| s.running.is_some()))
+                        .filter_map(move |s| {
+                            let id = s.container_id.as_deref()?;
+                            let id = id.rsplit_once("://").map_or(id, |(_, id)| id);
+                            Some((dir.join(&s.name), id.to_owned()))
+                        })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (mut rotated, mut deleted) = (0, 0);
+    for (dir, container) in containers {
+        let Some(current) = log_file(&dir, false) else {
+            continue;
+        };
+        let Some(name) = current
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+        else {
+            continue;
+        };
+        let Ok(size) = tokio::fs::metadata(&current).await.map(|m| m.len()) else {
+            continue;
+        };
+        let earlier: Vec<String> = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                    .filter(|file| file.starts_with(&format!("{name}.")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let plan = plan(size, &earlier, limits);
+        // The oldest go first: never more files than the count, even for
+        // a moment.
+        for file in &plan.delete {
+            if tokio::fs::remove_file(dir.join(file)).await.is_ok() {
+                deleted += 1;
+            }
+        }
+        if plan.rotate {
+            let time = jiff::Zoned::now().strftime("%Y%m%d-%H%M%S%.f").to_string();
+            let renamed = dir.join(format!("{name}.{time}"));
+            if tokio::fs::rename(&current, &renamed).await.is_err() {
+                continue;
+            }
+            let mut runtime = cri.runtime.clone();
+            let reopened = runtime
+                .reopen_container_log(crate::cri::api::ReopenContainerLogRequest {
+                    container_id: container.clone(),
+                })
+                .await;
+            if let Err(status) = reopened {
+                tracing::warn!(%container, error = %status.message(), "log not reopened; rotation undone");
+                let _ = tokio::fs::rename(&renamed, &current).await;
+                continue;
+            }
+            rotated += 1;
+        }
+    }
+    (rotated, deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_over_its_size_rotates_and_the_oldest_go() {
+        let limits = Rotation {
+            max_size: 100,
+            max_files: 3,
+            every: Duration::from_secs(1),
+        };
+        let names = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            plan(99, &[], &limits),
+            RotationPlan {
+                rotate: false,
+                delete: vec![]
+            }
+        );
+        assert!(plan(100, &[], &limits).rotate);
+        // Two rotated kept beside the one written; rotating makes a third.
+        let earlier = names(&["0.log.20261123-000002", "0.log.20261123-000001"]);
+        assert_eq!(plan(50, &earlier, &limits).delete, Vec::<String>::new());
+        assert_eq!(
+            plan(150, &earlier, &limits).delete,
+            names(&["0.log.20261123-000001"])
+        );
+        // A count of 1 keeps one rotated file all the same (as the kubelet's
+        // minimum of 2).
+        let one = Rotation {
+            max_files: 1,
+            ..limits
+        };
+        assert_eq!(
+            plan(150, &earlier, &one).delete,
+            earlier.iter().rev().cloned().collect::<Vec<_>>()
+        );
+    }
+
+    /// Whatever the sizes and files, the files kept after a pass (the one
+    /// written, the rotated ones, and the one rotated now) never exceed
+    /// the count, and only the oldest go.
+    #[test]
+    fn never_more_files_than_the_count() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for _ in 0..500 {
+            let limits = Rotation {
+                max_size: 1 + next(1000),
+                max_files: next(8) as usize,
+                every: Duration::from_secs(1),
+            };
+            let earlier: Vec<String> = (0..next(10))
+                .map(|n| format!("0.log.20261123-{n:06}"))
+                .collect();
+            let size = next(2000);
+            let plan = plan(size, &earlier, &limits);
+            let kept = earlier.len() - plan.delete.len() + 1 + usize::from(plan.rotate);
+            assert!(
+                kept <= limits.max_files.max(2),
+                "{kept} files for {limits:?}"
+            );
+            let mut sorted = earlier.clone();
+            sorted.sort();
+            assert_eq!(plan.delete, sorted[..plan.delete.len()].to_vec());
+        }
+    }
+
+    #[test]
+    fn sizes_as_the_kubelet_writes_them() {
+        assert_eq!(parse_size("10Mi"), Ok(10 << 20));
+        assert_eq!(parse_size("512Ki"), Ok(512 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1G"), Ok(1_000_000_000));
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("10Xi").is_err());
+    }
 
     fn at(time: &str) -> jiff::Timestamp {
         time.parse().expect("time")
@@ -335,7 +581,7 @@ mod tests {
         assert_eq!(line, "2026-11-23T00:00:50Z new\n");
         assert_eq!(filter.limit(line.clone()), (line, false));
         let (cut, full) = filter.limit("0123456789abcdefghij".to_owned());
-        assert_eq!((cut.as_str(), full), ("0123456789abcd", true));
+        assert_eq!((cut.as_str(), full), ("0123456789abcde", true));
         assert!(
             LogFilter::new(
                 &LogOptions {

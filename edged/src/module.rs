@@ -74,6 +74,25 @@ impl Edged {
             cri.clone(),
             config.root_dir.clone(),
         );
+        // Container logs rotate by size and count.
+        let (rotating, view, root, limits) = (
+            cri.clone(),
+            pods.clone(),
+            config.root_dir.clone(),
+            config.log_rotation,
+        );
+        actix::spawn(async move {
+            let mut every = tokio::time::interval(limits.every);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let (rotated, deleted) =
+                    crate::logs::rotate(&rotating, &view, &root, &limits).await;
+                if rotated + deleted > 0 {
+                    tracing::debug!(rotated, deleted, "container logs rotated");
+                }
+            }
+        });
         let mut image_gc = config.image_gc.clone();
         image_gc.pinned.push(config.pause_image.clone());
         let (inbox, messages) = mpsc::channel(1024);
