@@ -446,3 +446,29 @@ fn a_followed_log_goes_on_across_rotations() {
     );
     let _ = (&rig.node, &rig.cloud);
 }
+
+/// Attached to the talker's main process: its output as it writes it.
+#[test]
+fn attach_to_an_edge_pods_main_process() {
+    let rig = start("attach");
+    let mut attached = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--server", &rig.admin, "attach", "talker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgehivectl attach");
+    let mut lines = BufReader::new(attached.stdout.take().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    while seen.len() < 20 {
+        let line = lines.next().expect("the output goes on").expect("a line");
+        seen.extend(numbers(&line));
+    }
+    assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "{seen:?}");
+    let _ = attached.kill();
+    let _ = attached.wait();
+    // A pod on a node not linked here.
+    let (code, _, err) = ctl_with(&rig.admin, &["attach", "elsewhere"], "", &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not linked to this cloud"), "{err}");
+    let _ = (&rig.dir, &rig.node, &rig.cloud);
+}
