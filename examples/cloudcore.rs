@@ -19,8 +19,10 @@ use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
-use cloud::controller::DeliveryCursors;
+use cloud::controller::{DeliveryCursors, KubeletEndpoint};
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
+use cloud::kubelet::KubeletApiConfig;
+use cloud::kubelet::review::SubjectAccessReviews;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
 use cloud::{
@@ -108,6 +110,15 @@ struct Run {
     /// Prometheus metrics listen address; "off" for none (modules.metrics).
     #[arg(long)]
     metrics: Option<String>,
+    /// The kubelet API of edge nodes for kube-apiserver (kubectl logs,
+    /// exec, port-forward), Kubernetes mode only: listen address, or "off"
+    /// (modules.cloudStream).
+    #[arg(long)]
+    stream: Option<String>,
+    /// The CA of kube-apiserver's kubelet client certificate, PEM
+    /// (modules.cloudStream.tlsStreamCAFile; default: the cluster's CA).
+    #[arg(long)]
+    stream_client_ca: Option<PathBuf>,
     /// A kubeconfig: drive edge nodes from that cluster's API server
     /// instead of the embedded store (kubeAPIConfig.kubeConfig).
     #[arg(long)]
@@ -168,11 +179,97 @@ impl Run {
         if let Some(ttl) = self.claim_ttl_secs {
             config.replicas.claim_ttl_seconds = ttl;
         }
+        let stream = &mut config.modules.cloud_stream;
+        match self.stream.as_deref() {
+            None => {}
+            Some("off") => stream.enable = false,
+            Some(address) => {
+                stream.enable = true;
+                stream.address = address.to_owned();
+            }
+        }
+        if let Some(file) = self.stream_client_ca {
+            stream.tls_stream_ca_file = file.to_string_lossy().into_owned();
+        }
         config.modules.admin.apply_flag(self.admin);
         config.modules.metrics.apply_flag(self.metrics);
         config::Check::check(&config).map_err(|reason| anyhow::anyhow!("{reason}"))?;
         Ok(config)
     }
+}
+
+/// The kubelet API's settings (Kubernetes mode), and the endpoint edge
+/// Nodes name: this cloudcore's certificate from its CA, client
+/// certificates checked against kube-apiserver's kubelet-client CA (a file,
+/// or the cluster's CA as the `kube-root-ca.crt` ConfigMap publishes it),
+/// callers authorized by the API server.
+async fn kubelet_api_config(
+    settings: &CloudCoreConfig,
+    ca: &CloudCa,
+    store: &KubernetesStore,
+) -> Result<(KubeletEndpoint, KubeletApiConfig)> {
+    let section = &settings.modules.cloud_stream;
+    let advertise = match section.advertise_address.as_str() {
+        // The first address that is an IP (an InternalIP is one).
+        "" => settings
+            .modules
+            .cloud_hub
+            .advertise_address
+            .iter()
+            .find(|name| name.parse::<std::net::IpAddr>().is_ok())
+            .or(settings.modules.cloud_hub.advertise_address.first())
+            .cloned()
+            .context(
+                "modules.cloudStream.advertiseAddress: none, and no cloudHub.advertiseAddress",
+            )?,
+        address => address.to_owned(),
+    };
+    let port = section
+        .address
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse::<u16>().ok())
+        .context("modules.cloudStream.address: no port")?;
+    let client_ca = match section.tls_stream_ca_file.as_str() {
+        "" => {
+            // Published by kube-controller-manager into every namespace,
+            // cloudcore's own just created perhaps: a few tries.
+            let namespace = &settings.kube_api_config.namespace;
+            let mut tries = 0;
+            loop {
+                match cloud::kubelet::cluster_ca(store.client().clone(), namespace).await {
+                    Ok(pem) => break pem.into_bytes(),
+                    Err(_) if tries < 10 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Err(err) => anyhow::bail!(
+                        "the cluster's CA ({namespace}/kube-root-ca.crt: {err}); set modules.cloudStream.tlsStreamCAFile"
+                    ),
+                }
+            }
+        }
+        file => std::fs::read(file)
+            .with_context(|| format!("modules.cloudStream.tlsStreamCAFile {file}"))?,
+    };
+    let client_roots = tls::certs_from_pem(&client_ca)?;
+    anyhow::ensure!(
+        !client_roots.is_empty(),
+        "the kubelet-client CA holds no certificate"
+    );
+    let (chain, key) = ca.issue_server(
+        std::slice::from_ref(&advertise),
+        Duration::from_secs(365 * 24 * 3600),
+    )?;
+    let config = KubeletApiConfig {
+        address: section.address.clone(),
+        tls: tls::server_config(chain, key, Some(&client_roots))?,
+        authorizer: Arc::new(SubjectAccessReviews::new(store.client().clone())),
+    };
+    let endpoint = KubeletEndpoint {
+        address: advertise,
+        port,
+    };
+    Ok((endpoint, config))
 }
 
 /// Where the configuration file is read from by default.
@@ -288,6 +385,19 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         _ => None,
     };
     let grace = settings.kube_api_config.offline_grace_seconds;
+    // Kubernetes mode: kube-apiserver reaches edge nodes' kubelet API here.
+    let kubelet_api = match &desired {
+        Desired::Kubernetes(store) if settings.modules.cloud_stream.enable => {
+            match kubelet_api_config(&settings, &ca, store).await {
+                Ok(api) => Some(api),
+                Err(err) => {
+                    tracing::warn!(error = %format!("{err:#}"), "no kubelet API for edge nodes: kubectl logs, exec and port-forward will not reach them");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let controller_config = ControllerConfig {
         offline_grace: (grace > 0).then(|| Duration::from_secs(grace)),
         // Replicas: a node is sent to by the one that serves it.
@@ -299,6 +409,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         // is marked unreachable by any, every other claim TTL.
         claims: claims.as_ref().map(Claims::holders),
         sweep_every: Duration::from_secs(2 * settings.replicas.claim_ttl_seconds),
+        kubelet_endpoint: kubelet_api.as_ref().map(|(endpoint, _)| endpoint.clone()),
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;
@@ -314,6 +425,16 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     // the nodes' links, kept by cloudhub.
     let tunnels = hub::tunnel::NodeTunnels::default();
     let pod_streams = cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
+    let _kubelet_api = match kubelet_api {
+        Some((_, config)) => {
+            let handle = cloud::kubelet::start(config, pod_streams.clone())
+                .await
+                .context("kubelet API (modules.cloudStream)")?;
+            tracing::info!(address = %handle.address, "kubelet API for edge nodes ready");
+            Some(handle)
+        }
+        None => None,
+    };
     let admin = match settings.modules.admin.enabled() {
         Some(address) => Some(
             AdminApi::start(controller.clone(), address, Some(pod_streams.clone()))

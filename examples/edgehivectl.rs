@@ -157,6 +157,12 @@ enum Command {
         #[arg(short = 't', long)]
         tty: bool,
     },
+    /// Shows the CPU and memory the nodes or pods use now (the resource
+    /// metrics API), as `kubectl top`.
+    Top {
+        #[command(subcommand)]
+        what: Top,
+    },
     /// Shows one object in detail.
     Describe {
         /// Kind.
@@ -167,6 +173,100 @@ enum Command {
         #[arg(short, long, default_value = "default")]
         namespace: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum Top {
+    /// The nodes linked to the cloud.
+    #[command(alias = "node", alias = "no")]
+    Nodes {
+        /// One node.
+        name: Option<String>,
+    },
+    /// Pods.
+    #[command(alias = "pod", alias = "po")]
+    Pods {
+        /// One pod.
+        name: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// Pods of every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Each container on a line of its own.
+        #[arg(long)]
+        containers: bool,
+    },
+}
+
+/// A CPU quantity (`250000000n`, `15m`, `2`) in millicores.
+fn millicores(quantity: &str) -> Option<u64> {
+    let (number, scale) = match quantity.strip_suffix('n') {
+        Some(n) => (n, 1_000_000.0),
+        None => match quantity.strip_suffix('u') {
+            Some(u) => (u, 1_000.0),
+            None => match quantity.strip_suffix('m') {
+                Some(m) => (m, 1.0),
+                None => (quantity, 0.001),
+            },
+        },
+    };
+    number
+        .parse::<f64>()
+        .ok()
+        .map(|n| (n / scale).round() as u64)
+}
+
+/// A memory quantity (`2048Ki`, `5Mi`, `1234`) in MiB.
+fn mebibytes(quantity: &str) -> Option<u64> {
+    let units = [
+        ("Ki", 1u64 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+    ];
+    let (number, unit) = units
+        .iter()
+        .find_map(|(suffix, unit)| Some((quantity.strip_suffix(suffix)?, *unit)))
+        .unwrap_or((quantity, 1));
+    number.parse::<u64>().ok().map(|n| n * unit / (1 << 20))
+}
+
+/// `kubectl top`'s table: the usage of each row, CPU in millicores and
+/// memory in MiB.
+fn top_table(header: &[&str], rows: Vec<(Vec<String>, &Value)>) -> String {
+    let mut lines = vec![
+        header
+            .iter()
+            .map(|h| (*h).to_owned())
+            .chain(["CPU(cores)".to_owned(), "MEMORY(bytes)".to_owned()])
+            .collect::<Vec<_>>(),
+    ];
+    for (names, usage) in rows {
+        let cpu = usage["cpu"].as_str().and_then(millicores).unwrap_or(0);
+        let memory = usage["memory"].as_str().and_then(mebibytes).unwrap_or(0);
+        lines.push(
+            names
+                .into_iter()
+                .chain([format!("{cpu}m"), format!("{memory}Mi")])
+                .collect(),
+        );
+    }
+    let widths: Vec<usize> = (0..lines[0].len())
+        .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
+        .collect();
+    lines
+        .iter()
+        .map(|line| {
+            let cells: Vec<String> = line
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect();
+            cells.join("   ").trim_end().to_owned() + "\n"
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -383,6 +483,96 @@ async fn run(args: Args) -> Result<()> {
                     }
                 }
             }
+        }
+        Command::Top { what } => {
+            const API: &str = "/apis/metrics.k8s.io/v1beta1";
+            let items = |value: Value| match value.get("items") {
+                Some(Value::Array(items)) => items.clone(),
+                _ => vec![value],
+            };
+            let table = match what {
+                Top::Nodes { name } => {
+                    let path = match &name {
+                        Some(name) => format!("{API}/nodes/{name}"),
+                        None => format!("{API}/nodes"),
+                    };
+                    let nodes = items(client.get(&path).await?);
+                    let rows = nodes
+                        .iter()
+                        .map(|n| {
+                            let name = n["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                            (vec![name], &n["usage"])
+                        })
+                        .collect::<Vec<_>>();
+                    if rows.is_empty() {
+                        anyhow::bail!("metrics not available yet");
+                    }
+                    top_table(&["NAME"], rows)
+                }
+                Top::Pods {
+                    name,
+                    namespace,
+                    all_namespaces,
+                    containers,
+                } => {
+                    let path = match (&name, all_namespaces) {
+                        (Some(name), _) => format!("{API}/namespaces/{namespace}/pods/{name}"),
+                        (None, true) => format!("{API}/pods"),
+                        (None, false) => format!("{API}/namespaces/{namespace}/pods"),
+                    };
+                    let pods = items(client.get(&path).await?);
+                    if pods.is_empty() {
+                        anyhow::bail!("No resources found in {namespace} namespace.");
+                    }
+                    let mut header = Vec::new();
+                    if all_namespaces {
+                        header.push("NAMESPACE");
+                    }
+                    header.push(if containers { "POD" } else { "NAME" });
+                    if containers {
+                        header.push("NAME");
+                    }
+                    let mut sums = Vec::new();
+                    for pod in &pods {
+                        let mut cells = Vec::new();
+                        if all_namespaces {
+                            cells.push(
+                                pod["metadata"]["namespace"]
+                                    .as_str()
+                                    .unwrap_or("")
+                                    .to_owned(),
+                            );
+                        }
+                        cells.push(pod["metadata"]["name"].as_str().unwrap_or("").to_owned());
+                        let list = pod["containers"].as_array().cloned().unwrap_or_default();
+                        if containers {
+                            for c in list {
+                                let mut cells = cells.clone();
+                                cells.push(c["name"].as_str().unwrap_or("").to_owned());
+                                sums.push((cells, c["usage"].clone()));
+                            }
+                        } else {
+                            let cpu: u64 = list
+                                .iter()
+                                .filter_map(|c| c["usage"]["cpu"].as_str().and_then(millicores))
+                                .sum();
+                            let memory: u64 = list
+                                .iter()
+                                .filter_map(|c| c["usage"]["memory"].as_str().and_then(mebibytes))
+                                .sum();
+                            let usage = serde_json::json!({"cpu": format!("{cpu}m"), "memory": format!("{memory}Mi")});
+                            sums.push((cells, usage));
+                        }
+                    }
+                    top_table(
+                        &header,
+                        sums.iter()
+                            .map(|(cells, usage)| (cells.clone(), usage))
+                            .collect(),
+                    )
+                }
+            };
+            print!("{table}");
         }
         Command::Describe {
             kind,

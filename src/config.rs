@@ -317,6 +317,39 @@ pub struct CloudModules {
     /// The application center (KubeEdge's dynamiccontroller): answers what
     /// a KubeEdge edge's MetaServer forwards.
     pub dynamic_controller: DynamicControllerSection,
+    /// The kubelet API of edge nodes for kube-apiserver (Kubernetes mode;
+    /// KubeEdge's cloudStream): `kubectl logs`, `exec`, `attach`,
+    /// `port-forward` through the nodes' links.
+    pub cloud_stream: CloudStreamSection,
+}
+
+/// The kubelet API cloudcore serves for edge nodes (Kubernetes mode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CloudStreamSection {
+    /// Whether it runs (only ever with a Kubernetes API server).
+    pub enable: bool,
+    /// host:port it listens on.
+    pub address: String,
+    /// The address kube-apiserver reaches it at, written as edge Nodes'
+    /// `InternalIP` ("": the first of `modules.cloudHub.advertiseAddress`).
+    pub advertise_address: String,
+    /// The CA that signed kube-apiserver's kubelet client certificate
+    /// (`--kubelet-client-certificate`), PEM ("": the cluster's CA, from the
+    /// `kube-root-ca.crt` ConfigMap in cloudcore's namespace).
+    #[serde(rename = "tlsStreamCAFile")]
+    pub tls_stream_ca_file: String,
+}
+
+impl Default for CloudStreamSection {
+    fn default() -> Self {
+        CloudStreamSection {
+            enable: true,
+            address: cloud::kubelet::DEFAULT_ADDRESS.to_owned(),
+            advertise_address: String::new(),
+            tls_stream_ca_file: String::new(),
+        }
+    }
 }
 
 /// The application center's settings (KubeEdge's `dynamicController`).
@@ -391,6 +424,7 @@ impl Default for CloudModules {
             admin: Listener::on(cloud::admin::DEFAULT_ADDRESS),
             metrics: Listener::on(DEFAULT_CLOUD_METRICS),
             dynamic_controller: DynamicControllerSection::default(),
+            cloud_stream: CloudStreamSection::default(),
         }
     }
 }
@@ -499,6 +533,13 @@ impl Check for CloudCoreConfig {
             ("modules.cloudHub.https.address", &hub.https),
             ("modules.admin.address", &self.modules.admin),
             ("modules.metrics.address", &self.modules.metrics),
+            (
+                "modules.cloudStream.address",
+                &Listener {
+                    enable: self.modules.cloud_stream.enable,
+                    address: self.modules.cloud_stream.address.clone(),
+                },
+            ),
         ] {
             if listener.enable {
                 check_host_port(key, &listener.address)?;

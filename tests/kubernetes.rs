@@ -84,6 +84,8 @@ struct Cluster {
     edge_dir: String,
     node: String,
     namespace: String,
+    /// cloudcore's kubelet API for the edge nodes.
+    stream: String,
 }
 
 impl Cluster {
@@ -98,7 +100,8 @@ impl Cluster {
         let namespace = format!("edgehive-test-{}", std::process::id());
         let dir = tempfile_dir(&node);
         let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
-        let (hub, certs, admin, metrics) = (
+        let (hub, certs, admin, metrics, stream) = (
+            free_address(),
             free_address(),
             free_address(),
             free_address(),
@@ -122,6 +125,8 @@ impl Cluster {
             &admin,
             "--metrics",
             &metrics,
+            "--stream",
+            &stream,
             "--keepalive-secs",
             "2",
         ]
@@ -175,6 +180,7 @@ impl Cluster {
             edge_dir,
             node,
             namespace,
+            stream,
         };
         cluster.start_edge();
         cluster
@@ -856,6 +862,8 @@ fn k8s_replica(kubeconfig: &str, dir: &str, name: &str) -> (Process, String, Str
             "off",
             "--metrics",
             &free_address(),
+            "--stream",
+            "off",
             "--keepalive-secs",
             "2",
             "--replica",
@@ -1060,4 +1068,201 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
             "--wait=false",
         ],
     );
+}
+
+/// A pod with a web server and a container that keeps writing lines.
+fn chatty(node: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"mkdir -p /www && echo served-through-the-tunnel > /www/index.html && exec httpd -f -p 8080 -h /www\"]
+  - name: talker
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"i=0; while true; do echo line $i; i=$((i+1)); sleep 0.1; done\"]
+"
+    )
+}
+
+/// kubectl's exit code, stdout and stderr, with `input` on its stdin.
+fn kubectl_with_input(
+    kubeconfig: &str,
+    args: &[&str],
+    input: &[u8],
+) -> (Option<i32>, String, String) {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl on the PATH");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input).expect("kubectl's stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl ran");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// kubectl logs, exec (stdin, exit code) and port-forward on an edge pod:
+/// kube-apiserver calls the kubelet API the Node names (cloudcore's), and
+/// cloudcore carries each call through the node's link to its runtime.
+#[test]
+fn kubectl_logs_exec_and_port_forward_reach_an_edge_pod() {
+    let test = "kubectl_logs_exec_and_port_forward_reach_an_edge_pod";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    let cluster = Cluster::start(kubeconfig, "eh-streams", "native");
+    let port: i64 = cluster
+        .stream
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .expect("the kubelet API's port");
+
+    // The Node names cloudcore's kubelet API: its InternalIP and port.
+    let node = until("the Node naming cloudcore's kubelet API", || {
+        cluster
+            .node()
+            .filter(|n| n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port)
+    });
+    assert_eq!(
+        node["status"]["addresses"][0]["type"], "InternalIP",
+        "{node}"
+    );
+    assert_eq!(
+        node["status"]["addresses"][0]["address"], "127.0.0.1",
+        "{node}"
+    );
+
+    cluster.apply(&chatty(&cluster.node));
+    until("the pod Running", || {
+        cluster
+            .pod("chatty")
+            .filter(|p| p["status"]["phase"] == "Running" && p["status"]["podIP"].is_string())
+    });
+    let ns = cluster.namespace.as_str();
+
+    // kubectl logs: what the container wrote, the last lines asked for.
+    let logs = until("kubectl logs with lines", || {
+        let (ok, out) = kubectl(
+            &cluster.kubeconfig,
+            &["logs", "chatty", "-c", "talker", "-n", ns, "--tail=3"],
+        );
+        (ok && out.lines().count() == 3).then_some(out)
+    });
+    println!("kubectl logs --tail=3:\n{logs}");
+    assert!(logs.lines().all(|l| l.starts_with("line ")), "{logs}");
+    // Followed: lines keep coming until kubectl is told to stop.
+    let (code, followed, err) = kubectl_with_input(
+        &cluster.kubeconfig,
+        &[
+            "logs",
+            "-f",
+            "chatty",
+            "-c",
+            "talker",
+            "-n",
+            ns,
+            "--limit-bytes=2000",
+        ],
+        b"",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        followed.len() >= 1000 && followed.len() <= 2000,
+        "{} bytes: {err}",
+        followed.len()
+    );
+
+    // kubectl exec: output on both streams, the exit code, stdin.
+    let (code, out, err) = kubectl_with_input(
+        &cluster.kubeconfig,
+        &[
+            "exec",
+            "chatty",
+            "-c",
+            "web",
+            "-n",
+            ns,
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        b"",
+    );
+    println!("kubectl exec: code {code:?}, stdout {out:?}, stderr {err:?}");
+    assert_eq!(out, "out\n");
+    assert!(err.contains("err"), "{err}");
+    assert_eq!(code, Some(3), "{err}");
+    let (code, out, err) = kubectl_with_input(
+        &cluster.kubeconfig,
+        &[
+            "exec",
+            "-i",
+            "chatty",
+            "-c",
+            "web",
+            "-n",
+            ns,
+            "--",
+            "sh",
+            "-c",
+            "wc -c; cat /www/index.html",
+        ],
+        &[b'x'; 100_000],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "100000\nserved-through-the-tunnel\n", "{err}");
+
+    // kubectl port-forward: the pod's web server, fetched locally.
+    let local = free_address();
+    let local_port = local
+        .rsplit_once(':')
+        .map(|(_, p)| p.to_owned())
+        .expect("port");
+    let forward = Process::start(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &cluster.kubeconfig,
+            "port-forward",
+            "-n",
+            ns,
+            "pod/chatty",
+            &format!("{local_port}:8080"),
+        ],
+    );
+    forward.wait_for("Forwarding from", Duration::from_secs(30));
+    for _ in 0..3 {
+        let mut tcp = std::net::TcpStream::connect(&local).expect("the forwarded port");
+        tcp.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
+            .expect("request");
+        let mut page = String::new();
+        tcp.read_to_string(&mut page).expect("page");
+        assert!(
+            page.starts_with("HTTP/1.") && page.contains("served-through-the-tunnel"),
+            "{page}"
+        );
+    }
+    println!("kubectl port-forward: 3 pages fetched through the tunnel");
+    drop(forward);
+
+    // A pod on no edge node linked here: the kubelet API cannot reach it.
+    let (ok, out) = kubectl(&cluster.kubeconfig, &["logs", "no-such-pod", "-n", ns]);
+    assert!(!ok, "{out}");
 }

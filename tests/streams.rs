@@ -28,6 +28,8 @@ struct Rig {
     admin: String,
     dir: String,
     node: String,
+    /// edged's local server (its kubelet read-only port).
+    edged: String,
 }
 
 fn start(name: &str) -> Rig {
@@ -144,6 +146,7 @@ spec:
         admin,
         dir,
         node,
+        edged,
     }
 }
 
@@ -471,4 +474,120 @@ fn attach_to_an_edge_pods_main_process() {
     assert_eq!(code, 1);
     assert!(err.contains("is not linked to this cloud"), "{err}");
     let _ = (&rig.dir, &rig.node, &rig.cloud);
+}
+
+/// A plain HTTP GET of `path` from `address`: the body of a 200.
+fn http_get(address: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(address).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    let ok = head.starts_with("HTTP/1.") && head.get(8..13) == Some(" 200 ");
+    ok.then(|| body.to_owned())
+}
+
+/// The millicores in a `top` line's CPU column (`123m`).
+fn millicores_of(line: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|cell| cell.strip_suffix('m')?.parse().ok())
+}
+
+#[test]
+fn top_shows_what_edge_pods_and_nodes_use() {
+    let rig = start("top");
+    // A container that burns CPU.
+    let file = format!("{}/burner.yaml", rig.dir);
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: burner
+spec:
+  nodeName: {}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: burner
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"while true; do :; done\"]
+",
+        rig.node
+    );
+    std::fs::write(&file, manifest).expect("manifest");
+    let (ok, _, err) = ctl(&rig.admin, &["apply", "-f", &file]);
+    assert!(ok, "{err}");
+
+    // edgehivectl top pods: the burner near a core, read from containerd's
+    // figures through the node's link; the idle web server near none.
+    let top = until("the burner's CPU in top", || {
+        let (ok, out, _) = ctl(&rig.admin, &["top", "pods"]);
+        let line = out.lines().find(|l| l.starts_with("burner "))?.to_owned();
+        (ok && millicores_of(&line)? >= 200).then_some(out)
+    });
+    println!("edgehivectl top pods:\n{top}");
+    assert!(top.starts_with("NAME"), "{top}");
+    let web = top
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .expect("web in top");
+    assert!(millicores_of(web).is_some_and(|m| m < 200), "{top}");
+    let (ok, containers, err) = ctl(&rig.admin, &["top", "pod", "burner", "--containers"]);
+    assert!(
+        ok && containers.contains("burner   burner"),
+        "{containers}{err}"
+    );
+
+    // edgehivectl top nodes: the node, with memory in use (its CPU rate
+    // needs two samples a second apart: "not available yet" before).
+    let nodes = until("the node in top nodes", || {
+        let (ok, nodes, _) = ctl(&rig.admin, &["top", "nodes"]);
+        (ok && nodes.lines().any(|l| l.starts_with(&rig.node))).then_some(nodes)
+    });
+    println!("edgehivectl top nodes:\n{nodes}");
+    let line = nodes
+        .lines()
+        .find(|l| l.starts_with(&rig.node))
+        .unwrap_or("");
+    assert!(!line.contains(" 0Mi"), "{nodes}");
+
+    // A pod on a node not linked here has no figures.
+    let (ok, _, err) = ctl(&rig.admin, &["top", "pod", "elsewhere"]);
+    assert!(!ok && err.contains("not linked"), "{err}");
+
+    // The kubelet's own endpoints at the edge, as metrics-server reads them.
+    let summary: Value =
+        serde_json::from_str(&http_get(&rig.edged, "/stats/summary").expect("summary"))
+            .expect("summary JSON");
+    assert_eq!(summary["node"]["nodeName"], rig.node.as_str());
+    let burner = summary["pods"]
+        .as_array()
+        .and_then(|pods| pods.iter().find(|p| p["podRef"]["name"] == "burner"))
+        .expect("the burner in the summary");
+    assert!(
+        burner["cpu"]["usageCoreNanoSeconds"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{burner}"
+    );
+    assert!(
+        burner["memory"]["workingSetBytes"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{burner}"
+    );
+    let metrics = http_get(&rig.edged, "/metrics/resource").expect("resource metrics");
+    for family in [
+        "node_cpu_usage_seconds_total",
+        "node_memory_working_set_bytes",
+        "container_cpu_usage_seconds_total{container=\"burner\",namespace=\"default\",pod=\"burner\"}",
+        "pod_memory_working_set_bytes{namespace=\"default\",pod=\"burner\"}",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(family)),
+            "{family} not in\n{metrics}"
+        );
+    }
 }

@@ -185,6 +185,78 @@ pub enum StreamRequest {
         /// Which.
         what: StatsKind,
     },
+    /// A kubelet streaming request as its caller made it (kube-apiserver,
+    /// speaking SPDY or WebSocket): the node hands the HTTP upgrade, with
+    /// the caller's protocol headers, to the runtime's streaming server
+    /// and carries bytes both ways, unread: the caller's on stdin, the
+    /// runtime's (its response head first) on stdout.
+    Upgrade {
+        /// The pod.
+        pod: PodRef,
+        /// What is asked of it.
+        target: UpgradeTarget,
+        /// The request's method (`GET` or `POST`).
+        method: String,
+        /// The protocol headers of the upgrade (`Upgrade`, `Connection`,
+        /// `X-Stream-Protocol-Version`, `Sec-WebSocket-*`).
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// What an [`StreamRequest::Upgrade`] asks of the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "target", rename_all = "camelCase")]
+pub enum UpgradeTarget {
+    /// A command run in a container.
+    Exec {
+        /// The container.
+        container: String,
+        /// The command and its arguments.
+        command: Vec<String>,
+        /// Its standard streams.
+        io: Io,
+    },
+    /// The standard streams of a container's main process.
+    Attach {
+        /// The container.
+        container: String,
+        /// Which ones.
+        io: Io,
+    },
+    /// The pod's ports (each connection names its port inside the
+    /// protocol).
+    PortForward,
+}
+
+/// The headers of an upgrade that are passed on to the runtime: the
+/// protocol's own, never the caller's credentials.
+pub fn is_upgrade_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "upgrade" | "connection" | "x-stream-protocol-version"
+    ) || name.starts_with("sec-websocket-")
+}
+
+impl Io {
+    /// The standard streams of a kubelet `/exec` or `/attach` query
+    /// (`input`, `output`, `error`, `tty`), or of the API's (`stdin`,
+    /// `stdout`, `stderr`, `tty`).
+    pub fn from_query<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Io, QueryError> {
+        let mut io = Io::default();
+        for (name, value) in pairs {
+            match name {
+                "input" | "stdin" => io.stdin = flag(name, value)?,
+                "output" | "stdout" => io.stdout = flag(name, value)?,
+                "error" | "stderr" => io.stderr = flag(name, value)?,
+                "tty" => io.tty = flag(name, value)?,
+                _ => {}
+            }
+        }
+        Ok(io)
+    }
 }
 
 impl StreamRequest {
@@ -205,7 +277,8 @@ impl StreamRequest {
             StreamRequest::Logs { pod, .. }
             | StreamRequest::Exec { pod, .. }
             | StreamRequest::Attach { pod, .. }
-            | StreamRequest::PortForward { pod, .. } => Some(pod),
+            | StreamRequest::PortForward { pod, .. }
+            | StreamRequest::Upgrade { pod, .. } => Some(pod),
             StreamRequest::Stats { .. } => None,
         }
     }
@@ -242,7 +315,23 @@ mod tests {
                     tty: true,
                 },
             },
-            StreamRequest::PortForward { pod, port: 80 },
+            StreamRequest::PortForward {
+                pod: pod.clone(),
+                port: 80,
+            },
+            StreamRequest::Upgrade {
+                pod,
+                target: UpgradeTarget::Exec {
+                    container: "c".to_owned(),
+                    command: vec!["date".to_owned()],
+                    io: Io {
+                        stdout: true,
+                        ..Io::default()
+                    },
+                },
+                method: "POST".to_owned(),
+                headers: vec![("Upgrade".to_owned(), "SPDY/3.1".to_owned())],
+            },
             StreamRequest::Stats {
                 what: StatsKind::Summary,
             },
@@ -281,5 +370,35 @@ mod tests {
             })
         );
         assert!(LogOptions::from_query([("follow", "maybe")]).is_err());
+    }
+
+    #[test]
+    fn io_comes_from_the_kubelets_query_and_the_apis() {
+        let kubelet = Io::from_query([("input", "1"), ("output", "1"), ("tty", "1")]);
+        let api = Io::from_query([("stdin", "true"), ("stdout", "true"), ("tty", "true")]);
+        let expected = Io {
+            stdin: true,
+            stdout: true,
+            stderr: false,
+            tty: true,
+        };
+        assert_eq!(kubelet, Ok(expected));
+        assert_eq!(api, Ok(expected));
+        assert!(Io::from_query([("tty", "yes")]).is_err());
+    }
+
+    #[test]
+    fn only_protocol_headers_are_passed_on() {
+        for passed in [
+            "Upgrade",
+            "connection",
+            "X-Stream-Protocol-Version",
+            "Sec-WebSocket-Protocol",
+        ] {
+            assert!(is_upgrade_header(passed), "{passed}");
+        }
+        for kept in ["Authorization", "Cookie", "X-Remote-User", "Host"] {
+            assert!(!is_upgrade_header(kept), "{kept}");
+        }
     }
 }

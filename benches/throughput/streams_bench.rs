@@ -108,7 +108,12 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
         )])));
         let handler = Arc::new(Bench {
             logs: dir.path().join("logs"),
-            pods: edged::streams::PodStreamServer::new(pods, cri.clone(), dir.path().to_owned()),
+            pods: edged::streams::PodStreamServer::new(
+                pods,
+                cri.clone(),
+                dir.path().to_owned(),
+                edged::stats::StatsCollector::new(cri.clone(), "bench".to_owned()),
+            ),
         });
         let (cloud, _edge, _senders) = linked(dir.path(), handler).await?;
 
@@ -127,6 +132,7 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
                     Arc::default(),
                     cri.clone(),
                     dir.clone(),
+                    edged::stats::StatsCollector::new(cri.clone(), "bench".to_owned()),
                 ),
             });
             tunnels.push(linked(&dir, handler).await?);

@@ -24,6 +24,7 @@ pub mod applications;
 mod backoff;
 pub mod controller;
 pub mod desired;
+pub mod kubelet;
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod replicas;
 pub mod streams;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
-use apis::streams::{StatsKind, StreamRequest, channel};
+use apis::streams::{PodRef, StatsKind, StreamRequest, channel};
 use bytes::{Bytes, BytesMut};
 use hub::tunnel::{Chunk, NodeTunnels, StreamError, TunnelStream};
 
@@ -37,9 +37,14 @@ impl PodStreams {
 
     /// The node `request`'s pod is bound to.
     fn node_of(&self, request: &StreamRequest) -> Result<String, ApiError> {
-        let Some(pod) = request.pod() else {
-            return Err(ApiError::BadRequest("a stream for no pod".to_owned()));
-        };
+        match request.pod() {
+            Some(pod) => self.node_of_pod(pod),
+            None => Err(ApiError::BadRequest("a stream for no pod".to_owned())),
+        }
+    }
+
+    /// The node `pod` is bound to.
+    pub fn node_of_pod(&self, pod: &PodRef) -> Result<String, ApiError> {
         let key = ObjectKey::new(Kind::Pod, &pod.namespace, &pod.name);
         let object = self
             .store

@@ -9,7 +9,8 @@
 //! - [`spec`]: a pod's spec as CRI configs; [`volumes`]: emptyDir,
 //!   hostPath, configMap and secret volumes; [`probes`]: startup, liveness
 //!   and readiness; [`gc`]: container and image garbage collection;
-//!   [`server`]: `/healthz`, `/pods` and container logs over HTTP.
+//!   [`server`]: `/healthz`, `/pods`, container logs and [`stats`] over
+//!   HTTP.
 
 pub mod config;
 pub mod cri;
@@ -20,6 +21,7 @@ pub mod node;
 pub mod probes;
 pub mod server;
 pub mod spec;
+pub mod stats;
 pub mod streams;
 pub mod volumes;
 pub mod worker;

@@ -61,10 +61,29 @@ impl Edged {
     pub async fn start(hive: &Hive, config: EdgedConfig) -> Result<EdgedHandle, EdgedError> {
         let cri = Cri::connect(&config.cri_socket).await?;
         let pods = PodsView::default();
+        let stats = crate::stats::StatsCollector::new(cri.clone(), config.node.clone());
+        // Sampled every 10 s, as the kubelet's stats are, so a Summary
+        // asked at any time has CPU rates over the last window.
+        let sampled = stats.clone();
+        actix::spawn(async move {
+            let mut every = tokio::time::interval(crate::stats::SAMPLE_EVERY);
+            loop {
+                every.tick().await;
+                if let Err(err) = sampled.summary().await {
+                    tracing::debug!(error = %err, "stats not sampled");
+                }
+            }
+        });
         let server = match &config.server_address {
             Some(address) => Some(
-                server::start(address, pods.clone(), cri.clone(), config.root_dir.clone())
-                    .map_err(EdgedError::Server)?,
+                server::start(
+                    address,
+                    pods.clone(),
+                    cri.clone(),
+                    config.root_dir.clone(),
+                    stats.clone(),
+                )
+                .map_err(EdgedError::Server)?,
             ),
             None => None,
         };
@@ -73,6 +92,7 @@ impl Edged {
             pods.clone(),
             cri.clone(),
             config.root_dir.clone(),
+            stats,
         );
         // Container logs rotate by size and count.
         let (rotating, view, root, limits) = (

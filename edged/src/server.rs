@@ -1,7 +1,8 @@
 //! edged's local HTTP server (127.0.0.1 by default), as a kubelet's
 //! read-only port: `/healthz`, `/pods` (a PodList of what edged runs, with
-//! the status it last computed) and a container's log,
-//! `/containerLogs/{namespace}/{pod}/{container}[?tailLines=N]`.
+//! the status it last computed), a container's log,
+//! `/containerLogs/{namespace}/{pod}/{container}[?tailLines=N]`, and the
+//! resource figures, `/stats/summary` and `/metrics/resource`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use tracing::{info, warn};
 
 use crate::cri::Cri;
+use crate::stats::StatsCollector;
 
 /// The pods edged runs, by `<ns>/<name>`, with their latest status.
 pub type PodsView = Arc<RwLock<BTreeMap<String, Pod>>>;
@@ -41,6 +43,7 @@ struct Shared {
     pods: PodsView,
     cri: Cri,
     root: PathBuf,
+    stats: Arc<StatsCollector>,
 }
 
 /// Starts the server on `address` (inside an actix System).
@@ -49,13 +52,21 @@ pub fn start(
     pods: PodsView,
     cri: Cri,
     root: PathBuf,
+    stats: Arc<StatsCollector>,
 ) -> std::io::Result<EdgedServerHandle> {
-    let shared = web::Data::new(Shared { pods, cri, root });
+    let shared = web::Data::new(Shared {
+        pods,
+        cri,
+        root,
+        stats,
+    });
     let server = HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())
             .route("/healthz", web::get().to(healthz))
             .route("/pods", web::get().to(list_pods))
+            .route("/stats/summary", web::get().to(summary))
+            .route("/metrics/resource", web::get().to(resource_metrics))
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
                 web::get().to(logs),
@@ -99,6 +110,22 @@ async fn list_pods(shared: web::Data<Shared>) -> HttpResponse {
         items,
         ..List::default()
     })
+}
+
+async fn summary(shared: web::Data<Shared>) -> HttpResponse {
+    match shared.stats.summary().await {
+        Ok(summary) => HttpResponse::Ok().json(summary),
+        Err(err) => HttpResponse::ServiceUnavailable().body(err.to_string()),
+    }
+}
+
+async fn resource_metrics(shared: web::Data<Shared>) -> HttpResponse {
+    match shared.stats.summary().await {
+        Ok(summary) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(crate::stats::resource_metrics(&summary)),
+        Err(err) => HttpResponse::ServiceUnavailable().body(err.to_string()),
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
+use apis::streams::{
+    Io, LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
+};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hub::tunnel::{Chunk, PendingStream, StreamHandler};
@@ -21,6 +23,7 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::cri::{Cri, api};
 use crate::server::PodsView;
+use crate::stats::StatsCollector;
 
 /// The WebSocket subprotocol spoken to the runtime's streaming server.
 const CHANNEL_PROTOCOL: &str = "v4.channel.k8s.io";
@@ -30,13 +33,24 @@ pub struct PodStreamServer {
     pods: PodsView,
     cri: Cri,
     root: PathBuf,
+    stats: Arc<StatsCollector>,
 }
 
 impl PodStreamServer {
     /// Serves the pods in `pods` (edged's view) through `cri`; their logs
-    /// are under `root`.
-    pub fn new(pods: PodsView, cri: Cri, root: PathBuf) -> Arc<PodStreamServer> {
-        Arc::new(PodStreamServer { pods, cri, root })
+    /// are under `root`; the node's figures from `stats`.
+    pub fn new(
+        pods: PodsView,
+        cri: Cri,
+        root: PathBuf,
+        stats: Arc<StatsCollector>,
+    ) -> Arc<PodStreamServer> {
+        Arc::new(PodStreamServer {
+            pods,
+            cri,
+            root,
+            stats,
+        })
     }
 
     /// The pod, if edged runs it.
@@ -88,7 +102,7 @@ impl StreamHandler for PodStreamServer {
             Some((_, Some(pod))) => Some(pod),
             None => None,
         };
-        let (cri, root) = (self.cri.clone(), self.root.clone());
+        let (cri, root, stats) = (self.cri.clone(), self.root.clone(), self.stats.clone());
         let span = info_span!("stream", kind = kind_of(&request));
         tokio::spawn(
             async move {
@@ -114,6 +128,16 @@ impl StreamHandler for PodStreamServer {
                     (StreamRequest::PortForward { port, .. }, Some(pod)) => {
                         port_forward(&pod, port, pending).await
                     }
+                    (
+                        StreamRequest::Upgrade {
+                            target,
+                            method,
+                            headers,
+                            ..
+                        },
+                        Some(pod),
+                    ) => upgrade(&cri, &pod, target, &method, &headers, pending).await,
+                    (StreamRequest::Stats { what }, None) => figures(&stats, what, pending).await,
                     (request, _) => pending.refuse(&format!(
                         "{} is not served by this node yet",
                         kind_of(&request)
@@ -132,6 +156,11 @@ fn kind_of(request: &StreamRequest) -> &'static str {
         StreamRequest::Attach { .. } => "attach",
         StreamRequest::PortForward { .. } => "port-forward",
         StreamRequest::Stats { .. } => "stats",
+        StreamRequest::Upgrade { target, .. } => match target {
+            UpgradeTarget::Exec { .. } => "exec (upgrade)",
+            UpgradeTarget::Attach { .. } => "attach (upgrade)",
+            UpgradeTarget::PortForward => "port-forward (upgrade)",
+        },
     }
 }
 
@@ -302,6 +331,13 @@ async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
         Ok(tcp) => tcp,
         Err(err) => return pending.refuse(&format!("port {port} of the pod at {ip}: {err}")),
     };
+    carry(tcp, pending, channel::STDIN).await
+}
+
+/// Carries bytes between `tcp` and the accepted stream: the cloud's on
+/// channel 0 to `tcp` (their end as its write side's), `tcp`'s to the
+/// cloud on `up`. Either side's end ends the stream.
+async fn carry(tcp: tokio::net::TcpStream, pending: PendingStream, up: u8) {
     let Ok(mut stream) = pending.accept() else {
         return;
     };
@@ -314,7 +350,7 @@ async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     let bytes = Bytes::copy_from_slice(&buffer[..n]);
-                    if writer.send(channel::STDIN, bytes).await.is_err() {
+                    if writer.send(up, bytes).await.is_err() {
                         return;
                     }
                 }
@@ -335,11 +371,148 @@ async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
             }
         }
     };
-    // The pod's side ending ends the stream; the cloud's side ending (its
+    // The far side ending ends the stream; the cloud's side ending (its
     // client gone) too.
     tokio::select! {
         () = upstream => {}
         () = downstream => {}
+    }
+    stream.close();
+}
+
+/// The runtime's streaming URL for `target` in `pod`: CRI `Exec`,
+/// `Attach` or `PortForward`.
+async fn streaming_url(cri: &Cri, pod: &Pod, target: UpgradeTarget) -> Result<String, String> {
+    let mut runtime = cri.runtime.clone();
+    match target {
+        UpgradeTarget::Exec {
+            container,
+            command,
+            io,
+        } => {
+            if command.is_empty() {
+                return Err("no command to run".to_owned());
+            }
+            let request = api::ExecRequest {
+                container_id: container_id(pod, &container)?,
+                cmd: command,
+                tty: io.tty,
+                stdin: io.stdin,
+                stdout: io.stdout,
+                stderr: io.stderr && !io.tty,
+            };
+            match runtime.exec(request).await {
+                Ok(answer) => Ok(answer.into_inner().url),
+                Err(status) => Err(format!("CRI Exec: {}", status.message())),
+            }
+        }
+        UpgradeTarget::Attach { container, io } => {
+            let request = api::AttachRequest {
+                container_id: container_id(pod, &container)?,
+                stdin: io.stdin,
+                tty: io.tty,
+                stdout: io.stdout,
+                stderr: io.stderr && !io.tty,
+            };
+            match runtime.attach(request).await {
+                Ok(answer) => Ok(answer.into_inner().url),
+                Err(status) => Err(format!("CRI Attach: {}", status.message())),
+            }
+        }
+        UpgradeTarget::PortForward => {
+            let uid = crate::spec::pod_uid(pod);
+            let sandboxes = cri
+                .sandboxes(crate::spec::POD_UID, &uid)
+                .await
+                .map_err(|err| err.to_string())?;
+            let ready = sandboxes
+                .into_iter()
+                .find(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+                .ok_or("the pod has no running sandbox")?;
+            let request = api::PortForwardRequest {
+                pod_sandbox_id: ready.id,
+                port: Vec::new(),
+            };
+            match runtime.port_forward(request).await {
+                Ok(answer) => Ok(answer.into_inner().url),
+                Err(status) => Err(format!("CRI PortForward: {}", status.message())),
+            }
+        }
+    }
+}
+
+/// The most bytes of one forwarded header line.
+const MAX_HEADER: usize = 8 * 1024;
+
+/// A kubelet streaming request carried as its caller made it, as the
+/// kubelet itself proxies it: the upgrade, with only its protocol headers,
+/// goes to the runtime's streaming server for `target`, and from then on
+/// the bytes pass unread both ways (the runtime's response head first),
+/// so whichever protocol the caller speaks (SPDY/3.1, WebSocket) is the
+/// runtime's to answer.
+async fn upgrade(
+    cri: &Cri,
+    pod: &Pod,
+    target: UpgradeTarget,
+    method: &str,
+    headers: &[(String, String)],
+    pending: PendingStream,
+) {
+    if !matches!(method, "GET" | "POST") {
+        return pending.refuse(&format!("method {method:?} cannot open a stream"));
+    }
+    let url = match streaming_url(cri, pod, target).await {
+        Ok(url) => url,
+        Err(reason) => return pending.refuse(&reason),
+    };
+    let Some((authority, path)) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+    else {
+        return pending.refuse(&format!("a streaming URL this node cannot reach: {url}"));
+    };
+    let mut head = format!("{method} /{path} HTTP/1.1\r\nHost: {authority}\r\n");
+    for (name, value) in headers.iter().filter(|(name, _)| is_upgrade_header(name)) {
+        let clean = |text: &str| !text.contains(['\r', '\n']) && text.len() < MAX_HEADER;
+        if !clean(name) || !clean(value) {
+            return pending.refuse("a header this node cannot pass on");
+        }
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut tcp = match tokio::net::TcpStream::connect(authority).await {
+        Ok(tcp) => tcp,
+        Err(err) => return pending.refuse(&format!("the runtime's streaming server: {err}")),
+    };
+    if let Err(err) = tokio::io::AsyncWriteExt::write_all(&mut tcp, head.as_bytes()).await {
+        return pending.refuse(&format!("the runtime's streaming server: {err}"));
+    }
+    carry(tcp, pending, channel::STDOUT).await
+}
+
+/// The node's figures, whole, on stdout: the Summary as JSON, or the
+/// resource metrics as Prometheus text.
+async fn figures(stats: &StatsCollector, what: StatsKind, pending: PendingStream) {
+    let summary = match stats.summary().await {
+        Ok(summary) => summary,
+        Err(err) => return pending.refuse(&format!("stats: {err}")),
+    };
+    let bytes = match what {
+        StatsKind::Summary => serde_json::to_vec(&summary).unwrap_or_default(),
+        StatsKind::ResourceMetrics => crate::stats::resource_metrics(&summary).into_bytes(),
+    };
+    let Ok(stream) = pending.accept() else {
+        return;
+    };
+    let writer = stream.writer();
+    for chunk in bytes.chunks(16 * 1024) {
+        if writer
+            .send(channel::STDOUT, Bytes::copy_from_slice(chunk))
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
     stream.close();
 }

@@ -9,7 +9,7 @@
 //!   list and get, with status.
 //! - `DELETE` on an object's path deletes it.
 //! - A pod's log, exec, attach and port-forward, and the nodes' and pods'
-//!   resource figures, through the nodes' links ([`pods`]).
+//!   resource figures, through the nodes' links ([`pods`], [`metrics`]).
 //!
 //! It listens on 127.0.0.1 unless told otherwise: whoever reaches it
 //! controls every node.
@@ -31,6 +31,7 @@ use crate::desired::DesiredState;
 
 pub mod client;
 pub mod manifest;
+pub mod metrics;
 pub mod pods;
 
 pub use client::AdminClient;
@@ -105,7 +106,10 @@ impl AdminApi {
                 .configure(delete_routes);
             // Before the read routes: a pod's subresources are not objects.
             let app = match &streams {
-                Some(streams) => app.app_data(streams.clone()).configure(pods::routes),
+                Some(streams) => app
+                    .app_data(streams.clone())
+                    .configure(pods::routes)
+                    .configure(metrics::routes),
                 None => app,
             };
             app.configure(api::read_routes::<DesiredObjects>)

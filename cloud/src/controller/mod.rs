@@ -24,6 +24,7 @@
 //! node events), inventory answers and delivery cursors (what KubeEdge
 //! nodes acknowledged, where replicas record it).
 
+pub mod endpoint;
 pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
@@ -51,6 +52,7 @@ use apis::kinds::{Kind, ObjectKey, valid_name};
 
 use crate::admin::manifest;
 use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
+pub use endpoint::KubeletEndpoint;
 use kubeedge::Refusal;
 pub use reconciler::Acked;
 use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
@@ -97,6 +99,10 @@ pub struct ControllerConfig {
     /// (their replica died, and they did not link again) are looked for
     /// and marked unreachable.
     pub sweep_every: Duration,
+    /// Kubernetes mode with the kubelet API on: the address and port
+    /// written into the status of the nodes this controller serves, so
+    /// kube-apiserver reaches their kubelet API here.
+    pub kubelet_endpoint: Option<KubeletEndpoint>,
 }
 
 /// Where the controller reads what a node acknowledged: its delivery
@@ -147,6 +153,7 @@ impl Default for ControllerConfig {
             cursors: None,
             claims: None,
             sweep_every: Duration::from_secs(30),
+            kubelet_endpoint: None,
         }
     }
 }
@@ -1502,6 +1509,9 @@ impl Controller {
                 .and_then(|s| NodeStatus::deserialize(s).ok())
                 .unwrap_or_default(),
         };
+        if let (Some(endpoint), None) = (&self.config.kubelet_endpoint, at) {
+            endpoint.apply(&mut status);
+        }
         let ready = self.reconciler.ready_condition(node, now());
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         let previous = conditions.iter().position(|c| c.type_ == "Ready");

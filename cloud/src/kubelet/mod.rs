@@ -1,0 +1,523 @@
+//! The kubelet API of edge nodes, served by cloudcore (Kubernetes mode):
+//! kube-apiserver calls it for `kubectl logs`, `exec`, `attach`,
+//! `port-forward` and a node's stats, as it calls a kubelet, and each call
+//! goes through the node's link ([`crate::streams::PodStreams`]).
+//!
+//! - TLS, with a client certificate required and checked against the API
+//!   server's kubelet-client CA; the certificate names the caller, and the
+//!   API server decides what it may do ([`review`]), as a kubelet with
+//!   webhook authorization asks.
+//! - `/containerLogs/...` is a stream of the log's bytes; `/exec`,
+//!   `/attach` and `/portForward` are HTTP upgrades passed to the node as
+//!   made (SPDY/3.1 or WebSocket) and answered by its runtime's streaming
+//!   server, so whichever protocol kube-apiserver speaks works.
+//! - Edge nodes' `Node` objects name this server (their `InternalIP` and
+//!   `daemonEndpoints.kubeletEndpoint.port`; see the controller's
+//!   `KubeletEndpoint`), so the API server reaches it with no rule on its
+//!   host. The path names the pod, and the pod its node; the node stats
+//!   paths name no node, so the request's `Host` must (a Node address that
+//!   is the node's own name, resolving here).
+
+pub mod review;
+pub mod route;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apis::api::ApiError;
+use apis::streams::{StreamRequest, channel, is_upgrade_header};
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hub::tunnel::{Chunk, TunnelStream};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::streams::PodStreams;
+use review::{Authorizer, Caller};
+use route::{KubeletRequest, RouteError};
+
+/// Where the kubelet API listens by default (the kubelet's own port).
+pub const DEFAULT_ADDRESS: &str = "0.0.0.0:10250";
+
+/// The most bytes of the runtime's response head to an upgrade.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// At most this many connections at once.
+const MAX_CONNECTIONS: usize = 1024;
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// The kubelet API's settings.
+pub struct KubeletApiConfig {
+    /// host:port to listen on.
+    pub address: String,
+    /// TLS: this server's certificate, and client certificates required
+    /// and verified against the API server's kubelet-client CA.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Who may do what.
+    pub authorizer: Arc<dyn Authorizer>,
+}
+
+/// A running kubelet API.
+pub struct KubeletApiHandle {
+    /// The bound address.
+    pub address: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl KubeletApiHandle {
+    /// Stops taking connections (open streams end with their links).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for KubeletApiHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts the kubelet API over `streams`.
+pub async fn start(
+    config: KubeletApiConfig,
+    streams: PodStreams,
+) -> std::io::Result<KubeletApiHandle> {
+    let listener = tokio::net::TcpListener::bind(&config.address).await?;
+    let address = listener.local_addr()?;
+    let (stop, stopped) = watch::channel(false);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
+    let served = Served {
+        streams,
+        authorizer: config.authorizer,
+    };
+    tokio::spawn(accept(listener, acceptor, Arc::new(served), stopped));
+    info!(%address, "kubelet API for edge nodes listening");
+    Ok(KubeletApiHandle { address, stop })
+}
+
+struct Served {
+    streams: PodStreams,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+async fn accept(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    served: Arc<Served>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        let (tcp, remote) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                warn!(error = %err, "kubelet API accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().acquire_owned().await else {
+            return;
+        };
+        let (acceptor, served) = (acceptor.clone(), served.clone());
+        tokio::spawn(
+            async move {
+                let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+                let tls = match handshake.await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(err)) => return debug!(error = %err, "TLS handshake refused"),
+                    Err(_) => return debug!("TLS handshake took too long"),
+                };
+                // The verifier required a certificate signed by the CA.
+                let caller = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| Caller::from_certificate(leaf.as_ref()));
+                let service = hyper::service::service_fn(move |request| {
+                    let (served, caller) = (served.clone(), caller.clone());
+                    async move { Ok::<_, Infallible>(serve(request, caller, &served).await) }
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
+                    .serve_connection(TokioIo::new(tls), service)
+                    .with_upgrades();
+                if let Err(err) = connection.await {
+                    debug!(error = %err, "kubelet API connection ended");
+                }
+                drop(permit);
+            }
+            .instrument(info_span!("kubelet_api", %remote)),
+        );
+    }
+}
+
+/// The cluster's CA as the `kube-root-ca.crt` ConfigMap publishes it in
+/// `namespace` (PEM): on most clusters the CA that signed kube-apiserver's
+/// kubelet client certificate too.
+#[cfg(feature = "kubernetes")]
+pub async fn cluster_ca(client: kube::Client, namespace: &str) -> Result<String, String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(client, namespace);
+    let map = maps
+        .get("kube-root-ca.crt")
+        .await
+        .map_err(|err| err.to_string())?;
+    map.data
+        .and_then(|data| data.get("ca.crt").cloned())
+        .ok_or_else(|| "the ConfigMap has no ca.crt".to_owned())
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+fn status(code: StatusCode, message: &str) -> Response<Body> {
+    let reason = code
+        .canonical_reason()
+        .unwrap_or("Failure")
+        .replace(' ', "");
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    let mut response = Response::new(full(body.to_string()));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn api_error(err: &ApiError) -> Response<Body> {
+    let code = err
+        .status()
+        .code
+        .and_then(|code| u16::try_from(code).ok())
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    status(code, &err.to_string())
+}
+
+async fn serve(
+    request: Request<Incoming>,
+    caller: Option<Caller>,
+    served: &Served,
+) -> Response<Body> {
+    let method = request.method().as_str().to_owned();
+    let path = request.uri().path().to_owned();
+    let query: Vec<(String, String)> =
+        form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let asked = match route::route(&method, &path, &query) {
+        Ok(asked) => asked,
+        Err(err @ RouteError::NotFound(_)) => {
+            return status(StatusCode::NOT_FOUND, &err.to_string());
+        }
+        Err(err @ RouteError::Bad(_)) => return status(StatusCode::BAD_REQUEST, &err.to_string()),
+        Err(err @ RouteError::Method(_)) => {
+            return status(StatusCode::METHOD_NOT_ALLOWED, &err.to_string());
+        }
+    };
+    let Some(caller) = caller else {
+        return status(StatusCode::UNAUTHORIZED, "no client certificate");
+    };
+    let node = match &asked {
+        KubeletRequest::Healthz => return Response::new(full("ok")),
+        KubeletRequest::Logs { pod, .. } | KubeletRequest::Upgrade { pod, .. } => {
+            match served.streams.node_of_pod(pod) {
+                Ok(node) => node,
+                Err(err) => return api_error(&err),
+            }
+        }
+        KubeletRequest::Stats(_) => match node_of_host(&request, &served.streams) {
+            Some(node) => node,
+            None => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "node stats through the shared kubelet endpoint need a Host naming the node",
+                );
+            }
+        },
+    };
+    let attributes = route::attributes(&method, &path);
+    match served.authorizer.allowed(&caller, &attributes, &node).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let message = format!(
+                "user={}, verb={}, resource=nodes, subresource={}, name={node}: forbidden",
+                caller.user, attributes.verb, attributes.subresource
+            );
+            return status(StatusCode::FORBIDDEN, &message);
+        }
+        Err(reason) => return status(StatusCode::SERVICE_UNAVAILABLE, &reason),
+    }
+    debug!(user = %caller.user, %node, %path, "kubelet API request");
+    match asked {
+        KubeletRequest::Healthz => Response::new(full("ok")),
+        KubeletRequest::Logs {
+            pod,
+            container,
+            options,
+        } => {
+            let asked = StreamRequest::Logs {
+                pod,
+                container,
+                options,
+            };
+            match served.streams.open_on(&node, &asked).await {
+                Ok(stream) => streamed(stream),
+                Err(err) => api_error(&err),
+            }
+        }
+        KubeletRequest::Stats(what) => match served.streams.stats(&node, what).await {
+            Ok(bytes) => {
+                let mut response = Response::new(full(bytes));
+                let kind = match what {
+                    apis::streams::StatsKind::Summary => "application/json",
+                    apis::streams::StatsKind::ResourceMetrics => "text/plain; version=0.0.4",
+                };
+                response.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(kind),
+                );
+                response
+            }
+            Err(err) => api_error(&err),
+        },
+        KubeletRequest::Upgrade { pod, target } => {
+            upgrade(
+                request,
+                &node,
+                StreamRequest::Upgrade {
+                    pod,
+                    target,
+                    method,
+                    headers: Vec::new(),
+                },
+                &served.streams,
+            )
+            .await
+        }
+    }
+}
+
+/// The node a request's `Host` names, if one is linked here.
+fn node_of_host(request: &Request<Incoming>, streams: &PodStreams) -> Option<String> {
+    let host = request
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().host())?;
+    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    streams.is_linked(name).then(|| name.to_owned())
+}
+
+/// A stream's stdout as a response body.
+fn streamed(stream: TunnelStream) -> Response<Body> {
+    let frames = futures_util::stream::unfold(Some(stream), |stream| async move {
+        let mut stream = stream?;
+        loop {
+            match stream.recv().await {
+                Some(Ok(Chunk::Data(channel::STDOUT, bytes))) => {
+                    return Some((Ok(Frame::data(bytes)), Some(stream)));
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(err)) => return Some((Err(std::io::Error::other(err.to_string())), None)),
+                None => return None,
+            }
+        }
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain"),
+    );
+    response
+}
+
+/// An upgrade carried to the node: its protocol headers go with the
+/// request; the runtime's response head comes back first and is answered
+/// as this server's, and from then on bytes pass both ways.
+async fn upgrade(
+    mut request: Request<Incoming>,
+    node: &str,
+    asked: StreamRequest,
+    streams: &PodStreams,
+) -> Response<Body> {
+    let headers: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .filter(|(name, _)| is_upgrade_header(name.as_str()))
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    let asked = match asked {
+        StreamRequest::Upgrade {
+            pod,
+            target,
+            method,
+            ..
+        } => StreamRequest::Upgrade {
+            pod,
+            target,
+            method,
+            headers,
+        },
+        other => other,
+    };
+    let mut stream = match streams.open_on(node, &asked).await {
+        Ok(stream) => stream,
+        Err(err) => return api_error(&err),
+    };
+    let (code, reply_headers, rest) = match response_head(&mut stream).await {
+        Ok(head) => head,
+        Err(reason) => return status(StatusCode::BAD_GATEWAY, &reason),
+    };
+    let mut response = Response::new(full(Bytes::new()));
+    *response.status_mut() = code;
+    for (name, value) in reply_headers {
+        let lower = name.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "content-length" | "transfer-encoding" | "date"
+        ) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            hyper::header::HeaderValue::from_bytes(&value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    if code != StatusCode::SWITCHING_PROTOCOLS {
+        // The runtime refused: its answer, whole (bounded), is ours.
+        let mut body = BytesMut::from(&rest[..]);
+        while let Some(Ok(chunk)) = stream.recv().await {
+            if let Chunk::Data(channel::STDOUT, bytes) = chunk {
+                if body.len() + bytes.len() > MAX_HEAD {
+                    break;
+                }
+                body.extend_from_slice(&bytes);
+            }
+        }
+        *response.body_mut() = full(body.freeze());
+        return response;
+    }
+    let upgraded = hyper::upgrade::on(&mut request);
+    tokio::spawn(
+        async move {
+            match upgraded.await {
+                Ok(upgraded) => carry(TokioIo::new(upgraded), stream, rest).await,
+                Err(err) => debug!(error = %err, "the caller's upgrade failed"),
+            }
+        }
+        .instrument(info_span!("upgrade", node = %node)),
+    );
+    response
+}
+
+/// The runtime's response head: status, headers, and what came after it.
+async fn response_head(
+    stream: &mut TunnelStream,
+) -> Result<(StatusCode, Vec<(String, Vec<u8>)>, Bytes), String> {
+    let mut head = BytesMut::new();
+    loop {
+        match stream.recv().await {
+            Some(Ok(Chunk::Data(channel::STDOUT, bytes))) => head.extend_from_slice(&bytes),
+            Some(Ok(_)) => continue,
+            Some(Err(err)) => return Err(format!("the node's runtime: {err}")),
+            None => return Err("the node's runtime did not answer".to_owned()),
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&head) {
+            Ok(httparse::Status::Complete(length)) => {
+                let code = response
+                    .code
+                    .and_then(|code| StatusCode::from_u16(code).ok())
+                    .ok_or("the runtime's answer has no status")?;
+                let headers = response
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                    .collect();
+                let rest = head.split_off(length).freeze();
+                return Ok((code, headers, rest));
+            }
+            Ok(httparse::Status::Partial) if head.len() <= MAX_HEAD => continue,
+            Ok(httparse::Status::Partial) => {
+                return Err("the runtime's answer head is too long".to_owned());
+            }
+            Err(err) => return Err(format!("the runtime's answer does not read: {err}")),
+        }
+    }
+}
+
+/// Bytes both ways between the caller's upgraded connection and the
+/// stream, `first` (what followed the runtime's head) to the caller first.
+async fn carry(caller: TokioIo<hyper::upgrade::Upgraded>, mut stream: TunnelStream, first: Bytes) {
+    let (mut from_caller, mut to_caller) = tokio::io::split(caller);
+    let writer = stream.writer();
+    let down = async {
+        if !first.is_empty() && to_caller.write_all(&first).await.is_err() {
+            return;
+        }
+        while let Some(Ok(chunk)) = stream.recv().await {
+            if let Chunk::Data(channel::STDOUT, bytes) = chunk
+                && to_caller.write_all(&bytes).await.is_err()
+            {
+                return;
+            }
+        }
+        let _ = to_caller.shutdown().await;
+    };
+    let up = async {
+        let mut buffer = vec![0u8; 32 * 1024];
+        loop {
+            match from_caller.read(&mut buffer).await {
+                Ok(0) | Err(_) => {
+                    let _ = writer.end(channel::STDIN).await;
+                    // The runtime ends the stream once it is done.
+                    return std::future::pending::<()>().await;
+                }
+                Ok(n) => {
+                    if writer
+                        .send(channel::STDIN, Bytes::copy_from_slice(&buffer[..n]))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = down => {}
+        () = up => {}
+    }
+}

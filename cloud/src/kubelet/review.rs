@@ -1,0 +1,221 @@
+//! Who may call the kubelet API: the caller's client certificate names
+//! it (common name the user, organizations its groups), and the API server
+//! decides, as it does for a kubelet with webhook authorization: a
+//! `SubjectAccessReview` for `verb` on `nodes/<subresource>` of the node.
+//! Decisions are kept a while (allowed 5 minutes, denied 30 seconds, as
+//! the kubelet's defaults).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::route::Attributes;
+
+/// A caller, from its verified client certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller {
+    /// The subject's common name.
+    pub user: String,
+    /// The subject's organizations.
+    pub groups: Vec<String>,
+}
+
+impl Caller {
+    /// The caller a DER certificate names, if it reads.
+    pub fn from_certificate(der: &[u8]) -> Option<Caller> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject();
+        let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+        let groups = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_owned))
+            .collect();
+        Some(Caller { user, groups })
+    }
+}
+
+/// A decision's future.
+pub type Decision<'a> = Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
+
+/// Decides whether a caller may do what it asks of a node.
+pub trait Authorizer: Send + Sync {
+    /// Whether `caller` may `attributes` on `node` (`Err`: no decision
+    /// could be had; the request is refused).
+    fn allowed<'a>(
+        &'a self,
+        caller: &'a Caller,
+        attributes: &'a Attributes,
+        node: &'a str,
+    ) -> Decision<'a>;
+}
+
+/// How long an allowed decision is kept.
+pub const ALLOWED_FOR: Duration = Duration::from_secs(300);
+/// How long a denied decision is kept.
+pub const DENIED_FOR: Duration = Duration::from_secs(30);
+/// The most decisions kept.
+const MAX_KEPT: usize = 10_000;
+
+type Key = (Caller, &'static str, &'static str, String);
+
+/// Decisions kept for a while (plain code: time is passed in).
+#[derive(Default)]
+pub struct DecisionCache {
+    kept: Mutex<HashMap<Key, (bool, Instant)>>,
+}
+
+impl DecisionCache {
+    /// The kept decision, if still fresh at `now`.
+    pub fn get(
+        &self,
+        caller: &Caller,
+        attributes: &Attributes,
+        node: &str,
+        now: Instant,
+    ) -> Option<bool> {
+        let kept = self.kept.lock().ok()?;
+        let key = (
+            caller.clone(),
+            attributes.verb,
+            attributes.subresource,
+            node.to_owned(),
+        );
+        let (allowed, at) = kept.get(&key)?;
+        let ttl = if *allowed { ALLOWED_FOR } else { DENIED_FOR };
+        (now.saturating_duration_since(*at) < ttl).then_some(*allowed)
+    }
+
+    /// Keeps a decision made at `now`.
+    pub fn put(
+        &self,
+        caller: &Caller,
+        attributes: &Attributes,
+        node: &str,
+        allowed: bool,
+        now: Instant,
+    ) {
+        if let Ok(mut kept) = self.kept.lock() {
+            if kept.len() >= MAX_KEPT {
+                kept.retain(|_, (allowed, at)| {
+                    let ttl = if *allowed { ALLOWED_FOR } else { DENIED_FOR };
+                    now.saturating_duration_since(*at) < ttl
+                });
+                if kept.len() >= MAX_KEPT {
+                    kept.clear();
+                }
+            }
+            let key = (
+                caller.clone(),
+                attributes.verb,
+                attributes.subresource,
+                node.to_owned(),
+            );
+            kept.insert(key, (allowed, now));
+        }
+    }
+}
+
+/// The API server's `SubjectAccessReview`s.
+#[cfg(feature = "kubernetes")]
+pub struct SubjectAccessReviews {
+    client: kube::Client,
+    cache: DecisionCache,
+}
+
+#[cfg(feature = "kubernetes")]
+impl SubjectAccessReviews {
+    /// Reviews asked of the API server `client` talks to.
+    pub fn new(client: kube::Client) -> SubjectAccessReviews {
+        SubjectAccessReviews {
+            client,
+            cache: DecisionCache::default(),
+        }
+    }
+}
+
+#[cfg(feature = "kubernetes")]
+impl Authorizer for SubjectAccessReviews {
+    fn allowed<'a>(
+        &'a self,
+        caller: &'a Caller,
+        attributes: &'a Attributes,
+        node: &'a str,
+    ) -> Decision<'a> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+        };
+        Box::pin(async move {
+            if let Some(kept) = self.cache.get(caller, attributes, node, Instant::now()) {
+                return Ok(kept);
+            }
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(caller.user.clone()),
+                    groups: Some(caller.groups.clone()),
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some(attributes.verb.to_owned()),
+                        resource: Some("nodes".to_owned()),
+                        subresource: Some(attributes.subresource.to_owned()),
+                        name: Some(node.to_owned()),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
+            let answer = api
+                .create(&kube::api::PostParams::default(), &review)
+                .await
+                .map_err(|err| format!("SubjectAccessReview: {err}"))?;
+            let allowed = answer.status.is_some_and(|s| s.allowed);
+            self.cache
+                .put(caller, attributes, node, allowed, Instant::now());
+            Ok(allowed)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_are_kept_for_their_time() {
+        let cache = DecisionCache::default();
+        let caller = Caller {
+            user: "kube-apiserver-kubelet-client".to_owned(),
+            groups: vec!["system:masters".to_owned()],
+        };
+        let logs = Attributes {
+            verb: "get",
+            subresource: "proxy",
+        };
+        let stats = Attributes {
+            verb: "get",
+            subresource: "stats",
+        };
+        let t0 = Instant::now();
+        cache.put(&caller, &logs, "edge-1", true, t0);
+        cache.put(&caller, &stats, "edge-1", false, t0);
+        assert_eq!(
+            cache.get(&caller, &logs, "edge-1", t0 + Duration::from_secs(299)),
+            Some(true)
+        );
+        assert_eq!(cache.get(&caller, &logs, "edge-1", t0 + ALLOWED_FOR), None);
+        assert_eq!(
+            cache.get(&caller, &stats, "edge-1", t0 + Duration::from_secs(29)),
+            Some(false)
+        );
+        assert_eq!(cache.get(&caller, &stats, "edge-1", t0 + DENIED_FOR), None);
+        // Another node, another caller: no decision.
+        assert_eq!(cache.get(&caller, &logs, "edge-2", t0), None);
+        let other = Caller {
+            user: "someone".to_owned(),
+            groups: Vec::new(),
+        };
+        assert_eq!(cache.get(&other, &logs, "edge-1", t0), None);
+    }
+}
