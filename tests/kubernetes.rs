@@ -223,6 +223,14 @@ impl Cluster {
         get(&self.kubeconfig, &["get", "node", &self.node])
     }
 
+    /// cloudcore's data directory.
+    fn cloud_dir(&self) -> String {
+        let at = self.cloud_args.iter().position(|a| a == "--data-dir");
+        at.and_then(|i| self.cloud_args.get(i + 1))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     fn ready(&self) -> Option<String> {
         self.node()
             .and_then(|node| condition(&node, "Ready").cloned())
@@ -1157,15 +1165,24 @@ fn kubectl_logs_exec_and_port_forward_reach_an_edge_pod() {
     let ns = cluster.namespace.as_str();
 
     // kubectl logs: what the container wrote, the last lines asked for.
-    let logs = until("kubectl logs with lines", || {
+    until("kubectl logs with twenty lines", || {
         let (ok, out) = kubectl(
             &cluster.kubeconfig,
-            &["logs", "chatty", "-c", "talker", "-n", ns, "--tail=3"],
+            &["logs", "chatty", "-c", "talker", "-n", ns],
         );
-        (ok && out.lines().count() == 3).then_some(out)
+        (ok && out.lines().count() >= 20).then_some(())
     });
+    let (ok, logs) = kubectl(
+        &cluster.kubeconfig,
+        &["logs", "chatty", "-c", "talker", "-n", ns, "--tail=3"],
+    );
     println!("kubectl logs --tail=3:\n{logs}");
-    assert!(logs.lines().all(|l| l.starts_with("line ")), "{logs}");
+    let numbers: Vec<u64> = logs
+        .lines()
+        .filter_map(|l| l.strip_prefix("line ")?.parse().ok())
+        .collect();
+    assert!(ok && numbers.len() == 3 && numbers[0] >= 17, "{logs}");
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{logs}");
     // Followed: lines keep coming until kubectl is told to stop.
     let (code, followed, err) = kubectl_with_input(
         &cluster.kubeconfig,
@@ -1265,4 +1282,110 @@ fn kubectl_logs_exec_and_port_forward_reach_an_edge_pod() {
     // A pod on no edge node linked here: the kubelet API cannot reach it.
     let (ok, out) = kubectl(&cluster.kubeconfig, &["logs", "no-such-pod", "-n", ns]);
     assert!(!ok, "{out}");
+
+    // Callers other than the API server's kubelet client: a certificate
+    // from another CA is refused in the handshake; one the cluster's CA
+    // signed for a user without rights on nodes/proxy gets 403.
+    let cloud_ca = format!("{}/ca/ca.crt", cluster.cloud_dir());
+    let path = format!("/containerLogs/{ns}/chatty/talker");
+    let stranger = transports::tls::DevPki::new("stranger")
+        .and_then(|ca| ca.client("kube-apiserver-kubelet-client"))
+        .expect("a stranger's certificate");
+    let answer = kubelet_api_get(&cluster.stream, &cloud_ca, stranger, &path);
+    assert!(answer.is_err(), "{answer:?}");
+    println!(
+        "a certificate from another CA: {}",
+        answer.err().unwrap_or_default()
+    );
+    let nobody = cluster_signed_identity(&cluster.kubeconfig, "edgehive-test-nobody");
+    let answer = kubelet_api_get(&cluster.stream, &cloud_ca, nobody, &path).expect("an answer");
+    println!(
+        "a user without rights: {}",
+        answer.lines().next().unwrap_or("")
+    );
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("subresource=proxy"), "{answer}");
+}
+
+/// GET `path` from the kubelet API at `address`, trusting `ca_file`,
+/// presenting `identity`: the whole answer, or why there is none.
+fn kubelet_api_get(
+    address: &str,
+    ca_file: &str,
+    identity: transports::tls::Identity,
+    path: &str,
+) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let roots =
+        transports::tls::certs_from_pem(&std::fs::read(ca_file).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    let config =
+        transports::tls::client_config(&roots, Some(identity)).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")
+            .map_err(|e| e.to_string())?;
+        let mut tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        tls.write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        tls.read_to_end(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    })
+}
+
+/// A client certificate for `user` signed by the cluster's CA, through the
+/// CertificateSigningRequest API (approved with the test's admin rights).
+fn cluster_signed_identity(kubeconfig: &str, user: &str) -> transports::tls::Identity {
+    use base64::Engine;
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user);
+    let request = params.serialize_request(&key).expect("a request");
+    let pem = request.pem().expect("PEM");
+    let name = format!("{user}-{}", std::process::id());
+    let csr = serde_json::json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(pem),
+            "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["client auth"],
+            "expirationSeconds": 600,
+        },
+    });
+    let file = std::env::temp_dir().join(format!("{name}.json"));
+    std::fs::write(&file, csr.to_string()).expect("CSR file");
+    let (ok, out) = kubectl(kubeconfig, &["create", "-f", &file.to_string_lossy()]);
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(kubeconfig, &["certificate", "approve", &name]);
+    assert!(ok, "{out}");
+    let issued = until("the CSR signed", || {
+        let csr = get(kubeconfig, &["get", "csr", &name])?;
+        csr["status"]["certificate"].as_str().map(str::to_owned)
+    });
+    let _ = kubectl(kubeconfig, &["delete", "csr", &name]);
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(issued)
+        .expect("base64");
+    let chain = transports::tls::certs_from_pem(&pem).expect("the certificate");
+    let key = transports::tls::key_from_pem(key.serialize_pem().as_bytes()).expect("the key");
+    (chain, key)
 }

@@ -116,7 +116,7 @@ spec:
   containers:
   - name: web
     image: 127.0.0.1:5000/busybox:latest
-    command: [sh, -c, \"mkdir -p /www && echo hello-from-the-edge > /www/index.html && exec httpd -f -p 8080 -h /www\"]
+    command: [sh, -c, \"mkdir -p /www && echo hello-from-the-edge > /www/index.html && httpd -p 127.0.0.1:8082 -h /www && exec httpd -f -p 8080 -h /www\"]
 ---
 apiVersion: v1
 kind: Pod
@@ -320,17 +320,22 @@ fn port_forward_to_an_edge_pods_httpd() {
             .and_then(|(_, port)| port.parse::<u16>().ok())
             .expect("a port")
     };
-    let (web, closed) = (local(free_address()), local(free_address()));
+    let (web, closed, inside) = (
+        local(free_address()),
+        local(free_address()),
+        local(free_address()),
+    );
     let mut forward = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
         .args(["--server", &rig.admin, "port-forward", "web"])
         .arg(format!("{web}:8080"))
         .arg(format!("{closed}:8081"))
+        .arg(format!("{inside}:8082"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("edgehivectl port-forward");
     let mut lines = BufReader::new(forward.stdout.take().expect("stdout")).lines();
-    for port in [web, closed] {
+    for port in [web, closed, inside] {
         let line = lines.next().expect("a line").expect("stdout");
         assert!(
             line.starts_with(&format!("Forwarding from 127.0.0.1:{port} -> ")),
@@ -356,6 +361,16 @@ fn port_forward_to_an_edge_pods_httpd() {
     }
     // Nothing listens on 8081 in the pod: the connection ends, empty.
     assert_eq!(fetch(closed), "");
+    // A server bound to the pod's own loopback, reached inside the pod's
+    // network namespace (the runtime's port-forward).
+    let answer = fetch(inside);
+    if !answer.contains("hello-from-the-edge") {
+        let _ = forward.kill();
+        let mut err = String::new();
+        let _ =
+            std::io::Read::read_to_string(&mut forward.stderr.take().expect("stderr"), &mut err);
+        panic!("{answer:?}: {err}");
+    }
     let _ = forward.kill();
     let _ = forward.wait();
     let _ = (&rig.dir, &rig.node, &rig.cloud);
@@ -590,4 +605,53 @@ spec:
             "{family} not in\n{metrics}"
         );
     }
+}
+
+/// The run number in a `run N` log.
+fn run_of(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("run ")?.trim().parse().ok())
+}
+
+#[test]
+fn the_previous_run_of_a_restarted_container_has_its_own_log() {
+    let rig = start("previous");
+    // Each run counts itself in an emptyDir (kept across restarts), says
+    // its number, and fails a moment later.
+    let file = format!("{}/counter.yaml", rig.dir);
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: counter
+spec:
+  nodeName: {}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: counter
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo run $n; sleep 2; exit 1\"]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  volumes:
+  - name: data
+    emptyDir: {{}}
+",
+        rig.node
+    );
+    std::fs::write(&file, manifest).expect("manifest");
+    let (ok, _, err) = ctl(&rig.admin, &["apply", "-f", &file]);
+    assert!(ok, "{err}");
+    // Once it has restarted: --previous is the run before the current one.
+    let (previous, current) = until("a restart, and both runs' logs", || {
+        let (ok, current, _) = ctl(&rig.admin, &["logs", "counter"]);
+        let (was, previous, _) = ctl(&rig.admin, &["logs", "counter", "--previous"]);
+        let (current, previous) = (run_of(&current)?, run_of(&previous)?);
+        (ok && was && current >= 2 && previous + 1 == current).then_some((previous, current))
+    });
+    println!("logs --previous: run {previous}; logs: run {current}");
+    // A container that never restarted has no previous run.
+    let (ok, _, err) = ctl(&rig.admin, &["logs", "web", "--previous"]);
+    assert!(!ok, "{err}");
 }

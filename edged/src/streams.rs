@@ -126,7 +126,7 @@ impl StreamHandler for PodStreamServer {
                         Some(pod),
                     ) => logs(&root, &pod, &container, options, pending).await,
                     (StreamRequest::PortForward { port, .. }, Some(pod)) => {
-                        port_forward(&pod, port, pending).await
+                        port_forward(&cri, &pod, port, pending).await
                     }
                     (
                         StreamRequest::Upgrade {
@@ -218,41 +218,44 @@ async fn attach(cri: &Cri, pod: &Pod, container: &str, io: Io, pending: PendingS
     }
 }
 
+/// The runtime's streaming server at `url`, over WebSocket
+/// (`v4.channel.k8s.io`).
+async fn connect_runtime(url: &str) -> Result<RuntimeSocket, String> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!("a streaming URL this node cannot reach: {url}"));
+    };
+    let ws_url = format!("ws://{rest}");
+    let mut request = ws_url
+        .as_str()
+        .into_client_request()
+        .map_err(|err| err.to_string())?;
+    let protocol = CHANNEL_PROTOCOL
+        .parse()
+        .map_err(|_| "protocol header".to_owned())?;
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocol);
+    let host = request
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .ok_or("no host in the streaming URL")?;
+    let tcp = tokio::net::TcpStream::connect(&host)
+        .await
+        .map_err(|err| format!("the runtime's streaming server: {err}"))?;
+    let (ws, _) = tokio_tungstenite::client_async(request, tcp)
+        .await
+        .map_err(|err| format!("the runtime's streaming server: {err}"))?;
+    Ok(ws)
+}
+
 /// Connects to the runtime's streaming server at `url` (WebSocket, one
 /// byte of channel before each message) and carries the channels both
 /// ways until either side ends.
 async fn bridge(url: &str, pending: PendingStream) {
-    let ws_url = match url.strip_prefix("http://") {
-        Some(rest) => format!("ws://{rest}"),
-        None => return pending.refuse(&format!("a streaming URL this node cannot reach: {url}")),
-    };
-    let connected = async {
-        let mut request = ws_url
-            .as_str()
-            .into_client_request()
-            .map_err(|err| err.to_string())?;
-        let protocol = CHANNEL_PROTOCOL
-            .parse()
-            .map_err(|_| "protocol header".to_owned())?;
-        request
-            .headers_mut()
-            .insert("Sec-WebSocket-Protocol", protocol);
-        let host = request
-            .uri()
-            .authority()
-            .map(|a| a.as_str().to_owned())
-            .ok_or("no host in the streaming URL")?;
-        let tcp = tokio::net::TcpStream::connect(&host)
-            .await
-            .map_err(|err| err.to_string())?;
-        let (ws, _) = tokio_tungstenite::client_async(request, tcp)
-            .await
-            .map_err(|err| err.to_string())?;
-        Ok::<_, String>(ws)
-    };
-    let ws = match connected.await {
+    let ws = match connect_runtime(url).await {
         Ok(ws) => ws,
-        Err(reason) => return pending.refuse(&format!("the runtime's streaming server: {reason}")),
+        Err(reason) => return pending.refuse(&reason),
     };
     let Ok(mut stream) = pending.accept() else {
         return;
@@ -311,7 +314,7 @@ async fn bridge(url: &str, pending: PendingStream) {
 /// One connection to `port` of the pod, at its address on the node's pod
 /// network (the node's loopback for a pod on the host's network): bytes on
 /// channel 0 both ways, the connection's end as the stream's.
-async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
+async fn port_forward(cri: &Cri, pod: &Pod, port: u16, pending: PendingStream) {
     let host_network = pod
         .spec
         .as_ref()
@@ -327,11 +330,93 @@ async fn port_forward(pod: &Pod, port: u16, pending: PendingStream) {
     let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
         return pending.refuse(&format!("the pod's address {ip:?} is not an IP address"));
     };
-    let tcp = match tokio::net::TcpStream::connect((ip, port)).await {
-        Ok(tcp) => tcp,
-        Err(err) => return pending.refuse(&format!("port {port} of the pod at {ip}: {err}")),
+    match tokio::net::TcpStream::connect((ip, port)).await {
+        Ok(tcp) => carry(tcp, pending, channel::STDIN).await,
+        // Perhaps bound to the pod's own loopback only: the runtime's
+        // port-forward, inside the pod's network namespace, reaches it.
+        Err(err) => match forward_in_sandbox(cri, pod, port).await {
+            Ok(ws) => carry_forwarded(ws, pending).await,
+            Err(reason) => pending.refuse(&format!(
+                "port {port} of the pod at {ip}: {err}; in its network namespace: {reason}"
+            )),
+        },
+    }
+}
+
+type RuntimeSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A connection to `port` inside the pod's network namespace: CRI
+/// `PortForward`, then the runtime's streaming server over WebSocket
+/// (channel 0 the bytes, channel 1 an error, each channel's
+/// first message the port), its two port messages read.
+async fn forward_in_sandbox(cri: &Cri, pod: &Pod, port: u16) -> Result<RuntimeSocket, String> {
+    let url = streaming_url(cri, pod, UpgradeTarget::PortForward, vec![i32::from(port)]).await?;
+    let mut ws = connect_runtime(&url).await?;
+    for _ in 0..2 {
+        match ws.next().await {
+            Some(Ok(WsMessage::Binary(frame))) if frame.len() == 3 => {}
+            other => return Err(format!("the runtime's port-forward began with {other:?}")),
+        }
+    }
+    Ok(ws)
+}
+
+/// [`carry`] over the runtime's port-forward WebSocket: the cloud's
+/// channel 0 to its data channel and back; its error channel ends the
+/// stream with the error.
+async fn carry_forwarded(ws: RuntimeSocket, pending: PendingStream) {
+    let Ok(mut stream) = pending.accept() else {
+        return;
     };
-    carry(tcp, pending, channel::STDIN).await
+    let (mut to_runtime, mut from_runtime) = ws.split();
+    let writer = stream.writer();
+    let upstream = async {
+        while let Some(message) = from_runtime.next().await {
+            match message {
+                Ok(WsMessage::Binary(frame)) if frame.first() == Some(&0) && frame.len() > 1 => {
+                    if writer.send(channel::STDIN, frame.slice(1..)).await.is_err() {
+                        return None;
+                    }
+                }
+                Ok(WsMessage::Binary(frame)) if frame.first() == Some(&1) && frame.len() > 1 => {
+                    return Some(String::from_utf8_lossy(&frame[1..]).into_owned());
+                }
+                Ok(WsMessage::Close(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+        None
+    };
+    let downstream = async {
+        while let Some(Ok(chunk)) = stream.recv().await {
+            match chunk {
+                Chunk::Data(channel::STDIN, bytes) => {
+                    let mut frame = Vec::with_capacity(bytes.len() + 1);
+                    frame.push(0);
+                    frame.extend_from_slice(&bytes);
+                    if to_runtime
+                        .send(WsMessage::Binary(frame.into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                // No half-close in this protocol: the whole connection.
+                Chunk::End(channel::STDIN) => break,
+                _ => {}
+            }
+        }
+        let _ = to_runtime.close().await;
+    };
+    let failed = tokio::select! {
+        failed = upstream => failed,
+        () = downstream => None,
+    };
+    match failed {
+        Some(reason) => stream.fail(&reason),
+        None => stream.close(),
+    }
 }
 
 /// Carries bytes between `tcp` and the accepted stream: the cloud's on
@@ -381,8 +466,14 @@ async fn carry(tcp: tokio::net::TcpStream, pending: PendingStream, up: u8) {
 }
 
 /// The runtime's streaming URL for `target` in `pod`: CRI `Exec`,
-/// `Attach` or `PortForward`.
-async fn streaming_url(cri: &Cri, pod: &Pod, target: UpgradeTarget) -> Result<String, String> {
+/// `Attach` or `PortForward` (of `ports`: a WebSocket port-forward takes
+/// its ports from the CRI request; SPDY names one per stream).
+async fn streaming_url(
+    cri: &Cri,
+    pod: &Pod,
+    target: UpgradeTarget,
+    ports: Vec<i32>,
+) -> Result<String, String> {
     let mut runtime = cri.runtime.clone();
     match target {
         UpgradeTarget::Exec {
@@ -431,7 +522,7 @@ async fn streaming_url(cri: &Cri, pod: &Pod, target: UpgradeTarget) -> Result<St
                 .ok_or("the pod has no running sandbox")?;
             let request = api::PortForwardRequest {
                 pod_sandbox_id: ready.id,
-                port: Vec::new(),
+                port: ports,
             };
             match runtime.port_forward(request).await {
                 Ok(answer) => Ok(answer.into_inner().url),
@@ -461,7 +552,7 @@ async fn upgrade(
     if !matches!(method, "GET" | "POST") {
         return pending.refuse(&format!("method {method:?} cannot open a stream"));
     }
-    let url = match streaming_url(cri, pod, target).await {
+    let url = match streaming_url(cri, pod, target, Vec::new()).await {
         Ok(url) => url,
         Err(reason) => return pending.refuse(&reason),
     };
