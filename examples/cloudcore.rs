@@ -209,7 +209,11 @@ async fn kubelet_api_config(
     store: &KubernetesStore,
 ) -> Result<(KubeletEndpoint, KubeletApiConfig)> {
     let section = &settings.modules.cloud_stream;
+    // With replicas each must name itself (kube-apiserver must reach the
+    // replica holding the node, not a shared address): in a pod, its IP.
+    let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
     let advertise = match section.advertise_address.as_str() {
+        "" if settings.replicas.enable && pod_ip.is_some() => pod_ip.unwrap_or_default(),
         // The first address that is an IP (an InternalIP is one).
         "" => settings
             .modules
@@ -426,13 +430,17 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let tunnels = hub::tunnel::NodeTunnels::default();
     let pod_streams = cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
     let _kubelet_api = match kubelet_api {
-        Some((_, config)) => {
-            let handle = cloud::kubelet::start(config, pod_streams.clone())
-                .await
-                .context("kubelet API (modules.cloudStream)")?;
-            tracing::info!(address = %handle.address, "kubelet API for edge nodes ready");
-            Some(handle)
-        }
+        Some((_, config)) => match cloud::kubelet::start(config, pod_streams.clone()).await {
+            Ok(handle) => {
+                tracing::info!(address = %handle.address, "kubelet API for edge nodes ready");
+                Some(handle)
+            }
+            // The nodes are still served; only kubectl's streams are not.
+            Err(err) => {
+                tracing::warn!(error = %err, "no kubelet API for edge nodes (modules.cloudStream.address): kubectl logs, exec and port-forward will not reach them");
+                None
+            }
+        },
         None => None,
     };
     let admin = match settings.modules.admin.enabled() {

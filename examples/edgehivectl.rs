@@ -200,26 +200,17 @@ enum Top {
     },
 }
 
-/// A CPU quantity (`250000000n`, `15m`, `2`) in millicores.
-fn millicores(quantity: &str) -> Option<u64> {
-    let (number, scale) = match quantity.strip_suffix('n') {
-        Some(n) => (n, 1_000_000.0),
-        None => match quantity.strip_suffix('u') {
-            Some(u) => (u, 1_000.0),
-            None => match quantity.strip_suffix('m') {
-                Some(m) => (m, 1.0),
-                None => (quantity, 0.001),
-            },
-        },
-    };
-    number
-        .parse::<f64>()
-        .ok()
-        .map(|n| (n / scale).round() as u64)
+/// A CPU quantity (`250000000n`, `15u`, `15m`, `2`) in millicores.
+fn millicores(quantity: &str) -> Option<f64> {
+    let (number, per_milli) = [("n", 1e6), ("u", 1e3), ("m", 1.0)]
+        .iter()
+        .find_map(|(suffix, scale)| Some((quantity.strip_suffix(suffix)?, *scale)))
+        .unwrap_or((quantity, 1e-3));
+    number.parse::<f64>().ok().map(|n| n / per_milli)
 }
 
-/// A memory quantity (`2048Ki`, `5Mi`, `1234`) in MiB.
-fn mebibytes(quantity: &str) -> Option<u64> {
+/// A memory quantity (`2048Ki`, `5Mi`, `1234`) in bytes.
+fn bytes(quantity: &str) -> Option<u64> {
     let units = [
         ("Ki", 1u64 << 10),
         ("Mi", 1 << 20),
@@ -230,7 +221,7 @@ fn mebibytes(quantity: &str) -> Option<u64> {
         .iter()
         .find_map(|(suffix, unit)| Some((quantity.strip_suffix(suffix)?, *unit)))
         .unwrap_or((quantity, 1));
-    number.parse::<u64>().ok().map(|n| n * unit / (1 << 20))
+    number.parse::<u64>().ok()?.checked_mul(unit)
 }
 
 /// `kubectl top`'s table: the usage of each row, CPU in millicores and
@@ -244,8 +235,13 @@ fn top_table(header: &[&str], rows: Vec<(Vec<String>, &Value)>) -> String {
             .collect::<Vec<_>>(),
     ];
     for (names, usage) in rows {
-        let cpu = usage["cpu"].as_str().and_then(millicores).unwrap_or(0);
-        let memory = usage["memory"].as_str().and_then(mebibytes).unwrap_or(0);
+        // As kubectl shows them: millicores rounded up, whole MiB.
+        let cpu = usage["cpu"]
+            .as_str()
+            .and_then(millicores)
+            .unwrap_or(0.0)
+            .ceil();
+        let memory = usage["memory"].as_str().and_then(bytes).unwrap_or(0) >> 20;
         lines.push(
             names
                 .into_iter()
@@ -522,7 +518,10 @@ async fn run(args: Args) -> Result<()> {
                     };
                     let pods = items(client.get(&path).await?);
                     if pods.is_empty() {
-                        anyhow::bail!("No resources found in {namespace} namespace.");
+                        match all_namespaces {
+                            true => anyhow::bail!("No resources found"),
+                            false => anyhow::bail!("No resources found in {namespace} namespace."),
+                        }
                     }
                     let mut header = Vec::new();
                     if all_namespaces {
@@ -552,15 +551,19 @@ async fn run(args: Args) -> Result<()> {
                                 sums.push((cells, c["usage"].clone()));
                             }
                         } else {
-                            let cpu: u64 = list
+                            // Summed before rounding.
+                            let cpu: f64 = list
                                 .iter()
                                 .filter_map(|c| c["usage"]["cpu"].as_str().and_then(millicores))
                                 .sum();
                             let memory: u64 = list
                                 .iter()
-                                .filter_map(|c| c["usage"]["memory"].as_str().and_then(mebibytes))
+                                .filter_map(|c| c["usage"]["memory"].as_str().and_then(bytes))
                                 .sum();
-                            let usage = serde_json::json!({"cpu": format!("{cpu}m"), "memory": format!("{memory}Mi")});
+                            let usage = serde_json::json!({
+                                "cpu": format!("{}n", (cpu * 1e6) as u64),
+                                "memory": memory.to_string(),
+                            });
                             sums.push((cells, usage));
                         }
                     }

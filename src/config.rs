@@ -332,7 +332,9 @@ pub struct CloudStreamSection {
     /// host:port it listens on.
     pub address: String,
     /// The address kube-apiserver reaches it at, written as edge Nodes'
-    /// `InternalIP` ("": the first of `modules.cloudHub.advertiseAddress`).
+    /// `InternalIP` ("": with replicas, the `POD_IP` environment variable
+    /// when set, each replica its own; otherwise the first IP of
+    /// `modules.cloudHub.advertiseAddress`).
     pub advertise_address: String,
     /// The CA that signed kube-apiserver's kubelet client certificate
     /// (`--kubelet-client-certificate`), PEM ("": the cluster's CA, from the

@@ -223,9 +223,13 @@ pub enum UpgradeTarget {
         /// Which ones.
         io: Io,
     },
-    /// The pod's ports (each connection names its port inside the
-    /// protocol).
-    PortForward,
+    /// The pod's ports: named in the request (WebSocket: the kubelet's
+    /// `port` query), or by each stream inside the protocol (SPDY).
+    PortForward {
+        /// The ports a WebSocket forwards.
+        #[serde(default)]
+        ports: Vec<u16>,
+    },
 }
 
 /// The headers of an upgrade that are passed on to the runtime: the

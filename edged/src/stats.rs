@@ -52,12 +52,13 @@ impl CpuRates {
     /// `key`'s usage in nanocores between its previous sample and this one
     /// (`cumulative` nanoseconds of CPU at `at`, nanoseconds since the
     /// epoch); `None` for its first sample, or a counter that went back (a
-    /// restarted container). A sample within a second of the previous
-    /// gives the previous rate.
+    /// restarted container). A sample within a second of the previous, or
+    /// older than it, gives the previous rate.
     pub fn rate(&mut self, key: &str, at: i64, cumulative: u64) -> Option<u64> {
+        // Within a second of the base, or older than it (an earlier
+        // sample handled late): the last rate, the base kept.
         if let Some((then, _, rate)) = self.last.get(key)
             && at.saturating_sub(*then) < MIN_WINDOW_NANOS
-            && at >= *then
         {
             return *rate;
         }
@@ -142,10 +143,12 @@ pub struct ContainerStats {
     pub name: String,
     /// When it was created (RFC 3339).
     pub start_time: String,
-    /// CPU.
-    pub cpu: CpuStats,
-    /// Memory.
-    pub memory: MemoryStats,
+    /// CPU, if the runtime gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    /// Memory, if the runtime gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
 }
 
 /// CPU figures.
@@ -185,8 +188,8 @@ pub struct MemoryStats {
 
 fn rfc3339(nanos: i64) -> String {
     jiff::Timestamp::from_nanosecond(i128::from(nanos))
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
 }
 
 fn now_nanos() -> i64 {
@@ -233,7 +236,9 @@ impl StatsCollector {
         let node = read_node(&self.proc_root)?;
         let now = now_nanos();
         let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
-        let mut pods: BTreeMap<(String, String), PodStats> = BTreeMap::new();
+        // By namespace, name and uid: a pod made again under its name is
+        // another pod. With the earliest container start of each.
+        let mut pods: BTreeMap<(String, String, String), (PodStats, i64)> = BTreeMap::new();
         let mut live = HashSet::from(["".to_owned()]);
         for stat in stats {
             let Some(attributes) = stat.attributes else {
@@ -274,23 +279,27 @@ impl StatsCollector {
             let container = ContainerStats {
                 name: label(CONTAINER_NAME),
                 start_time: rfc3339(start),
-                cpu: cpu.unwrap_or_default(),
-                memory: memory.unwrap_or_default(),
+                cpu,
+                memory,
             };
-            let entry = pods
-                .entry((namespace.clone(), pod.clone()))
-                .or_insert_with(|| PodStats {
-                    pod_ref: PodReference {
-                        name: pod,
-                        namespace,
-                        uid,
-                    },
-                    start_time: rfc3339(start),
-                    containers: Vec::new(),
-                    cpu: CpuStats::default(),
-                    memory: MemoryStats::default(),
+            let (entry, earliest) = pods
+                .entry((namespace.clone(), pod.clone(), uid.clone()))
+                .or_insert_with(|| {
+                    let stats = PodStats {
+                        pod_ref: PodReference {
+                            name: pod,
+                            namespace,
+                            uid,
+                        },
+                        start_time: rfc3339(start),
+                        containers: Vec::new(),
+                        cpu: CpuStats::default(),
+                        memory: MemoryStats::default(),
+                    };
+                    (stats, start)
                 });
-            if rfc3339(start) < entry.start_time {
+            if start < *earliest {
+                *earliest = start;
                 entry.start_time = rfc3339(start);
             }
             entry.containers.push(container);
@@ -300,7 +309,7 @@ impl StatsCollector {
         drop(rates);
         let pods = pods
             .into_values()
-            .map(|mut pod| {
+            .map(|(mut pod, _)| {
                 pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
                 pod.cpu = sum_cpu(&pod.containers, now);
                 pod.memory = sum_memory(&pod.containers, now);
@@ -335,7 +344,7 @@ fn sum_cpu(containers: &[ContainerStats], now: i64) -> CpuStats {
     let sum = |pick: fn(&CpuStats) -> Option<u64>| {
         containers
             .iter()
-            .map(|c| pick(&c.cpu))
+            .map(|c| c.cpu.as_ref().and_then(pick))
             .try_fold(0u64, |total, v| Some(total.saturating_add(v?)))
     };
     CpuStats {
@@ -349,7 +358,7 @@ fn sum_memory(containers: &[ContainerStats], now: i64) -> MemoryStats {
     let sum = |pick: fn(&MemoryStats) -> Option<u64>| {
         containers
             .iter()
-            .map(|c| pick(&c.memory))
+            .map(|c| c.memory.as_ref().and_then(pick))
             .try_fold(0u64, |total, v| Some(total.saturating_add(v?)))
     };
     MemoryStats {
@@ -447,15 +456,23 @@ pub fn resource_metrics(summary: &Summary) -> String {
     let millis = |time: &str| {
         time.parse::<jiff::Timestamp>()
             .map(|t| t.as_millisecond())
-            .unwrap_or(0)
+            .ok()
     };
-    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, i64)>| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value, at) in samples {
-            let _ = writeln!(out, "{name}{labels} {value} {at}");
-        }
-    };
+    let mut family =
+        |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, Option<i64>)>| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, value, at) in samples {
+                match at {
+                    Some(at) => {
+                        let _ = writeln!(out, "{name}{labels} {value} {at}");
+                    }
+                    None => {
+                        let _ = writeln!(out, "{name}{labels} {value}");
+                    }
+                }
+            }
+        };
     let node = &summary.node;
     family(
         "node_cpu_usage_seconds_total",
@@ -478,10 +495,11 @@ pub fn resource_metrics(summary: &Summary) -> String {
     let containers = || {
         summary.pods.iter().flat_map(|pod| {
             pod.containers.iter().map(move |c| {
-                let labels = format!(
-                    "{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}}",
-                    c.name, pod.pod_ref.namespace, pod.pod_ref.name
-                );
+                let labels = labels(&[
+                    ("container", &c.name),
+                    ("namespace", &pod.pod_ref.namespace),
+                    ("pod", &pod.pod_ref.name),
+                ]);
                 (labels, c)
             })
         })
@@ -492,11 +510,8 @@ pub fn resource_metrics(summary: &Summary) -> String {
         "Cumulative cpu time consumed by the container in core-seconds",
         containers()
             .filter_map(|(l, c)| {
-                Some((
-                    l,
-                    seconds(c.cpu.usage_core_nano_seconds?),
-                    millis(&c.cpu.time),
-                ))
+                let cpu = c.cpu.as_ref()?;
+                Some((l, seconds(cpu.usage_core_nano_seconds?), millis(&cpu.time)))
             })
             .collect(),
     );
@@ -506,11 +521,8 @@ pub fn resource_metrics(summary: &Summary) -> String {
         "Current working set of the container in bytes",
         containers()
             .filter_map(|(l, c)| {
-                Some((
-                    l,
-                    c.memory.working_set_bytes? as f64,
-                    millis(&c.memory.time),
-                ))
+                let memory = c.memory.as_ref()?;
+                Some((l, memory.working_set_bytes? as f64, millis(&memory.time)))
             })
             .collect(),
     );
@@ -519,21 +531,22 @@ pub fn resource_metrics(summary: &Summary) -> String {
         "gauge",
         "Start time of the container since unix epoch in seconds",
         containers()
-            .map(|(l, c)| {
-                (
+            .filter_map(|(l, c)| {
+                let start = millis(&c.start_time)?;
+                Some((
                     l,
-                    millis(&c.start_time) as f64 / 1000.0,
-                    millis(&c.cpu.time),
-                )
+                    start as f64 / 1000.0,
+                    c.cpu.as_ref().and_then(|cpu| millis(&cpu.time)),
+                ))
             })
             .collect(),
     );
     let pods = || {
         summary.pods.iter().map(|pod| {
-            let labels = format!(
-                "{{namespace=\"{}\",pod=\"{}\"}}",
-                pod.pod_ref.namespace, pod.pod_ref.name
-            );
+            let labels = labels(&[
+                ("namespace", &pod.pod_ref.namespace),
+                ("pod", &pod.pod_ref.name),
+            ]);
             (labels, pod)
         })
     };
@@ -569,10 +582,24 @@ pub fn resource_metrics(summary: &Summary) -> String {
         "scrape_error",
         "gauge",
         "1 if there was an error while getting container metrics, 0 otherwise",
-        vec![(String::new(), 0.0, 0)],
+        vec![(String::new(), 0.0, None)],
     );
-    // A sample without a time: the last line has none.
-    out.replace("scrape_error 0 0\n", "scrape_error 0\n")
+    out
+}
+
+/// Prometheus labels, `{name="value",...}`, the values escaped.
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let escaped = |value: &str| {
+        value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(name, value)| format!("{name}=\"{}\"", escaped(value)))
+        .collect();
+    format!("{{{}}}", inner.join(","))
 }
 
 #[cfg(test)]
@@ -631,16 +658,16 @@ mod tests {
         let container = |name: &str, cores: u64, bytes: u64| ContainerStats {
             name: name.to_owned(),
             start_time: "2026-11-26T09:00:00Z".to_owned(),
-            cpu: CpuStats {
+            cpu: Some(CpuStats {
                 time: time.clone(),
                 usage_nano_cores: Some(cores),
                 usage_core_nano_seconds: Some(cores * 10),
-            },
-            memory: MemoryStats {
+            }),
+            memory: Some(MemoryStats {
                 time: time.clone(),
                 working_set_bytes: Some(bytes),
                 ..MemoryStats::default()
-            },
+            }),
         };
         let containers = vec![container("a", 100, 1000), container("b", 50, 24)];
         Summary {
@@ -704,6 +731,30 @@ mod tests {
             text.contains("# TYPE pod_cpu_usage_seconds_total counter"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        // A name from a runtime's label cannot add samples.
+        assert_eq!(
+            labels(&[("pod", "a\"b\\c\nd"), ("namespace", "x")]),
+            r#"{pod="a\"b\\c\nd",namespace="x"}"#
+        );
+    }
+
+    #[test]
+    fn a_container_without_figures_has_none_in_the_json() {
+        let mut summary = sample();
+        summary.pods[0].containers[0].cpu = None;
+        summary.pods[0].containers[0].memory = None;
+        let json = serde_json::to_value(&summary).expect("json");
+        let container = &json["pods"][0]["containers"][0];
+        assert!(
+            container.get("cpu").is_none() && container.get("memory").is_none(),
+            "{container}"
+        );
+        // Never an empty time (Go's metav1.Time refuses it).
+        assert!(!json.to_string().contains(r#""time":"""#), "{json}");
     }
 
     #[test]

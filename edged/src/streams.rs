@@ -25,6 +25,10 @@ use crate::cri::{Cri, api};
 use crate::server::PodsView;
 use crate::stats::StatsCollector;
 
+/// How long a connection (to a pod, to the runtime's streaming server) may
+/// take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The WebSocket subprotocol spoken to the runtime's streaming server.
 const CHANNEL_PROTOCOL: &str = "v4.channel.k8s.io";
 
@@ -159,7 +163,7 @@ fn kind_of(request: &StreamRequest) -> &'static str {
         StreamRequest::Upgrade { target, .. } => match target {
             UpgradeTarget::Exec { .. } => "exec (upgrade)",
             UpgradeTarget::Attach { .. } => "attach (upgrade)",
-            UpgradeTarget::PortForward => "port-forward (upgrade)",
+            UpgradeTarget::PortForward { .. } => "port-forward (upgrade)",
         },
     }
 }
@@ -240,13 +244,18 @@ async fn connect_runtime(url: &str) -> Result<RuntimeSocket, String> {
         .authority()
         .map(|a| a.as_str().to_owned())
         .ok_or("no host in the streaming URL")?;
-    let tcp = tokio::net::TcpStream::connect(&host)
+    let connected = async {
+        let tcp = tokio::net::TcpStream::connect(&host)
+            .await
+            .map_err(|err| format!("the runtime's streaming server: {err}"))?;
+        let (ws, _) = tokio_tungstenite::client_async(request, tcp)
+            .await
+            .map_err(|err| format!("the runtime's streaming server: {err}"))?;
+        Ok(ws)
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, connected)
         .await
-        .map_err(|err| format!("the runtime's streaming server: {err}"))?;
-    let (ws, _) = tokio_tungstenite::client_async(request, tcp)
-        .await
-        .map_err(|err| format!("the runtime's streaming server: {err}"))?;
-    Ok(ws)
+        .unwrap_or_else(|_| Err("the runtime's streaming server did not answer".to_owned()))
 }
 
 /// Connects to the runtime's streaming server at `url` (WebSocket, one
@@ -330,7 +339,15 @@ async fn port_forward(cri: &Cri, pod: &Pod, port: u16, pending: PendingStream) {
     let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
         return pending.refuse(&format!("the pod's address {ip:?} is not an IP address"));
     };
-    match tokio::net::TcpStream::connect((ip, port)).await {
+    let connected =
+        tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((ip, port)));
+    let connected = connected.await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer",
+        ))
+    });
+    match connected {
         Ok(tcp) => carry(tcp, pending, channel::STDIN).await,
         // Perhaps bound to the pod's own loopback only: the runtime's
         // port-forward, inside the pod's network namespace, reaches it.
@@ -350,7 +367,8 @@ type RuntimeSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 /// (channel 0 the bytes, channel 1 an error, each channel's
 /// first message the port), its two port messages read.
 async fn forward_in_sandbox(cri: &Cri, pod: &Pod, port: u16) -> Result<RuntimeSocket, String> {
-    let url = streaming_url(cri, pod, UpgradeTarget::PortForward, vec![i32::from(port)]).await?;
+    let target = UpgradeTarget::PortForward { ports: vec![port] };
+    let url = streaming_url(cri, pod, target).await?;
     let mut ws = connect_runtime(&url).await?;
     for _ in 0..2 {
         match ws.next().await {
@@ -387,24 +405,22 @@ async fn carry_forwarded(ws: RuntimeSocket, pending: PendingStream) {
         }
         None
     };
+    // The cloud's bytes, until it goes. Its end of writing is not passed
+    // on (no half-close in this protocol): the pod's answer still comes
+    // back, and the pod's side ending ends the stream.
     let downstream = async {
         while let Some(Ok(chunk)) = stream.recv().await {
-            match chunk {
-                Chunk::Data(channel::STDIN, bytes) => {
-                    let mut frame = Vec::with_capacity(bytes.len() + 1);
-                    frame.push(0);
-                    frame.extend_from_slice(&bytes);
-                    if to_runtime
-                        .send(WsMessage::Binary(frame.into()))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
+            if let Chunk::Data(channel::STDIN, bytes) = chunk {
+                let mut frame = Vec::with_capacity(bytes.len() + 1);
+                frame.push(0);
+                frame.extend_from_slice(&bytes);
+                if to_runtime
+                    .send(WsMessage::Binary(frame.into()))
+                    .await
+                    .is_err()
+                {
+                    break;
                 }
-                // No half-close in this protocol: the whole connection.
-                Chunk::End(channel::STDIN) => break,
-                _ => {}
             }
         }
         let _ = to_runtime.close().await;
@@ -466,14 +482,9 @@ async fn carry(tcp: tokio::net::TcpStream, pending: PendingStream, up: u8) {
 }
 
 /// The runtime's streaming URL for `target` in `pod`: CRI `Exec`,
-/// `Attach` or `PortForward` (of `ports`: a WebSocket port-forward takes
-/// its ports from the CRI request; SPDY names one per stream).
-async fn streaming_url(
-    cri: &Cri,
-    pod: &Pod,
-    target: UpgradeTarget,
-    ports: Vec<i32>,
-) -> Result<String, String> {
+/// `Attach` or `PortForward` (a WebSocket port-forward takes its ports
+/// from the CRI request; SPDY names one per stream).
+async fn streaming_url(cri: &Cri, pod: &Pod, target: UpgradeTarget) -> Result<String, String> {
     let mut runtime = cri.runtime.clone();
     match target {
         UpgradeTarget::Exec {
@@ -510,7 +521,7 @@ async fn streaming_url(
                 Err(status) => Err(format!("CRI Attach: {}", status.message())),
             }
         }
-        UpgradeTarget::PortForward => {
+        UpgradeTarget::PortForward { ports } => {
             let uid = crate::spec::pod_uid(pod);
             let sandboxes = cri
                 .sandboxes(crate::spec::POD_UID, &uid)
@@ -522,7 +533,7 @@ async fn streaming_url(
                 .ok_or("the pod has no running sandbox")?;
             let request = api::PortForwardRequest {
                 pod_sandbox_id: ready.id,
-                port: ports,
+                port: ports.into_iter().map(i32::from).collect(),
             };
             match runtime.port_forward(request).await {
                 Ok(answer) => Ok(answer.into_inner().url),
@@ -552,7 +563,7 @@ async fn upgrade(
     if !matches!(method, "GET" | "POST") {
         return pending.refuse(&format!("method {method:?} cannot open a stream"));
     }
-    let url = match streaming_url(cri, pod, target, Vec::new()).await {
+    let url = match streaming_url(cri, pod, target).await {
         Ok(url) => url,
         Err(reason) => return pending.refuse(&reason),
     };
@@ -571,9 +582,12 @@ async fn upgrade(
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    let mut tcp = match tokio::net::TcpStream::connect(authority).await {
-        Ok(tcp) => tcp,
-        Err(err) => return pending.refuse(&format!("the runtime's streaming server: {err}")),
+    let connected =
+        tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(authority));
+    let mut tcp = match connected.await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(err)) => return pending.refuse(&format!("the runtime's streaming server: {err}")),
+        Err(_) => return pending.refuse("the runtime's streaming server did not answer"),
     };
     if let Err(err) = tokio::io::AsyncWriteExt::write_all(&mut tcp, head.as_bytes()).await {
         return pending.refuse(&format!("the runtime's streaming server: {err}"));

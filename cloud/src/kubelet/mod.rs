@@ -42,11 +42,21 @@ use crate::streams::PodStreams;
 use review::{Authorizer, Caller};
 use route::{KubeletRequest, RouteError};
 
-/// Where the kubelet API listens by default (the kubelet's own port).
-pub const DEFAULT_ADDRESS: &str = "0.0.0.0:10250";
+/// Where the kubelet API listens by default: not the kubelet's 10250 (a
+/// cloudcore on a host that runs a kubelet must not collide with it), nor
+/// edged's 10350 or edgecore's metrics on 10351 (a cloud and an edge on one
+/// host).
+pub const DEFAULT_ADDRESS: &str = "0.0.0.0:10352";
 
 /// The most bytes of the runtime's response head to an upgrade.
 const MAX_HEAD: usize = 64 * 1024;
+
+/// How long an authorization decision may take.
+const DECISION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the node's runtime may take to answer an upgrade, and to
+/// finish an answer that refuses it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// At most this many connections at once.
 const MAX_CONNECTIONS: usize = 1024;
@@ -127,9 +137,15 @@ async fn accept(
                 continue;
             }
         };
-        let Ok(permit) = connections.clone().acquire_owned().await else {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => permit,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        let Ok(permit) = permit else {
             return;
         };
+        // Held by the connection and by any session it upgrades to.
+        let permit = Arc::new(permit);
         let (acceptor, served) = (acceptor.clone(), served.clone());
         tokio::spawn(
             async move {
@@ -146,9 +162,10 @@ async fn accept(
                     .peer_certificates()
                     .and_then(|chain| chain.first())
                     .and_then(|leaf| Caller::from_certificate(leaf.as_ref()));
+                let held = permit.clone();
                 let service = hyper::service::service_fn(move |request| {
-                    let (served, caller) = (served.clone(), caller.clone());
-                    async move { Ok::<_, Infallible>(serve(request, caller, &served).await) }
+                    let (served, caller, held) = (served.clone(), caller.clone(), held.clone());
+                    async move { Ok::<_, Infallible>(serve(request, caller, &served, held).await) }
                 });
                 let connection = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -219,10 +236,13 @@ fn api_error(err: &ApiError) -> Response<Body> {
     status(code, &err.to_string())
 }
 
+type Permit = Arc<tokio::sync::OwnedSemaphorePermit>;
+
 async fn serve(
     request: Request<Incoming>,
     caller: Option<Caller>,
     served: &Served,
+    permit: Permit,
 ) -> Response<Body> {
     let method = request.method().as_str().to_owned();
     let path = request.uri().path().to_owned();
@@ -241,7 +261,10 @@ async fn serve(
         }
     };
     let Some(caller) = caller else {
-        return status(StatusCode::UNAUTHORIZED, "no client certificate");
+        return status(
+            StatusCode::UNAUTHORIZED,
+            "a client certificate with a common name is required",
+        );
     };
     let node = match &asked {
         KubeletRequest::Healthz => return Response::new(full("ok")),
@@ -262,7 +285,14 @@ async fn serve(
         },
     };
     let attributes = route::attributes(&method, &path);
-    match served.authorizer.allowed(&caller, &attributes, &node).await {
+    let decided = tokio::time::timeout(
+        DECISION_TIMEOUT,
+        served.authorizer.allowed(&caller, &attributes, &node),
+    );
+    match decided
+        .await
+        .unwrap_or_else(|_| Err("no authorization decision in time".to_owned()))
+    {
         Ok(true) => {}
         Ok(false) => {
             let message = format!(
@@ -317,6 +347,7 @@ async fn serve(
                     headers: Vec::new(),
                 },
                 &served.streams,
+                permit,
             )
             .await
         }
@@ -343,6 +374,11 @@ fn streamed(stream: TunnelStream) -> Response<Body> {
                 Some(Ok(Chunk::Data(channel::STDOUT, bytes))) => {
                     return Some((Ok(Frame::data(bytes)), Some(stream)));
                 }
+                // An error on the way: the body is cut, not ended as if whole.
+                Some(Ok(Chunk::Data(channel::ERROR, bytes))) => {
+                    let reason = String::from_utf8_lossy(&bytes).into_owned();
+                    return Some((Err(std::io::Error::other(reason)), None));
+                }
                 Some(Ok(_)) => continue,
                 Some(Err(err)) => return Some((Err(std::io::Error::other(err.to_string())), None)),
                 None => return None,
@@ -365,7 +401,14 @@ async fn upgrade(
     node: &str,
     asked: StreamRequest,
     streams: &PodStreams,
+    permit: Permit,
 ) -> Response<Body> {
+    if !request.headers().contains_key(hyper::header::UPGRADE) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "a streaming request must upgrade the connection (SPDY/3.1 or WebSocket)",
+        );
+    }
     let headers: Vec<(String, String)> = request
         .headers()
         .iter()
@@ -392,10 +435,27 @@ async fn upgrade(
         Ok(stream) => stream,
         Err(err) => return api_error(&err),
     };
-    let (code, reply_headers, rest) = match response_head(&mut stream).await {
-        Ok(head) => head,
-        Err(reason) => return status(StatusCode::BAD_GATEWAY, &reason),
+    let head = tokio::time::timeout(ANSWER_TIMEOUT, response_head(&mut stream)).await;
+    let (code, reply_headers, rest) = match head {
+        Ok(Ok(head)) => head,
+        Ok(Err(reason)) => return status(StatusCode::BAD_GATEWAY, &reason),
+        Err(_) => {
+            return status(
+                StatusCode::GATEWAY_TIMEOUT,
+                "the node's runtime did not answer in time",
+            );
+        }
     };
+    let length = reply_headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| {
+            std::str::from_utf8(value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        });
     let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = code;
     for (name, value) in reply_headers {
@@ -414,16 +474,23 @@ async fn upgrade(
         }
     }
     if code != StatusCode::SWITCHING_PROTOCOLS {
-        // The runtime refused: its answer, whole (bounded), is ours.
+        // The runtime refused: its answer (as long as it says, bounded,
+        // within the time) is ours; the runtime's connection then ends
+        // with the stream.
+        let wanted = length.unwrap_or(MAX_HEAD).min(MAX_HEAD);
         let mut body = BytesMut::from(&rest[..]);
-        while let Some(Ok(chunk)) = stream.recv().await {
-            if let Chunk::Data(channel::STDOUT, bytes) = chunk {
-                if body.len() + bytes.len() > MAX_HEAD {
-                    break;
+        let read = async {
+            while body.len() < wanted {
+                match stream.recv().await {
+                    Some(Ok(Chunk::Data(channel::STDOUT, bytes))) => body.extend_from_slice(&bytes),
+                    Some(Ok(_)) => continue,
+                    Some(Err(_)) | None => break,
                 }
-                body.extend_from_slice(&bytes);
             }
-        }
+        };
+        let _ = tokio::time::timeout(ANSWER_TIMEOUT, read).await;
+        body.truncate(wanted);
+        stream.close();
         *response.body_mut() = full(body.freeze());
         return response;
     }
@@ -434,6 +501,7 @@ async fn upgrade(
                 Ok(upgraded) => carry(TokioIo::new(upgraded), stream, rest).await,
                 Err(err) => debug!(error = %err, "the caller's upgrade failed"),
             }
+            drop(permit);
         }
         .instrument(info_span!("upgrade", node = %node)),
     );

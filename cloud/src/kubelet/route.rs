@@ -60,16 +60,21 @@ pub struct Attributes {
     pub subresource: &'static str,
 }
 
-/// The attributes `method` on `path` is authorized by.
+/// The attributes `method` on `path` is authorized by. A stream into a
+/// pod (exec, attach, port-forward) is `create` however it is asked (a
+/// WebSocket's is a GET), so read-only rights on `nodes/proxy` never run a
+/// command.
 pub fn attributes(method: &str, path: &str) -> Attributes {
+    let first = path.split('/').nth(1).unwrap_or("");
     let verb = match method {
+        _ if matches!(first, "exec" | "attach" | "portForward") => "create",
         "POST" => "create",
         "PUT" => "update",
         "PATCH" => "patch",
         "DELETE" => "delete",
         _ => "get",
     };
-    let subresource = match path.split('/').nth(1).unwrap_or("") {
+    let subresource = match first {
         "stats" => "stats",
         "metrics" => "metrics",
         "logs" => "log",
@@ -131,9 +136,18 @@ pub fn route(
             })
         }
         ["portForward", namespace, pod, ..] if (3..=4).contains(&parts.len()) => {
+            let mut ports = Vec::new();
+            for (_, value) in query.iter().filter(|(k, _)| k == "port") {
+                for port in value.split(',') {
+                    match port.parse::<u16>() {
+                        Ok(port) if port > 0 => ports.push(port),
+                        _ => return Err(RouteError::Bad(format!("{port:?} is not a port"))),
+                    }
+                }
+            }
             streaming(KubeletRequest::Upgrade {
                 pod: pod_ref(namespace, pod)?,
-                target: UpgradeTarget::PortForward,
+                target: UpgradeTarget::PortForward { ports },
             })
         }
         _ => Err(RouteError::NotFound(path.to_owned())),
@@ -240,10 +254,24 @@ mod tests {
                 route("POST", path, &[]),
                 Ok(KubeletRequest::Upgrade {
                     pod: pod(),
-                    target: UpgradeTarget::PortForward
+                    target: UpgradeTarget::PortForward { ports: Vec::new() }
                 })
             );
         }
+        // A WebSocket's ports are in the query.
+        assert_eq!(
+            route(
+                "GET",
+                "/portForward/default/web",
+                &query(&[("port", "80,8080"), ("port", "9090")])
+            ),
+            Ok(KubeletRequest::Upgrade {
+                pod: pod(),
+                target: UpgradeTarget::PortForward {
+                    ports: vec![80, 8080, 9090]
+                }
+            })
+        );
         assert_eq!(
             route("GET", "/stats/summary", &[]),
             Ok(KubeletRequest::Stats(StatsKind::Summary))
