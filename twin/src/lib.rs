@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod devicetwin;
+pub mod dmi;
 pub mod eventbus;
 pub mod protocol;
 #[cfg(feature = "testing")]

@@ -1,0 +1,643 @@
+//! Between Kubernetes objects and DMI messages, as KubeEdge's edgecore
+//! converts them, so that its mappers read what edgehive sends:
+//!
+//! - a `devices.kubeedge.io/v1beta1` Device or DeviceModel as the DMI
+//!   `Device` / `DeviceModel` a mapper registers: configuration values
+//!   (`configData`) as protobuf wrapper types in `Any` (every JSON number
+//!   as a `FloatValue`, as edgecore sends them), and the fields Go mappers
+//!   read without checking always present (`spec.protocol`, each
+//!   property's `desired` and `visitors.configData`);
+//! - a mapper's `ReportDeviceStatus` / `ReportDeviceStates` as the
+//!   `twin/update` / `state/update` payloads devicetwin takes from MQTT
+//!   mappers, so both kinds of mapper go one way.
+
+use std::collections::HashMap;
+
+use apis::devices::{Device, DeviceModel};
+use prost::Message;
+use serde_json::{Map, Value, json};
+
+use super::api;
+
+/// Why an object cannot be given to a mapper, or a report taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// A configuration value that is not a string, number or flag.
+    #[error("{key}: {reason}")]
+    ConfigValue {
+        /// Where.
+        key: String,
+        /// What it is.
+        reason: String,
+    },
+    /// A report that cannot be taken.
+    #[error("{0}")]
+    Report(String),
+}
+
+/// The type URL of a protobuf wrapper in an `Any`.
+fn wrapper_url(name: &str) -> String {
+    format!("type.googleapis.com/google.protobuf.{name}")
+}
+
+/// One configuration value as the `Any` edgecore sends: a string, a number
+/// (as `FloatValue`, JSON numbers being Go's float64) or a flag.
+pub fn any_of(key: &str, value: &Value) -> Result<prost_types::Any, ConvertError> {
+    let (name, bytes) = match value {
+        Value::String(text) => ("StringValue", text.clone().encode_to_vec()),
+        Value::Bool(flag) => ("BoolValue", flag.encode_to_vec()),
+        Value::Number(number) => {
+            let float = number.as_f64().ok_or_else(|| ConvertError::ConfigValue {
+                key: key.to_owned(),
+                reason: format!("{number} is not a number a mapper reads"),
+            })?;
+            ("FloatValue", (float as f32).encode_to_vec())
+        }
+        other => {
+            return Err(ConvertError::ConfigValue {
+                key: key.to_owned(),
+                reason: format!(
+                    "{} values are not passed to mappers (strings, numbers and flags are)",
+                    kind_of(other)
+                ),
+            });
+        }
+    };
+    Ok(prost_types::Any {
+        type_url: wrapper_url(name),
+        value: bytes,
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+    }
+}
+
+/// A flat JSON object (`configData`) as a `CustomizedValue`; none: empty.
+pub fn customized(at: &str, data: Option<&Value>) -> Result<api::CustomizedValue, ConvertError> {
+    let mut out = HashMap::new();
+    match data {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(fields)) => {
+            for (key, value) in fields {
+                out.insert(key.clone(), any_of(&format!("{at}.{key}"), value)?);
+            }
+        }
+        Some(other) => {
+            return Err(ConvertError::ConfigValue {
+                key: at.to_owned(),
+                reason: format!("expected an object, got a {}", kind_of(other)),
+            });
+        }
+    }
+    Ok(api::CustomizedValue { data: out })
+}
+
+/// `field` of `object`, its name matched without regard to case (as Go's
+/// JSON decoding matches a CRD's `hostName` to the proto's `hostname`).
+fn field<'a>(object: Option<&'a Value>, name: &str) -> Option<&'a Value> {
+    let fields = object?.as_object()?;
+    fields.get(name).or_else(|| {
+        fields
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    })
+}
+
+fn text(object: Option<&Value>, name: &str) -> String {
+    field(object, name)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn integer(object: Option<&Value>, name: &str) -> i64 {
+    field(object, name)
+        .and_then(Value::as_i64)
+        .unwrap_or_default()
+}
+
+/// A property's `pushMethod` (HTTP, MQTT, OpenTelemetry, a database).
+pub fn push_method(value: Option<&Value>) -> Option<api::PushMethod> {
+    let value = value.filter(|v| v.is_object())?;
+    let http = field(Some(value), "http").map(|http| api::PushMethodHttp {
+        hostname: text(Some(http), "hostname"),
+        port: integer(Some(http), "port"),
+        requestpath: text(Some(http), "requestpath"),
+        timeout: integer(Some(http), "timeout"),
+    });
+    let mqtt = field(Some(value), "mqtt").map(|mqtt| api::PushMethodMqtt {
+        address: text(Some(mqtt), "address"),
+        topic: text(Some(mqtt), "topic"),
+        qos: i32::try_from(integer(Some(mqtt), "qos")).unwrap_or_default(),
+        retained: field(Some(mqtt), "retained")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    });
+    let otel = field(Some(value), "otel").map(|otel| api::PushMethodOtel {
+        endpoint_url: text(Some(otel), "endpointURL"),
+    });
+    let db = field(Some(value), "dbMethod").map(|db| {
+        let influx = field(Some(db), "influxdb2");
+        let redis = field(Some(db), "redis");
+        let tdengine = field(Some(db), "tdengine");
+        let mysql = field(Some(db), "mysql");
+        api::DbMethod {
+            influxdb2: influx.map(|i| api::DbMethodInfluxdb2 {
+                influxdb2_client_config: field(Some(i), "influxdb2ClientConfig").map(|c| {
+                    api::Influxdb2ClientConfig {
+                        url: text(Some(c), "url"),
+                        org: text(Some(c), "org"),
+                        bucket: text(Some(c), "bucket"),
+                    }
+                }),
+                influxdb2_data_config: field(Some(i), "influxdb2DataConfig").map(|c| {
+                    api::Influxdb2DataConfig {
+                        measurement: text(Some(c), "measurement"),
+                        tag: field(Some(c), "tag")
+                            .and_then(Value::as_object)
+                            .map(|tags| {
+                                tags.iter()
+                                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        field_key: text(Some(c), "fieldKey"),
+                    }
+                }),
+            }),
+            redis: redis.map(|r| api::DbMethodRedis {
+                redis_client_config: field(Some(r), "redisClientConfig").map(|c| {
+                    api::RedisClientConfig {
+                        addr: text(Some(c), "addr"),
+                        db: i32::try_from(integer(Some(c), "db")).unwrap_or_default(),
+                        poolsize: i32::try_from(integer(Some(c), "poolsize")).unwrap_or_default(),
+                        min_idle_conns: i32::try_from(integer(Some(c), "minIdleConns"))
+                            .unwrap_or_default(),
+                    }
+                }),
+            }),
+            tdengine: tdengine.map(|t| api::DbMethodTdEngine {
+                td_engine_client_config: field(Some(t), "tdEngineClientConfig").map(|c| {
+                    api::TdEngineClientConfig {
+                        addr: text(Some(c), "addr"),
+                        dbname: text(Some(c), "dbname"),
+                    }
+                }),
+            }),
+            mysql: mysql.map(|m| api::DbMethodMySql {
+                mysql_client_config: field(Some(m), "mysqlClientConfig").map(|c| {
+                    api::MySqlClientConfig {
+                        addr: text(Some(c), "addr"),
+                        database: text(Some(c), "database"),
+                        user_name: text(Some(c), "userName"),
+                    }
+                }),
+            }),
+        }
+    });
+    Some(api::PushMethod {
+        http,
+        mqtt,
+        otel,
+        db_method: db,
+    })
+}
+
+/// A Device as a mapper registers it.
+pub fn device(device: &Device) -> Result<api::Device, ConvertError> {
+    let protocol = device.spec.protocol.as_ref();
+    let protocol = api::ProtocolConfig {
+        protocol_name: text(protocol, "protocolName"),
+        config_data: Some(customized(
+            "spec.protocol.configData",
+            field(protocol, "configData"),
+        )?),
+    };
+    let mut properties = Vec::with_capacity(device.spec.properties.len());
+    for property in &device.spec.properties {
+        let at = format!("spec.properties[{}].visitors.configData", property.name);
+        let visitors = property.visitors.as_ref();
+        properties.push(api::DeviceProperty {
+            name: property.name.clone(),
+            desired: Some(api::TwinProperty {
+                value: property
+                    .desired
+                    .as_ref()
+                    .map(|d| d.value.clone())
+                    .unwrap_or_default(),
+                metadata: property
+                    .desired
+                    .as_ref()
+                    .map(|d| d.metadata.clone().into_iter().collect())
+                    .unwrap_or_default(),
+            }),
+            visitors: Some(api::VisitorConfig {
+                protocol_name: text(visitors, "protocolName"),
+                config_data: Some(customized(&at, field(visitors, "configData"))?),
+            }),
+            report_cycle: property.report_cycle.unwrap_or_default(),
+            collect_cycle: property.collect_cycle.unwrap_or_default(),
+            report_to_cloud: property.report_to_cloud.unwrap_or(false),
+            push_method: push_method(property.push_method.as_ref()),
+        });
+    }
+    let methods = device
+        .spec
+        .methods
+        .as_ref()
+        .and_then(Value::as_array)
+        .map(|methods| {
+            methods
+                .iter()
+                .map(|m| api::DeviceMethod {
+                    name: text(Some(m), "name"),
+                    description: text(Some(m), "description"),
+                    property_names: field(Some(m), "propertyNames")
+                        .and_then(Value::as_array)
+                        .map(|names| {
+                            names
+                                .iter()
+                                .filter_map(|n| n.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let status = device.status.as_ref().map(|status| api::DeviceStatus {
+        twins: status
+            .twins
+            .iter()
+            .map(|twin| api::Twin {
+                property_name: twin.property_name.clone(),
+                observed_desired: twin.observed_desired.as_ref().map(twin_property),
+                reported: twin.reported.as_ref().map(twin_property),
+            })
+            .collect(),
+        report_to_cloud: false,
+        report_cycle: 0,
+    });
+    Ok(api::Device {
+        name: device.metadata.name.clone().unwrap_or_default(),
+        namespace: device
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned()),
+        spec: Some(api::DeviceSpec {
+            device_model_reference: device
+                .spec
+                .device_model_ref
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default(),
+            protocol: Some(protocol),
+            properties,
+            methods,
+        }),
+        status,
+    })
+}
+
+fn twin_property(property: &apis::devices::TwinProperty) -> api::TwinProperty {
+    api::TwinProperty {
+        value: property.value.clone(),
+        metadata: property.metadata.clone().into_iter().collect(),
+    }
+}
+
+/// A DeviceModel as a mapper gets it.
+pub fn model(model: &DeviceModel) -> api::DeviceModel {
+    let optional = |v: &Option<String>| v.clone().unwrap_or_default();
+    api::DeviceModel {
+        name: model.metadata.name.clone().unwrap_or_default(),
+        namespace: model
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned()),
+        spec: Some(api::DeviceModelSpec {
+            properties: model
+                .spec
+                .properties
+                .iter()
+                .map(|p| api::ModelProperty {
+                    name: p.name.clone(),
+                    description: optional(&p.description),
+                    r#type: optional(&p.type_),
+                    access_mode: optional(&p.access_mode),
+                    minimum: optional(&p.minimum),
+                    maximum: optional(&p.maximum),
+                    unit: optional(&p.unit),
+                })
+                .collect(),
+            commands: Vec::new(),
+        }),
+    }
+}
+
+/// The protocol a device's mapper must serve (`spec.protocol.protocolName`).
+pub fn protocol_of(device: &Device) -> Option<String> {
+    field(device.spec.protocol.as_ref(), "protocolName")
+        .and_then(Value::as_str)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+}
+
+/// The states a mapper may report.
+pub const STATES: [&str; 5] = ["online", "offline", "ok", "unknown", "unhealthy"];
+
+/// The device id devicetwin knows a reported device by.
+pub fn device_id(namespace: &str, name: &str) -> Result<String, ConvertError> {
+    let valid =
+        |part: &str| !part.is_empty() && part.len() <= 253 && !part.contains(['/', '+', '#']);
+    match (valid(name), namespace.is_empty() || valid(namespace)) {
+        (true, true) => Ok(name.to_owned()),
+        _ => Err(ConvertError::Report(format!(
+            "{namespace:?}/{name:?} is not a device"
+        ))),
+    }
+}
+
+/// A `ReportDeviceStatus` as the `twin/update` payload an MQTT mapper
+/// would send: each reported twin's value as the actual one, at `now_ms`.
+pub fn twin_update(
+    report: &api::ReportDeviceStatusRequest,
+    now_ms: i64,
+) -> Result<Value, ConvertError> {
+    let twins = report
+        .reported_device
+        .as_ref()
+        .map(|status| status.twins.as_slice())
+        .unwrap_or_default();
+    let mut twin = Map::new();
+    for reported in twins {
+        let Some(value) = reported.reported.as_ref() else {
+            continue;
+        };
+        if reported.property_name.is_empty() {
+            return Err(ConvertError::Report(
+                "a twin without a property name".to_owned(),
+            ));
+        }
+        let type_ = value.metadata.get("type").cloned();
+        let mut entry = json!({
+            "actual": {"value": value.value, "metadata": {"timestamp": now_ms}},
+        });
+        if let Some(type_) = type_ {
+            entry["metadata"] = json!({"type": type_});
+        }
+        twin.insert(reported.property_name.clone(), entry);
+    }
+    if twin.is_empty() {
+        return Err(ConvertError::Report(
+            "the report names no reported twin".to_owned(),
+        ));
+    }
+    Ok(json!({"event_id": "", "timestamp": now_ms, "twin": twin}))
+}
+
+/// A `ReportDeviceStates` as the `state/update` payload an MQTT mapper
+/// would send.
+pub fn state_update(
+    report: &api::ReportDeviceStatesRequest,
+    now_ms: i64,
+) -> Result<Value, ConvertError> {
+    let state = report.state.to_ascii_lowercase();
+    if !STATES.contains(&state.as_str()) {
+        return Err(ConvertError::Report(format!(
+            "state {:?} is not one of {STATES:?}",
+            report.state
+        )));
+    }
+    Ok(json!({"event_id": "", "timestamp": now_ms, "state": state}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_values_are_the_wrappers_edgecore_sends() {
+        let string = any_of("k", &json!("abc")).expect("a string");
+        assert_eq!(
+            string.type_url,
+            "type.googleapis.com/google.protobuf.StringValue"
+        );
+        assert_eq!(string.value, [0x0a, 3, b'a', b'b', b'c']);
+        // Every JSON number a FloatValue (Go decodes JSON numbers as float64).
+        let number = any_of("k", &json!(1)).expect("a number");
+        assert_eq!(
+            number.type_url,
+            "type.googleapis.com/google.protobuf.FloatValue"
+        );
+        assert_eq!(number.value, [0x0d, 0x00, 0x00, 0x80, 0x3f]);
+        let flag = any_of("k", &json!(true)).expect("a flag");
+        assert_eq!(
+            flag.type_url,
+            "type.googleapis.com/google.protobuf.BoolValue"
+        );
+        assert_eq!(flag.value, [0x08, 0x01]);
+        for bad in [json!({"a": 1}), json!([1]), json!(null)] {
+            assert!(any_of("k", &bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn field_numbers_are_kubeedges() {
+        // PushMethod: otel is 4 and dbMethod 3, declared the other way round.
+        let push = api::PushMethod {
+            otel: Some(api::PushMethodOtel {
+                endpoint_url: "x".to_owned(),
+            }),
+            db_method: Some(api::DbMethod::default()),
+            ..api::PushMethod::default()
+        };
+        let bytes = push.encode_to_vec();
+        assert!(
+            bytes.windows(3).any(|w| w == [0x22, 0x03, 0x0a]),
+            "{bytes:x?}"
+        );
+        assert!(bytes.windows(2).any(|w| w == [0x1a, 0x00]), "{bytes:x?}");
+        // MapperInfo.address is bytes, field 5.
+        let info = api::MapperInfo {
+            address: b"/s".to_vec(),
+            ..api::MapperInfo::default()
+        };
+        assert_eq!(info.encode_to_vec(), [0x2a, 0x02, b'/', b's']);
+        // A report's device name 1, namespace 3; a state's namespace 2.
+        let report = api::ReportDeviceStatusRequest {
+            device_name: "d".to_owned(),
+            device_namespace: "n".to_owned(),
+            reported_device: None,
+        };
+        assert_eq!(report.encode_to_vec(), [0x0a, 0x01, b'd', 0x1a, 0x01, b'n']);
+        let states = api::ReportDeviceStatesRequest {
+            device_name: "d".to_owned(),
+            device_namespace: "n".to_owned(),
+            state: "ok".to_owned(),
+        };
+        assert_eq!(
+            states.encode_to_vec(),
+            [0x0a, 0x01, b'd', 0x12, 0x01, b'n', 0x1a, 0x02, b'o', b'k']
+        );
+    }
+
+    fn thermometer() -> Device {
+        serde_json::from_value(json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1",
+            "kind": "Device",
+            "metadata": {"name": "thermometer", "namespace": "default"},
+            "spec": {
+                "deviceModelRef": {"name": "thermometer-model"},
+                "nodeName": "edge-1",
+                "protocol": {"protocolName": "modbus", "configData": {"slaveID": 1, "port": "/dev/ttyS0"}},
+                "properties": [
+                    {"name": "temperature", "desired": {"value": "20"},
+                     "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 2, "scale": 0.5}},
+                     "reportCycle": 1000, "collectCycle": 500, "reportToCloud": true,
+                     "pushMethod": {"http": {"hostName": "collector", "port": 8080, "requestPath": "/t", "timeout": 5}}},
+                    {"name": "humidity"}
+                ],
+                "methods": [{"name": "reset", "description": "back to defaults", "propertyNames": ["temperature"]}]
+            }
+        }))
+        .expect("a device")
+    }
+
+    #[test]
+    fn a_device_reads_as_a_mapper_registers_it() {
+        let converted = device(&thermometer()).expect("converted");
+        assert_eq!(
+            (converted.name.as_str(), converted.namespace.as_str()),
+            ("thermometer", "default")
+        );
+        let spec = converted.spec.expect("spec");
+        assert_eq!(spec.device_model_reference, "thermometer-model");
+        let protocol = spec.protocol.expect("protocol");
+        assert_eq!(protocol.protocol_name, "modbus");
+        let data = protocol.config_data.expect("configData").data;
+        assert_eq!(
+            data["slaveID"].type_url,
+            "type.googleapis.com/google.protobuf.FloatValue"
+        );
+        assert_eq!(
+            data["port"].type_url,
+            "type.googleapis.com/google.protobuf.StringValue"
+        );
+        let temperature = &spec.properties[0];
+        assert_eq!(
+            temperature.desired.as_ref().map(|d| d.value.as_str()),
+            Some("20")
+        );
+        assert_eq!(
+            (temperature.report_cycle, temperature.collect_cycle),
+            (1000, 500)
+        );
+        assert!(temperature.report_to_cloud);
+        let http = temperature
+            .push_method
+            .as_ref()
+            .and_then(|p| p.http.as_ref())
+            .expect("http");
+        assert_eq!(
+            (http.hostname.as_str(), http.port, http.requestpath.as_str()),
+            ("collector", 8080, "/t")
+        );
+        assert_eq!(
+            temperature
+                .visitors
+                .as_ref()
+                .and_then(|v| v.config_data.as_ref())
+                .map(|c| c.data.len()),
+            Some(3)
+        );
+        // What Go mappers read without checking is there, if empty.
+        let humidity = &spec.properties[1];
+        assert_eq!(
+            humidity.desired.as_ref().map(|d| d.value.as_str()),
+            Some("")
+        );
+        assert!(
+            humidity
+                .visitors
+                .as_ref()
+                .and_then(|v| v.config_data.as_ref())
+                .is_some()
+        );
+        assert_eq!(spec.methods[0].property_names, ["temperature"]);
+        assert_eq!(protocol_of(&thermometer()).as_deref(), Some("modbus"));
+        // A nested configuration value: the device is not passed on.
+        let mut nested = thermometer();
+        nested.spec.protocol =
+            Some(json!({"protocolName": "modbus", "configData": {"serial": {"baud": 9600}}}));
+        assert!(matches!(
+            device(&nested),
+            Err(ConvertError::ConfigValue { .. })
+        ));
+    }
+
+    #[test]
+    fn reports_read_as_mqtt_payloads() {
+        let report = api::ReportDeviceStatusRequest {
+            device_name: "thermometer".to_owned(),
+            device_namespace: "default".to_owned(),
+            reported_device: Some(api::DeviceStatus {
+                twins: vec![api::Twin {
+                    property_name: "temperature".to_owned(),
+                    observed_desired: None,
+                    reported: Some(api::TwinProperty {
+                        value: "21.5".to_owned(),
+                        metadata: HashMap::from([("type".to_owned(), "float".to_owned())]),
+                    }),
+                }],
+                report_to_cloud: true,
+                report_cycle: 1000,
+            }),
+        };
+        let payload = twin_update(&report, 7).expect("a payload");
+        assert_eq!(
+            payload,
+            json!({"event_id": "", "timestamp": 7, "twin": {"temperature": {
+                "actual": {"value": "21.5", "metadata": {"timestamp": 7}},
+                "metadata": {"type": "float"}}}})
+        );
+        let parsed: crate::protocol::TwinUpdate =
+            serde_json::from_value(payload).expect("devicetwin's form");
+        assert_eq!(
+            parsed.twin["temperature"]
+                .actual
+                .as_ref()
+                .and_then(|a| a.value.as_deref()),
+            Some("21.5")
+        );
+        let empty = api::ReportDeviceStatusRequest::default();
+        assert!(twin_update(&empty, 7).is_err());
+        let state = |s: &str| api::ReportDeviceStatesRequest {
+            state: s.to_owned(),
+            ..Default::default()
+        };
+        assert_eq!(
+            state_update(&state("OK"), 7)
+                .ok()
+                .map(|p| p["state"].clone()),
+            Some(json!("ok"))
+        );
+        assert!(state_update(&state("on fire"), 7).is_err());
+        assert_eq!(
+            device_id("default", "thermometer").as_deref(),
+            Ok("thermometer")
+        );
+        assert!(device_id("default", "a/b").is_err());
+    }
+}

@@ -1,0 +1,20 @@
+//! KubeEdge's Device Management Interface (DMI, `v1beta1`): the gRPC API
+//! between an edge core and its device mappers over Unix sockets, as
+//! KubeEdge v1.15+ mappers (built on its mapper-framework) speak it.
+//!
+//! - [`api`]: the messages and both services, generated from
+//!   `proto/dmi/v1beta1/api.proto` (written from the wire schema's facts;
+//!   see `docs/design/dmi-facts.md`).
+//! - [`convert`]: devices and models as a mapper gets them, and a mapper's
+//!   reports as devicetwin takes them (its MQTT payloads), plain code.
+
+pub mod convert;
+
+/// The generated DMI messages and services (package `v1beta1`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod api {
+    tonic::include_proto!("v1beta1");
+}
+
+/// Where KubeEdge's edgecore serves DMI, and so where its mappers look.
+pub const DEFAULT_SOCKET: &str = "/etc/kubeedge/dmi.sock";
