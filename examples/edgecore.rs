@@ -140,6 +140,10 @@ struct Run {
     /// Prometheus metrics listen address; "off" for none (modules.metrics).
     #[arg(long)]
     metrics: Option<String>,
+    /// The Unix socket KubeEdge's DMI mappers use; "off" for none
+    /// (modules.deviceTwin.dmiSockPath).
+    #[arg(long)]
+    dmi_socket: Option<String>,
 }
 
 impl Run {
@@ -189,6 +193,11 @@ impl Run {
         }
         if let Some(files) = self.container_log_max_files {
             modules.edged.container_log_max_files = files;
+        }
+        match self.dmi_socket.as_deref() {
+            None => {}
+            Some("off") => modules.device_twin.dmi_sock_path.clear(),
+            Some(path) => modules.device_twin.dmi_sock_path = path.to_owned(),
         }
         let bus = &mut modules.event_bus;
         match (self.mqtt, self.mqtt_broker.as_deref()) {
@@ -362,6 +371,19 @@ async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> 
                 .counts,
         );
     }
+    // KubeEdge's DMI mappers register and report over gRPC; devices keep
+    // running without it.
+    let _dmi = match modules.device_twin.dmi_sock_path.as_str() {
+        "" => None,
+        _ if !modules.device_twin.enable => None,
+        path => match twin::dmi::server::start(&hive, twin::dmi::DmiConfig::new(path)) {
+            Ok(server) => Some(server),
+            Err(err) => {
+                tracing::warn!(error = %err, "no DMI server: KubeEdge's DMI mappers cannot register");
+                None
+            }
+        },
+    };
     // Kept alive for the process's life.
     let mut _embedded = None;
     let mqtt = modules

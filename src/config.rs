@@ -692,6 +692,10 @@ pub struct DeviceTwinSection {
     pub enable: bool,
     /// How often reported twins are written and sent up, milliseconds.
     pub report_period_ms: u64,
+    /// The Unix socket KubeEdge's DMI mappers register and report on
+    /// (KubeEdge's key and default; "" for none).
+    #[serde(rename = "dmiSockPath")]
+    pub dmi_sock_path: String,
 }
 
 impl Default for EdgeCoreConfig {
@@ -772,6 +776,7 @@ impl Default for DeviceTwinSection {
         DeviceTwinSection {
             enable: true,
             report_period_ms: 100,
+            dmi_sock_path: twin::dmi::DEFAULT_SOCKET.to_owned(),
         }
     }
 }

@@ -6,9 +6,13 @@
 //!   `proto/dmi/v1beta1/api.proto` (written from the wire schema's facts;
 //!   see `docs/design/dmi-facts.md`).
 //! - [`convert`]: devices and models as a mapper gets them, and a mapper's
-//!   reports as devicetwin takes them (its MQTT payloads), plain code.
+//!   reports as devicetwin takes them (its MQTT payloads), plain code;
+//! - [`server`]: the edge's `DeviceManagerService` on a Unix socket.
 
 pub mod convert;
+pub mod server;
+
+pub use server::{DmiConfig, DmiError, DmiServerHandle, Mapper, Mappers};
 
 /// The generated DMI messages and services (package `v1beta1`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -1,0 +1,356 @@
+//! The edge's DMI server (`DeviceManagerService`) on a Unix socket, where
+//! KubeEdge's mappers find it:
+//!
+//! - `MapperRegister` records the mapper (its protocol, its socket) and,
+//!   asked `withData`, answers with the devices of its protocol bound to
+//!   this node and their models, as metamanager holds them;
+//! - `ReportDeviceStatus` / `ReportDeviceStates` go to devicetwin as the
+//!   `twin/update` / `state/update` an MQTT mapper would publish, so both
+//!   kinds of mapper take one path (persisted, then up to the cloud).
+//!
+//! A report for a device this node does not hold, or that does not read,
+//! is refused with a gRPC error; nothing else is touched.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use apis::devices::{Device, DeviceModel};
+use beehive::constants::{group, module, operation, resource_type};
+use beehive::resource::EdgeResource;
+use beehive::{Hive, Message as HiveMessage};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+use tracing::{debug, info, warn};
+
+use super::api::device_manager_service_server::{DeviceManagerService, DeviceManagerServiceServer};
+use super::api::{self, MapperInfo};
+use super::convert;
+use crate::protocol;
+
+/// The module name DMI's messages to devicetwin come from.
+pub const SOURCE: &str = "dmi";
+
+/// The most bytes of one DMI request (gRPC's default, as edgecore's).
+pub const MAX_REQUEST: usize = 4 << 20;
+
+/// Why the DMI server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DmiError {
+    /// The socket could not be made.
+    #[error("DMI socket {path}: {source}")]
+    Socket {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// How the DMI server runs.
+#[derive(Debug, Clone)]
+pub struct DmiConfig {
+    /// The Unix socket to serve on (KubeEdge's default:
+    /// [`super::DEFAULT_SOCKET`]).
+    pub socket: PathBuf,
+    /// How long metamanager may take to answer.
+    pub store_timeout: Duration,
+}
+
+impl DmiConfig {
+    /// Defaults, on `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> DmiConfig {
+        DmiConfig {
+            socket: socket.into(),
+            store_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A registered mapper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapper {
+    /// Its name.
+    pub name: String,
+    /// The protocol it serves.
+    pub protocol: String,
+    /// Its own gRPC socket.
+    pub socket: PathBuf,
+}
+
+/// The mappers registered, by protocol (one mapper per protocol, as
+/// KubeEdge has it: a mapper registering a protocol again replaces it).
+pub type Mappers = Arc<Mutex<BTreeMap<String, Mapper>>>;
+
+/// A running DMI server.
+pub struct DmiServerHandle {
+    /// The socket it serves on.
+    pub socket: PathBuf,
+    /// The mappers registered.
+    pub mappers: Mappers,
+    stop: watch::Sender<bool>,
+}
+
+impl DmiServerHandle {
+    /// Stops serving.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for DmiServerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts the DMI server (inside a tokio runtime), its messages to
+/// devicetwin and its reads from metamanager through `hive`. A stale socket
+/// file is replaced.
+pub fn start(hive: &Hive, config: DmiConfig) -> Result<DmiServerHandle, DmiError> {
+    let socket_error = |source| DmiError::Socket {
+        path: config.socket.clone(),
+        source,
+    };
+    if let Some(dir) = config.socket.parent() {
+        std::fs::create_dir_all(dir).map_err(socket_error)?;
+    }
+    match std::fs::remove_file(&config.socket) {
+        Ok(()) => debug!(socket = %config.socket.display(), "stale DMI socket removed"),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(socket_error(err)),
+    }
+    let listener = tokio::net::UnixListener::bind(&config.socket).map_err(socket_error)?;
+    let mappers = Mappers::default();
+    let service = DmiService {
+        hive: hive.clone(),
+        mappers: mappers.clone(),
+        store_timeout: config.store_timeout,
+    };
+    let server = DeviceManagerServiceServer::new(service)
+        .max_decoding_message_size(MAX_REQUEST)
+        .max_encoding_message_size(64 << 20);
+    let incoming = futures_util::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        Some((accepted, listener))
+    });
+    let (stop, mut stopped) = watch::channel(false);
+    let socket = config.socket.clone();
+    tokio::spawn(async move {
+        let signal = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let served = tonic::transport::Server::builder()
+            .serve_with_incoming_shutdown(server, incoming, signal)
+            .await;
+        if let Err(err) = served {
+            warn!(error = %err, "DMI server stopped");
+        }
+    });
+    info!(socket = %socket.display(), "DMI server listening");
+    Ok(DmiServerHandle {
+        socket: config.socket,
+        mappers,
+        stop,
+    })
+}
+
+struct DmiService {
+    hive: Hive,
+    mappers: Mappers,
+    store_timeout: Duration,
+}
+
+impl DmiService {
+    /// What metamanager holds at `resource` (`*/device`: a list).
+    async fn query(&self, resource: &str) -> Result<Option<Value>, Status> {
+        let query =
+            HiveMessage::new().build_router(SOURCE, group::META, resource, operation::QUERY);
+        let answer = self
+            .hive
+            .send_sync(module::METAMANAGER, query, self.store_timeout)
+            .await
+            .map_err(|err| Status::unavailable(format!("the edge's store: {err}")))?;
+        Ok((answer.operation() != operation::ERROR).then(|| answer.content().clone()))
+    }
+
+    async fn list<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, Status> {
+        let items = match self.query(&format!("*/{kind}")).await? {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        Ok(items
+            .into_iter()
+            .filter_map(|item| match T::deserialize(&item) {
+                Ok(item) => Some(item),
+                Err(err) => {
+                    warn!(kind, error = %err, "a stored object that does not read");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// The devices of `protocol` this node holds, each with its model (the
+    /// two lists index-aligned, as KubeEdge answers).
+    async fn devices_of(
+        &self,
+        protocol: &str,
+    ) -> Result<(Vec<api::DeviceModel>, Vec<api::Device>), Status> {
+        let models: Vec<DeviceModel> = self.list(resource_type::DEVICE_MODEL).await?;
+        let devices: Vec<Device> = self.list(resource_type::DEVICE).await?;
+        let (mut model_list, mut device_list) = (Vec::new(), Vec::new());
+        for device in devices {
+            if convert::protocol_of(&device).as_deref() != Some(protocol) {
+                continue;
+            }
+            let namespace = device
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned());
+            let model_name = device
+                .spec
+                .device_model_ref
+                .as_ref()
+                .map(|m| m.name.as_str());
+            let model = models.iter().find(|m| {
+                m.metadata.name.as_deref() == model_name
+                    && m.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            });
+            let Some(model) = model else {
+                warn!(device = ?device.metadata.name, "its model is not here yet; not given to the mapper");
+                continue;
+            };
+            match convert::device(&device) {
+                Ok(converted) => {
+                    model_list.push(convert::model(model));
+                    device_list.push(converted);
+                }
+                Err(err) => {
+                    warn!(device = ?device.metadata.name, error = %err, "not given to the mapper")
+                }
+            }
+        }
+        Ok((model_list, device_list))
+    }
+
+    /// The device id of a reported device this node holds.
+    async fn held(&self, namespace: &str, name: &str) -> Result<String, Status> {
+        let id = convert::device_id(namespace, name)
+            .map_err(|err| Status::invalid_argument(err.to_string()))?;
+        let namespace = if namespace.is_empty() {
+            "default"
+        } else {
+            namespace
+        };
+        let resource = EdgeResource::new(namespace, resource_type::DEVICE, name);
+        match self.query(&resource.to_string()).await? {
+            Some(_) => Ok(id),
+            None => Err(Status::not_found(format!(
+                "device {namespace}/{name} is not bound to this node"
+            ))),
+        }
+    }
+
+    /// Passes `payload` to devicetwin on `topic`, as the eventbus passes an
+    /// MQTT mapper's.
+    async fn to_devicetwin(&self, topic: String, payload: Value) -> Result<(), Status> {
+        let msg = HiveMessage::new()
+            .build_router(SOURCE, group::TWIN, topic, operation::UPDATE)
+            .with_content(payload);
+        self.hive
+            .send(module::DEVICETWIN, msg)
+            .await
+            .map_err(|err| Status::unavailable(format!("devicetwin: {err}")))
+    }
+}
+
+fn now_ms() -> i64 {
+    beehive::message::now_millis()
+}
+
+#[tonic::async_trait]
+impl DeviceManagerService for DmiService {
+    async fn mapper_register(
+        &self,
+        request: Request<api::MapperRegisterRequest>,
+    ) -> Result<Response<api::MapperRegisterResponse>, Status> {
+        let request = request.into_inner();
+        let Some(MapperInfo {
+            name,
+            protocol,
+            address,
+            ..
+        }) = request.mapper
+        else {
+            return Err(Status::invalid_argument("no mapper in the registration"));
+        };
+        if protocol.is_empty() || name.is_empty() {
+            return Err(Status::invalid_argument(
+                "a mapper names itself and its protocol",
+            ));
+        }
+        let socket = String::from_utf8(address)
+            .map_err(|_| Status::invalid_argument("the mapper's address is not a path"))?;
+        let mapper = Mapper {
+            name: name.clone(),
+            protocol: protocol.clone(),
+            socket: PathBuf::from(socket),
+        };
+        let replaced = self
+            .mappers
+            .lock()
+            .map_err(|_| Status::internal("mapper registry"))?
+            .insert(protocol.clone(), mapper);
+        match replaced {
+            Some(old) if old.name != name => {
+                info!(%protocol, mapper = %name, replaced = %old.name, "mapper registered in another's place")
+            }
+            Some(_) => info!(%protocol, mapper = %name, "mapper registered again"),
+            None => info!(%protocol, mapper = %name, "mapper registered"),
+        }
+        if !request.with_data {
+            return Ok(Response::new(api::MapperRegisterResponse::default()));
+        }
+        let (model_list, device_list) = self.devices_of(&protocol).await?;
+        debug!(%protocol, devices = device_list.len(), "devices given to the mapper");
+        Ok(Response::new(api::MapperRegisterResponse {
+            model_list,
+            device_list,
+        }))
+    }
+
+    async fn report_device_status(
+        &self,
+        request: Request<api::ReportDeviceStatusRequest>,
+    ) -> Result<Response<api::ReportDeviceStatusResponse>, Status> {
+        let report = request.into_inner();
+        let id = self
+            .held(&report.device_namespace, &report.device_name)
+            .await?;
+        let payload = convert::twin_update(&report, now_ms())
+            .map_err(|err| Status::invalid_argument(err.to_string()))?;
+        self.to_devicetwin(protocol::device_topic(&id, "twin/update"), payload)
+            .await?;
+        Ok(Response::new(api::ReportDeviceStatusResponse {}))
+    }
+
+    async fn report_device_states(
+        &self,
+        request: Request<api::ReportDeviceStatesRequest>,
+    ) -> Result<Response<api::ReportDeviceStatesResponse>, Status> {
+        let report = request.into_inner();
+        let id = self
+            .held(&report.device_namespace, &report.device_name)
+            .await?;
+        let payload = convert::state_update(&report, now_ms())
+            .map_err(|err| Status::invalid_argument(err.to_string()))?;
+        self.to_devicetwin(protocol::device_topic(&id, "state/update"), payload)
+            .await?;
+        Ok(Response::new(api::ReportDeviceStatesResponse {}))
+    }
+}

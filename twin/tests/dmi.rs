@@ -1,0 +1,264 @@
+//! KubeEdge's DMI at the edge, with real parts: a cloud and an edge in this
+//! process (cloudhub over WebSocket with mutual TLS, metamanager on redb,
+//! devicetwin), the edge's DMI server on a Unix socket, and a gRPC client
+//! over that socket playing a KubeEdge mapper: it registers, gets its
+//! protocol's devices, and its reports reach the cloud's Device status.
+
+use std::path::Path;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tonic::transport::{Channel, Endpoint};
+use twin::dmi::api::device_manager_service_client::DeviceManagerServiceClient;
+use twin::dmi::api::{self, MapperInfo};
+use twin::{DeviceTwin, DeviceTwinConfig};
+
+use common::{Cloud, Edge};
+
+#[path = "../../cloud/tests/common/mod.rs"]
+mod common;
+
+const NODE: &str = "edge-dmi";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A gRPC channel to the Unix socket at `path`, as a mapper dials edgecore.
+async fn dial(path: &Path) -> DeviceManagerServiceClient<Channel> {
+    let path = path.to_path_buf();
+    let channel = Endpoint::from_static("http://[::1]:50051")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("the DMI socket");
+    DeviceManagerServiceClient::new(channel)
+}
+
+fn manifests() -> &'static str {
+    "apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata:
+  name: thermometer
+spec:
+  protocol: modbus
+  properties:
+  - name: temperature
+    type: float
+    accessMode: ReadOnly
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata:
+  name: thermo-dmi
+spec:
+  nodeName: edge-dmi
+  deviceModelRef:
+    name: thermometer
+  protocol:
+    protocolName: modbus
+    configData:
+      slaveID: 1
+  properties:
+  - name: temperature
+    visitors:
+      protocolName: modbus
+      configData:
+        register: HoldingRegister
+        offset: 2
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata:
+  name: lamp-opcua
+spec:
+  nodeName: edge-dmi
+  deviceModelRef:
+    name: thermometer
+  protocol:
+    protocolName: opcua
+"
+}
+
+fn mapper(protocol: &str, with_data: bool) -> api::MapperRegisterRequest {
+    api::MapperRegisterRequest {
+        with_data,
+        mapper: Some(MapperInfo {
+            name: format!("{protocol}-mapper"),
+            version: "v1.22.0".to_owned(),
+            api_version: "v1.0.0".to_owned(),
+            protocol: protocol.to_owned(),
+            address: format!("/tmp/{protocol}.sock").into_bytes(),
+            state: "ok".to_owned(),
+        }),
+    }
+}
+
+fn reported(device: &Value, property: &str) -> Option<String> {
+    device["status"]["twins"]
+        .as_array()?
+        .iter()
+        .find(|t| t["propertyName"] == property)?["reported"]["value"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[actix::test]
+async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
+    let cloud = Cloud::start().await;
+    let edge = Edge::start(&cloud, NODE).await;
+    let config = DeviceTwinConfig {
+        report_period: Duration::from_millis(50),
+        ..DeviceTwinConfig::new(NODE)
+    };
+    let twins = DeviceTwin::start(&edge.hive, config).expect("devicetwin");
+    let dir = tempfile::tempdir().expect("dir");
+    let socket = dir.path().join("kubeedge").join("dmi.sock");
+    // A stale socket file from an earlier run is replaced.
+    std::fs::create_dir_all(socket.parent().expect("parent")).expect("dir");
+    std::fs::write(&socket, b"stale").expect("stale file");
+    let dmi = twin::dmi::server::start(&edge.hive, twin::dmi::DmiConfig::new(&socket))
+        .expect("DMI server");
+
+    let applied = cloud.apply(manifests()).await;
+    assert_eq!(applied.len(), 3, "{applied:?}");
+    let mut counts = twins.counts.clone();
+    tokio::time::timeout(WAIT, counts.wait_for(|c| c.devices == 2))
+        .await
+        .expect("both devices at the edge")
+        .expect("devicetwin");
+
+    // The modbus mapper registers: it gets its device (not the opcua one)
+    // with the model, the configuration values as KubeEdge sends them.
+    let mut client = dial(&socket).await;
+    let answer = client
+        .mapper_register(mapper("modbus", true))
+        .await
+        .expect("registered")
+        .into_inner();
+    let names: Vec<&str> = answer.device_list.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["thermo-dmi"]);
+    assert_eq!(answer.model_list.len(), 1);
+    assert_eq!(answer.model_list[0].name, "thermometer");
+    let spec = answer.device_list[0].spec.as_ref().expect("spec");
+    let slave = &spec
+        .protocol
+        .as_ref()
+        .and_then(|p| p.config_data.as_ref())
+        .expect("configData")
+        .data["slaveID"];
+    assert_eq!(
+        slave.type_url,
+        "type.googleapis.com/google.protobuf.FloatValue"
+    );
+    let mappers = dmi.mappers.lock().expect("registry").clone();
+    assert_eq!(mappers["modbus"].socket, Path::new("/tmp/modbus.sock"));
+    // Without data: registered, nothing listed.
+    let bare = client
+        .mapper_register(mapper("opcua", false))
+        .await
+        .expect("registered")
+        .into_inner();
+    assert!(bare.device_list.is_empty());
+
+    // A reported value reaches the cloud's Device status.
+    let report = api::ReportDeviceStatusRequest {
+        device_name: "thermo-dmi".to_owned(),
+        device_namespace: "default".to_owned(),
+        reported_device: Some(api::DeviceStatus {
+            twins: vec![api::Twin {
+                property_name: "temperature".to_owned(),
+                observed_desired: None,
+                reported: Some(api::TwinProperty {
+                    value: "21.5".to_owned(),
+                    metadata: Default::default(),
+                }),
+            }],
+            report_to_cloud: true,
+            report_cycle: 1000,
+        }),
+    };
+    client
+        .report_device_status(report.clone())
+        .await
+        .expect("reported");
+    let path = "/apis/devices.kubeedge.io/v1beta1/namespaces/default/devices/thermo-dmi";
+    let mut controller = cloud.controller.counts.clone();
+    let device = tokio::time::timeout(WAIT, async {
+        loop {
+            let device = cloud.client.get(path).await.expect("get device");
+            if reported(&device, "temperature").as_deref() == Some("21.5") {
+                return device;
+            }
+            controller.changed().await.expect("controller");
+        }
+    })
+    .await
+    .expect("the reported value in the cloud's Device status");
+    println!("cloud's status: {}", device["status"]);
+    let state = api::ReportDeviceStatesRequest {
+        device_name: "thermo-dmi".to_owned(),
+        device_namespace: "default".to_owned(),
+        state: "online".to_owned(),
+    };
+    client
+        .report_device_states(state)
+        .await
+        .expect("state reported");
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let device = cloud.client.get(path).await.expect("get device");
+            if device["status"]["state"] == "online" {
+                return;
+            }
+            controller.changed().await.expect("controller");
+        }
+    })
+    .await
+    .expect("the state in the cloud's Device status");
+
+    // Bad input gets an error and changes nothing else.
+    let mut unknown = report.clone();
+    unknown.device_name = "nobody".to_owned();
+    let refused = client
+        .report_device_status(unknown)
+        .await
+        .expect_err("an unknown device");
+    assert_eq!(refused.code(), tonic::Code::NotFound, "{refused}");
+    let bad_state = api::ReportDeviceStatesRequest {
+        device_name: "thermo-dmi".to_owned(),
+        device_namespace: "default".to_owned(),
+        state: "on fire".to_owned(),
+    };
+    let refused = client
+        .report_device_states(bad_state)
+        .await
+        .expect_err("a bad state");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    let mut oversized = report.clone();
+    if let Some(status) = oversized.reported_device.as_mut() {
+        status.twins[0].reported = Some(api::TwinProperty {
+            value: "x".repeat(5 << 20),
+            metadata: Default::default(),
+        });
+    }
+    let refused = client
+        .report_device_status(oversized)
+        .await
+        .expect_err("an oversized report");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused}");
+    let nameless = client
+        .mapper_register(api::MapperRegisterRequest {
+            with_data: true,
+            mapper: None,
+        })
+        .await
+        .expect_err("no mapper");
+    assert_eq!(nameless.code(), tonic::Code::InvalidArgument);
+    // The device's value stands.
+    let device = cloud.client.get(path).await.expect("get device");
+    assert_eq!(reported(&device, "temperature").as_deref(), Some("21.5"));
+}
