@@ -460,6 +460,16 @@ impl Twins {
             return debug!(resource = msg.resource(), "not for devicetwin");
         };
         let deleted = msg.operation() == operation::DELETE;
+        if matches!(
+            resource.resource_type.as_str(),
+            resource_type::DEVICE | resource_type::DEVICE_MODEL
+        ) {
+            // DMI mappers hear of it too, when DMI runs.
+            match self.hive.try_send(crate::dmi::server::SOURCE, msg.clone()) {
+                Ok(()) | Err(beehive::Error::UnknownModule(_)) => {}
+                Err(err) => warn!(error = %err, "a device change not passed to DMI mappers"),
+            }
+        }
         match (resource.resource_type.as_str(), deleted) {
             (resource_type::DEVICE_MODEL, false) => self.apply_model(msg.content()),
             (resource_type::DEVICE_MODEL, true) => {

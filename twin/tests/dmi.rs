@@ -9,8 +9,13 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
 use twin::dmi::api::device_manager_service_client::DeviceManagerServiceClient;
+use twin::dmi::api::device_mapper_service_server::{
+    DeviceMapperService, DeviceMapperServiceServer,
+};
 use twin::dmi::api::{self, MapperInfo};
 use twin::{DeviceTwin, DeviceTwinConfig};
 
@@ -36,6 +41,110 @@ async fn dial(path: &Path) -> DeviceManagerServiceClient<Channel> {
         .await
         .expect("the DMI socket");
     DeviceManagerServiceClient::new(channel)
+}
+
+/// A mapper's own gRPC server: every call it gets, as "Call name desired".
+struct RecordingMapper(mpsc::UnboundedSender<String>);
+
+impl RecordingMapper {
+    fn note(&self, call: &str, device: Option<&api::Device>, name: &str) {
+        let desired = device
+            .and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.properties.iter().find(|p| p.name == "temperature"))
+            .and_then(|p| p.desired.as_ref())
+            .map(|d| d.value.clone())
+            .unwrap_or_default();
+        let name = device.map_or(name, |d| d.name.as_str());
+        let _ = self
+            .0
+            .send(format!("{call} {name} {desired}").trim_end().to_owned());
+    }
+}
+
+#[tonic::async_trait]
+impl DeviceMapperService for RecordingMapper {
+    async fn register_device(
+        &self,
+        request: Request<api::RegisterDeviceRequest>,
+    ) -> Result<Response<api::RegisterDeviceResponse>, Status> {
+        self.note("RegisterDevice", request.get_ref().device.as_ref(), "");
+        Ok(Response::new(api::RegisterDeviceResponse::default()))
+    }
+    async fn remove_device(
+        &self,
+        request: Request<api::RemoveDeviceRequest>,
+    ) -> Result<Response<api::RemoveDeviceResponse>, Status> {
+        self.note("RemoveDevice", None, &request.get_ref().device_name);
+        Ok(Response::new(api::RemoveDeviceResponse {}))
+    }
+    async fn update_device(
+        &self,
+        request: Request<api::UpdateDeviceRequest>,
+    ) -> Result<Response<api::UpdateDeviceResponse>, Status> {
+        self.note("UpdateDevice", request.get_ref().device.as_ref(), "");
+        Ok(Response::new(api::UpdateDeviceResponse {}))
+    }
+    async fn create_device_model(
+        &self,
+        request: Request<api::CreateDeviceModelRequest>,
+    ) -> Result<Response<api::CreateDeviceModelResponse>, Status> {
+        let name = request
+            .get_ref()
+            .model
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        self.note("CreateDeviceModel", None, &name);
+        Ok(Response::new(api::CreateDeviceModelResponse::default()))
+    }
+    async fn remove_device_model(
+        &self,
+        request: Request<api::RemoveDeviceModelRequest>,
+    ) -> Result<Response<api::RemoveDeviceModelResponse>, Status> {
+        self.note("RemoveDeviceModel", None, &request.get_ref().model_name);
+        Ok(Response::new(api::RemoveDeviceModelResponse {}))
+    }
+    async fn update_device_model(
+        &self,
+        request: Request<api::UpdateDeviceModelRequest>,
+    ) -> Result<Response<api::UpdateDeviceModelResponse>, Status> {
+        let name = request
+            .get_ref()
+            .model
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        self.note("UpdateDeviceModel", None, &name);
+        Ok(Response::new(api::UpdateDeviceModelResponse {}))
+    }
+    async fn get_device(
+        &self,
+        _request: Request<api::GetDeviceRequest>,
+    ) -> Result<Response<api::GetDeviceResponse>, Status> {
+        Err(Status::unimplemented("not asked by the edge"))
+    }
+}
+
+/// Serves a [`RecordingMapper`] on `socket`: the calls it gets.
+fn serve_mapper(socket: &Path) -> mpsc::UnboundedReceiver<String> {
+    let (calls, got) = mpsc::unbounded_channel();
+    let listener = tokio::net::UnixListener::bind(socket).expect("the mapper's socket");
+    let incoming = futures_util::stream::unfold(listener, |listener| async move {
+        Some((listener.accept().await.map(|(stream, _)| stream), listener))
+    });
+    tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
+        DeviceMapperServiceServer::new(RecordingMapper(calls)),
+        incoming,
+    ));
+    got
+}
+
+/// The next call the mapper gets.
+async fn next_call(got: &mut mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(WAIT, got.recv())
+        .await
+        .expect("a call to the mapper in time")
+        .expect("the mapper's server")
 }
 
 fn manifests() -> &'static str {
@@ -83,7 +192,7 @@ spec:
 "
 }
 
-fn mapper(protocol: &str, with_data: bool) -> api::MapperRegisterRequest {
+fn mapper(protocol: &str, with_data: bool, socket: &Path) -> api::MapperRegisterRequest {
     api::MapperRegisterRequest {
         with_data,
         mapper: Some(MapperInfo {
@@ -91,7 +200,7 @@ fn mapper(protocol: &str, with_data: bool) -> api::MapperRegisterRequest {
             version: "v1.22.0".to_owned(),
             api_version: "v1.0.0".to_owned(),
             protocol: protocol.to_owned(),
-            address: format!("/tmp/{protocol}.sock").into_bytes(),
+            address: socket.to_string_lossy().into_owned().into_bytes(),
             state: "ok".to_owned(),
         }),
     }
@@ -134,8 +243,10 @@ async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
     // The modbus mapper registers: it gets its device (not the opcua one)
     // with the model, the configuration values as KubeEdge sends them.
     let mut client = dial(&socket).await;
+    let modbus_socket = dir.path().join("modbus.sock");
+    let mut calls = serve_mapper(&modbus_socket);
     let answer = client
-        .mapper_register(mapper("modbus", true))
+        .mapper_register(mapper("modbus", true, &modbus_socket))
         .await
         .expect("registered")
         .into_inner();
@@ -155,10 +266,12 @@ async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
         "type.googleapis.com/google.protobuf.FloatValue"
     );
     let mappers = dmi.mappers.lock().expect("registry").clone();
-    assert_eq!(mappers["modbus"].socket, Path::new("/tmp/modbus.sock"));
-    // Without data: registered, nothing listed.
+    assert_eq!(mappers["modbus"].socket, modbus_socket);
+    // Without data: registered, nothing listed (its device comes as a
+    // call; nothing serves that socket here, so the call fails and is
+    // made again later).
     let bare = client
-        .mapper_register(mapper("opcua", false))
+        .mapper_register(mapper("opcua", false, &dir.path().join("opcua.sock")))
         .await
         .expect("registered")
         .into_inner();
@@ -261,4 +374,36 @@ async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
     // The device's value stands.
     let device = cloud.client.get(path).await.expect("get device");
     assert_eq!(reported(&device, "temperature").as_deref(), Some("21.5"));
+
+    // The cloud's changes reach the mapper: a desired value (UpdateDevice
+    // carrying it), a new device of its protocol (RegisterDevice), a
+    // device deleted (RemoveDevice).
+    let desired = manifests().replace(
+        "  - name: temperature\n    visitors:",
+        "  - name: temperature\n    desired:\n      value: \"30\"\n    visitors:",
+    );
+    cloud.apply(&desired).await;
+    assert_eq!(next_call(&mut calls).await, "UpdateDevice thermo-dmi 30");
+    let second = manifests()
+        .split("---")
+        .nth(1)
+        .expect("the device")
+        .replace("name: thermo-dmi", "name: thermo-two");
+    cloud.apply(&second).await;
+    assert_eq!(next_call(&mut calls).await, "RegisterDevice thermo-two");
+    let deleted = cloud
+        .client
+        .delete("/apis/devices.kubeedge.io/v1beta1/namespaces/default/devices/thermo-two")
+        .await;
+    assert!(deleted.is_ok(), "{deleted:?}");
+    assert_eq!(next_call(&mut calls).await, "RemoveDevice thermo-two");
+    // A mapper that restarts (registers again) gets its devices back.
+    let again = client
+        .mapper_register(mapper("modbus", true, &modbus_socket))
+        .await
+        .expect("registered again")
+        .into_inner();
+    let names: Vec<&str> = again.device_list.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["thermo-dmi"]);
+    assert!(calls.try_recv().is_err(), "no call beyond those");
 }

@@ -7,9 +7,12 @@
 //!   see `docs/design/dmi-facts.md`).
 //! - [`convert`]: devices and models as a mapper gets them, and a mapper's
 //!   reports as devicetwin takes them (its MQTT payloads), plain code;
-//! - [`server`]: the edge's `DeviceManagerService` on a Unix socket.
+//! - [`server`]: the edge's `DeviceManagerService` on a Unix socket;
+//! - [`dispatch`]: the cloud's device and model changes to the mapper of
+//!   their protocol (`DeviceMapperService` calls).
 
 pub mod convert;
+pub mod dispatch;
 pub mod server;
 
 pub use server::{DmiConfig, DmiError, DmiServerHandle, Mapper, Mappers};

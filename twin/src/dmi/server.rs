@@ -3,7 +3,9 @@
 //!
 //! - `MapperRegister` records the mapper (its protocol, its socket) and,
 //!   asked `withData`, answers with the devices of its protocol bound to
-//!   this node and their models, as metamanager holds them;
+//!   this node and their models, as metamanager holds them (without, they
+//!   come as `RegisterDevice` calls); from then on the cloud's changes to
+//!   them reach it ([`dispatch`]);
 //! - `ReportDeviceStatus` / `ReportDeviceStates` go to devicetwin as the
 //!   `twin/update` / `state/update` an MQTT mapper would publish, so both
 //!   kinds of mapper take one path (persisted, then up to the cloud).
@@ -28,10 +30,11 @@ use tracing::{debug, info, warn};
 
 use super::api::device_manager_service_server::{DeviceManagerService, DeviceManagerServiceServer};
 use super::api::{self, MapperInfo};
-use super::convert;
+use super::{convert, dispatch};
 use crate::protocol;
 
-/// The module name DMI's messages to devicetwin come from.
+/// The DMI module: its messages to devicetwin come from it, and devicetwin
+/// passes it the devices and models the cloud sends (for their mappers).
 pub const SOURCE: &str = "dmi";
 
 /// The most bytes of one DMI request (gRPC's default, as edgecore's).
@@ -125,11 +128,34 @@ pub fn start(hive: &Hive, config: DmiConfig) -> Result<DmiServerHandle, DmiError
     }
     let listener = tokio::net::UnixListener::bind(&config.socket).map_err(socket_error)?;
     let mappers = Mappers::default();
+    // Devices and models to their mappers: devicetwin passes the cloud's
+    // changes to this module, the service its registrations.
+    let (inputs, dispatched) = tokio::sync::mpsc::channel(1024);
+    let door = beehive::TaskDoor::new(SOURCE, group::TWIN, inputs.clone(), |msg| {
+        dispatch::Input::Hive(Box::new(msg))
+    });
+    hive.start_module(move |_| door.clone())
+        .map_err(|err| socket_error(std::io::Error::other(err.to_string())))?;
     let service = DmiService {
         hive: hive.clone(),
         mappers: mappers.clone(),
         store_timeout: config.store_timeout,
+        dispatch: inputs,
     };
+    let loader = DmiService {
+        hive: hive.clone(),
+        mappers: mappers.clone(),
+        store_timeout: config.store_timeout,
+        dispatch: tokio::sync::mpsc::channel(1).0,
+    };
+    tokio::spawn(async move {
+        let models = loader
+            .list(resource_type::DEVICE_MODEL)
+            .await
+            .unwrap_or_default();
+        let devices = loader.list(resource_type::DEVICE).await.unwrap_or_default();
+        dispatch::run(dispatched, (models, devices)).await;
+    });
     let server = DeviceManagerServiceServer::new(service)
         .max_decoding_message_size(MAX_REQUEST)
         .max_encoding_message_size(64 << 20);
@@ -162,6 +188,7 @@ struct DmiService {
     hive: Hive,
     mappers: Mappers,
     store_timeout: Duration,
+    dispatch: tokio::sync::mpsc::Sender<dispatch::Input>,
 }
 
 impl DmiService {
@@ -301,6 +328,7 @@ impl DeviceManagerService for DmiService {
             protocol: protocol.clone(),
             socket: PathBuf::from(socket),
         };
+        let socket = mapper.socket.clone();
         let replaced = self
             .mappers
             .lock()
@@ -313,10 +341,18 @@ impl DeviceManagerService for DmiService {
             Some(_) => info!(%protocol, mapper = %name, "mapper registered again"),
             None => info!(%protocol, mapper = %name, "mapper registered"),
         }
+        let registered = |listed| dispatch::Input::Registered {
+            protocol: protocol.clone(),
+            socket: socket.clone(),
+            listed,
+        };
         if !request.with_data {
+            // Its devices come as RegisterDevice calls.
+            let _ = self.dispatch.send(registered(false)).await;
             return Ok(Response::new(api::MapperRegisterResponse::default()));
         }
         let (model_list, device_list) = self.devices_of(&protocol).await?;
+        let _ = self.dispatch.send(registered(true)).await;
         debug!(%protocol, devices = device_list.len(), "devices given to the mapper");
         Ok(Response::new(api::MapperRegisterResponse {
             model_list,

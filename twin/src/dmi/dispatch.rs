@@ -1,0 +1,507 @@
+//! Devices and models to their mappers: what the cloud changes reaches the
+//! mapper registered for the device's protocol (`RegisterDevice`,
+//! `UpdateDevice`, `RemoveDevice`, `CreateDeviceModel`,
+//! `UpdateDeviceModel`, `RemoveDeviceModel`), as KubeEdge's edgecore
+//! calls them.
+//!
+//! [`Dispatch`] decides (plain code: which calls a change makes), the task
+//! in [`run`] makes them over each mapper's Unix socket. A call that fails
+//! leaves the device unsent to that mapper, so its next change (or the
+//! mapper's next registration) registers it again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use apis::devices::{Device, DeviceModel};
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
+use tonic::transport::Endpoint;
+use tracing::{debug, info, warn};
+
+use super::api;
+use super::api::device_mapper_service_client::DeviceMapperServiceClient;
+use super::convert;
+
+/// How long one call to a mapper may take (edgecore's 10 s).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A device's key: namespace and name.
+pub type DeviceKey = (String, String);
+
+/// A call to a mapper.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// `RegisterDevice` (first time at this mapper).
+    Register(api::Device),
+    /// `UpdateDevice`.
+    Update(api::Device),
+    /// `RemoveDevice`.
+    Remove(DeviceKey),
+    /// `CreateDeviceModel`.
+    CreateModel(api::DeviceModel),
+    /// `UpdateDeviceModel`.
+    UpdateModel(api::DeviceModel),
+    /// `RemoveDeviceModel`.
+    RemoveModel(DeviceKey),
+}
+
+/// What to call, and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// The protocol whose mapper is called.
+    pub protocol: String,
+    /// Its socket.
+    pub socket: PathBuf,
+    /// The call.
+    pub call: Call,
+}
+
+/// What the dispatch knows: mappers, devices, models, and which device
+/// and model each mapper has.
+#[derive(Debug, Default)]
+pub struct Dispatch {
+    mappers: BTreeMap<String, PathBuf>,
+    devices: BTreeMap<DeviceKey, (String, Device)>,
+    models: BTreeMap<DeviceKey, (Option<String>, DeviceModel)>,
+    /// (protocol, device) pairs the mapper has.
+    sent: BTreeSet<(String, DeviceKey)>,
+    /// (protocol, model) pairs the mapper has.
+    sent_models: BTreeSet<(String, DeviceKey)>,
+}
+
+fn key_of(namespace: Option<&String>, name: Option<&String>) -> DeviceKey {
+    (
+        namespace.cloned().unwrap_or_else(|| "default".to_owned()),
+        name.cloned().unwrap_or_default(),
+    )
+}
+
+impl Dispatch {
+    /// A mapper registered for `protocol` at `socket`; `listed`: it was
+    /// answered with its devices and their models (they are its now).
+    pub fn registered(&mut self, protocol: &str, socket: PathBuf, listed: bool) -> Vec<Planned> {
+        self.mappers.insert(protocol.to_owned(), socket);
+        self.sent.retain(|(p, _)| p != protocol);
+        self.sent_models.retain(|(p, _)| p != protocol);
+        let keys: Vec<DeviceKey> = self
+            .devices
+            .iter()
+            .filter(|(_, (p, _))| p == protocol)
+            .map(|(key, _)| key.clone())
+            .collect();
+        if listed {
+            for key in keys {
+                if let Some(model) = self.model_key_of(&key) {
+                    self.sent_models.insert((protocol.to_owned(), model));
+                }
+                self.sent.insert((protocol.to_owned(), key));
+            }
+            return Vec::new();
+        }
+        keys.iter().flat_map(|key| self.send_device(key)).collect()
+    }
+
+    /// The key of `device`'s model.
+    fn model_key_of(&self, device: &DeviceKey) -> Option<DeviceKey> {
+        let (_, device_object) = self.devices.get(device)?;
+        let name = device_object.spec.device_model_ref.as_ref()?.name.clone();
+        Some((device.0.clone(), name))
+    }
+
+    /// The calls that bring `key`'s mapper up to date with it.
+    fn send_device(&mut self, key: &DeviceKey) -> Vec<Planned> {
+        let Some((protocol, device)) = self.devices.get(key).cloned() else {
+            return Vec::new();
+        };
+        let Some(socket) = self.mappers.get(&protocol).cloned() else {
+            return Vec::new();
+        };
+        let converted = match convert::device(&device) {
+            Ok(converted) => converted,
+            Err(err) => {
+                warn!(device = %key.1, error = %err, "not given to its mapper");
+                return Vec::new();
+            }
+        };
+        let plan = |call| Planned {
+            protocol: protocol.clone(),
+            socket: socket.clone(),
+            call,
+        };
+        let mut calls = Vec::new();
+        // Its model first, as edgecore does.
+        if let Some(model_key) = self.model_key_of(key)
+            && !self
+                .sent_models
+                .contains(&(protocol.clone(), model_key.clone()))
+            && let Some((_, model)) = self.models.get(&model_key)
+        {
+            self.sent_models.insert((protocol.clone(), model_key));
+            calls.push(plan(Call::CreateModel(convert::model(model))));
+        }
+        let first = self.sent.insert((protocol.clone(), key.clone()));
+        calls.push(plan(match first {
+            true => Call::Register(converted),
+            false => Call::Update(converted),
+        }));
+        calls
+    }
+
+    /// A device from the cloud, new or changed.
+    pub fn device_changed(&mut self, device: Device) -> Vec<Planned> {
+        let key = key_of(
+            device.metadata.namespace.as_ref(),
+            device.metadata.name.as_ref(),
+        );
+        let protocol = convert::protocol_of(&device).unwrap_or_default();
+        let mut calls = Vec::new();
+        match self.devices.get(&key) {
+            // Only its status changed (the cloud stored what the node
+            // reported): nothing for the mapper.
+            Some((old, stored))
+                if *old == protocol
+                    && stored.spec == device.spec
+                    && self.sent.contains(&(protocol.clone(), key.clone())) =>
+            {
+                self.devices.insert(key, (protocol, device));
+                return calls;
+            }
+            // Moved to another protocol: it leaves its old mapper.
+            Some((old, _)) if *old != protocol => calls.extend(self.device_removed(&key)),
+            _ => {}
+        }
+        self.devices.insert(key.clone(), (protocol, device));
+        calls.extend(self.send_device(&key));
+        calls
+    }
+
+    /// A device removed (or no longer bound to this node).
+    pub fn device_removed(&mut self, key: &DeviceKey) -> Vec<Planned> {
+        let Some((protocol, _)) = self.devices.remove(key) else {
+            return Vec::new();
+        };
+        if !self.sent.remove(&(protocol.clone(), key.clone())) {
+            return Vec::new();
+        }
+        match self.mappers.get(&protocol) {
+            Some(socket) => vec![Planned {
+                protocol,
+                socket: socket.clone(),
+                call: Call::Remove(key.clone()),
+            }],
+            None => Vec::new(),
+        }
+    }
+
+    /// A model from the cloud, new or changed: mappers that have it get it
+    /// again.
+    pub fn model_changed(&mut self, model: DeviceModel) -> Vec<Planned> {
+        let key = key_of(
+            model.metadata.namespace.as_ref(),
+            model.metadata.name.as_ref(),
+        );
+        let converted = convert::model(&model);
+        self.models
+            .insert(key.clone(), (model.spec.protocol.clone(), model));
+        self.sent_models
+            .iter()
+            .filter(|(_, k)| *k == key)
+            .filter_map(|(protocol, _)| {
+                Some(Planned {
+                    protocol: protocol.clone(),
+                    socket: self.mappers.get(protocol)?.clone(),
+                    call: Call::UpdateModel(converted.clone()),
+                })
+            })
+            .collect()
+    }
+
+    /// A model removed: mappers that have it drop it.
+    pub fn model_removed(&mut self, key: &DeviceKey) -> Vec<Planned> {
+        self.models.remove(key);
+        let holders: Vec<String> = self
+            .sent_models
+            .iter()
+            .filter(|(_, k)| k == key)
+            .map(|(p, _)| p.clone())
+            .collect();
+        holders
+            .into_iter()
+            .filter_map(|protocol| {
+                self.sent_models.remove(&(protocol.clone(), key.clone()));
+                Some(Planned {
+                    socket: self.mappers.get(&protocol)?.clone(),
+                    protocol,
+                    call: Call::RemoveModel(key.clone()),
+                })
+            })
+            .collect()
+    }
+
+    /// A call failed: the mapper is taken not to have what it carried, so
+    /// the next change or registration sends it again.
+    pub fn failed(&mut self, planned: &Planned) {
+        match &planned.call {
+            Call::Register(device) | Call::Update(device) => {
+                let key = (device.namespace.clone(), device.name.clone());
+                self.sent.remove(&(planned.protocol.clone(), key));
+            }
+            Call::CreateModel(model) | Call::UpdateModel(model) => {
+                let key = (model.namespace.clone(), model.name.clone());
+                self.sent_models.remove(&(planned.protocol.clone(), key));
+            }
+            Call::Remove(_) | Call::RemoveModel(_) => {}
+        }
+    }
+}
+
+/// What the dispatch task takes.
+#[derive(Debug)]
+pub enum Input {
+    /// A mapper registered (`listed`: answered with its devices).
+    Registered {
+        /// Its protocol.
+        protocol: String,
+        /// Its socket.
+        socket: PathBuf,
+        /// Whether it got its devices in the answer.
+        listed: bool,
+    },
+    /// A device or model message from the cloud (through devicetwin).
+    Hive(Box<beehive::Message>),
+}
+
+/// Makes `call` to the mapper at `socket`.
+async fn call(socket: PathBuf, call: Call) -> Result<(), String> {
+    let channel = Endpoint::from_static("http://[::1]:50051")
+        .timeout(CALL_TIMEOUT)
+        .connect_timeout(CALL_TIMEOUT)
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|err| format!("the mapper's socket: {err}"))?;
+    let mut client = DeviceMapperServiceClient::new(channel);
+    let answered = match call {
+        Call::Register(device) => client
+            .register_device(api::RegisterDeviceRequest {
+                device: Some(device),
+            })
+            .await
+            .map(drop),
+        Call::Update(device) => client
+            .update_device(api::UpdateDeviceRequest {
+                device: Some(device),
+            })
+            .await
+            .map(drop),
+        Call::Remove((namespace, name)) => client
+            .remove_device(api::RemoveDeviceRequest {
+                device_name: name,
+                device_namespace: namespace,
+            })
+            .await
+            .map(drop),
+        Call::CreateModel(model) => client
+            .create_device_model(api::CreateDeviceModelRequest { model: Some(model) })
+            .await
+            .map(drop),
+        Call::UpdateModel(model) => client
+            .update_device_model(api::UpdateDeviceModelRequest { model: Some(model) })
+            .await
+            .map(drop),
+        Call::RemoveModel((namespace, name)) => client
+            .remove_device_model(api::RemoveDeviceModelRequest {
+                model_name: name,
+                model_namespace: namespace,
+            })
+            .await
+            .map(drop),
+    };
+    answered.map_err(|status| format!("{}: {}", status.code(), status.message()))
+}
+
+/// The dispatch task: devices and models as they come (first `loaded`,
+/// what metamanager held), registrations, calls in order.
+pub async fn run(mut inputs: mpsc::Receiver<Input>, loaded: (Vec<DeviceModel>, Vec<Device>)) {
+    use beehive::constants::{operation, resource_type};
+    use beehive::resource::EdgeResource;
+    use serde::Deserialize;
+
+    let mut dispatch = Dispatch::default();
+    let (models, devices) = loaded;
+    for model in models {
+        dispatch.model_changed(model);
+    }
+    for device in devices {
+        dispatch.device_changed(device);
+    }
+    while let Some(input) = inputs.recv().await {
+        let planned = match input {
+            Input::Registered {
+                protocol,
+                socket,
+                listed,
+            } => dispatch.registered(&protocol, socket, listed),
+            Input::Hive(msg) => {
+                let Ok(resource) = msg.resource().parse::<EdgeResource>() else {
+                    continue;
+                };
+                let key = (resource.namespace.clone(), resource.name.clone());
+                let deleted = msg.operation() == operation::DELETE;
+                match (resource.resource_type.as_str(), deleted) {
+                    (resource_type::DEVICE, false) => match Device::deserialize(msg.content()) {
+                        Ok(device) => dispatch.device_changed(device),
+                        Err(err) => {
+                            debug!(error = %err, "device unreadable");
+                            continue;
+                        }
+                    },
+                    (resource_type::DEVICE, true) => dispatch.device_removed(&key),
+                    (resource_type::DEVICE_MODEL, false) => {
+                        match DeviceModel::deserialize(msg.content()) {
+                            Ok(model) => dispatch.model_changed(model),
+                            Err(err) => {
+                                debug!(error = %err, "model unreadable");
+                                continue;
+                            }
+                        }
+                    }
+                    (resource_type::DEVICE_MODEL, true) => dispatch.model_removed(&key),
+                    _ => continue,
+                }
+            }
+        };
+        for planned in planned {
+            let what = format!("{:?}", std::mem::discriminant(&planned.call));
+            match call(planned.socket.clone(), planned.call.clone()).await {
+                Ok(()) => {
+                    info!(protocol = %planned.protocol, call = ?call_name(&planned.call), "mapper called")
+                }
+                Err(reason) => {
+                    warn!(protocol = %planned.protocol, call = %what, %reason, "mapper call failed; sent again on the next change");
+                    dispatch.failed(&planned);
+                }
+            }
+        }
+    }
+}
+
+fn call_name(call: &Call) -> &'static str {
+    match call {
+        Call::Register(_) => "RegisterDevice",
+        Call::Update(_) => "UpdateDevice",
+        Call::Remove(_) => "RemoveDevice",
+        Call::CreateModel(_) => "CreateDeviceModel",
+        Call::UpdateModel(_) => "UpdateDeviceModel",
+        Call::RemoveModel(_) => "RemoveDeviceModel",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn device(name: &str, protocol: &str, desired: &str) -> Device {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"deviceModelRef": {"name": "m"}, "protocol": {"protocolName": protocol},
+                     "properties": [{"name": "p", "desired": {"value": desired}}]}
+        }))
+        .expect("device")
+    }
+
+    fn model() -> DeviceModel {
+        serde_json::from_value(json!({"metadata": {"name": "m", "namespace": "default"},
+                                      "spec": {"protocol": "modbus", "properties": [{"name": "p"}]}}))
+        .expect("model")
+    }
+
+    fn calls(planned: &[Planned]) -> Vec<(&str, &'static str)> {
+        planned
+            .iter()
+            .map(|p| (p.protocol.as_str(), call_name(&p.call)))
+            .collect()
+    }
+
+    #[test]
+    fn changes_reach_the_mapper_of_their_protocol() {
+        let mut dispatch = Dispatch::default();
+        dispatch.model_changed(model());
+        // No mapper yet: nothing to call.
+        assert!(
+            dispatch
+                .device_changed(device("a", "modbus", "1"))
+                .is_empty()
+        );
+        // A mapper that registers without data gets the device, model first.
+        let planned = dispatch.registered("modbus", "/m.sock".into(), false);
+        assert_eq!(
+            calls(&planned),
+            [
+                ("modbus", "CreateDeviceModel"),
+                ("modbus", "RegisterDevice")
+            ]
+        );
+        // A change: an update, the model not again.
+        assert_eq!(
+            calls(&dispatch.device_changed(device("a", "modbus", "2"))),
+            [("modbus", "UpdateDevice")]
+        );
+        // Another protocol's device: not this mapper's.
+        assert!(
+            dispatch
+                .device_changed(device("b", "opcua", "1"))
+                .is_empty()
+        );
+        // Moved to opcua: removed from modbus's mapper.
+        assert_eq!(
+            calls(&dispatch.device_changed(device("a", "opcua", "2"))),
+            [("modbus", "RemoveDevice")]
+        );
+        // A model change reaches the mappers that have it; its removal too.
+        dispatch.device_changed(device("c", "modbus", "1"));
+        assert_eq!(
+            calls(&dispatch.model_changed(model())),
+            [("modbus", "UpdateDeviceModel")]
+        );
+        let key = ("default".to_owned(), "m".to_owned());
+        assert_eq!(
+            calls(&dispatch.model_removed(&key)),
+            [("modbus", "RemoveDeviceModel")]
+        );
+        let c = ("default".to_owned(), "c".to_owned());
+        assert_eq!(
+            calls(&dispatch.device_removed(&c)),
+            [("modbus", "RemoveDevice")]
+        );
+        assert!(dispatch.device_removed(&c).is_empty());
+    }
+
+    #[test]
+    fn a_listed_registration_needs_no_calls_and_a_failed_call_is_made_again() {
+        let mut dispatch = Dispatch::default();
+        dispatch.model_changed(model());
+        dispatch.device_changed(device("a", "modbus", "1"));
+        // Answered with its devices: they are its.
+        assert!(
+            dispatch
+                .registered("modbus", "/m.sock".into(), true)
+                .is_empty()
+        );
+        let planned = dispatch.device_changed(device("a", "modbus", "2"));
+        assert_eq!(calls(&planned), [("modbus", "UpdateDevice")]);
+        // The update failed: the next change registers it again.
+        dispatch.failed(&planned[0]);
+        assert_eq!(
+            calls(&dispatch.device_changed(device("a", "modbus", "3"))),
+            [("modbus", "RegisterDevice")]
+        );
+    }
+}
