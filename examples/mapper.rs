@@ -1,6 +1,7 @@
-//! edgehive-mapper: a KubeEdge-style mapper for simulated devices, speaking
-//! only MQTT on KubeEdge's topics (so it works against KubeEdge's edgecore
-//! too).
+//! edgehive-mapper: a KubeEdge-style mapper for simulated devices. It
+//! speaks MQTT on KubeEdge's topics (older mappers' way), or, with
+//! `--dmi`, KubeEdge's DMI over gRPC (today's mappers' way); either works
+//! against KubeEdge's edgecore too.
 //!
 //! It asks for the node's devices (`membership/get`) and follows membership
 //! changes; every period it reports each device's twins: a property the
@@ -11,6 +12,7 @@
 //!
 //! ```text
 //! edgehive-mapper --broker 127.0.0.1:1883 --node edge-1 --period-ms 1000
+//! edgehive-mapper --dmi /etc/kubeedge/dmi.sock --protocol virtual
 //! ```
 
 use std::collections::BTreeMap;
@@ -29,13 +31,26 @@ struct Args {
     /// The MQTT broker edgecore uses, host:port.
     #[arg(long, default_value = twin::broker::DEFAULT_ADDRESS)]
     broker: String,
-    /// The node whose devices this mapper drives.
-    #[arg(long)]
+    /// The node whose devices this mapper drives (MQTT mode).
+    #[arg(long, default_value = "")]
     node: String,
+    /// DMI mode: the edge's DMI socket (KubeEdge's default
+    /// /etc/kubeedge/dmi.sock) instead of MQTT.
+    #[arg(long)]
+    dmi: Option<std::path::PathBuf>,
+    /// DMI mode: this mapper's own socket.
+    #[arg(long, default_value = "/etc/kubeedge/edgehive-mapper.sock")]
+    socket: std::path::PathBuf,
+    /// DMI mode: the protocol whose devices it drives.
+    #[arg(long, default_value = "virtual")]
+    protocol: String,
     /// How often every device reports, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
 }
+
+#[path = "mapper/dmi.rs"]
+mod dmi;
 
 /// What the mapper knows of a device: its twins' expected values.
 type Devices = BTreeMap<String, BTreeMap<String, Option<String>>>;
@@ -47,8 +62,20 @@ async fn main() -> Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let args = Args::parse();
+    if let Some(edge) = args.dmi {
+        return dmi::run(dmi::DmiMode {
+            edge,
+            socket: args.socket,
+            name: "edgehive-mapper".to_owned(),
+            protocol: args.protocol,
+            period: Duration::from_millis(args.period_ms.max(10)),
+        })
+        .await;
+    }
+    anyhow::ensure!(!args.node.is_empty(), "--node names the node (MQTT mode)");
     let (host, port) = args
         .broker
         .rsplit_once(':')
