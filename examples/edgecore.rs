@@ -376,7 +376,15 @@ async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> 
     let _dmi = match modules.device_twin.dmi_sock_path.as_str() {
         "" => None,
         _ if !modules.device_twin.enable => None,
-        path => match twin::dmi::server::start(&hive, twin::dmi::DmiConfig::new(path)) {
+        path => match twin::dmi::server::start(
+            &hive,
+            twin::dmi::DmiConfig {
+                // Mappers register once, when they start: kept across
+                // this edge's restarts.
+                mappers_file: Some(data_dir.join("dmi-mappers.json")),
+                ..twin::dmi::DmiConfig::new(path)
+            },
+        ) {
             Ok(server) => Some(server),
             Err(err) => {
                 tracing::warn!(error = %err, "no DMI server: KubeEdge's DMI mappers cannot register");

@@ -3,8 +3,8 @@
 //! the edge talking gRPC over Unix sockets. The mapper registers and gets
 //! its device; the cloud's desired value reaches it and its reported
 //! values the cloud's Device status; a restarted mapper gets its device
-//! back; an edge restarted while the cloud is down serves the mapper from
-//! what it holds, and the mapper registers with it again.
+//! back; an edge restarted while the cloud is down knows the mapper still
+//! and gives it its device again from what it holds.
 #![cfg(feature = "cli")]
 
 use std::time::Duration;
@@ -137,7 +137,13 @@ fn a_dmi_mapper_process_drives_a_device_from_the_cloud() {
     drop(edge);
     let edge = Process::start(env!("CARGO_BIN_EXE_edgecore"), &edge_args);
     edge.wait_for("DMI server listening", Duration::from_secs(30));
-    mapper.wait_for("registered devices=1", Duration::from_secs(30));
+    // It knows the mapper still (kept across its restart) and gives it its
+    // device again.
+    edge.wait_for(
+        "mapper registered before the restart",
+        Duration::from_secs(30),
+    );
+    mapper.wait_for("device registered", Duration::from_secs(30));
     // The cloud back: the node links again and the reports go on.
     let cloud = Process::start(env!("CARGO_BIN_EXE_cloudcore"), &cloud_args);
     cloud.wait_for(

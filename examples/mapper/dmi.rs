@@ -191,9 +191,8 @@ async fn register(mode: &DmiMode, devices: &Devices) -> DeviceManagerServiceClie
         };
         match attempt.await {
             Ok((client, answer)) => {
-                if let Ok(mut held) = devices.lock() {
-                    held.clear();
-                }
+                // Added to what it holds: a RegisterDevice that came while
+                // this registration was under way stays.
                 for device in &answer.device_list {
                     remember(devices, device);
                 }
@@ -275,10 +274,11 @@ pub async fn run(mode: DmiMode) -> Result<()> {
             let reported = client.report_device_status(status).await;
             let stated = client.report_device_states(state).await;
             for answer in [reported.err(), stated.err()].into_iter().flatten() {
+                // The edge unreachable (gone, restarting) is a reason to
+                // register again; an answer refusing the report (a rate
+                // limit included) is not.
                 match answer.code() {
-                    tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
-                        lost = true
-                    }
+                    tonic::Code::Unavailable => lost = true,
                     _ => tracing::warn!(device = %name, error = %answer, "report refused"),
                 }
             }

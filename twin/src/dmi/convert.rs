@@ -390,13 +390,12 @@ pub fn twin_update(
                 "a twin without a property name".to_owned(),
             ));
         }
-        let type_ = value.metadata.get("type").cloned();
-        let mut entry = json!({
+        // The mapper's metadata is not taken (as KubeEdge drops it): the
+        // twin's type is the model's, and a reported type must not change
+        // or delete it.
+        let entry = json!({
             "actual": {"value": value.value, "metadata": {"timestamp": now_ms}},
         });
-        if let Some(type_) = type_ {
-            entry["metadata"] = json!({"type": type_});
-        }
         twin.insert(reported.property_name.clone(), entry);
     }
     if twin.is_empty() {
@@ -609,8 +608,7 @@ mod tests {
         assert_eq!(
             payload,
             json!({"event_id": "", "timestamp": 7, "twin": {"temperature": {
-                "actual": {"value": "21.5", "metadata": {"timestamp": 7}},
-                "metadata": {"type": "float"}}}})
+                "actual": {"value": "21.5", "metadata": {"timestamp": 7}}}}})
         );
         let parsed: crate::protocol::TwinUpdate =
             serde_json::from_value(payload).expect("devicetwin's form");

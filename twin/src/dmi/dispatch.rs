@@ -29,6 +29,13 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A device's key: namespace and name.
 pub type DeviceKey = (String, String);
 
+/// The namespaces each device name is held in, as the dispatch last saw
+/// them (the server refuses a report for a name held in two).
+pub type Names = std::sync::Arc<std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// What a registration's answer listed: each device's key and spec.
+pub type Listed = Vec<(DeviceKey, apis::devices::DeviceSpec)>;
+
 /// A call to a mapper.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
@@ -63,7 +70,7 @@ pub struct Planned {
 pub struct Dispatch {
     mappers: BTreeMap<String, PathBuf>,
     devices: BTreeMap<DeviceKey, (String, Device)>,
-    models: BTreeMap<DeviceKey, (Option<String>, DeviceModel)>,
+    models: BTreeMap<DeviceKey, DeviceModel>,
     /// (protocol, device) pairs the mapper has.
     sent: BTreeSet<(String, DeviceKey)>,
     /// (protocol, model) pairs the mapper has.
@@ -78,9 +85,16 @@ fn key_of(namespace: Option<&String>, name: Option<&String>) -> DeviceKey {
 }
 
 impl Dispatch {
-    /// A mapper registered for `protocol` at `socket`; `listed`: it was
-    /// answered with its devices and their models (they are its now).
-    pub fn registered(&mut self, protocol: &str, socket: PathBuf, listed: bool) -> Vec<Planned> {
+    /// A mapper registered for `protocol` at `socket`; `listed`: what its
+    /// answer listed (none: it asked for nothing). A device listed as held
+    /// here is the mapper's; any other of its protocol is sent to it (a
+    /// device that came or changed between the listing and now).
+    pub fn registered(
+        &mut self,
+        protocol: &str,
+        socket: PathBuf,
+        listed: Option<&Listed>,
+    ) -> Vec<Planned> {
         self.mappers.insert(protocol.to_owned(), socket);
         self.sent.retain(|(p, _)| p != protocol);
         self.sent_models.retain(|(p, _)| p != protocol);
@@ -90,16 +104,23 @@ impl Dispatch {
             .filter(|(_, (p, _))| p == protocol)
             .map(|(key, _)| key.clone())
             .collect();
-        if listed {
-            for key in keys {
+        let mut calls = Vec::new();
+        for key in keys {
+            let as_held = listed.is_some_and(|listed| {
+                listed.iter().any(|(k, spec)| {
+                    *k == key && self.devices.get(&key).is_some_and(|(_, d)| d.spec == *spec)
+                })
+            });
+            if as_held {
                 if let Some(model) = self.model_key_of(&key) {
                     self.sent_models.insert((protocol.to_owned(), model));
                 }
                 self.sent.insert((protocol.to_owned(), key));
+            } else {
+                calls.extend(self.send_device(&key));
             }
-            return Vec::new();
         }
-        keys.iter().flat_map(|key| self.send_device(key)).collect()
+        calls
     }
 
     /// The key of `device`'s model.
@@ -135,7 +156,7 @@ impl Dispatch {
             && !self
                 .sent_models
                 .contains(&(protocol.clone(), model_key.clone()))
-            && let Some((_, model)) = self.models.get(&model_key)
+            && let Some(model) = self.models.get(&model_key)
         {
             self.sent_models.insert((protocol.clone(), model_key));
             calls.push(plan(Call::CreateModel(convert::model(model))));
@@ -202,9 +223,9 @@ impl Dispatch {
             model.metadata.name.as_ref(),
         );
         let converted = convert::model(&model);
-        self.models
-            .insert(key.clone(), (model.spec.protocol.clone(), model));
-        self.sent_models
+        self.models.insert(key.clone(), model);
+        let mut calls: Vec<Planned> = self
+            .sent_models
             .iter()
             .filter(|(_, k)| *k == key)
             .filter_map(|(protocol, _)| {
@@ -214,7 +235,22 @@ impl Dispatch {
                     call: Call::UpdateModel(converted.clone()),
                 })
             })
-            .collect()
+            .collect();
+        // Devices of this model whose mapper does not have them yet.
+        let waiting: Vec<DeviceKey> = self
+            .devices
+            .iter()
+            .filter(|(k, (p, _))| {
+                self.mappers.contains_key(p)
+                    && !self.sent.contains(&(p.clone(), (*k).clone()))
+                    && self.model_key_of(k).as_ref() == Some(&key)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for device in waiting {
+            calls.extend(self.send_device(&device));
+        }
+        calls
     }
 
     /// A model removed: mappers that have it drop it.
@@ -237,6 +273,20 @@ impl Dispatch {
                 })
             })
             .collect()
+    }
+
+    /// Publishes which namespaces hold each device name.
+    pub fn publish_names(&self, names: &Names) {
+        let mut by_name: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (namespace, name) in self.devices.keys() {
+            by_name
+                .entry(name.clone())
+                .or_default()
+                .insert(namespace.clone());
+        }
+        if let Ok(mut names) = names.lock() {
+            *names = by_name;
+        }
     }
 
     /// A call failed: the mapper is taken not to have what it carried, so
@@ -265,8 +315,8 @@ pub enum Input {
         protocol: String,
         /// Its socket.
         socket: PathBuf,
-        /// Whether it got its devices in the answer.
-        listed: bool,
+        /// What its answer listed (none: it asked for nothing).
+        listed: Option<Listed>,
     },
     /// A device or model message from the cloud (through devicetwin).
     Hive(Box<beehive::Message>),
@@ -327,8 +377,13 @@ async fn call(socket: PathBuf, call: Call) -> Result<(), String> {
 }
 
 /// The dispatch task: devices and models as they come (first `loaded`,
-/// what metamanager held), registrations, calls in order.
-pub async fn run(mut inputs: mpsc::Receiver<Input>, loaded: (Vec<DeviceModel>, Vec<Device>)) {
+/// what metamanager held), registrations, calls in order; `names` kept as
+/// the devices come and go.
+pub async fn run(
+    mut inputs: mpsc::Receiver<Input>,
+    loaded: (Vec<DeviceModel>, Vec<Device>),
+    names: Names,
+) {
     use beehive::constants::{operation, resource_type};
     use beehive::resource::EdgeResource;
     use serde::Deserialize;
@@ -341,13 +396,14 @@ pub async fn run(mut inputs: mpsc::Receiver<Input>, loaded: (Vec<DeviceModel>, V
     for device in devices {
         dispatch.device_changed(device);
     }
+    dispatch.publish_names(&names);
     while let Some(input) = inputs.recv().await {
         let planned = match input {
             Input::Registered {
                 protocol,
                 socket,
                 listed,
-            } => dispatch.registered(&protocol, socket, listed),
+            } => dispatch.registered(&protocol, socket, listed.as_ref()),
             Input::Hive(msg) => {
                 let Ok(resource) = msg.resource().parse::<EdgeResource>() else {
                     continue;
@@ -377,8 +433,9 @@ pub async fn run(mut inputs: mpsc::Receiver<Input>, loaded: (Vec<DeviceModel>, V
                 }
             }
         };
+        dispatch.publish_names(&names);
         for planned in planned {
-            let what = format!("{:?}", std::mem::discriminant(&planned.call));
+            let what = call_name(&planned.call);
             match call(planned.socket.clone(), planned.call.clone()).await {
                 Ok(()) => {
                     info!(protocol = %planned.protocol, call = ?call_name(&planned.call), "mapper called")
@@ -441,7 +498,7 @@ mod tests {
                 .is_empty()
         );
         // A mapper that registers without data gets the device, model first.
-        let planned = dispatch.registered("modbus", "/m.sock".into(), false);
+        let planned = dispatch.registered("modbus", "/m.sock".into(), None);
         assert_eq!(
             calls(&planned),
             [
@@ -490,9 +547,13 @@ mod tests {
         dispatch.model_changed(model());
         dispatch.device_changed(device("a", "modbus", "1"));
         // Answered with its devices: they are its.
+        let listed = vec![(
+            ("default".to_owned(), "a".to_owned()),
+            device("a", "modbus", "1").spec,
+        )];
         assert!(
             dispatch
-                .registered("modbus", "/m.sock".into(), true)
+                .registered("modbus", "/m.sock".into(), Some(&listed))
                 .is_empty()
         );
         let planned = dispatch.device_changed(device("a", "modbus", "2"));
@@ -503,5 +564,51 @@ mod tests {
             calls(&dispatch.device_changed(device("a", "modbus", "3"))),
             [("modbus", "RegisterDevice")]
         );
+    }
+
+    #[test]
+    fn what_changed_since_the_listing_is_sent() {
+        let mut dispatch = Dispatch::default();
+        dispatch.model_changed(model());
+        dispatch.device_changed(device("a", "modbus", "2"));
+        dispatch.device_changed(device("b", "modbus", "1"));
+        // Listed: "a" as it was before its change, "b" not at all (it came
+        // after the listing): both are sent.
+        let listed = vec![(
+            ("default".to_owned(), "a".to_owned()),
+            device("a", "modbus", "1").spec,
+        )];
+        let planned = dispatch.registered("modbus", "/m.sock".into(), Some(&listed));
+        let names: Vec<&str> = planned
+            .iter()
+            .filter_map(|p| match &p.call {
+                Call::Register(d) => Some(d.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_device_waiting_for_its_model_is_sent_when_it_comes() {
+        let mut dispatch = Dispatch::default();
+        dispatch.registered("modbus", "/m.sock".into(), None);
+        let planned = dispatch.device_changed(device("a", "modbus", "1"));
+        assert_eq!(calls(&planned), [("modbus", "RegisterDevice")]);
+        // Its registration failed; the model's arrival sends it again, the
+        // model first.
+        dispatch.failed(&planned[0]);
+        assert_eq!(
+            calls(&dispatch.model_changed(model())),
+            [
+                ("modbus", "CreateDeviceModel"),
+                ("modbus", "RegisterDevice")
+            ]
+        );
+        // The names index: one namespace per name here.
+        let names = Names::default();
+        dispatch.device_changed(device("a2", "opcua", "1"));
+        dispatch.publish_names(&names);
+        assert_eq!(names.lock().map(|n| n.len()).unwrap_or(0), 2);
     }
 }

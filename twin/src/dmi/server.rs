@@ -37,6 +37,10 @@ use crate::protocol;
 /// passes it the devices and models the cloud sends (for their mappers).
 pub const SOURCE: &str = "dmi";
 
+/// The DMI module's group: its own, so that nothing sent to a group (the
+/// cloud's `twin` messages, the eventbus's) waits on calls to mappers.
+pub const GROUP: &str = "dmi";
+
 /// The most bytes of one DMI request (gRPC's default, as edgecore's).
 pub const MAX_REQUEST: usize = 4 << 20;
 
@@ -61,6 +65,10 @@ pub struct DmiConfig {
     pub socket: PathBuf,
     /// How long metamanager may take to answer.
     pub store_timeout: Duration,
+    /// Where the registered mappers are kept across restarts (a mapper
+    /// registers only when it starts, so an edge that restarts must know it
+    /// still); none: not kept.
+    pub mappers_file: Option<PathBuf>,
 }
 
 impl DmiConfig {
@@ -69,7 +77,50 @@ impl DmiConfig {
         DmiConfig {
             socket: socket.into(),
             store_timeout: Duration::from_secs(10),
+            mappers_file: None,
         }
+    }
+}
+
+/// The mappers kept in `file`, if it reads.
+fn load_mappers(file: &std::path::Path) -> BTreeMap<String, Mapper> {
+    let Ok(text) = std::fs::read(file) else {
+        return BTreeMap::new();
+    };
+    let kept: Vec<(String, String, PathBuf)> = match serde_json::from_slice(&text) {
+        Ok(kept) => kept,
+        Err(err) => {
+            warn!(file = %file.display(), error = %err, "registered mappers unreadable; they must register again");
+            return BTreeMap::new();
+        }
+    };
+    kept.into_iter()
+        .map(|(name, protocol, socket)| {
+            (
+                protocol.clone(),
+                Mapper {
+                    name,
+                    protocol,
+                    socket,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Keeps `mappers` in `file` (written aside, then renamed over it).
+fn save_mappers(file: &std::path::Path, mappers: &BTreeMap<String, Mapper>) {
+    let kept: Vec<(&str, &str, &PathBuf)> = mappers
+        .values()
+        .map(|m| (m.name.as_str(), m.protocol.as_str(), &m.socket))
+        .collect();
+    let aside = file.with_extension("tmp");
+    let written = serde_json::to_vec(&kept)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| std::fs::write(&aside, bytes))
+        .and_then(|()| std::fs::rename(&aside, file));
+    if let Err(err) = written {
+        warn!(file = %file.display(), error = %err, "registered mappers not kept");
     }
 }
 
@@ -127,34 +178,50 @@ pub fn start(hive: &Hive, config: DmiConfig) -> Result<DmiServerHandle, DmiError
         Err(err) => return Err(socket_error(err)),
     }
     let listener = tokio::net::UnixListener::bind(&config.socket).map_err(socket_error)?;
-    let mappers = Mappers::default();
+    let kept = config
+        .mappers_file
+        .as_deref()
+        .map(load_mappers)
+        .unwrap_or_default();
+    let mappers = Mappers::new(Mutex::new(kept.clone()));
     // Devices and models to their mappers: devicetwin passes the cloud's
     // changes to this module, the service its registrations.
     let (inputs, dispatched) = tokio::sync::mpsc::channel(1024);
-    let door = beehive::TaskDoor::new(SOURCE, group::TWIN, inputs.clone(), |msg| {
+    let door = beehive::TaskDoor::new(SOURCE, GROUP, inputs.clone(), |msg| {
         dispatch::Input::Hive(Box::new(msg))
     });
     hive.start_module(move |_| door.clone())
         .map_err(|err| socket_error(std::io::Error::other(err.to_string())))?;
+    let store = Store {
+        hive: hive.clone(),
+        timeout: config.store_timeout,
+    };
+    let names = dispatch::Names::default();
     let service = DmiService {
+        store: store.clone(),
         hive: hive.clone(),
         mappers: mappers.clone(),
-        store_timeout: config.store_timeout,
         dispatch: inputs,
+        names: names.clone(),
+        mappers_file: config.mappers_file.clone(),
     };
-    let loader = DmiService {
-        hive: hive.clone(),
-        mappers: mappers.clone(),
-        store_timeout: config.store_timeout,
-        dispatch: tokio::sync::mpsc::channel(1).0,
-    };
+    let known = service.dispatch.clone();
     tokio::spawn(async move {
-        let models = loader
-            .list(resource_type::DEVICE_MODEL)
-            .await
-            .unwrap_or_default();
-        let devices = loader.list(resource_type::DEVICE).await.unwrap_or_default();
-        dispatch::run(dispatched, (models, devices)).await;
+        // What the edge holds first (until metamanager answers), the
+        // mappers registered before a restart (they get their devices
+        // again), then the changes as they come.
+        let loaded = store.load().await;
+        for mapper in kept.into_values() {
+            info!(protocol = %mapper.protocol, mapper = %mapper.name, "mapper registered before the restart");
+            let _ = known
+                .send(dispatch::Input::Registered {
+                    protocol: mapper.protocol,
+                    socket: mapper.socket,
+                    listed: None,
+                })
+                .await;
+        }
+        dispatch::run(dispatched, loaded, names).await;
     });
     let server = DeviceManagerServiceServer::new(service)
         .max_decoding_message_size(MAX_REQUEST)
@@ -184,21 +251,21 @@ pub fn start(hive: &Hive, config: DmiConfig) -> Result<DmiServerHandle, DmiError
     })
 }
 
-struct DmiService {
+/// Reads from metamanager.
+#[derive(Clone)]
+struct Store {
     hive: Hive,
-    mappers: Mappers,
-    store_timeout: Duration,
-    dispatch: tokio::sync::mpsc::Sender<dispatch::Input>,
+    timeout: Duration,
 }
 
-impl DmiService {
+impl Store {
     /// What metamanager holds at `resource` (`*/device`: a list).
     async fn query(&self, resource: &str) -> Result<Option<Value>, Status> {
         let query =
             HiveMessage::new().build_router(SOURCE, group::META, resource, operation::QUERY);
         let answer = self
             .hive
-            .send_sync(module::METAMANAGER, query, self.store_timeout)
+            .send_sync(module::METAMANAGER, query, self.timeout)
             .await
             .map_err(|err| Status::unavailable(format!("the edge's store: {err}")))?;
         Ok((answer.operation() != operation::ERROR).then(|| answer.content().clone()))
@@ -221,15 +288,49 @@ impl DmiService {
             .collect())
     }
 
+    /// Every model and device held, once metamanager answers.
+    async fn load(&self) -> (Vec<DeviceModel>, Vec<Device>) {
+        loop {
+            let models = self.list(resource_type::DEVICE_MODEL).await;
+            let devices = self.list(resource_type::DEVICE).await;
+            match (models, devices) {
+                (Ok(models), Ok(devices)) => return (models, devices),
+                (Err(err), _) | (_, Err(err)) => {
+                    warn!(error = %err, "devices not loaded for DMI mappers yet; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
+
+/// A registration's answer: models, devices, and what was listed (each
+/// device's key and spec).
+type Listing = (
+    Vec<api::DeviceModel>,
+    Vec<api::Device>,
+    Vec<(dispatch::DeviceKey, apis::devices::DeviceSpec)>,
+);
+
+struct DmiService {
+    store: Store,
+    hive: Hive,
+    mappers: Mappers,
+    dispatch: tokio::sync::mpsc::Sender<dispatch::Input>,
+    /// The namespaces each device name is held in (devicetwin knows
+    /// devices by name).
+    names: dispatch::Names,
+    /// Where registrations are kept.
+    mappers_file: Option<PathBuf>,
+}
+
+impl DmiService {
     /// The devices of `protocol` this node holds, each with its model (the
     /// two lists index-aligned, as KubeEdge answers).
-    async fn devices_of(
-        &self,
-        protocol: &str,
-    ) -> Result<(Vec<api::DeviceModel>, Vec<api::Device>), Status> {
-        let models: Vec<DeviceModel> = self.list(resource_type::DEVICE_MODEL).await?;
-        let devices: Vec<Device> = self.list(resource_type::DEVICE).await?;
-        let (mut model_list, mut device_list) = (Vec::new(), Vec::new());
+    async fn devices_of(&self, protocol: &str) -> Result<Listing, Status> {
+        let models: Vec<DeviceModel> = self.store.list(resource_type::DEVICE_MODEL).await?;
+        let devices: Vec<Device> = self.store.list(resource_type::DEVICE).await?;
+        let (mut model_list, mut device_list, mut listed) = (Vec::new(), Vec::new(), Vec::new());
         for device in devices {
             if convert::protocol_of(&device).as_deref() != Some(protocol) {
                 continue;
@@ -256,13 +357,20 @@ impl DmiService {
                 Ok(converted) => {
                     model_list.push(convert::model(model));
                     device_list.push(converted);
+                    listed.push((
+                        (
+                            namespace.clone(),
+                            device.metadata.name.clone().unwrap_or_default(),
+                        ),
+                        device.spec.clone(),
+                    ));
                 }
                 Err(err) => {
                     warn!(device = ?device.metadata.name, error = %err, "not given to the mapper")
                 }
             }
         }
-        Ok((model_list, device_list))
+        Ok((model_list, device_list, listed))
     }
 
     /// The device id of a reported device this node holds.
@@ -274,8 +382,24 @@ impl DmiService {
         } else {
             namespace
         };
+        // devicetwin knows a device by its name: a name held in another
+        // namespace too would take this report as that device's.
+        let elsewhere = self
+            .names
+            .lock()
+            .map(|names| {
+                names
+                    .get(name)
+                    .is_some_and(|held| held.iter().any(|ns| ns != namespace))
+            })
+            .unwrap_or(false);
+        if elsewhere {
+            return Err(Status::failed_precondition(format!(
+                "a device named {name} is held in another namespace too; this edge knows devices by name"
+            )));
+        }
         let resource = EdgeResource::new(namespace, resource_type::DEVICE, name);
-        match self.query(&resource.to_string()).await? {
+        match self.store.query(&resource.to_string()).await? {
             Some(_) => Ok(id),
             None => Err(Status::not_found(format!(
                 "device {namespace}/{name} is not bound to this node"
@@ -329,11 +453,17 @@ impl DeviceManagerService for DmiService {
             socket: PathBuf::from(socket),
         };
         let socket = mapper.socket.clone();
-        let replaced = self
-            .mappers
-            .lock()
-            .map_err(|_| Status::internal("mapper registry"))?
-            .insert(protocol.clone(), mapper);
+        let replaced = {
+            let mut mappers = self
+                .mappers
+                .lock()
+                .map_err(|_| Status::internal("mapper registry"))?;
+            let replaced = mappers.insert(protocol.clone(), mapper);
+            if let Some(file) = &self.mappers_file {
+                save_mappers(file, &mappers);
+            }
+            replaced
+        };
         match replaced {
             Some(old) if old.name != name => {
                 info!(%protocol, mapper = %name, replaced = %old.name, "mapper registered in another's place")
@@ -348,11 +478,11 @@ impl DeviceManagerService for DmiService {
         };
         if !request.with_data {
             // Its devices come as RegisterDevice calls.
-            let _ = self.dispatch.send(registered(false)).await;
+            let _ = self.dispatch.send(registered(None)).await;
             return Ok(Response::new(api::MapperRegisterResponse::default()));
         }
-        let (model_list, device_list) = self.devices_of(&protocol).await?;
-        let _ = self.dispatch.send(registered(true)).await;
+        let (model_list, device_list, listed) = self.devices_of(&protocol).await?;
+        let _ = self.dispatch.send(registered(Some(listed))).await;
         debug!(%protocol, devices = device_list.len(), "devices given to the mapper");
         Ok(Response::new(api::MapperRegisterResponse {
             model_list,
