@@ -231,6 +231,13 @@ async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
     std::fs::write(&socket, b"stale").expect("stale file");
     let dmi = twin::dmi::server::start(&edge.hive, twin::dmi::DmiConfig::new(&socket))
         .expect("DMI server");
+    // Only the edge's user and group may connect.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&socket)
+            .expect("the socket")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o660, "{mode:o}");
 
     let applied = cloud.apply(manifests()).await;
     assert_eq!(applied.len(), 3, "{applied:?}");

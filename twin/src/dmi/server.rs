@@ -178,6 +178,14 @@ pub fn start(hive: &Hive, config: DmiConfig) -> Result<DmiServerHandle, DmiError
         Err(err) => return Err(socket_error(err)),
     }
     let listener = tokio::net::UnixListener::bind(&config.socket).map_err(socket_error)?;
+    // Only this user (and its group) may register mappers and report: a
+    // mapper is given its devices' configuration, and the edge dials the
+    // socket it names.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let owner_and_group = std::fs::Permissions::from_mode(0o660);
+        std::fs::set_permissions(&config.socket, owner_and_group).map_err(socket_error)?;
+    }
     let kept = config
         .mappers_file
         .as_deref()
