@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use apis::streams::{
-    Io, LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
+    LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
 };
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -119,9 +119,17 @@ impl StreamHandler for PodStreamServer {
                             ..
                         },
                         Some(pod),
-                    ) => exec(&cri, &pod, &container, command, io, pending).await,
+                    ) => {
+                        let target = UpgradeTarget::Exec {
+                            container,
+                            command,
+                            io,
+                        };
+                        in_container(&cri, &pod, target, pending).await
+                    }
                     (StreamRequest::Attach { container, io, .. }, Some(pod)) => {
-                        attach(&cri, &pod, &container, io, pending).await
+                        let target = UpgradeTarget::Attach { container, io };
+                        in_container(&cri, &pod, target, pending).await
                     }
                     (
                         StreamRequest::Logs {
@@ -168,58 +176,22 @@ fn kind_of(request: &StreamRequest) -> &'static str {
     }
 }
 
-async fn exec(
-    cri: &Cri,
-    pod: &Pod,
-    container: &str,
-    command: Vec<String>,
-    io: Io,
-    pending: PendingStream,
-) {
-    let id = match container_id(pod, container) {
-        Ok(id) => id,
-        Err(reason) => return pending.refuse(&reason),
-    };
-    if command.is_empty() {
-        return pending.refuse("no command to run");
-    }
-    let mut runtime = cri.runtime.clone();
-    let asked = runtime
-        .exec(api::ExecRequest {
-            container_id: id,
-            cmd: command,
-            tty: io.tty,
-            stdin: io.stdin,
-            stdout: io.stdout,
-            // With a terminal, errors come on its output.
-            stderr: io.stderr && !io.tty,
-        })
-        .await;
-    match asked {
-        Ok(answer) => bridge(&answer.into_inner().url, pending).await,
-        Err(status) => pending.refuse(&format!("CRI Exec: {}", status.message())),
+/// A command run in a container, or an attach, over the runtime's
+/// WebSocket: CRI's streaming URL ([`streaming_url`]), then [`bridge`].
+async fn in_container(cri: &Cri, pod: &Pod, target: UpgradeTarget, pending: PendingStream) {
+    match streaming_url(cri, pod, target).await {
+        Ok(url) => bridge(&url, pending).await,
+        Err(reason) => pending.refuse(&reason),
     }
 }
 
-async fn attach(cri: &Cri, pod: &Pod, container: &str, io: Io, pending: PendingStream) {
-    let id = match container_id(pod, container) {
-        Ok(id) => id,
-        Err(reason) => return pending.refuse(&reason),
-    };
-    let mut runtime = cri.runtime.clone();
-    let asked = runtime
-        .attach(api::AttachRequest {
-            container_id: id,
-            stdin: io.stdin,
-            tty: io.tty,
-            stdout: io.stdout,
-            stderr: io.stderr && !io.tty,
-        })
-        .await;
-    match asked {
-        Ok(answer) => bridge(&answer.into_inner().url, pending).await,
-        Err(status) => pending.refuse(&format!("CRI Attach: {}", status.message())),
-    }
+/// One message of Kubernetes' channel protocol: the channel's byte, then
+/// the bytes (the port-forward data channel is 0, as stdin).
+fn channel_message(channel: u8, bytes: &[u8]) -> WsMessage {
+    let mut frame = Vec::with_capacity(bytes.len() + 1);
+    frame.push(channel);
+    frame.extend_from_slice(bytes);
+    WsMessage::Binary(frame.into())
 }
 
 /// The runtime's streaming server at `url`, over WebSocket
@@ -290,11 +262,8 @@ async fn bridge(url: &str, pending: PendingStream) {
         while let Some(chunk) = stream.recv().await {
             match chunk {
                 Ok(Chunk::Data(channel @ (channel::STDIN | channel::RESIZE), bytes)) => {
-                    let mut frame = Vec::with_capacity(bytes.len() + 1);
-                    frame.push(channel);
-                    frame.extend_from_slice(&bytes);
                     if to_runtime
-                        .send(WsMessage::Binary(frame.into()))
+                        .send(channel_message(channel, &bytes))
                         .await
                         .is_err()
                     {
@@ -410,17 +379,13 @@ async fn carry_forwarded(ws: RuntimeSocket, pending: PendingStream) {
     // back, and the pod's side ending ends the stream.
     let downstream = async {
         while let Some(Ok(chunk)) = stream.recv().await {
-            if let Chunk::Data(channel::STDIN, bytes) = chunk {
-                let mut frame = Vec::with_capacity(bytes.len() + 1);
-                frame.push(0);
-                frame.extend_from_slice(&bytes);
-                if to_runtime
-                    .send(WsMessage::Binary(frame.into()))
+            if let Chunk::Data(channel::STDIN, bytes) = chunk
+                && to_runtime
+                    .send(channel_message(channel::STDIN, &bytes))
                     .await
                     .is_err()
-                {
-                    break;
-                }
+            {
+                break;
             }
         }
         let _ = to_runtime.close().await;
@@ -492,15 +457,17 @@ async fn streaming_url(cri: &Cri, pod: &Pod, target: UpgradeTarget) -> Result<St
             command,
             io,
         } => {
+            let container_id = container_id(pod, &container)?;
             if command.is_empty() {
                 return Err("no command to run".to_owned());
             }
             let request = api::ExecRequest {
-                container_id: container_id(pod, &container)?,
+                container_id,
                 cmd: command,
                 tty: io.tty,
                 stdin: io.stdin,
                 stdout: io.stdout,
+                // With a terminal, errors come on its output.
                 stderr: io.stderr && !io.tty,
             };
             match runtime.exec(request).await {

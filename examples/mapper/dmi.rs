@@ -12,8 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use hyper_util::rt::TokioIo;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use twin::dmi::api::device_manager_service_client::DeviceManagerServiceClient;
 use twin::dmi::api::device_mapper_service_server::{
@@ -152,16 +151,7 @@ impl DeviceMapperService for Server {
 }
 
 async fn dial(path: &Path) -> Result<DeviceManagerServiceClient<Channel>> {
-    let path = path.to_path_buf();
-    let channel = Endpoint::from_static("http://[::1]:50051")
-        .timeout(Duration::from_secs(10))
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
+    let channel = twin::dmi::dial(path, Duration::from_secs(10))
         .await
         .context("the edge's DMI socket")?;
     Ok(DeviceManagerServiceClient::new(channel))
@@ -216,9 +206,7 @@ pub async fn run(mode: DmiMode) -> Result<()> {
     let _ = std::fs::remove_file(&mode.socket);
     let listener = tokio::net::UnixListener::bind(&mode.socket)
         .with_context(|| format!("the mapper's socket {}", mode.socket.display()))?;
-    let incoming = futures_util::stream::unfold(listener, |listener| async move {
-        Some((listener.accept().await.map(|(stream, _)| stream), listener))
-    });
+    let incoming = twin::dmi::incoming(listener);
     let service = DeviceMapperServiceServer::new(Server(devices.clone()));
     tokio::spawn(async move {
         if let Err(err) = tonic::transport::Server::builder()

@@ -7,10 +7,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use twin::dmi::api::device_manager_service_client::DeviceManagerServiceClient;
 use twin::dmi::api::device_mapper_service_server::{
@@ -29,17 +28,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A gRPC channel to the Unix socket at `path`, as a mapper dials edgecore.
 async fn dial(path: &Path) -> DeviceManagerServiceClient<Channel> {
-    let path = path.to_path_buf();
-    let channel = Endpoint::from_static("http://[::1]:50051")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
-        .await
-        .expect("the DMI socket");
+    let channel = twin::dmi::dial(path, WAIT).await.expect("the DMI socket");
     DeviceManagerServiceClient::new(channel)
 }
 
@@ -129,9 +118,7 @@ impl DeviceMapperService for RecordingMapper {
 fn serve_mapper(socket: &Path) -> mpsc::UnboundedReceiver<String> {
     let (calls, got) = mpsc::unbounded_channel();
     let listener = tokio::net::UnixListener::bind(socket).expect("the mapper's socket");
-    let incoming = futures_util::stream::unfold(listener, |listener| async move {
-        Some((listener.accept().await.map(|(stream, _)| stream), listener))
-    });
+    let incoming = twin::dmi::incoming(listener);
     tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
         DeviceMapperServiceServer::new(RecordingMapper(calls)),
         incoming,

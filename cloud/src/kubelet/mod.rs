@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apis::api::ApiError;
-use apis::streams::{StreamRequest, channel, is_upgrade_header};
+use apis::streams::{PodRef, StreamRequest, UpgradeTarget, channel, is_upgrade_header};
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hub::tunnel::{Chunk, TunnelStream};
@@ -337,19 +337,7 @@ async fn serve(
             Err(err) => api_error(&err),
         },
         KubeletRequest::Upgrade { pod, target } => {
-            upgrade(
-                request,
-                &node,
-                StreamRequest::Upgrade {
-                    pod,
-                    target,
-                    method,
-                    headers: Vec::new(),
-                },
-                &served.streams,
-                permit,
-            )
-            .await
+            upgrade(request, &node, (pod, target), &served.streams, permit).await
         }
     }
 }
@@ -399,7 +387,7 @@ fn streamed(stream: TunnelStream) -> Response<Body> {
 async fn upgrade(
     mut request: Request<Incoming>,
     node: &str,
-    asked: StreamRequest,
+    (pod, target): (PodRef, UpgradeTarget),
     streams: &PodStreams,
     permit: Permit,
 ) -> Response<Body> {
@@ -417,19 +405,11 @@ async fn upgrade(
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
         })
         .collect();
-    let asked = match asked {
-        StreamRequest::Upgrade {
-            pod,
-            target,
-            method,
-            ..
-        } => StreamRequest::Upgrade {
-            pod,
-            target,
-            method,
-            headers,
-        },
-        other => other,
+    let asked = StreamRequest::Upgrade {
+        pod,
+        target,
+        method: request.method().as_str().to_owned(),
+        headers,
     };
     let mut stream = match streams.open_on(node, &asked).await {
         Ok(stream) => stream,

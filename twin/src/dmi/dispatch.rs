@@ -14,9 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use apis::devices::{Device, DeviceModel};
-use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
-use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
 use super::api;
@@ -324,16 +322,7 @@ pub enum Input {
 
 /// Makes `call` to the mapper at `socket`.
 async fn call(socket: PathBuf, call: Call) -> Result<(), String> {
-    let channel = Endpoint::from_static("http://[::1]:50051")
-        .timeout(CALL_TIMEOUT)
-        .connect_timeout(CALL_TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
+    let channel = super::dial(&socket, CALL_TIMEOUT)
         .await
         .map_err(|err| format!("the mapper's socket: {err}"))?;
     let mut client = DeviceMapperServiceClient::new(channel);

@@ -25,3 +25,34 @@ pub mod api {
 
 /// Where KubeEdge's edgecore serves DMI, and so where its mappers look.
 pub const DEFAULT_SOCKET: &str = "/etc/kubeedge/dmi.sock";
+
+/// A gRPC channel to the Unix socket at `path` (the edge's, or a
+/// mapper's), each call and the connection within `timeout`.
+pub async fn dial(
+    path: &std::path::Path,
+    timeout: std::time::Duration,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is required by tonic and ignored by the connector.
+    tonic::transport::Endpoint::from_static("http://[::1]:50051")
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+}
+
+/// The connections `listener` accepts, as tonic's server takes them.
+pub fn incoming(
+    listener: tokio::net::UnixListener,
+) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::UnixStream>> {
+    futures_util::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        Some((accepted, listener))
+    })
+}

@@ -234,10 +234,7 @@ pub fn start(hive: &Hive, config: DmiConfig) -> Result<DmiServerHandle, DmiError
     let server = DeviceManagerServiceServer::new(service)
         .max_decoding_message_size(MAX_REQUEST)
         .max_encoding_message_size(64 << 20);
-    let incoming = futures_util::stream::unfold(listener, |listener| async move {
-        let accepted = listener.accept().await.map(|(stream, _)| stream);
-        Some((accepted, listener))
-    });
+    let incoming = super::incoming(listener);
     let (stop, mut stopped) = watch::channel(false);
     let socket = config.socket.clone();
     tokio::spawn(async move {
