@@ -17,11 +17,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
+use cloud::admin::metrics::{OtherKubelets, ResourceMetrics};
 use cloud::applications::ApiServer;
 use cloud::applications::kubernetes::KubernetesApi;
 use cloud::controller::{DeliveryCursors, KubeletEndpoint};
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
 use cloud::kubelet::KubeletApiConfig;
+use cloud::kubelet::metrics_api::{ClusterKubelets, MetricsApiConfig, published_front_proxy};
 use cloud::kubelet::review::SubjectAccessReviews;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
@@ -119,6 +121,11 @@ struct Run {
     /// (modules.cloudStream.tlsStreamCAFile; default: the cluster's CA).
     #[arg(long)]
     stream_client_ca: Option<PathBuf>,
+    /// The resource metrics API (metrics.k8s.io, kubectl top) for
+    /// kube-apiserver's aggregation layer, Kubernetes mode only: listen
+    /// address, or "off" (modules.metricsServer).
+    #[arg(long)]
+    metrics_server: Option<String>,
     /// A kubeconfig: drive edge nodes from that cluster's API server
     /// instead of the embedded store (kubeAPIConfig.kubeConfig).
     #[arg(long)]
@@ -190,6 +197,15 @@ impl Run {
         }
         if let Some(file) = self.stream_client_ca {
             stream.tls_stream_ca_file = file.to_string_lossy().into_owned();
+        }
+        let metrics_server = &mut config.modules.metrics_server;
+        match self.metrics_server.as_deref() {
+            None => {}
+            Some("off") => metrics_server.enable = false,
+            Some(address) => {
+                metrics_server.enable = true;
+                metrics_server.address = address.to_owned();
+            }
         }
         config.modules.admin.apply_flag(self.admin);
         config.modules.metrics.apply_flag(self.metrics);
@@ -274,6 +290,39 @@ async fn kubelet_api_config(
         port,
     };
     Ok((endpoint, config))
+}
+
+/// The resource metrics API's settings (Kubernetes mode): this cloudcore's
+/// certificate for the Service the APIService names, the front proxy as
+/// the API server publishes it, callers authorized by the API server.
+async fn metrics_server_config(
+    settings: &CloudCoreConfig,
+    ca: &CloudCa,
+    store: &KubernetesStore,
+) -> Result<MetricsApiConfig> {
+    let section = &settings.modules.metrics_server;
+    let (front_proxy, proxy_ca) = published_front_proxy(store.client().clone())
+        .await
+        .map_err(|reason| anyhow::anyhow!("the API server's front proxy: {reason}"))?;
+    let client_roots = tls::certs_from_pem(proxy_ca.as_bytes())?;
+    anyhow::ensure!(
+        !client_roots.is_empty(),
+        "the request-header CA holds no certificate"
+    );
+    let service = format!(
+        "{}.{}.svc",
+        section.service_name, settings.kube_api_config.namespace
+    );
+    let mut names = vec![service.clone(), format!("{service}.cluster.local")];
+    names.extend(settings.modules.cloud_hub.advertise_address.iter().cloned());
+    names.extend(std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty()));
+    let (chain, key) = ca.issue_server(&names, Duration::from_secs(365 * 24 * 3600))?;
+    Ok(MetricsApiConfig {
+        address: section.address.clone(),
+        tls: tls::server_config(chain, key, Some(&client_roots))?,
+        front_proxy,
+        authorizer: Arc::new(SubjectAccessReviews::new(store.client().clone())),
+    })
 }
 
 /// Where the configuration file is read from by default.
@@ -442,6 +491,28 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             }
         },
         None => None,
+    };
+    // Kubernetes mode, when asked: metrics.k8s.io for `kubectl top`.
+    let _metrics_server = match &desired {
+        Desired::Kubernetes(store) if settings.modules.metrics_server.enable => {
+            let started = async {
+                let config = metrics_server_config(&settings, &ca, store).await?;
+                let others = settings.modules.metrics_server.cloud_nodes.then(|| {
+                    Arc::new(ClusterKubelets::new(store.client().clone())) as Arc<dyn OtherKubelets>
+                });
+                let metrics = ResourceMetrics::new(pod_streams.clone(), others);
+                anyhow::Ok(cloud::kubelet::metrics_api::start(config, metrics).await?)
+            };
+            match started.await {
+                Ok(handle) => Some(handle),
+                // The nodes are still served; only kubectl top is not.
+                Err(err) => {
+                    tracing::warn!(error = %format!("{err:#}"), "no resource metrics API (modules.metricsServer): kubectl top will not reach edge pods");
+                    None
+                }
+            }
+        }
+        _ => None,
     };
     let admin = match settings.modules.admin.enabled() {
         Some(address) => Some(

@@ -321,6 +321,42 @@ pub struct CloudModules {
     /// KubeEdge's cloudStream): `kubectl logs`, `exec`, `attach`,
     /// `port-forward` through the nodes' links.
     pub cloud_stream: CloudStreamSection,
+    /// The resource metrics API (`metrics.k8s.io`) for kube-apiserver's
+    /// aggregation layer (Kubernetes mode): `kubectl top` on edge pods.
+    pub metrics_server: MetricsServerSection,
+}
+
+/// cloudcore as the cluster's metrics-server (Kubernetes mode): serves
+/// `metrics.k8s.io/v1beta1` to kube-apiserver's aggregation layer, edge
+/// nodes' figures through their links, the cluster's own nodes' from their
+/// kubelets through the API server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MetricsServerSection {
+    /// Whether it runs (off unless asked: an APIService must name it, in
+    /// place of any metrics-server).
+    pub enable: bool,
+    /// host:port it listens on.
+    pub address: String,
+    /// The Service the APIService names, in cloudcore's namespace; its
+    /// DNS name (`<serviceName>.<namespace>.svc`) is in the serving
+    /// certificate the API server checks against the APIService's
+    /// `caBundle` (cloudcore's CA).
+    pub service_name: String,
+    /// Whether the cluster's own (non-edge) nodes are served too, read
+    /// through the API server's node proxy.
+    pub cloud_nodes: bool,
+}
+
+impl Default for MetricsServerSection {
+    fn default() -> Self {
+        MetricsServerSection {
+            enable: false,
+            address: cloud::kubelet::metrics_api::DEFAULT_ADDRESS.to_owned(),
+            service_name: "cloudcore".to_owned(),
+            cloud_nodes: true,
+        }
+    }
 }
 
 /// The kubelet API cloudcore serves for edge nodes (Kubernetes mode).
@@ -427,6 +463,7 @@ impl Default for CloudModules {
             metrics: Listener::on(DEFAULT_CLOUD_METRICS),
             dynamic_controller: DynamicControllerSection::default(),
             cloud_stream: CloudStreamSection::default(),
+            metrics_server: MetricsServerSection::default(),
         }
     }
 }
@@ -540,6 +577,13 @@ impl Check for CloudCoreConfig {
                 &Listener {
                     enable: self.modules.cloud_stream.enable,
                     address: self.modules.cloud_stream.address.clone(),
+                },
+            ),
+            (
+                "modules.metricsServer.address",
+                &Listener {
+                    enable: self.modules.metrics_server.enable,
+                    address: self.modules.metrics_server.address.clone(),
                 },
             ),
         ] {

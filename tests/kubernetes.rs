@@ -86,6 +86,8 @@ struct Cluster {
     namespace: String,
     /// cloudcore's kubelet API for the edge nodes.
     stream: String,
+    /// cloudcore's resource metrics API (metrics.k8s.io).
+    metrics_server: String,
 }
 
 impl Cluster {
@@ -100,7 +102,8 @@ impl Cluster {
         let namespace = format!("edgehive-test-{}", std::process::id());
         let dir = tempfile_dir(&node);
         let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
-        let (hub, certs, admin, metrics, stream) = (
+        let (hub, certs, admin, metrics, stream, metrics_server) = (
+            free_address(),
             free_address(),
             free_address(),
             free_address(),
@@ -127,6 +130,8 @@ impl Cluster {
             &metrics,
             "--stream",
             &stream,
+            "--metrics-server",
+            &metrics_server,
             "--keepalive-secs",
             "2",
         ]
@@ -181,6 +186,7 @@ impl Cluster {
             node,
             namespace,
             stream,
+            metrics_server,
         };
         cluster.start_edge();
         cluster
@@ -1305,6 +1311,210 @@ fn kubectl_logs_exec_and_port_forward_reach_an_edge_pod() {
     );
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert!(answer.contains("subresource=proxy"), "{answer}");
+}
+
+/// The metrics API registered with the API server while a test runs.
+struct ApiServiceGuard {
+    kubeconfig: String,
+}
+
+impl Drop for ApiServiceGuard {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &self.kubeconfig,
+            &[
+                "delete",
+                "apiservice",
+                "v1beta1.metrics.k8s.io",
+                "--wait=false",
+            ],
+        );
+        let _ = kubectl(
+            &self.kubeconfig,
+            &[
+                "delete",
+                "service",
+                "cloudcore",
+                "-n",
+                "kubeedge",
+                "--wait=false",
+            ],
+        );
+    }
+}
+
+/// The millicores a `kubectl top` line's second column shows.
+fn top_millicores(line: &str) -> Option<u64> {
+    let cpu = line.split_whitespace().nth(1)?;
+    match cpu.strip_suffix('m') {
+        Some(milli) => milli.parse().ok(),
+        None => cpu.parse::<u64>().ok().map(|cores| cores * 1000),
+    }
+}
+
+/// kubectl top on an edge pod and node: kube-apiserver's aggregation layer
+/// calls cloudcore's metrics.k8s.io (the APIService names its Service,
+/// the serving certificate checked against cloudcore's CA), which reads
+/// the node's figures through its link; cloudcore authenticates the front
+/// proxy by the request-header CA the API server publishes.
+#[test]
+fn kubectl_top_reads_an_edge_pod_through_the_aggregation_layer() {
+    use base64::Engine;
+    let test = "kubectl_top_reads_an_edge_pod_through_the_aggregation_layer";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    let cluster = Cluster::start(kubeconfig, "eh-top", "native");
+    let (host, port) = cluster
+        .metrics_server
+        .rsplit_once(':')
+        .expect("the metrics API's address");
+    let cloud_ca = format!("{}/ca/ca.crt", cluster.cloud_dir());
+    let ca_bundle =
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(&cloud_ca).expect("CA"));
+    // No kube-proxy in the test's cluster: the Service names the host
+    // (ExternalName), where a cluster's Service selects cloudcore's pods.
+    let registration = format!(
+        "apiVersion: v1
+kind: Service
+metadata:
+  name: cloudcore
+  namespace: kubeedge
+spec:
+  type: ExternalName
+  externalName: {host}
+  ports:
+  - port: {port}
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta1.metrics.k8s.io
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  service:
+    name: cloudcore
+    namespace: kubeedge
+    port: {port}
+  caBundle: {ca_bundle}
+"
+    );
+    // A registration left by an earlier run would read Available at once.
+    drop(ApiServiceGuard {
+        kubeconfig: cluster.kubeconfig.clone(),
+    });
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "wait",
+            "--for=delete",
+            "apiservice/v1beta1.metrics.k8s.io",
+            "--timeout=30s",
+        ],
+    );
+    assert!(ok || out.contains("not found"), "{out}");
+    let _guard = ApiServiceGuard {
+        kubeconfig: cluster.kubeconfig.clone(),
+    };
+    let file = std::env::temp_dir().join(format!("{}-apiservice.yaml", cluster.node));
+    std::fs::write(&file, registration).expect("manifest");
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &["apply", "-f", &file.to_string_lossy()],
+    );
+    assert!(ok, "{out}");
+    let available = until("the APIService Available", || {
+        let service = get(
+            &cluster.kubeconfig,
+            &["get", "apiservice", "v1beta1.metrics.k8s.io"],
+        )?;
+        let condition = condition(&service, "Available")?;
+        (condition["status"] == "True").then(|| condition.clone())
+    });
+    println!("APIService v1beta1.metrics.k8s.io: {available}");
+
+    let burner = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: burner
+spec:
+  nodeName: {}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: burner
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"while true; do :; done\"]
+  - name: idle
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sleep, \"3600\"]
+",
+        cluster.node
+    );
+    cluster.apply(&burner);
+    let ns = cluster.namespace.as_str();
+    let top = until("the burner's CPU in kubectl top", || {
+        let (ok, out) = kubectl(
+            &cluster.kubeconfig,
+            &["top", "pod", "burner", "-n", ns, "--containers"],
+        );
+        let line = out.lines().find(|l| l.contains(" burner "))?;
+        let millicores = top_millicores(line.split_once(' ')?.1.trim_start())?;
+        (ok && millicores >= 200).then(|| out.clone())
+    });
+    println!(
+        "kubectl top pod burner --containers:
+{top}"
+    );
+    let idle = top
+        .lines()
+        .find(|l| l.contains(" idle "))
+        .and_then(|l| top_millicores(l.split_once(' ')?.1.trim_start()))
+        .expect("the idle container's line");
+    assert!(idle < 50, "{top}");
+    let (ok, nodes) = kubectl(&cluster.kubeconfig, &["top", "node", &cluster.node]);
+    println!(
+        "kubectl top node:
+{nodes}"
+    );
+    let line = nodes
+        .lines()
+        .find(|l| l.starts_with(&cluster.node))
+        .unwrap_or_default();
+    assert!(
+        ok && top_millicores(line).is_some_and(|m| m >= 200),
+        "{nodes}"
+    );
+    // Listed with the namespace's pods, as kubectl top pod without a name asks.
+    let (ok, listed) = kubectl(&cluster.kubeconfig, &["top", "pod", "-n", ns]);
+    assert!(
+        ok && listed.lines().any(|l| l.starts_with("burner ")),
+        "{listed}"
+    );
+
+    // A user without rights is refused; a certificate the front proxy's CA
+    // did not sign cannot even call cloudcore's metrics API.
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "top",
+            "pod",
+            "burner",
+            "-n",
+            ns,
+            "--as",
+            "edgehive-test-nobody",
+        ],
+    );
+    assert!(!ok && out.contains("forbidden"), "{out}");
+    let nobody = cluster_signed_identity(&cluster.kubeconfig, "edgehive-test-nobody-top");
+    let path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods/burner");
+    let answer = kubelet_api_get(&cluster.metrics_server, &cloud_ca, nobody, &path);
+    println!("a certificate from the cluster's CA at cloudcore's metrics API: {answer:?}");
+    assert!(answer.is_err(), "{answer:?}");
 }
 
 /// GET `path` from the kubelet API at `address`, trusting `ca_file`,

@@ -1,44 +1,45 @@
 //! The resource metrics API (`metrics.k8s.io/v1beta1`, what `kubectl top`
 //! reads) for the nodes linked to this cloud: each node's Summary, asked
 //! through its link ([`crate::streams::PodStreams::stats`]), as
-//! `NodeMetrics` and `PodMetrics`.
+//! `NodeMetrics` and `PodMetrics` ([`ResourceMetrics`]). The admin API
+//! serves it; in Kubernetes mode so does [`crate::kubelet::metrics_api`]
+//! for kube-apiserver's aggregation layer, with the cluster's own nodes
+//! beside the edge's ([`OtherKubelets`]).
 //!
 //! - `GET /apis/metrics.k8s.io/v1beta1/nodes[/{name}]`
 //! - `GET /apis/metrics.k8s.io/v1beta1/pods`,
 //!   `GET /apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods[/{name}]`
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
 use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
 use apis::streams::StatsKind;
+use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+use crate::kubelet::review::Access;
 use crate::streams::PodStreams;
 
 /// The API's group and version.
 pub const GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
 
 /// How long one node may take to answer.
-const NODE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const NODE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The routes.
+/// The routes, answered by the [`ResourceMetrics`] in the app's data.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/apis/metrics.k8s.io/v1beta1/nodes", web::get().to(nodes))
-        .route(
-            "/apis/metrics.k8s.io/v1beta1/nodes/{name}",
-            web::get().to(node),
-        )
-        .route("/apis/metrics.k8s.io/v1beta1/pods", web::get().to(all_pods))
-        .route(
-            "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods",
-            web::get().to(namespace_pods),
-        )
-        .route(
-            "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}",
-            web::get().to(pod),
-        );
+    for path in [
+        "/apis/metrics.k8s.io/v1beta1/nodes",
+        "/apis/metrics.k8s.io/v1beta1/nodes/{name}",
+        "/apis/metrics.k8s.io/v1beta1/pods",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}",
+    ] {
+        cfg.route(path, web::get().to(answer));
+    }
 }
 
 /// A CPU quantity in nanocores.
@@ -108,17 +109,181 @@ pub fn pod_metrics(summary: &Value, keep: &dyn Fn(&str, &str) -> bool) -> Vec<Va
         .collect()
 }
 
-fn list(kind: &str, items: Vec<Value>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({
+/// What a metrics API request asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsQuery {
+    /// Every node's `NodeMetrics`.
+    Nodes,
+    /// One node's.
+    Node(String),
+    /// Every pod's `PodMetrics`, or a namespace's.
+    Pods {
+        /// The namespace (`None`: all).
+        namespace: Option<String>,
+    },
+    /// One pod's.
+    Pod {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        name: String,
+    },
+}
+
+impl MetricsQuery {
+    /// The query a path under `/apis/metrics.k8s.io/v1beta1/` asks.
+    pub fn from_path(path: &str) -> Option<MetricsQuery> {
+        let rest = path.strip_prefix("/apis/metrics.k8s.io/v1beta1/")?;
+        let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+        let owned = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        Some(match parts.as_slice() {
+            ["nodes"] => MetricsQuery::Nodes,
+            ["nodes", name] => MetricsQuery::Node(owned(name)?),
+            ["pods"] => MetricsQuery::Pods { namespace: None },
+            ["namespaces", namespace, "pods"] => MetricsQuery::Pods {
+                namespace: Some(owned(namespace)?),
+            },
+            ["namespaces", namespace, "pods", name] => MetricsQuery::Pod {
+                namespace: owned(namespace)?,
+                name: owned(name)?,
+            },
+            _ => return None,
+        })
+    }
+
+    /// What the caller needs to be allowed, as an aggregated API server
+    /// asks: `get` or `list` on `metrics.k8s.io` `nodes` or `pods`.
+    pub fn access(&self) -> Access {
+        let (verb, resource, namespace, name) = match self {
+            MetricsQuery::Nodes => ("list", "nodes", "", ""),
+            MetricsQuery::Node(name) => ("get", "nodes", "", name.as_str()),
+            MetricsQuery::Pods { namespace } => {
+                ("list", "pods", namespace.as_deref().unwrap_or(""), "")
+            }
+            MetricsQuery::Pod { namespace, name } => {
+                ("get", "pods", namespace.as_str(), name.as_str())
+            }
+        };
+        Access {
+            verb,
+            group: "metrics.k8s.io",
+            resource,
+            subresource: "",
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// Kubelets not linked here whose Summaries count too: a cluster's own
+/// nodes, read through the API server's node proxy.
+pub trait OtherKubelets: Send + Sync {
+    /// The Summaries of its nodes (`only`: that one's, if it is one of
+    /// them), those that answer in time.
+    fn summaries<'a>(&'a self, only: Option<&'a str>) -> BoxFuture<'a, Vec<Value>>;
+}
+
+/// The resource metrics of the nodes linked here, and of `others` if
+/// given: one piece for the admin API and the aggregated API.
+#[derive(Clone)]
+pub struct ResourceMetrics {
+    streams: PodStreams,
+    others: Option<Arc<dyn OtherKubelets>>,
+}
+
+impl ResourceMetrics {
+    /// The metrics of the nodes `streams` reaches, and of `others`.
+    pub fn new(streams: PodStreams, others: Option<Arc<dyn OtherKubelets>>) -> ResourceMetrics {
+        ResourceMetrics { streams, others }
+    }
+
+    /// The answer to `query`: a metrics object or list.
+    pub async fn answer(&self, query: &MetricsQuery) -> Result<Value, ApiError> {
+        match query {
+            MetricsQuery::Nodes => {
+                let items = self.all().await?.iter().filter_map(node_metrics).collect();
+                Ok(list("NodeMetricsList", items))
+            }
+            MetricsQuery::Node(name) => {
+                let not_found = || ApiError::NotFound(ObjectKey::new(Kind::Node, "", name));
+                let summaries = if self.streams.is_linked(name) {
+                    linked(&self.streams, Some(name)).await?
+                } else if let Some(others) = &self.others {
+                    others.summaries(Some(name)).await
+                } else {
+                    return Err(not_found());
+                };
+                summaries
+                    .iter()
+                    .find_map(node_metrics)
+                    .ok_or_else(not_found)
+            }
+            MetricsQuery::Pods { namespace } => {
+                let keep = |ns: &str, _: &str| namespace.as_deref().is_none_or(|n| n == ns);
+                let items = self
+                    .all()
+                    .await?
+                    .iter()
+                    .flat_map(|s| pod_metrics(s, &keep))
+                    .collect();
+                Ok(list("PodMetricsList", items))
+            }
+            MetricsQuery::Pod { namespace, name } => {
+                let key = ObjectKey::new(Kind::Pod, namespace, name);
+                let pod = apis::streams::PodRef {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                };
+                // An edge pod's node is known; another's is found by asking.
+                let summaries = match self.streams.node_of_pod(&pod) {
+                    Ok(node) if self.streams.is_linked(&node) => {
+                        linked(&self.streams, Some(&node)).await?
+                    }
+                    Ok(_) | Err(ApiError::NotFound(_)) => match &self.others {
+                        Some(others) => others.summaries(None).await,
+                        None => return Err(ApiError::NotFound(key)),
+                    },
+                    Err(err) => return Err(err),
+                };
+                summaries
+                    .iter()
+                    .flat_map(|s| pod_metrics(s, &|ns, n| ns == namespace && n == name))
+                    .next()
+                    .ok_or(ApiError::NotFound(key))
+            }
+        }
+    }
+
+    /// Every node's Summary that answers.
+    async fn all(&self) -> Result<Vec<Value>, ApiError> {
+        let mut summaries = linked(&self.streams, None).await?;
+        if let Some(others) = &self.others {
+            let known: Vec<String> = summaries
+                .iter()
+                .filter_map(|s| s.pointer("/node/nodeName")?.as_str().map(str::to_owned))
+                .collect();
+            let more = others.summaries(None).await.into_iter().filter(|s| {
+                s.pointer("/node/nodeName")
+                    .and_then(Value::as_str)
+                    .is_none_or(|name| !known.iter().any(|k| k == name))
+            });
+            summaries.extend(more);
+        }
+        Ok(summaries)
+    }
+}
+
+fn list(kind: &str, items: Vec<Value>) -> Value {
+    json!({
         "kind": kind,
         "apiVersion": GROUP_VERSION,
         "metadata": {},
         "items": items,
-    }))
+    })
 }
 
 /// The Summaries of the nodes linked here (those that answer in time).
-async fn summaries(streams: &PodStreams, only: Option<&str>) -> Result<Vec<Value>, ApiError> {
+async fn linked(streams: &PodStreams, only: Option<&str>) -> Result<Vec<Value>, ApiError> {
     let names: Vec<String> = match only {
         Some(name) => vec![name.to_owned()],
         None => {
@@ -155,71 +320,13 @@ async fn summaries(streams: &PodStreams, only: Option<&str>) -> Result<Vec<Value
     }
 }
 
-async fn nodes(streams: web::Data<PodStreams>) -> Result<HttpResponse, ApiError> {
-    let items = summaries(&streams, None)
-        .await?
-        .iter()
-        .filter_map(node_metrics)
-        .collect();
-    Ok(list("NodeMetricsList", items))
-}
-
-async fn node(
-    streams: web::Data<PodStreams>,
-    name: web::Path<String>,
+async fn answer(
+    metrics: web::Data<ResourceMetrics>,
+    request: actix_web::HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let name = name.into_inner();
-    let not_found = || ApiError::NotFound(ObjectKey::new(Kind::Node, "", &name));
-    if !streams.is_linked(&name) {
-        return Err(not_found());
-    }
-    let summaries = summaries(&streams, Some(&name)).await?;
-    let metrics = summaries
-        .iter()
-        .find_map(node_metrics)
-        .ok_or_else(not_found)?;
-    Ok(HttpResponse::Ok().json(metrics))
-}
-
-async fn all_pods(streams: web::Data<PodStreams>) -> Result<HttpResponse, ApiError> {
-    let items = summaries(&streams, None)
-        .await?
-        .iter()
-        .flat_map(|s| pod_metrics(s, &|_, _| true))
-        .collect();
-    Ok(list("PodMetricsList", items))
-}
-
-async fn namespace_pods(
-    streams: web::Data<PodStreams>,
-    namespace: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    let namespace = namespace.into_inner();
-    let items = summaries(&streams, None)
-        .await?
-        .iter()
-        .flat_map(|s| pod_metrics(s, &|ns, _| ns == namespace))
-        .collect();
-    Ok(list("PodMetricsList", items))
-}
-
-async fn pod(
-    streams: web::Data<PodStreams>,
-    path: web::Path<(String, String)>,
-) -> Result<HttpResponse, ApiError> {
-    let (namespace, name) = path.into_inner();
-    let key = ObjectKey::new(Kind::Pod, &namespace, &name);
-    let node = streams.node_of_pod(&apis::streams::PodRef {
-        namespace: namespace.clone(),
-        name: name.clone(),
-    })?;
-    let summaries = summaries(&streams, Some(&node)).await?;
-    let metrics = summaries
-        .iter()
-        .flat_map(|s| pod_metrics(s, &|ns, n| ns == namespace && n == name))
-        .next()
-        .ok_or(ApiError::NotFound(key))?;
-    Ok(HttpResponse::Ok().json(metrics))
+    let query = MetricsQuery::from_path(request.path())
+        .ok_or_else(|| ApiError::BadRequest(format!("no such metrics: {}", request.path())))?;
+    Ok(HttpResponse::Ok().json(metrics.answer(&query).await?))
 }
 
 #[cfg(test)]
@@ -240,6 +347,49 @@ mod tests {
                  "containers": [{"name": "pg", "cpu": {"usageNanoCores": 5u64}, "memory": {"workingSetBytes": 1024u64}}]}
             ]
         })
+    }
+
+    #[test]
+    fn paths_read_as_queries_with_the_access_they_need() {
+        let pod = MetricsQuery::from_path("/apis/metrics.k8s.io/v1beta1/namespaces/prod/pods/db");
+        assert_eq!(
+            pod,
+            Some(MetricsQuery::Pod {
+                namespace: "prod".to_owned(),
+                name: "db".to_owned()
+            })
+        );
+        let access = pod.map(|q| q.access()).expect("a query");
+        assert_eq!(
+            (access.verb, access.group, access.resource),
+            ("get", "metrics.k8s.io", "pods")
+        );
+        assert_eq!(
+            (access.namespace.as_str(), access.name.as_str()),
+            ("prod", "db")
+        );
+        let listed = MetricsQuery::from_path("/apis/metrics.k8s.io/v1beta1/namespaces/prod/pods");
+        assert_eq!(
+            listed,
+            Some(MetricsQuery::Pods {
+                namespace: Some("prod".to_owned())
+            })
+        );
+        let nodes = MetricsQuery::from_path("/apis/metrics.k8s.io/v1beta1/nodes/");
+        let access = nodes.map(|q| q.access()).expect("a query");
+        assert_eq!((access.verb, access.resource), ("list", "nodes"));
+        assert_eq!(
+            MetricsQuery::from_path("/apis/metrics.k8s.io/v1beta1/nodes/edge-1"),
+            Some(MetricsQuery::Node("edge-1".to_owned()))
+        );
+        for refused in [
+            "/apis/metrics.k8s.io/v1beta1/namespaces//pods",
+            "/apis/metrics.k8s.io/v1beta1/nodes/edge-1/extra",
+            "/apis/metrics.k8s.io/v1/nodes",
+            "/api/v1/nodes",
+        ] {
+            assert_eq!(MetricsQuery::from_path(refused), None, "{refused}");
+        }
     }
 
     #[test]

@@ -95,6 +95,9 @@ impl AdminApi {
     ) -> std::io::Result<AdminApiHandle> {
         let objects = web::Data::new(DesiredObjects(handle.store().clone()));
         let controller = web::Data::new(handle);
+        let metrics = streams
+            .clone()
+            .map(|streams| web::Data::new(metrics::ResourceMetrics::new(streams, None)));
         let streams = streams.map(web::Data::new);
         let server = HttpServer::new(move || {
             let app = App::new()
@@ -105,12 +108,13 @@ impl AdminApi {
                 .route(DELETE_PATH, web::post().to(delete_manifest))
                 .configure(delete_routes);
             // Before the read routes: a pod's subresources are not objects.
-            let app = match &streams {
-                Some(streams) => app
+            let app = match (&streams, &metrics) {
+                (Some(streams), Some(metrics)) => app
                     .app_data(streams.clone())
+                    .app_data(metrics.clone())
                     .configure(pods::routes)
                     .configure(metrics::routes),
-                None => app,
+                _ => app,
             };
             app.configure(api::read_routes::<DesiredObjects>)
         })

@@ -18,6 +18,7 @@
 //!   paths name no node, so the request's `Host` must (a Node address that
 //!   is the node's own name, resolving here).
 
+pub mod metrics_api;
 pub mod review;
 pub mod route;
 
@@ -29,6 +30,7 @@ use std::time::Duration;
 use apis::api::ApiError;
 use apis::streams::{PodRef, StreamRequest, UpgradeTarget, channel, is_upgrade_header};
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hub::tunnel::{Chunk, TunnelStream};
 use hyper::body::{Frame, Incoming};
@@ -39,7 +41,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::streams::PodStreams;
-use review::{Authorizer, Caller};
+use review::{Access, Authorizer, Caller};
 use route::{KubeletRequest, RouteError};
 
 /// Where the kubelet API listens by default: not the kubelet's 10250 (a
@@ -99,17 +101,17 @@ pub async fn start(
     config: KubeletApiConfig,
     streams: PodStreams,
 ) -> std::io::Result<KubeletApiHandle> {
-    let listener = tokio::net::TcpListener::bind(&config.address).await?;
-    let address = listener.local_addr()?;
-    let (stop, stopped) = watch::channel(false);
-    let acceptor = tokio_rustls::TlsAcceptor::from(config.tls);
-    let served = Served {
+    let served = Arc::new(Served {
         streams,
         authorizer: config.authorizer,
-    };
-    tokio::spawn(accept(listener, acceptor, Arc::new(served), stopped));
-    info!(%address, "kubelet API for edge nodes listening");
-    Ok(KubeletApiHandle { address, stop })
+    });
+    let handler: Handler = Arc::new(move |request, caller, permit| {
+        let served = served.clone();
+        Box::pin(async move { serve(request, caller, &served, permit).await })
+    });
+    let handle = serve_tls(&config.address, config.tls, handler, "kubelet_api").await?;
+    info!(address = %handle.address, "kubelet API for edge nodes listening");
+    Ok(handle)
 }
 
 struct Served {
@@ -117,11 +119,37 @@ struct Served {
     authorizer: Arc<dyn Authorizer>,
 }
 
+/// What answers a request: the request, the caller its client
+/// certificate names, and the connection's permit (an upgraded session
+/// keeps it).
+type Handler = Arc<
+    dyn Fn(Request<Incoming>, Option<Caller>, Permit) -> BoxFuture<'static, Response<Body>>
+        + Send
+        + Sync,
+>;
+
+/// Serves `handler` over TLS (HTTP/1.1, upgrades allowed) at `address`,
+/// at most [`MAX_CONNECTIONS`] at once.
+async fn serve_tls(
+    address: &str,
+    tls: Arc<rustls::ServerConfig>,
+    handler: Handler,
+    span: &'static str,
+) -> std::io::Result<KubeletApiHandle> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let address = listener.local_addr()?;
+    let (stop, stopped) = watch::channel(false);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::spawn(accept(listener, acceptor, handler, stopped, span));
+    Ok(KubeletApiHandle { address, stop })
+}
+
 async fn accept(
     listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
-    served: Arc<Served>,
+    handler: Handler,
     mut stop: watch::Receiver<bool>,
+    span: &'static str,
 ) {
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -132,7 +160,7 @@ async fn accept(
         let (tcp, remote) = match accepted {
             Ok(accepted) => accepted,
             Err(err) => {
-                warn!(error = %err, "kubelet API accept failed");
+                warn!(error = %err, server = span, "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -146,7 +174,7 @@ async fn accept(
         };
         // Held by the connection and by any session it upgrades to.
         let permit = Arc::new(permit);
-        let (acceptor, served) = (acceptor.clone(), served.clone());
+        let (acceptor, handler) = (acceptor.clone(), handler.clone());
         tokio::spawn(
             async move {
                 let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
@@ -164,8 +192,8 @@ async fn accept(
                     .and_then(|leaf| Caller::from_certificate(leaf.as_ref()));
                 let held = permit.clone();
                 let service = hyper::service::service_fn(move |request| {
-                    let (served, caller, held) = (served.clone(), caller.clone(), held.clone());
-                    async move { Ok::<_, Infallible>(serve(request, caller, &served, held).await) }
+                    let answer = handler(request, caller.clone(), held.clone());
+                    async move { Ok::<_, Infallible>(answer.await) }
                 });
                 let connection = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -173,11 +201,11 @@ async fn accept(
                     .serve_connection(TokioIo::new(tls), service)
                     .with_upgrades();
                 if let Err(err) = connection.await {
-                    debug!(error = %err, "kubelet API connection ended");
+                    debug!(error = %err, "connection ended");
                 }
                 drop(permit);
             }
-            .instrument(info_span!("kubelet_api", %remote)),
+            .instrument(info_span!("tls_server", server = span, %remote)),
         );
     }
 }
@@ -285,9 +313,10 @@ async fn serve(
         },
     };
     let attributes = route::attributes(&method, &path);
+    let access = Access::node(&attributes, &node);
     let decided = tokio::time::timeout(
         DECISION_TIMEOUT,
-        served.authorizer.allowed(&caller, &attributes, &node),
+        served.authorizer.allowed(&caller, &access),
     );
     match decided
         .await

@@ -1,9 +1,11 @@
-//! Who may call the kubelet API: the caller's client certificate names
-//! it (common name the user, organizations its groups), and the API server
-//! decides, as it does for a kubelet with webhook authorization: a
-//! `SubjectAccessReview` for `verb` on `nodes/<subresource>` of the node.
-//! Decisions are kept a while (allowed 5 minutes, denied 30 seconds, as
-//! the kubelet's defaults).
+//! Who may call the kubelet API or the resource metrics API: the caller's
+//! client certificate names it (common name the user, organizations its
+//! groups; through the aggregation layer, the front proxy's headers do),
+//! and the API server decides, as it does for a kubelet with webhook
+//! authorization or an aggregated API server: a `SubjectAccessReview` for
+//! the [`Access`] asked (`verb` on `nodes/<subresource>` of the node, or on
+//! `metrics.k8s.io` pods or nodes). Decisions are kept a while (allowed 5
+//! minutes, denied 30 seconds, as the kubelet's defaults).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,19 +38,45 @@ impl Caller {
     }
 }
 
+/// What a caller asks to do, as a `SubjectAccessReview` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Access {
+    /// `get`, `list`, `create`, ...
+    pub verb: &'static str,
+    /// The API group ("" the core group).
+    pub group: &'static str,
+    /// `nodes`, `pods`.
+    pub resource: &'static str,
+    /// `proxy`, `stats`, ... ("" none).
+    pub subresource: &'static str,
+    /// The namespace ("" cluster-wide or all).
+    pub namespace: String,
+    /// The object's name ("" every one).
+    pub name: String,
+}
+
+impl Access {
+    /// A kubelet API request's access to `node`.
+    pub fn node(attributes: &Attributes, node: &str) -> Access {
+        Access {
+            verb: attributes.verb,
+            group: "",
+            resource: "nodes",
+            subresource: attributes.subresource,
+            namespace: String::new(),
+            name: node.to_owned(),
+        }
+    }
+}
+
 /// A decision's future.
 pub type Decision<'a> = Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
 
 /// Decides whether a caller may do what it asks of a node.
 pub trait Authorizer: Send + Sync {
-    /// Whether `caller` may `attributes` on `node` (`Err`: no decision
-    /// could be had; the request is refused).
-    fn allowed<'a>(
-        &'a self,
-        caller: &'a Caller,
-        attributes: &'a Attributes,
-        node: &'a str,
-    ) -> Decision<'a>;
+    /// Whether `caller` may have `access` (`Err`: no decision could be
+    /// had; the request is refused).
+    fn allowed<'a>(&'a self, caller: &'a Caller, access: &'a Access) -> Decision<'a>;
 }
 
 /// How long an allowed decision is kept.
@@ -58,7 +86,7 @@ pub const DENIED_FOR: Duration = Duration::from_secs(30);
 /// The most decisions kept.
 const MAX_KEPT: usize = 10_000;
 
-type Key = (Caller, &'static str, &'static str, String);
+type Key = (Caller, Access);
 
 /// Decisions kept for a while (plain code: time is passed in).
 #[derive(Default)]
@@ -68,34 +96,15 @@ pub struct DecisionCache {
 
 impl DecisionCache {
     /// The kept decision, if still fresh at `now`.
-    pub fn get(
-        &self,
-        caller: &Caller,
-        attributes: &Attributes,
-        node: &str,
-        now: Instant,
-    ) -> Option<bool> {
+    pub fn get(&self, caller: &Caller, access: &Access, now: Instant) -> Option<bool> {
         let kept = self.kept.lock().ok()?;
-        let key = (
-            caller.clone(),
-            attributes.verb,
-            attributes.subresource,
-            node.to_owned(),
-        );
-        let (allowed, at) = kept.get(&key)?;
+        let (allowed, at) = kept.get(&(caller.clone(), access.clone()))?;
         let ttl = if *allowed { ALLOWED_FOR } else { DENIED_FOR };
         (now.saturating_duration_since(*at) < ttl).then_some(*allowed)
     }
 
     /// Keeps a decision made at `now`.
-    pub fn put(
-        &self,
-        caller: &Caller,
-        attributes: &Attributes,
-        node: &str,
-        allowed: bool,
-        now: Instant,
-    ) {
+    pub fn put(&self, caller: &Caller, access: &Access, allowed: bool, now: Instant) {
         if let Ok(mut kept) = self.kept.lock() {
             if kept.len() >= MAX_KEPT {
                 kept.retain(|_, (allowed, at)| {
@@ -106,13 +115,7 @@ impl DecisionCache {
                     kept.clear();
                 }
             }
-            let key = (
-                caller.clone(),
-                attributes.verb,
-                attributes.subresource,
-                node.to_owned(),
-            );
-            kept.insert(key, (allowed, now));
+            kept.insert((caller.clone(), access.clone()), (allowed, now));
         }
     }
 }
@@ -137,17 +140,12 @@ impl SubjectAccessReviews {
 
 #[cfg(feature = "kubernetes")]
 impl Authorizer for SubjectAccessReviews {
-    fn allowed<'a>(
-        &'a self,
-        caller: &'a Caller,
-        attributes: &'a Attributes,
-        node: &'a str,
-    ) -> Decision<'a> {
+    fn allowed<'a>(&'a self, caller: &'a Caller, access: &'a Access) -> Decision<'a> {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
         };
         Box::pin(async move {
-            if let Some(kept) = self.cache.get(caller, attributes, node, Instant::now()) {
+            if let Some(kept) = self.cache.get(caller, access, Instant::now()) {
                 return Ok(kept);
             }
             let review = SubjectAccessReview {
@@ -155,10 +153,12 @@ impl Authorizer for SubjectAccessReviews {
                     user: Some(caller.user.clone()),
                     groups: Some(caller.groups.clone()),
                     resource_attributes: Some(ResourceAttributes {
-                        verb: Some(attributes.verb.to_owned()),
-                        resource: Some("nodes".to_owned()),
-                        subresource: Some(attributes.subresource.to_owned()),
-                        name: Some(node.to_owned()),
+                        verb: Some(access.verb.to_owned()),
+                        group: Some(access.group.to_owned()),
+                        resource: Some(access.resource.to_owned()),
+                        subresource: Some(access.subresource.to_owned()),
+                        namespace: Some(access.namespace.clone()),
+                        name: Some(access.name.clone()),
                         ..ResourceAttributes::default()
                     }),
                     ..SubjectAccessReviewSpec::default()
@@ -171,8 +171,7 @@ impl Authorizer for SubjectAccessReviews {
                 .await
                 .map_err(|err| format!("SubjectAccessReview: {err}"))?;
             let allowed = answer.status.is_some_and(|s| s.allowed);
-            self.cache
-                .put(caller, attributes, node, allowed, Instant::now());
+            self.cache.put(caller, access, allowed, Instant::now());
             Ok(allowed)
         })
     }
@@ -189,33 +188,43 @@ mod tests {
             user: "kube-apiserver-kubelet-client".to_owned(),
             groups: vec!["system:masters".to_owned()],
         };
-        let logs = Attributes {
-            verb: "get",
-            subresource: "proxy",
-        };
-        let stats = Attributes {
-            verb: "get",
-            subresource: "stats",
+        let logs = Access::node(
+            &Attributes {
+                verb: "get",
+                subresource: "proxy",
+            },
+            "edge-1",
+        );
+        let stats = Access::node(
+            &Attributes {
+                verb: "get",
+                subresource: "stats",
+            },
+            "edge-1",
+        );
+        let elsewhere = Access {
+            name: "edge-2".to_owned(),
+            ..logs.clone()
         };
         let t0 = Instant::now();
-        cache.put(&caller, &logs, "edge-1", true, t0);
-        cache.put(&caller, &stats, "edge-1", false, t0);
+        cache.put(&caller, &logs, true, t0);
+        cache.put(&caller, &stats, false, t0);
         assert_eq!(
-            cache.get(&caller, &logs, "edge-1", t0 + Duration::from_secs(299)),
+            cache.get(&caller, &logs, t0 + Duration::from_secs(299)),
             Some(true)
         );
-        assert_eq!(cache.get(&caller, &logs, "edge-1", t0 + ALLOWED_FOR), None);
+        assert_eq!(cache.get(&caller, &logs, t0 + ALLOWED_FOR), None);
         assert_eq!(
-            cache.get(&caller, &stats, "edge-1", t0 + Duration::from_secs(29)),
+            cache.get(&caller, &stats, t0 + Duration::from_secs(29)),
             Some(false)
         );
-        assert_eq!(cache.get(&caller, &stats, "edge-1", t0 + DENIED_FOR), None);
+        assert_eq!(cache.get(&caller, &stats, t0 + DENIED_FOR), None);
         // Another node, another caller: no decision.
-        assert_eq!(cache.get(&caller, &logs, "edge-2", t0), None);
+        assert_eq!(cache.get(&caller, &elsewhere, t0), None);
         let other = Caller {
             user: "someone".to_owned(),
             groups: Vec::new(),
         };
-        assert_eq!(cache.get(&other, &logs, "edge-1", t0), None);
+        assert_eq!(cache.get(&other, &logs, t0), None);
     }
 }

@@ -1,0 +1,440 @@
+//! The resource metrics API (`metrics.k8s.io/v1beta1`) for kube-apiserver's
+//! aggregation layer (Kubernetes mode): with an `APIService` naming this
+//! server, `kubectl top` and HorizontalPodAutoscalers read edge pods'
+//! figures through the API server, as they read metrics-server's.
+//!
+//! metrics-server cannot do it for edge nodes: it scrapes each Node's
+//! address, and every edge Node names the same cloudcore (see
+//! [`crate::controller::KubeletEndpoint`]) on a path that names no node.
+//! This server knows which nodes are linked here and asks each through its
+//! link; the cluster's own nodes it reads from their kubelets through the
+//! API server's node proxy ([`ClusterKubelets`]), so one APIService serves
+//! both.
+//!
+//! - TLS with this cloudcore's certificate (the APIService's `caBundle` is
+//!   cloudcore's CA), and a client certificate required: the front
+//!   proxy's (kube-apiserver's `--proxy-client-cert-file`), signed by the
+//!   request-header CA and named in its allowed names, both as the API
+//!   server publishes them in `kube-system/extension-apiserver-authentication`.
+//! - The user is the one the front proxy names (`X-Remote-User`,
+//!   `X-Remote-Group`), and the API server decides
+//!   ([`super::review`]): `get` or `list` on `metrics.k8s.io` `nodes` or
+//!   `pods`, as metrics-server's delegated authorization asks.
+//! - Discovery (`/apis/metrics.k8s.io/v1beta1`, what the APIService's
+//!   availability check reads) and health paths are open to the front
+//!   proxy.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::header::HeaderMap;
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+use super::review::{Authorizer, Caller};
+use super::{Body, DECISION_TIMEOUT, Handler, KubeletApiHandle, api_error, full, status};
+use crate::admin::metrics::{GROUP_VERSION, MetricsQuery, ResourceMetrics};
+
+/// Where the resource metrics API listens by default.
+pub const DEFAULT_ADDRESS: &str = "0.0.0.0:10353";
+
+/// The ConfigMap (in `kube-system`) where kube-apiserver publishes how its
+/// front proxy authenticates.
+pub const AUTHENTICATION_CONFIG_MAP: &str = "extension-apiserver-authentication";
+
+/// The resource metrics API's settings.
+pub struct MetricsApiConfig {
+    /// host:port to listen on.
+    pub address: String,
+    /// TLS: this server's certificate, and client certificates required
+    /// and verified against the request-header CA.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// How the front proxy names its user.
+    pub front_proxy: FrontProxy,
+    /// Who may do what.
+    pub authorizer: Arc<dyn Authorizer>,
+}
+
+/// How kube-apiserver's front proxy names the user it forwards for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontProxy {
+    /// The common names a proxy's certificate may carry (empty: any the
+    /// request-header CA signed).
+    pub allowed_names: Vec<String>,
+    /// The headers naming the user, first present wins.
+    pub username_headers: Vec<String>,
+    /// The headers naming its groups, every value of each.
+    pub group_headers: Vec<String>,
+}
+
+impl FrontProxy {
+    /// The front proxy and its CA (PEM) from the data of
+    /// [`AUTHENTICATION_CONFIG_MAP`].
+    pub fn from_config_map(
+        data: &BTreeMap<String, String>,
+    ) -> Result<(FrontProxy, String), String> {
+        let ca = data
+            .get("requestheader-client-ca-file")
+            .filter(|ca| !ca.trim().is_empty())
+            .ok_or("no requestheader-client-ca-file: is the API server's aggregation layer set up (--requestheader-client-ca-file)?")?;
+        let names = |key: &str| -> Result<Vec<String>, String> {
+            match data.get(key) {
+                None => Ok(Vec::new()),
+                Some(text) => serde_json::from_str(text).map_err(|err| format!("{key}: {err}")),
+            }
+        };
+        let front_proxy = FrontProxy {
+            allowed_names: names("requestheader-allowed-names")?,
+            username_headers: names("requestheader-username-headers")?,
+            group_headers: names("requestheader-group-headers")?,
+        };
+        if front_proxy.username_headers.is_empty() {
+            return Err("no requestheader-username-headers".to_owned());
+        }
+        Ok((front_proxy, ca.clone()))
+    }
+
+    /// The user a request from `proxy` (its certificate's subject) names.
+    pub fn caller(&self, proxy: Option<&Caller>, headers: &HeaderMap) -> Result<Caller, String> {
+        let proxy = proxy.ok_or("a client certificate with a common name is required")?;
+        if !self.allowed_names.is_empty() && !self.allowed_names.contains(&proxy.user) {
+            return Err(format!(
+                "{} is not an allowed front proxy (requestheader-allowed-names)",
+                proxy.user
+            ));
+        }
+        let user = self
+            .username_headers
+            .iter()
+            .find_map(|name| {
+                let value = headers.get(name.as_str())?.to_str().ok()?.trim();
+                (!value.is_empty()).then(|| value.to_owned())
+            })
+            .ok_or("the front proxy named no user")?;
+        let groups = self
+            .group_headers
+            .iter()
+            .flat_map(|name| headers.get_all(name.as_str()))
+            .filter_map(|value| value.to_str().ok())
+            .map(str::to_owned)
+            .collect();
+        Ok(Caller { user, groups })
+    }
+}
+
+/// The front proxy's settings and CA (PEM) as the API server publishes
+/// them.
+#[cfg(feature = "kubernetes")]
+pub async fn published_front_proxy(client: kube::Client) -> Result<(FrontProxy, String), String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "kube-system");
+    let map = maps
+        .get(AUTHENTICATION_CONFIG_MAP)
+        .await
+        .map_err(|err| format!("kube-system/{AUTHENTICATION_CONFIG_MAP}: {err}"))?;
+    FrontProxy::from_config_map(&map.data.unwrap_or_default())
+}
+
+/// Starts the resource metrics API over `metrics`.
+pub async fn start(
+    config: MetricsApiConfig,
+    metrics: ResourceMetrics,
+) -> std::io::Result<KubeletApiHandle> {
+    let served = Arc::new(Served {
+        metrics,
+        front_proxy: config.front_proxy,
+        authorizer: config.authorizer,
+    });
+    let handler: Handler = Arc::new(move |request, proxy, _permit| {
+        let served = served.clone();
+        Box::pin(async move { serve(request, proxy, &served).await })
+    });
+    let handle = super::serve_tls(&config.address, config.tls, handler, "metrics_api").await?;
+    info!(address = %handle.address, "resource metrics API (metrics.k8s.io) listening");
+    Ok(handle)
+}
+
+struct Served {
+    metrics: ResourceMetrics,
+    front_proxy: FrontProxy,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+/// What a path asks of this server.
+#[derive(Debug, PartialEq, Eq)]
+enum Asked {
+    Health,
+    Discovery(Value),
+    Metrics(MetricsQuery),
+}
+
+fn asked(path: &str) -> Option<Asked> {
+    let resources = json!([
+        {"name": "nodes", "singularName": "", "namespaced": false, "kind": "NodeMetrics", "verbs": ["get", "list"]},
+        {"name": "pods", "singularName": "", "namespaced": true, "kind": "PodMetrics", "verbs": ["get", "list"]},
+    ]);
+    let version = json!({"groupVersion": GROUP_VERSION, "version": "v1beta1"});
+    let group = json!({
+        "kind": "APIGroup", "apiVersion": "v1", "name": "metrics.k8s.io",
+        "versions": [version], "preferredVersion": version,
+    });
+    Some(match path.trim_end_matches('/') {
+        "/healthz" | "/livez" | "/readyz" => Asked::Health,
+        "/apis" => Asked::Discovery(json!({
+            "kind": "APIGroupList", "apiVersion": "v1", "groups": [group],
+        })),
+        "/apis/metrics.k8s.io" => Asked::Discovery(group),
+        "/apis/metrics.k8s.io/v1beta1" => Asked::Discovery(json!({
+            "kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": GROUP_VERSION, "resources": resources,
+        })),
+        _ => Asked::Metrics(MetricsQuery::from_path(path)?),
+    })
+}
+
+fn json_response(value: &Value) -> Response<Body> {
+    let mut response = Response::new(full(value.to_string()));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn serve(
+    request: Request<Incoming>,
+    proxy: Option<Caller>,
+    served: &Served,
+) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    if request.method() != hyper::Method::GET {
+        return status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the metrics API is read-only",
+        );
+    }
+    let query = match asked(&path) {
+        None => return status(StatusCode::NOT_FOUND, &format!("no such path: {path}")),
+        Some(Asked::Health) => return Response::new(full("ok")),
+        Some(Asked::Discovery(document)) => return json_response(&document),
+        Some(Asked::Metrics(query)) => query,
+    };
+    let caller = match served.front_proxy.caller(proxy.as_ref(), request.headers()) {
+        Ok(caller) => caller,
+        Err(reason) => return status(StatusCode::UNAUTHORIZED, &reason),
+    };
+    let access = query.access();
+    let decided = tokio::time::timeout(
+        DECISION_TIMEOUT,
+        served.authorizer.allowed(&caller, &access),
+    );
+    match decided
+        .await
+        .unwrap_or_else(|_| Err("no authorization decision in time".to_owned()))
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            let message = format!(
+                "{} \"{}\" is forbidden: User \"{}\" cannot {} resource \"{}\" in API group \"metrics.k8s.io\"{}",
+                access.resource,
+                access.name,
+                caller.user,
+                access.verb,
+                access.resource,
+                match access.namespace.as_str() {
+                    "" => String::new(),
+                    namespace => format!(" in the namespace \"{namespace}\""),
+                },
+            );
+            return status(StatusCode::FORBIDDEN, &message);
+        }
+        Err(reason) => return status(StatusCode::SERVICE_UNAVAILABLE, &reason),
+    }
+    debug!(user = %caller.user, %path, "metrics API request");
+    match served.metrics.answer(&query).await {
+        Ok(answer) => json_response(&answer),
+        Err(err) => api_error(&err),
+    }
+}
+
+/// The cluster's own nodes' kubelets, read through the API server's node
+/// proxy (`/api/v1/nodes/{name}/proxy/stats/summary`): every Node not
+/// labelled `node-role.kubernetes.io/edge`.
+#[cfg(feature = "kubernetes")]
+pub struct ClusterKubelets {
+    client: kube::Client,
+}
+
+#[cfg(feature = "kubernetes")]
+impl ClusterKubelets {
+    /// The kubelets of the cluster `client` talks to.
+    pub fn new(client: kube::Client) -> ClusterKubelets {
+        ClusterKubelets { client }
+    }
+
+    async fn names(&self, only: Option<&str>) -> Vec<String> {
+        use k8s_openapi::api::core::v1::Node;
+        let nodes: kube::Api<Node> = kube::Api::all(self.client.clone());
+        let listed = match only {
+            Some(name) => nodes
+                .get_opt(name)
+                .await
+                .map(|node| node.into_iter().collect()),
+            None => nodes
+                .list(&kube::api::ListParams::default().labels("!node-role.kubernetes.io/edge"))
+                .await
+                .map(|list| list.items),
+        };
+        let listed: Vec<Node> = listed.unwrap_or_else(|err| {
+            debug!(error = %err, "the cluster's nodes could not be listed");
+            Vec::new()
+        });
+        listed
+            .into_iter()
+            .filter(|node| {
+                let labels = node.metadata.labels.as_ref();
+                !labels.is_some_and(|l| l.contains_key("node-role.kubernetes.io/edge"))
+            })
+            .filter_map(|node| node.metadata.name)
+            .collect()
+    }
+
+    async fn summary(&self, name: &str) -> Option<Value> {
+        let path = format!("/api/v1/nodes/{name}/proxy/stats/summary?only_cpu_and_memory=true");
+        let request = hyper::Request::get(path).body(Vec::new()).ok()?;
+        let asked = tokio::time::timeout(
+            crate::admin::metrics::NODE_TIMEOUT,
+            self.client.request_text(request),
+        );
+        match asked.await {
+            Ok(Ok(text)) => serde_json::from_str(&text).ok(),
+            Ok(Err(err)) => {
+                debug!(node = name, error = %err, "a kubelet's stats could not be read");
+                None
+            }
+            Err(_) => {
+                debug!(node = name, "a kubelet's stats took too long");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(feature = "kubernetes")]
+impl crate::admin::metrics::OtherKubelets for ClusterKubelets {
+    fn summaries<'a>(
+        &'a self,
+        only: Option<&'a str>,
+    ) -> futures_util::future::BoxFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let names = self.names(only).await;
+            let asked = names.iter().map(|name| self.summary(name));
+            futures_util::future::join_all(asked)
+                .await
+                .into_iter()
+                .flatten()
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn published() -> BTreeMap<String, String> {
+        [
+            (
+                "requestheader-client-ca-file",
+                "-----BEGIN CERTIFICATE-----\n...",
+            ),
+            ("requestheader-allowed-names", r#"["front-proxy-client"]"#),
+            ("requestheader-username-headers", r#"["X-Remote-User"]"#),
+            ("requestheader-group-headers", r#"["X-Remote-Group"]"#),
+            (
+                "requestheader-extra-headers-prefix",
+                r#"["X-Remote-Extra-"]"#,
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    fn proxy(name: &str) -> Caller {
+        Caller {
+            user: name.to_owned(),
+            groups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_front_proxy_names_the_user_it_forwards_for() {
+        let (front_proxy, ca) = FrontProxy::from_config_map(&published()).expect("reads");
+        assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_eq!(front_proxy.allowed_names, ["front-proxy-client"]);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-remote-user", "alice".parse().expect("value"));
+        headers.append("x-remote-group", "devs".parse().expect("value"));
+        headers.append(
+            "x-remote-group",
+            "system:authenticated".parse().expect("value"),
+        );
+        let caller = front_proxy
+            .caller(Some(&proxy("front-proxy-client")), &headers)
+            .expect("a caller");
+        assert_eq!(caller.user, "alice");
+        assert_eq!(caller.groups, ["devs", "system:authenticated"]);
+        // Another certificate of the CA is no front proxy; none is none.
+        let refused = front_proxy.caller(Some(&proxy("mallory")), &headers);
+        assert!(
+            refused
+                .expect_err("refused")
+                .contains("not an allowed front proxy")
+        );
+        assert!(front_proxy.caller(None, &headers).is_err());
+        // A proxy naming nobody is refused, not taken as anonymous.
+        let nobody = front_proxy.caller(Some(&proxy("front-proxy-client")), &HeaderMap::new());
+        assert!(nobody.is_err());
+    }
+
+    #[test]
+    fn a_cluster_without_the_aggregation_layer_says_so() {
+        let mut data = published();
+        data.remove("requestheader-client-ca-file");
+        let err = FrontProxy::from_config_map(&data).expect_err("no CA");
+        assert!(err.contains("--requestheader-client-ca-file"), "{err}");
+        let mut data = published();
+        data.insert(
+            "requestheader-allowed-names".to_owned(),
+            "front-proxy".to_owned(),
+        );
+        assert!(FrontProxy::from_config_map(&data).is_err());
+    }
+
+    #[test]
+    fn paths_read_as_discovery_health_or_queries() {
+        assert_eq!(asked("/healthz"), Some(Asked::Health));
+        let Some(Asked::Discovery(list)) = asked("/apis/metrics.k8s.io/v1beta1") else {
+            panic!("discovery");
+        };
+        assert_eq!(list["kind"], "APIResourceList");
+        assert_eq!(list["resources"][1]["name"], "pods");
+        assert_eq!(list["resources"][1]["namespaced"], true);
+        assert_eq!(
+            asked("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/web"),
+            Some(Asked::Metrics(MetricsQuery::Pod {
+                namespace: "default".to_owned(),
+                name: "web".to_owned()
+            }))
+        );
+        assert_eq!(
+            asked("/apis/metrics.k8s.io/v1beta1/nodes"),
+            Some(Asked::Metrics(MetricsQuery::Nodes))
+        );
+        assert_eq!(asked("/apis/metrics.k8s.io/v1beta1/secrets"), None);
+        assert_eq!(asked("/api/v1/pods"), None);
+    }
+}
