@@ -14,9 +14,16 @@
 //! Baseline in the same run: raw MQTT publish/subscribe through the same
 //! broker (the same mappers publishing the same number of messages to one
 //! subscriber, and the same paced latency from publish to receipt).
+//!
+//! The same over DMI (KubeEdge v1.15+ mappers): 100 gRPC clients, each its
+//! own connection to the edge's DMI socket, calling `ReportDeviceStatus`,
+//! as fast as each call is answered and then paced. Baseline: the same
+//! calls to a gRPC server that answers without doing anything, over a Unix
+//! socket beside it (what gRPC itself costs).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +38,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use transports::tls::{self, DevPki};
 use transports::{DialOptions, ListenOptions, TransportKind};
+use twin::dmi::api;
+use twin::dmi::api::device_manager_service_client::DeviceManagerServiceClient;
+use twin::dmi::api::device_manager_service_server::{
+    DeviceManagerService, DeviceManagerServiceServer,
+};
 use twin::{BrokerAddress, DeviceTwin, DeviceTwinConfig, EmbeddedBroker, EventBus, EventBusConfig};
 
 use crate::Scale;
@@ -55,6 +67,35 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
         }
         let raw_latency = raw_latency(rig.broker, samples).await?;
         let twin_latency = rig.latency(samples).await?;
+        let noop = NoopDmi::start(&rig.dir.path().join("noop.sock"))?;
+        let mut dmi_rates = Vec::new();
+        let mut grpc_rates = Vec::new();
+        for run in 0..scale.runs {
+            grpc_rates.push(grpc_throughput(&noop.socket, updates).await?);
+            dmi_rates.push(rig.dmi_throughput(updates, run).await?);
+        }
+        let grpc_latency = grpc_latency(&noop.socket, samples).await?;
+        let dmi_latency = rig.dmi_latency(samples).await?;
+        let scenario = "twin/100 mappers over DMI";
+        let baseline = "raw gRPC calls, no-op server, Unix socket";
+        report.with_baseline(
+            scenario,
+            "updates/s to the cloud store",
+            median(dmi_rates),
+            "calls/s",
+            median(grpc_rates),
+            baseline,
+        );
+        for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+            report.with_baseline(
+                scenario,
+                &format!("latency {name}, mapper to cloud store"),
+                quantile_us(&dmi_latency, q),
+                "µs",
+                quantile_us(&grpc_latency, q),
+                baseline,
+            );
+        }
         let scenario = "twin/100 mappers";
         report.with_baseline(
             scenario,
@@ -86,9 +127,12 @@ struct Rig {
     edge: Hive,
     broker: SocketAddr,
     _embedded: EmbeddedBroker,
+    /// The edge's DMI socket.
+    dmi: PathBuf,
+    _dmi: twin::dmi::DmiServerHandle,
     /// Device statuses as the cloud store commits them.
     committed: tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, Value)>>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// The desired-state store, telling the bench of each device status it
@@ -205,6 +249,8 @@ impl Rig {
         MetaManager::start(&edge, store)?;
         let twins = DeviceTwin::start(&edge, DeviceTwinConfig::new(NODE))?;
         let embedded = EmbeddedBroker::start("127.0.0.1:0", 4 << 20).await?;
+        let dmi_socket = dir.path().join("dmi.sock");
+        let dmi = twin::dmi::server::start(&edge, twin::dmi::DmiConfig::new(&dmi_socket))?;
         let broker = embedded.address;
         EventBus::start(
             &edge,
@@ -231,8 +277,10 @@ impl Rig {
             edge,
             broker,
             _embedded: embedded,
+            dmi: dmi_socket,
+            _dmi: dmi,
             committed: tokio::sync::Mutex::new(committed),
-            _dir: dir,
+            dir,
         })
     }
 
@@ -329,10 +377,228 @@ impl Rig {
         Ok(latencies)
     }
 
+    /// Every DMI mapper reports `updates` values, each call once the last
+    /// is answered; the updates per second until the cloud store holds
+    /// every last value.
+    async fn dmi_throughput(&self, updates: usize, run: usize) -> Result<f64> {
+        let mappers = dial_all(&self.dmi).await?;
+        let mut committed = self.committed.lock().await;
+        while committed.try_recv().is_ok() {}
+        let last = |n: usize| format!("dmi-{run}-{n}-{}", updates - 1);
+        let mut waiting: HashMap<String, String> = (0..MAPPERS)
+            .map(|n| (format!("sensor-{n:03}"), last(n)))
+            .collect();
+        let started = Instant::now();
+        let calls = mappers
+            .into_iter()
+            .enumerate()
+            .map(|(n, mut client)| async move {
+                for step in 0..updates {
+                    client
+                        .report_device_status(status_report(n, &format!("dmi-{run}-{n}-{step}")))
+                        .await?;
+                }
+                anyhow::Ok(())
+            });
+        for called in futures_util::future::join_all(calls).await {
+            called?;
+        }
+        tokio::time::timeout(WAIT, async {
+            while !waiting.is_empty() {
+                let Some((_, device)) = committed.recv().await else {
+                    break;
+                };
+                if let Some((name, value)) = reported(&device)
+                    && waiting.get(&name) == Some(&value)
+                {
+                    waiting.remove(&name);
+                }
+            }
+        })
+        .await
+        .context("the cloud store never got every last DMI value")?;
+        Ok((MAPPERS * updates) as f64 / started.elapsed().as_secs_f64())
+    }
+
+    /// Paced DMI reports, timed from the call to the cloud store's commit.
+    async fn dmi_latency(&self, samples: usize) -> Result<Vec<u64>> {
+        let mut mappers = dial_all(&self.dmi).await?;
+        let mut committed = self.committed.lock().await;
+        while committed.try_recv().is_ok() {}
+        let mut sent: HashMap<(String, String), Instant> = HashMap::new();
+        let mut latencies = Vec::new();
+        let stagger = PACE / MAPPERS as u32;
+        let mut take = |at: Instant, device: &Value, sent: &mut HashMap<_, Instant>| {
+            if let Some(key) = reported(device)
+                && let Some(published) = sent.remove(&key)
+            {
+                latencies.push(at.duration_since(published).as_nanos() as u64);
+            }
+        };
+        for step in 0..samples {
+            for (n, client) in mappers.iter_mut().enumerate() {
+                let value = format!("dmi-paced-{n}-{step}");
+                sent.insert((format!("sensor-{n:03}"), value.clone()), Instant::now());
+                client
+                    .report_device_status(status_report(n, &value))
+                    .await?;
+                let until = tokio::time::Instant::now() + stagger;
+                while let Ok(Some((at, device))) =
+                    tokio::time::timeout_at(until, committed.recv()).await
+                {
+                    take(at, &device, &mut sent);
+                }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !sent.is_empty() {
+            match tokio::time::timeout_at(deadline, committed.recv()).await {
+                Ok(Some((at, device))) => take(at, &device, &mut sent),
+                _ => anyhow::bail!(
+                    "{} paced DMI reports never reached the cloud store",
+                    sent.len()
+                ),
+            }
+        }
+        latencies.sort_unstable();
+        Ok(latencies)
+    }
+
     async fn stop(self) {
         let _ = self.edge.shutdown().await;
         let _ = self.cloud.shutdown().await;
     }
+}
+
+/// A DMI mapper's report of sensor `n`'s value.
+fn status_report(n: usize, value: &str) -> api::ReportDeviceStatusRequest {
+    api::ReportDeviceStatusRequest {
+        device_name: format!("sensor-{n:03}"),
+        device_namespace: "default".to_owned(),
+        reported_device: Some(api::DeviceStatus {
+            twins: vec![api::Twin {
+                property_name: "value".to_owned(),
+                observed_desired: None,
+                reported: Some(api::TwinProperty {
+                    value: value.to_owned(),
+                    metadata: Default::default(),
+                }),
+            }],
+            report_to_cloud: true,
+            report_cycle: 0,
+        }),
+    }
+}
+
+type DmiClient = DeviceManagerServiceClient<tonic::transport::Channel>;
+
+/// 100 DMI clients, each its own connection to `socket`.
+async fn dial_all(socket: &Path) -> Result<Vec<DmiClient>> {
+    let mut clients = Vec::with_capacity(MAPPERS);
+    for _ in 0..MAPPERS {
+        let channel = twin::dmi::dial(socket, WAIT).await?;
+        clients.push(DeviceManagerServiceClient::new(channel));
+    }
+    Ok(clients)
+}
+
+/// The DMI baseline's server: answers every call at once, doing nothing.
+struct NoopDmi {
+    socket: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for NoopDmi {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+struct Noop;
+
+#[tonic::async_trait]
+impl DeviceManagerService for Noop {
+    async fn mapper_register(
+        &self,
+        _: tonic::Request<api::MapperRegisterRequest>,
+    ) -> Result<tonic::Response<api::MapperRegisterResponse>, tonic::Status> {
+        Ok(tonic::Response::new(api::MapperRegisterResponse::default()))
+    }
+
+    async fn report_device_status(
+        &self,
+        _: tonic::Request<api::ReportDeviceStatusRequest>,
+    ) -> Result<tonic::Response<api::ReportDeviceStatusResponse>, tonic::Status> {
+        Ok(tonic::Response::new(api::ReportDeviceStatusResponse {}))
+    }
+
+    async fn report_device_states(
+        &self,
+        _: tonic::Request<api::ReportDeviceStatesRequest>,
+    ) -> Result<tonic::Response<api::ReportDeviceStatesResponse>, tonic::Status> {
+        Ok(tonic::Response::new(api::ReportDeviceStatesResponse {}))
+    }
+}
+
+impl NoopDmi {
+    fn start(socket: &Path) -> Result<NoopDmi> {
+        let listener = tokio::net::UnixListener::bind(socket)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder().serve_with_incoming_shutdown(
+            DeviceManagerServiceServer::new(Noop),
+            twin::dmi::incoming(listener),
+            async {
+                let _ = stopped.await;
+            },
+        );
+        tokio::spawn(server);
+        Ok(NoopDmi {
+            socket: socket.to_path_buf(),
+            stop: Some(stop),
+        })
+    }
+}
+
+/// The DMI baseline: the same calls, answered by the no-op server.
+async fn grpc_throughput(socket: &Path, updates: usize) -> Result<f64> {
+    let mappers = dial_all(socket).await?;
+    let started = Instant::now();
+    let calls = mappers
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut client)| async move {
+            for step in 0..updates {
+                client
+                    .report_device_status(status_report(n, &format!("raw-{n}-{step}")))
+                    .await?;
+            }
+            anyhow::Ok(())
+        });
+    for called in futures_util::future::join_all(calls).await {
+        called?;
+    }
+    Ok((MAPPERS * updates) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The DMI baseline's latency: paced calls, timed to their answer.
+async fn grpc_latency(socket: &Path, samples: usize) -> Result<Vec<u64>> {
+    let mut mappers = dial_all(socket).await?;
+    let mut latencies = Vec::new();
+    let stagger = PACE / MAPPERS as u32;
+    for step in 0..samples {
+        for (n, client) in mappers.iter_mut().enumerate() {
+            let started = Instant::now();
+            client
+                .report_device_status(status_report(n, &format!("raw-paced-{n}-{step}")))
+                .await?;
+            latencies.push(started.elapsed().as_nanos() as u64);
+            tokio::time::sleep(stagger.saturating_sub(started.elapsed())).await;
+        }
+    }
+    latencies.sort_unstable();
+    Ok(latencies)
 }
 
 fn report(value: &str) -> Vec<u8> {
