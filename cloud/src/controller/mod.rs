@@ -1127,7 +1127,7 @@ impl Controller {
     /// Answers the twin syncs that waited, if devices and models are
     /// listed now, for the nodes still linked here.
     fn answer_waiting_twin_syncs(&mut self) {
-        if self.twin_syncs.is_empty() || self.reconciler.devices_of("").is_none() {
+        if self.twin_syncs.is_empty() || !self.reconciler.devices_listed() {
             return;
         }
         for (node, request) in std::mem::take(&mut self.twin_syncs) {

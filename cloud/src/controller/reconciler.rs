@@ -1190,11 +1190,16 @@ impl Reconciler {
         self.bound.get(key).is_some_and(|bound| bound.node == node)
     }
 
+    /// Whether devices and device models have been listed.
+    pub fn devices_listed(&self) -> bool {
+        self.loaded.contains(&Kind::Device) && self.loaded.contains(&Kind::DeviceModel)
+    }
+
     /// The devices bound to `node`, in key order; `None` until devices
     /// and their models are listed (an empty list then would say the node
     /// has none, and a KubeEdge edge told so removes every device it holds).
     pub fn devices_of(&self, node: &str) -> Option<Vec<ObjectKey>> {
-        if !(self.loaded.contains(&Kind::Device) && self.loaded.contains(&Kind::DeviceModel)) {
+        if !self.devices_listed() {
             return None;
         }
         let mut devices: Vec<ObjectKey> = self
