@@ -7,6 +7,9 @@
 //!   `Device` and `DeviceModel`), written from KubeEdge's public API
 //!   definitions; they implement k8s-openapi's `Resource` traits, so lists
 //!   and watch events of them are built the way the core kinds' are;
+//! - [`twin`]: KubeEdge's device twin messages (twins, membership), which
+//!   the edge's devicetwin publishes and the cloud answers a KubeEdge
+//!   edge's twin sync in;
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike.
@@ -16,5 +19,6 @@ pub mod defaults;
 pub mod devices;
 pub mod kinds;
 pub mod streams;
+pub mod twin;
 
 pub use kinds::{Kind, ObjectKey};

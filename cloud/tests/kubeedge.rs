@@ -11,10 +11,17 @@ mod common;
 
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use apis::kinds::{Kind, ObjectKey};
+use cloud::desired::{StoreFuture, TokenRequest, WatchStream};
+use cloud::{ControllerConfig, DesiredError, DesiredState, EmbeddedStore};
 use common::kubeedge::{
-    KubeEdgeEdge, ack, answered, application, application_content, keepalive, request, watch_sync,
+    KubeEdgeEdge, ack, answered, application, application_content, keepalive, request, twin_sync,
+    watch_sync,
 };
-use common::{Cloud, Edge, configmap_yaml, next, pod_yaml};
+use common::{Backend, Cloud, Edge, configmap_yaml, next, pod_yaml};
 use hub::Dialect;
 use serde_json::{Value, json};
 
@@ -422,5 +429,234 @@ async fn a_kubeedge_metaserver_is_answered_at_once_without_an_api_server() {
         (counts.approved, counts.rejected, counts.watches),
         (0, 3, 0)
     );
+    cloud.shutdown().await;
+}
+
+/// A model and three devices: two bound to kube-6, one to kube-7.
+const DEVICES: &str = "apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: thermometer, namespace: default}
+spec:
+  protocol: modbus
+  properties:
+  - {name: setpoint, type: int}
+  - {name: temperature, type: float}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: thermo-1, namespace: default, labels: {description: hall}}
+spec:
+  nodeName: kube-6
+  deviceModelRef: {name: thermometer}
+  protocol: {protocolName: modbus}
+  properties:
+  - name: setpoint
+    desired: {value: '21'}
+  - name: temperature
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: thermo-2, namespace: default}
+spec:
+  nodeName: kube-6
+  deviceModelRef: {name: thermometer}
+  protocol: {protocolName: modbus}
+  properties:
+  - name: setpoint
+    desired: {value: '18'}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: thermo-9, namespace: default}
+spec:
+  nodeName: kube-7
+  deviceModelRef: {name: thermometer}
+  properties:
+  - name: setpoint
+    desired: {value: '30'}
+";
+
+/// A KubeEdge edgecore's twin sync (on every connect; KubeEdge's own
+/// cloud never answers it): the detail lists exactly the node's devices
+/// with their desired values, then a confirm with the request as parent
+/// stops the edge asking. A node cannot ask for another's.
+#[actix::test]
+async fn a_kubeedge_edges_twin_sync_gets_its_devices_then_a_confirm() {
+    let cloud = Cloud::start().await;
+    let applied = cloud.apply(DEVICES).await;
+    assert_eq!(applied.len(), 4, "{applied:?}");
+    // thermo-1's mapper reported before: its last value is the actual one.
+    let store = cloud.controller.store().clone();
+    let key = ObjectKey::new(Kind::Device, "default", "thermo-1");
+    let mut thermo = store.get(&key).expect("read").expect("thermo-1");
+    thermo["status"] = json!({"state": "online", "lastOnlineTime": "2026-11-26T10:00:00Z",
+        "twins": [{"propertyName": "temperature",
+                   "reported": {"value": "19.5", "metadata": {"timestamp": "1700000000000"}}}]});
+    let thermo = store.replace_status(thermo).await.expect("status");
+    let version: u64 = thermo["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a version");
+
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-6"), "system:node:kube-6").await;
+    edge.send(keepalive()).await;
+    // Asking for another node's devices is refused by cloudhub, unanswered.
+    let mut foreign = twin_sync("kube-7", "foreign");
+    foreign["route"]["resource"] = json!("node/kube-7/membership/detail");
+    edge.send(foreign).await;
+    let sync = twin_sync("kube-6", "ev-1");
+    let request_id = sync["header"]["msg_id"].clone();
+    edge.send(sync).await;
+
+    let detail = edge.recv_twin("the membership detail").await;
+    // No parent: the edge takes it as the result, not as a confirm.
+    assert!(detail["header"].get("parent_msg_id").is_none(), "{detail}");
+    assert!(
+        detail["header"].get("resourceversion").is_none(),
+        "{detail}"
+    );
+    assert_eq!(
+        detail["route"],
+        json!({"source": "devicecontroller", "group": "twin", "operation": "update",
+               "resource": "membership/detail"})
+    );
+    let content = &detail["content"];
+    assert_eq!(content["event_id"], "ev-1");
+    let ids: Vec<&str> = content["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .filter_map(|d| d["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["default/thermo-1", "default/thermo-2"]);
+    let (thermo_1, thermo_2) = (&content["devices"][0], &content["devices"][1]);
+    assert_eq!(thermo_1["name"], "thermo-1");
+    assert_eq!(thermo_1["description"], "hall");
+    assert_eq!(thermo_1["state"], "online");
+    assert_eq!(thermo_1["last_online"], "2026-11-26T10:00:00Z");
+    assert_eq!(thermo_1["attributes"]["model"]["value"], "thermometer");
+    assert_eq!(thermo_1["attributes"]["protocol"]["value"], "modbus");
+    let versioned = json!({"cloud": version, "edge": 0});
+    let setpoint = &thermo_1["twin"]["setpoint"];
+    assert_eq!(setpoint["expected"]["value"], "21");
+    assert_eq!(setpoint["metadata"], json!({"type": "int"}));
+    assert_eq!(setpoint["optional"], false);
+    assert_eq!(setpoint["expected_version"], versioned);
+    assert!(setpoint.get("actual").is_none(), "{setpoint}");
+    let temperature = &thermo_1["twin"]["temperature"];
+    assert_eq!(
+        temperature["actual"],
+        json!({"value": "19.5", "metadata": {"timestamp": 1_700_000_000_000_i64}})
+    );
+    assert_eq!(temperature["actual_version"], versioned);
+    assert_eq!(temperature["metadata"], json!({"type": "float"}));
+    assert!(temperature.get("expected").is_none(), "{temperature}");
+    assert_eq!(thermo_2["twin"]["setpoint"]["expected"]["value"], "18");
+    assert!(thermo_2.get("description").is_none(), "{thermo_2}");
+
+    let confirm = edge.recv_twin("the confirm").await;
+    assert_eq!(confirm["header"]["parent_msg_id"], request_id, "{confirm}");
+    assert_eq!(
+        confirm["route"],
+        json!({"source": "devicecontroller", "group": "twin", "operation": "response",
+               "resource": "twin"})
+    );
+    assert_eq!(confirm["content"], "OK");
+    // The foreign request was refused before the controller saw it.
+    assert_eq!(count(&cloud.hub.stats.foreign_messages), 1);
+    let counts = cloud.counts("the twin sync", |c| c.twin_syncs >= 1).await;
+    assert_eq!(counts.twin_syncs, 1);
+    edge.link.sender.close().await;
+    cloud.shutdown().await;
+}
+
+/// A desired state whose devices cannot be listed until it is opened, as
+/// a Kubernetes mirror before its first list.
+struct DevicesNotListedYet {
+    inner: Arc<dyn DesiredState>,
+    open: Arc<AtomicBool>,
+}
+
+impl DesiredState for DevicesNotListedYet {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+        self.inner.get(key)
+    }
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        if kind == Kind::Device && !self.open.load(Ordering::Acquire) {
+            return Err(DesiredError::Backend("devices not listed yet".to_owned()));
+        }
+        self.inner.list(kind, namespace)
+    }
+    fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
+        self.inner.watch(kind, since)
+    }
+    fn create(&self, object: Value) -> StoreFuture<Value> {
+        self.inner.create(object)
+    }
+    fn replace(&self, object: Value) -> StoreFuture<Value> {
+        self.inner.replace(object)
+    }
+    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+        self.inner.replace_status(object)
+    }
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+        self.inner.delete(key)
+    }
+    fn next_revision(&self) -> StoreFuture<u64> {
+        self.inner.next_revision()
+    }
+    fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
+        self.inner.finish_deletion(key, uid)
+    }
+    fn request_token(&self, request: TokenRequest) -> StoreFuture<Value> {
+        self.inner.request_token(request)
+    }
+}
+
+/// An empty list removes every device twin at a KubeEdge edge: a node
+/// with no devices is told so only once the cloud has listed its devices,
+/// never from a cache not loaded yet. Until then the request waits, and
+/// is answered as soon as the list comes.
+#[actix::test]
+async fn a_twin_sync_is_answered_only_once_devices_are_listed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let inner = EmbeddedStore::open(&dir.path().join("desired.redb"))
+        .expect("store")
+        .shared();
+    let open = Arc::new(AtomicBool::new(false));
+    let store = Arc::new(DevicesNotListedYet {
+        inner,
+        open: open.clone(),
+    });
+    let config = ControllerConfig {
+        retry_every: Duration::from_millis(100),
+        ..ControllerConfig::default()
+    };
+    let backend = Backend {
+        store: Some(store),
+        api: None,
+    };
+    let cloud = Cloud::start_backed_by_with(backend, config).await;
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-8"), "system:node:kube-8").await;
+    let sync = twin_sync("kube-8", "ev-empty");
+    let request_id = sync["header"]["msg_id"].clone();
+    edge.send(sync).await;
+    // The controller takes messages in order: once the lease query is
+    // answered, the twin sync was taken, and left waiting.
+    let lease = request("query", "kube-node-lease/lease/kube-8", Value::Null);
+    let answer = edge.ask(lease, "the lease query's answer").await;
+    assert_eq!(answer["content"]["Err"]["ErrStatus"]["code"], 404);
+    let counts = *cloud.controller.counts.borrow();
+    assert_eq!(counts.twin_syncs, 0);
+
+    open.store(true, Ordering::Release);
+    let detail = edge.recv_twin("the membership detail").await;
+    assert_eq!(detail["route"]["resource"], "membership/detail");
+    assert_eq!(detail["content"]["event_id"], "ev-empty");
+    assert_eq!(detail["content"]["devices"], json!([]));
+    let confirm = edge.recv_twin("the confirm").await;
+    assert_eq!(confirm["header"]["parent_msg_id"], request_id, "{confirm}");
+    assert_eq!(confirm["content"], "OK");
+    edge.link.sender.close().await;
     cloud.shutdown().await;
 }

@@ -118,10 +118,23 @@ pub fn to_cloud(node: &str, mut msg: Message) -> Result<Message, Refusal> {
 }
 
 /// The node a cloud-side message is for, and the message in the edge's form.
+/// Besides objects (`node/<node>/<ns>/<type>/<name>`), a resource of one
+/// segment after the node passes, as KubeEdge's cloudhub trims any: the
+/// devicecontroller's confirms to a KubeEdge edge's twin go to
+/// `node/<node>/twin`.
 pub fn to_edge(mut msg: Message) -> Option<(String, Message)> {
-    let cloud: CloudResource = msg.resource().parse().ok()?;
-    msg.router.resource = cloud.resource.to_string();
-    Some((cloud.node, msg))
+    let (node, edge) = match msg.resource().parse::<CloudResource>() {
+        Ok(cloud) => (cloud.node, cloud.resource.to_string()),
+        Err(_) => {
+            let (node, edge) = msg.resource().strip_prefix("node/")?.split_once('/')?;
+            if node.is_empty() || edge.is_empty() || edge.contains('/') {
+                return None;
+            }
+            (node.to_owned(), edge.to_owned())
+        }
+    };
+    msg.router.resource = edge;
+    Some((node, msg))
 }
 
 #[cfg(test)]
@@ -161,6 +174,12 @@ mod tests {
         let (node, edge) = to_edge(msg).expect("cloud form");
         assert_eq!((node.as_str(), edge.resource()), ("n1", "default/pod/web"));
         assert!(to_edge(upstream("default/pod/web")).is_none());
+        // A twin confirm's one segment passes; an empty or odd one does not.
+        let (node, edge) = to_edge(upstream("node/n1/twin")).expect("one segment");
+        assert_eq!((node.as_str(), edge.resource()), ("n1", "twin"));
+        for odd in ["node/n1/", "node//twin", "node/n1//pod", "node/n1"] {
+            assert!(to_edge(upstream(odd)).is_none(), "{odd}");
+        }
     }
 
     #[test]

@@ -173,22 +173,16 @@ struct DeviceEntry {
 impl DeviceEntry {
     fn member(&self) -> MemberDevice {
         let mut attributes = BTreeMap::new();
-        let attribute = |value: &str| MsgAttr {
-            value: value.to_owned(),
-            optional: Some(true),
-            metadata: Some(TypeMetadata {
-                type_: "string".to_owned(),
-            }),
-        };
         if let Some(model) = &self.model {
-            attributes.insert("model".to_owned(), attribute(model));
+            attributes.insert("model".to_owned(), MsgAttr::text(model));
         }
         if let Some(protocol) = &self.protocol {
-            attributes.insert("protocol".to_owned(), attribute(protocol));
+            attributes.insert("protocol".to_owned(), MsgAttr::text(protocol));
         }
         MemberDevice {
             id: self.name.clone(),
             name: self.name.clone(),
+            description: None,
             state: self.state.clone(),
             last_online: self.last_online.clone(),
             attributes,

@@ -7,12 +7,16 @@
 //! expected_version, actual_version}`, where each value is
 //! `{value, metadata: {timestamp}}` and each version `{cloud, edge}`.
 //! Failures are answered on the matching result topic as
-//! `{event_id, timestamp, code, reason}`.
+//! `{event_id, timestamp, code, reason}`. The payloads' types are
+//! [`apis::twin`]'s, shared with the cloud, which answers a KubeEdge
+//! edge's twin sync in them.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use apis::twin::{
+    BaseMessage, MemberDevice, MsgAttr, MsgTwin, StateUpdate, TwinUpdate, TwinValue, TwinVersion,
+    TypeMetadata, ValueMetadata,
+};
 
 /// The prefix of every device topic.
 pub const DEVICE_PREFIX: &str = "$hw/events/device/";
@@ -105,136 +109,6 @@ pub fn device_topic(id: &str, suffix: &str) -> String {
 /// `$hw/events/node/<node>/<suffix>`.
 pub fn node_topic(node: &str, suffix: &str) -> String {
     format!("{NODE_PREFIX}{node}/{suffix}")
-}
-
-/// A value and when it was set.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TwinValue {
-    /// The value (KubeEdge's twins are strings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    /// When it was set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<ValueMetadata>,
-}
-
-/// When a value was set.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ValueMetadata {
-    /// Milliseconds since the epoch.
-    #[serde(default)]
-    pub timestamp: i64,
-}
-
-/// A twin's type.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TypeMetadata {
-    /// `string`, `int`, ...; `deleted` in an update deletes the twin.
-    #[serde(default, rename = "type")]
-    pub type_: String,
-}
-
-/// How often a value changed on each side.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TwinVersion {
-    /// Changes from the cloud (for an expected value, the cloud's revision
-    /// of it; for an actual value, the expected revision it was reported
-    /// against).
-    #[serde(default)]
-    pub cloud: u64,
-    /// Changes made at the edge.
-    #[serde(default)]
-    pub edge: u64,
-}
-
-/// One twin, as published and as received (every field optional).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MsgTwin {
-    /// The value wanted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected: Option<TwinValue>,
-    /// The value the device has.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub actual: Option<TwinValue>,
-    /// Whether the twin may be absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optional: Option<bool>,
-    /// Its type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<TypeMetadata>,
-    /// Versions of the expected value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_version: Option<TwinVersion>,
-    /// Versions of the actual value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub actual_version: Option<TwinVersion>,
-}
-
-/// A request's common part.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BaseMessage {
-    /// The requester's id for it, echoed in the result.
-    #[serde(default)]
-    pub event_id: String,
-    /// When it was sent.
-    #[serde(default)]
-    pub timestamp: i64,
-}
-
-/// `twin/update`: twins to change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TwinUpdate {
-    /// The common part.
-    #[serde(flatten)]
-    pub base: BaseMessage,
-    /// Twins by property name.
-    #[serde(default)]
-    pub twin: BTreeMap<String, MsgTwin>,
-}
-
-/// `state/update`: the device's state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateUpdate {
-    /// The common part.
-    #[serde(flatten)]
-    pub base: BaseMessage,
-    /// `online`, `offline`, ...
-    #[serde(default)]
-    pub state: String,
-}
-
-/// A device as membership messages describe it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberDevice {
-    /// Its id on the MQTT topics (the device's name).
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// Its state as last reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-    /// When it was last online (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_online: Option<String>,
-    /// Its attributes: model and protocol.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub attributes: BTreeMap<String, MsgAttr>,
-    /// Its twins.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub twin: BTreeMap<String, MsgTwin>,
-}
-
-/// A device attribute.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MsgAttr {
-    /// Its value.
-    pub value: String,
-    /// Whether it may be absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optional: Option<bool>,
-    /// Its type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<TypeMetadata>,
 }
 
 /// A failure on a result topic.

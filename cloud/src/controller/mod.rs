@@ -29,6 +29,7 @@ pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
 pub mod tokens;
+pub mod twin_sync;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::pin::Pin;
@@ -48,6 +49,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use apis::api::ApiError;
+use apis::devices::Device;
 use apis::kinds::{Kind, ObjectKey, valid_name};
 
 use crate::admin::manifest;
@@ -186,6 +188,8 @@ pub struct ControllerCounts {
     /// everything again; an answer for an earlier link is counted, not
     /// taken).
     pub cursors_read: u64,
+    /// KubeEdge nodes' twin syncs (`membership/detail`) answered.
+    pub twin_syncs: u64,
 }
 
 /// What an apply did.
@@ -402,6 +406,7 @@ impl EdgeController {
             renewing: Arc::default(),
             counts: Arc::new(counts_tx),
             handled: handled_tx,
+            twin_syncs: HashMap::new(),
         };
         actix::spawn(controller.run(requests));
         // The controller's doors: nodes' messages arrive in the resource
@@ -481,6 +486,9 @@ struct Controller {
     renewing: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<watch::Sender<ControllerCounts>>,
     handled: watch::Sender<Handled>,
+    /// KubeEdge nodes' twin syncs waiting for devices and models to be
+    /// listed, the latest per node.
+    twin_syncs: HashMap<String, HiveMessage>,
 }
 
 fn node_name(pod: &Value) -> Option<String> {
@@ -488,15 +496,26 @@ fn node_name(pod: &Value) -> Option<String> {
 }
 
 /// Sends an answer down to its node through cloudhub.
-pub(crate) fn send_to_node(hive: &Hive, mut answer: HiveMessage) {
-    // An answer is not an object to acknowledge.
-    answer.header.resource_version.clear();
-    answer.header.sync = false;
+pub(crate) fn send_to_node(hive: &Hive, answer: HiveMessage) {
+    send_to_node_in_order(hive, vec![answer]);
+}
+
+/// Sends answers down through cloudhub, each after the one before (a
+/// node's answers go down its link in the order cloudhub takes them).
+fn send_to_node_in_order(hive: &Hive, mut answers: Vec<HiveMessage>) {
+    for answer in &mut answers {
+        // An answer is not an object to acknowledge.
+        answer.header.resource_version.clear();
+        answer.header.sync = false;
+    }
     let hive = hive.clone();
     // tokio's spawn: answers are also sent from tasks outside actix's.
     tokio::spawn(async move {
-        if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
-            debug!(error = %err, "answer to a node not sent");
+        for answer in answers {
+            if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
+                debug!(error = %err, "answer to a node not sent");
+                return;
+            }
         }
     });
 }
@@ -661,6 +680,9 @@ impl Controller {
                     .streams
                     .sort_by_key(|(k, _)| FOLLOWED.iter().position(|f| f == k));
                 self.mark_handled(kind, revision);
+                if matches!(kind, Kind::Device | Kind::DeviceModel) {
+                    self.answer_waiting_twin_syncs();
+                }
             }
             Err(err) => {
                 warn!(kind = kind.name(), error = %err, "desired state not listed; trying again")
@@ -1030,10 +1052,14 @@ impl Controller {
                 }
                 // Served by another replica now: nothing to say of it here.
                 operation::NODE_DISCONNECTED if msg.content()["served"] == false => {
+                    self.twin_syncs.remove(&node);
                     self.reconciler.served_elsewhere(&node);
                     return;
                 }
-                operation::NODE_DISCONNECTED => self.reconciler.disconnected(&node),
+                operation::NODE_DISCONNECTED => {
+                    self.twin_syncs.remove(&node);
+                    self.reconciler.disconnected(&node)
+                }
                 _ => return,
             };
             self.act(actions).await;
@@ -1046,6 +1072,9 @@ impl Controller {
         };
         let node = resource.node.clone();
         let edge = resource.resource;
+        if twin_sync::is_detail_request(&edge) {
+            return self.twin_sync(&node, msg);
+        }
         match (msg.operation(), edge.resource_type.as_str()) {
             (_, resource_type::LEASE) => self.lease(&node, &edge, &msg),
             (operation::QUERY, _) => self.answer_query(&node, &edge, &msg),
@@ -1081,6 +1110,82 @@ impl Controller {
                 self.refuse_sync(&msg, "the edgecontroller does not take this");
             }
         }
+    }
+
+    /// Answers a KubeEdge node's twin sync (see [`twin_sync`]) once
+    /// devices and models are listed; until then it waits.
+    fn twin_sync(&mut self, node: &str, request: HiveMessage) {
+        match self.reconciler.devices_of(node) {
+            Some(devices) => self.answer_twin_sync(node, &request, devices),
+            None => {
+                debug!(%node, "twin sync waits for devices and models to be listed");
+                self.twin_syncs.insert(node.to_owned(), request);
+            }
+        }
+    }
+
+    /// Answers the twin syncs that waited, if devices and models are
+    /// listed now, for the nodes still linked here.
+    fn answer_waiting_twin_syncs(&mut self) {
+        if self.twin_syncs.is_empty() || !self.reconciler.devices_listed() {
+            return;
+        }
+        for (node, request) in std::mem::take(&mut self.twin_syncs) {
+            if let Some(devices) = self.reconciler.devices_of(&node)
+                && self.reconciler.is_connected(&node)
+            {
+                self.answer_twin_sync(&node, &request, devices);
+            }
+        }
+    }
+
+    /// Sends `node` its devices, then the confirm of `request`. Nothing
+    /// is sent if one cannot be read: a partial list would remove the
+    /// missing devices at the edge, and the edge asks again in 60 s.
+    fn answer_twin_sync(&self, node: &str, request: &HiveMessage, devices: Vec<ObjectKey>) {
+        let mut listed = Vec::with_capacity(devices.len());
+        for key in &devices {
+            let read = self.store.get(key).map_err(|err| err.to_string());
+            let device: Device = match read.and_then(|object| {
+                object
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(|err| err.to_string())
+            }) {
+                Ok(Some(device)) => device,
+                // Deleted meanwhile: not the node's any more.
+                Ok(None) => continue,
+                Err(err) => {
+                    warn!(%node, device = %key, error = %err, "device not read; twin sync not answered");
+                    return;
+                }
+            };
+            // A model not there (or unreadable) leaves the twins typed as
+            // the device's desired values say.
+            let model = device.spec.device_model_ref.as_ref().and_then(|model| {
+                let model = ObjectKey::new(
+                    Kind::DeviceModel,
+                    key.namespace.as_str(),
+                    model.name.as_str(),
+                );
+                let object = self.store.get(&model).ok().flatten()?;
+                serde_json::from_value(object).ok()
+            });
+            listed.push((device, model));
+        }
+        let event_id = twin_sync::event_id_of(request.content());
+        let detail = twin_sync::detail(node, event_id, beehive::message::now_millis(), &listed);
+        let result = match twin_sync::detail_message(node, &detail) {
+            Ok(result) => result,
+            Err(err) => {
+                warn!(%node, error = %err, "twin sync not answered");
+                return;
+            }
+        };
+        info!(%node, devices = detail.devices.len(), "twin sync answered");
+        let confirm = twin_sync::confirm_message(node, request);
+        send_to_node_in_order(&self.hive, vec![result, confirm]);
+        self.count(|c| c.twin_syncs += 1);
     }
 
     /// Refuses a request that waits for an answer: a node's goes back down

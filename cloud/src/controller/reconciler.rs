@@ -1190,6 +1190,28 @@ impl Reconciler {
         self.bound.get(key).is_some_and(|bound| bound.node == node)
     }
 
+    /// Whether devices and device models have been listed.
+    pub fn devices_listed(&self) -> bool {
+        self.loaded.contains(&Kind::Device) && self.loaded.contains(&Kind::DeviceModel)
+    }
+
+    /// The devices bound to `node`, in key order; `None` until devices
+    /// and their models are listed (an empty list then would say the node
+    /// has none, and a KubeEdge edge told so removes every device it holds).
+    pub fn devices_of(&self, node: &str) -> Option<Vec<ObjectKey>> {
+        if !self.devices_listed() {
+            return None;
+        }
+        let mut devices: Vec<ObjectKey> = self
+            .bound
+            .iter()
+            .filter(|(key, bound)| key.kind == Kind::Device && bound.node == node)
+            .map(|(key, _)| key.clone())
+            .collect();
+        devices.sort();
+        Some(devices)
+    }
+
     /// Whether `node` may read `key`: its pods and devices, what they
     /// reference, services and endpoints, and its own Node.
     pub fn entitled(&self, node: &str, key: &ObjectKey) -> bool {
@@ -2331,6 +2353,37 @@ mod tests {
             sends(&actions),
             [s("edge-1", Update, "configmap/c", Of(13))]
         );
+    }
+
+    #[test]
+    fn a_nodes_devices_are_known_only_once_devices_and_models_are_listed() {
+        let device = |name: &str, node: &str| {
+            json!({
+                "apiVersion": "devices.kubeedge.io/v1beta1",
+                "kind": "Device",
+                "metadata": { "name": name, "namespace": NS, "resourceVersion": "3" },
+                "spec": { "nodeName": node, "deviceModelRef": { "name": "thermo" } },
+            })
+        };
+        let store = store_of(&[
+            device("t2", "edge-1"),
+            device("t1", "edge-1"),
+            device("t3", "edge-2"),
+            pod("p1", Some("edge-1"), 3, &[], "nginx"),
+        ]);
+        let mut r = Reconciler::new();
+        assert_eq!(r.devices_of("edge-1"), None);
+        r.listed(Kind::Device, of_kind(&store, Kind::Device), 3, &store);
+        // Devices without their models' types are not the whole answer.
+        assert_eq!(r.devices_of("edge-1"), None);
+        r.listed(Kind::DeviceModel, Vec::new(), 3, &store);
+        assert_eq!(
+            r.devices_of("edge-1"),
+            Some(vec![key(Kind::Device, "t1"), key(Kind::Device, "t2")])
+        );
+        assert_eq!(r.devices_of("edge-2"), Some(vec![key(Kind::Device, "t3")]));
+        // Listed, a node with none has none.
+        assert_eq!(r.devices_of("edge-3"), Some(Vec::new()));
     }
 
     #[test]

@@ -78,6 +78,21 @@ impl KubeEdgeEdge {
         serde_json::from_slice(&transports::kubeedge::encode(&msg)).expect("json")
     }
 
+    /// The next frame for the edge's devicetwin (group `twin`); objects
+    /// that come first (pods, devices, models) are acknowledged as
+    /// metamanager would and passed over.
+    pub async fn recv_twin(&mut self, what: &str) -> Value {
+        loop {
+            let frame = self.recv(what).await;
+            if frame["route"]["group"] == "twin" {
+                return frame;
+            }
+            if frame["header"].get("resourceversion").is_some() {
+                self.send(ack(&frame)).await;
+            }
+        }
+    }
+
     /// Sends a request and returns the cloud's answer to it (the next
     /// frame, which must answer it).
     pub async fn ask(&mut self, frame: Value, what: &str) -> Value {
@@ -103,6 +118,19 @@ pub fn request(operation: &str, resource: &str, content: Value) -> Value {
         "header": {"msg_id": id(), "timestamp": now()},
         "route": {"source": "edged", "group": "meta", "operation": operation, "resource": resource},
         "content": content,
+    })
+}
+
+/// devicetwin's twin sync, as edgecore sends it on every connect: a `get`
+/// of `membership/detail` whose content is JSON in a string (KubeEdge's
+/// `dttype.GetDetailNode`), carrying `event_id`.
+pub fn twin_sync(node: &str, event_id: &str) -> Value {
+    let detail = json!({"event_type": "group_membership_event", "event_id": event_id,
+                        "group_id": node, "operation": "detail", "timestamp": now()});
+    json!({
+        "header": {"msg_id": id(), "timestamp": now()},
+        "route": {"source": "twin", "group": "resource", "operation": "get", "resource": "membership/detail"},
+        "content": detail.to_string(),
     })
 }
 

@@ -100,16 +100,31 @@ impl Cloud {
             kubeedge_listen,
             kubeedge_resend_after,
             backend,
+            ControllerConfig::default(),
         )
         .await
     }
 
     /// A fresh cloud on `backend`.
     pub async fn start_backed_by(backend: Backend) -> Cloud {
+        Cloud::start_backed_by_with(backend, ControllerConfig::default()).await
+    }
+
+    /// A fresh cloud on `backend`, its edgecontroller run by `controller`.
+    pub async fn start_backed_by_with(backend: Backend, controller: ControllerConfig) -> Cloud {
         let dir = tempfile::tempdir().expect("dir");
         let pki = DevPki::new("meta test CA").expect("CA");
         let resend = Duration::from_secs(120);
-        Cloud::start_backed(pki, dir, &free_address(), &free_address(), resend, backend).await
+        Cloud::start_backed(
+            pki,
+            dir,
+            &free_address(),
+            &free_address(),
+            resend,
+            backend,
+            controller,
+        )
+        .await
     }
 
     async fn start_backed(
@@ -119,6 +134,7 @@ impl Cloud {
         kubeedge_listen: &str,
         kubeedge_resend_after: Duration,
         backend: Backend,
+        controller: ControllerConfig,
     ) -> Cloud {
         let hive = Hive::new("cloud", HiveConfig::default());
         // After a restart in this process the last cloud's store threads
@@ -138,8 +154,7 @@ impl Cloud {
                 }
             },
         };
-        let controller =
-            EdgeController::start(&hive, store, ControllerConfig::default()).expect("controller");
+        let controller = EdgeController::start(&hive, store, controller).expect("controller");
         let center = ApplicationCenter::start(&hive, backend.api, CenterConfig::default())
             .expect("application center");
         let (chain, key) = pki.server("localhost").expect("server cert");
