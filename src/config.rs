@@ -353,7 +353,7 @@ impl Default for MetricsServerSection {
         MetricsServerSection {
             enable: false,
             address: cloud::kubelet::metrics_api::DEFAULT_ADDRESS.to_owned(),
-            service_name: "cloudcore".to_owned(),
+            service_name: "cloudcore-metrics".to_owned(),
             cloud_nodes: true,
         }
     }

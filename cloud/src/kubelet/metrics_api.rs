@@ -21,8 +21,8 @@
 //!   ([`super::review`]): `get` or `list` on `metrics.k8s.io` `nodes` or
 //!   `pods`, as metrics-server's delegated authorization asks.
 //! - Discovery (`/apis/metrics.k8s.io/v1beta1`, what the APIService's
-//!   availability check reads) and health paths are open to the front
-//!   proxy.
+//!   availability check reads) and health paths are static, and open to
+//!   any certificate the request-header CA signed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use hyper::body::Incoming;
 use hyper::header::HeaderMap;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::review::{Authorizer, Caller};
 use super::{Body, DECISION_TIMEOUT, Handler, KubeletApiHandle, api_error, full, status};
@@ -43,6 +43,10 @@ pub const DEFAULT_ADDRESS: &str = "0.0.0.0:10353";
 /// The ConfigMap (in `kube-system`) where kube-apiserver publishes how its
 /// front proxy authenticates.
 pub const AUTHENTICATION_CONFIG_MAP: &str = "extension-apiserver-authentication";
+
+/// The most kubelets asked at once through the API server.
+#[cfg(feature = "kubernetes")]
+const MAX_KUBELETS_AT_ONCE: usize = 16;
 
 /// The resource metrics API's settings.
 pub struct MetricsApiConfig {
@@ -250,7 +254,13 @@ async fn serve(
             );
             return status(StatusCode::FORBIDDEN, &message);
         }
-        Err(reason) => return status(StatusCode::SERVICE_UNAVAILABLE, &reason),
+        Err(reason) => {
+            warn!(%reason, "no authorization decision");
+            return status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no authorization decision could be had; see cloudcore's log",
+            );
+        }
     }
     debug!(user = %caller.user, %path, "metrics API request");
     match served.metrics.answer(&query).await {
@@ -288,7 +298,7 @@ impl ClusterKubelets {
                 .map(|list| list.items),
         };
         let listed: Vec<Node> = listed.unwrap_or_else(|err| {
-            debug!(error = %err, "the cluster's nodes could not be listed");
+            warn!(error = %err, "the cluster's nodes could not be listed");
             Vec::new()
         });
         listed
@@ -329,9 +339,20 @@ impl crate::admin::metrics::OtherKubelets for ClusterKubelets {
         only: Option<&'a str>,
     ) -> futures_util::future::BoxFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let names = self.names(only).await;
-            let asked = names.iter().map(|name| self.summary(name));
-            futures_util::future::join_all(asked)
+            use futures_util::StreamExt;
+            let listed =
+                tokio::time::timeout(crate::admin::metrics::NODE_TIMEOUT, self.names(only));
+            let Ok(names) = listed.await else {
+                warn!("the cluster's nodes were not listed in time");
+                return Vec::new();
+            };
+            let asked: Vec<_> = names
+                .into_iter()
+                .map(|name| async move { self.summary(&name).await })
+                .collect();
+            futures_util::stream::iter(asked)
+                .buffer_unordered(MAX_KUBELETS_AT_ONCE)
+                .collect::<Vec<Option<Value>>>()
                 .await
                 .into_iter()
                 .flatten()
