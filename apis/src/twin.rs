@@ -177,6 +177,50 @@ pub struct MembershipDetail {
     pub devices: Vec<MemberDevice>,
 }
 
+/// A membership change (KubeEdge's `MembershipUpdate`), cloud to edge:
+/// devices bound to the node since the last, and devices no longer bound
+/// to it. KubeEdge's cloud sends one per device event, naming each device
+/// by id, name and description only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipUpdate {
+    /// The common part.
+    #[serde(flatten)]
+    pub base: BaseMessage,
+    /// Devices now bound to the node.
+    #[serde(default)]
+    pub added_devices: Vec<MemberDevice>,
+    /// Devices no longer bound to it.
+    #[serde(default)]
+    pub removed_devices: Vec<MemberDevice>,
+}
+
+/// A device's state as a KubeEdge edge sends it up
+/// (`device/<ns>/<name>/state/update`, KubeEdge's `DeviceMsg`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStateReport {
+    /// The common part.
+    #[serde(flatten)]
+    pub base: BaseMessage,
+    /// The device's state.
+    #[serde(default)]
+    pub device: DeviceStateOf,
+}
+
+/// The device part of a [`DeviceStateReport`] (KubeEdge's
+/// `DeviceCloudMsg`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStateOf {
+    /// The device's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `online`, `offline`, `ok`, `unknown` or `unhealthy`.
+    #[serde(default)]
+    pub state: String,
+    /// When it was last online (RFC 3339; empty unless online or ok).
+    #[serde(default, rename = "lastOnlineTime")]
+    pub last_online_time: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +254,33 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&none).expect("writes"),
             json!({"event_id": "", "timestamp": 0, "devices": []})
+        );
+    }
+
+    #[test]
+    fn device_reports_and_membership_updates_read_and_write_kubeedges_keys() {
+        let state: DeviceStateReport = serde_json::from_value(json!({
+            "event_id": "e", "timestamp": 3,
+            "device": {"name": "thermo-1", "state": "online", "lastOnlineTime": "2026-11-26T10:00:00Z"}}))
+        .expect("reads");
+        assert_eq!(state.device.state, "online");
+        assert_eq!(state.device.last_online_time, "2026-11-26T10:00:00Z");
+        let update = MembershipUpdate {
+            base: BaseMessage {
+                event_id: "e".to_owned(),
+                timestamp: 4,
+            },
+            removed_devices: vec![MemberDevice {
+                id: "default/t".to_owned(),
+                name: "t".to_owned(),
+                ..MemberDevice::default()
+            }],
+            ..MembershipUpdate::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&update).expect("writes"),
+            json!({"event_id": "e", "timestamp": 4, "added_devices": [],
+                   "removed_devices": [{"id": "default/t", "name": "t"}]})
         );
     }
 }

@@ -18,8 +18,8 @@ use apis::kinds::{Kind, ObjectKey};
 use cloud::desired::{StoreFuture, TokenRequest, WatchStream};
 use cloud::{ControllerConfig, DesiredError, DesiredState, EmbeddedStore};
 use common::kubeedge::{
-    KubeEdgeEdge, ack, answered, application, application_content, keepalive, request, twin_sync,
-    watch_sync,
+    KubeEdgeEdge, ack, answered, application, application_content, keepalive, request,
+    state_report, twin_report, twin_sync, watch_sync,
 };
 use common::{Backend, Cloud, Edge, configmap_yaml, next, pod_yaml};
 use hub::Dialect;
@@ -657,6 +657,208 @@ async fn a_twin_sync_is_answered_only_once_devices_are_listed() {
     let confirm = edge.recv_twin("the confirm").await;
     assert_eq!(confirm["header"]["parent_msg_id"], request_id, "{confirm}");
     assert_eq!(confirm["content"], "OK");
+    edge.link.sender.close().await;
+    cloud.shutdown().await;
+}
+
+/// A device bound to a KubeEdge node while it is linked: its devicetwin
+/// hears of it (a membership update, as KubeEdge's cloud sends one) before
+/// the model and the device come; deleted, it hears of that before the
+/// device goes.
+#[actix::test]
+async fn a_kubeedge_edges_twin_hears_of_devices_bound_and_deleted_while_linked() {
+    let cloud = Cloud::start().await;
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-6"), "system:node:kube-6").await;
+    edge.send(keepalive()).await;
+    // Once its twin sync is answered, the controller knows it linked.
+    edge.send(twin_sync("kube-6", "ev-0")).await;
+    let detail = edge.recv_twin("the membership detail").await;
+    assert_eq!(detail["content"]["devices"], json!([]));
+    edge.recv_twin("the confirm").await;
+
+    let applied = cloud.apply(DEVICES).await;
+    assert_eq!(applied.len(), 4, "{applied:?}");
+    // In order: each device's membership update, then the model (once),
+    // then the device.
+    let mut seen = Vec::new();
+    let mut updates = Vec::new();
+    while seen.len() < 5 {
+        let frame = edge.recv("membership updates and objects").await;
+        let route = &frame["route"];
+        if route["group"] == "twin" {
+            assert_eq!(
+                *route,
+                json!({"source": "devicecontroller", "group": "twin", "operation": "update",
+                       "resource": "membership"})
+            );
+            assert!(frame["header"].get("resourceversion").is_none(), "{frame}");
+            assert!(frame["header"].get("parent_msg_id").is_none(), "{frame}");
+            let content = frame["content"].clone();
+            let id = content["added_devices"][0]["id"].as_str().expect("an id");
+            seen.push(format!("+{id}"));
+            updates.push(content);
+        } else {
+            assert_eq!(route["source"], "edgecontroller", "{frame}");
+            seen.push(format!(
+                "{} {}",
+                route["operation"].as_str().unwrap_or_default(),
+                route["resource"].as_str().unwrap_or_default()
+            ));
+            edge.send(ack(&frame)).await;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "+default/thermo-1",
+            "insert default/devicemodel/thermometer",
+            "insert default/device/thermo-1",
+            "+default/thermo-2",
+            "insert default/device/thermo-2",
+        ]
+    );
+    for content in &updates {
+        assert_eq!(
+            content["event_id"].as_str().map(str::len),
+            Some(36),
+            "{content}"
+        );
+        assert!(
+            content["timestamp"].as_i64().is_some_and(|t| t > 0),
+            "{content}"
+        );
+    }
+    assert_eq!(
+        updates[0]["added_devices"],
+        json!([{"id": "default/thermo-1", "name": "thermo-1", "description": "hall"}])
+    );
+    assert_eq!(updates[0]["removed_devices"], json!([]));
+    assert_eq!(
+        updates[1]["added_devices"],
+        json!([{"id": "default/thermo-2", "name": "thermo-2"}])
+    );
+    acked(&cloud, 3).await;
+
+    // thermo-9 is kube-7's: nothing of it comes here. Deleting thermo-1
+    // tells the twin first.
+    cloud
+        .controller
+        .delete(ObjectKey::new(Kind::Device, "default", "thermo-1"))
+        .await
+        .expect("deleted");
+    let removal = edge.recv("the removal").await;
+    assert_eq!(removal["route"]["resource"], "membership", "{removal}");
+    assert_eq!(removal["content"]["added_devices"], json!([]));
+    assert_eq!(
+        removal["content"]["removed_devices"],
+        json!([{"id": "default/thermo-1", "name": "thermo-1", "description": "hall"}])
+    );
+    let gone = edge.recv("the deletion").await;
+    assert_eq!(
+        (&gone["route"]["operation"], &gone["route"]["resource"]),
+        (&json!("delete"), &json!("default/device/thermo-1")),
+        "{gone}"
+    );
+    edge.send(ack(&gone)).await;
+    let counts = cloud
+        .counts("the membership updates", |c| c.memberships >= 3)
+        .await;
+    assert_eq!(counts.memberships, 3);
+    edge.link.sender.close().await;
+    cloud.shutdown().await;
+}
+
+/// The reports a KubeEdge edge's devicetwin sends of its devices (twins
+/// changed at the edge, a device's state) land in the Devices' status and
+/// are confirmed; a report of a device bound to another node is refused,
+/// unconfirmed, and changes nothing.
+#[actix::test]
+async fn a_kubeedge_edges_device_reports_become_the_devices_status() {
+    let cloud = Cloud::start().await;
+    let applied = cloud.apply(DEVICES).await;
+    assert_eq!(applied.len(), 4, "{applied:?}");
+    let store = cloud.controller.store().clone();
+    let read = |name: &str| {
+        store
+            .get(&ObjectKey::new(Kind::Device, "default", name))
+            .expect("read")
+            .expect("a device")
+    };
+    let mut edge = KubeEdgeEdge::dial(&cloud, Some("kube-6"), "system:node:kube-6").await;
+    edge.send(keepalive()).await;
+
+    let report = twin_report(
+        "default",
+        "thermo-1",
+        json!({
+            "temperature": {"actual": {"value": "19.5", "metadata": {"timestamp": 1_700_000_000_000_i64}},
+                            "optional": false, "metadata": {"type": "float"},
+                            "actual_version": {"cloud": 3, "edge": 1}},
+            "setpoint": {"expected": {"value": "21", "metadata": {"timestamp": 1_700_000_000_001_i64}},
+                         "optional": false, "metadata": {"type": "int"},
+                         "expected_version": {"cloud": 3, "edge": 0}},
+        }),
+    );
+    let report_id = report["header"]["msg_id"].clone();
+    edge.send(report).await;
+    let confirm = edge.recv_twin("the twin report's confirm").await;
+    assert_eq!(confirm["header"]["parent_msg_id"], report_id, "{confirm}");
+    assert_eq!(
+        confirm["route"],
+        json!({"source": "devicecontroller", "group": "twin", "operation": "response",
+               "resource": "twin"})
+    );
+    assert_eq!(confirm["content"], "OK");
+    let thermo = read("thermo-1");
+    assert_eq!(
+        thermo["status"]["twins"],
+        // New twins in property name order.
+        json!([
+            {"propertyName": "setpoint",
+             "observedDesired": {"value": "21", "metadata": {"timestamp": "1700000000001", "type": "int"}}},
+            {"propertyName": "temperature",
+             "reported": {"value": "19.5", "metadata": {"timestamp": "1700000000000", "type": "float"}}},
+        ]),
+        "{thermo}"
+    );
+
+    // thermo-9 is kube-7's: refused, unconfirmed, unchanged.
+    let before = read("thermo-9");
+    let foreign = twin_report(
+        "default",
+        "thermo-9",
+        json!({
+            "setpoint": {"actual": {"value": "99"}, "metadata": {"type": "int"}},
+        }),
+    );
+    edge.send(foreign).await;
+    let counts = cloud.counts("the refusal", |c| c.status_refused >= 1).await;
+    assert_eq!(counts.device_reports, 1);
+    assert_eq!(read("thermo-9"), before);
+    assert!(before.get("status").is_none(), "{before}");
+
+    // A state: the next confirm is the state's (none came for thermo-9's).
+    let state = state_report("default", "thermo-1", "online", "2026-11-26T12:00:00Z");
+    let state_id = state["header"]["msg_id"].clone();
+    edge.send(state).await;
+    let confirm = edge.recv_twin("the state report's confirm").await;
+    assert_eq!(confirm["header"]["parent_msg_id"], state_id, "{confirm}");
+    assert_eq!(confirm["content"], "OK");
+    let thermo = read("thermo-1");
+    assert_eq!(thermo["status"]["state"], "online", "{thermo}");
+    assert_eq!(thermo["status"]["lastOnlineTime"], "2026-11-26T12:00:00Z");
+    assert_eq!(thermo["status"]["twins"].as_array().map(Vec::len), Some(2));
+    // Offline: no time, the last one stays.
+    let state = state_report("default", "thermo-1", "offline", "");
+    let state_id = state["header"]["msg_id"].clone();
+    edge.send(state).await;
+    let confirm = edge.recv_twin("the offline state's confirm").await;
+    assert_eq!(confirm["header"]["parent_msg_id"], state_id, "{confirm}");
+    let thermo = read("thermo-1");
+    assert_eq!(thermo["status"]["state"], "offline");
+    assert_eq!(thermo["status"]["lastOnlineTime"], "2026-11-26T12:00:00Z");
+    let counts = cloud.counts("the reports", |c| c.device_reports >= 3).await;
+    assert_eq!((counts.device_reports, counts.status_refused), (3, 1));
     edge.link.sender.close().await;
     cloud.shutdown().await;
 }

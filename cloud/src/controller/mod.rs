@@ -14,8 +14,10 @@
 //! deletions go down too. Every message carries a revision as its resource
 //! version, so the edge applies each once and in order.
 //!
-//! Upstream: pod status (only from the node the pod is bound to) and node
-//! status are written through the status door of the desired state; a
+//! Upstream: pod status (only from the node the pod is bound to), device
+//! status (edgehive's `devicestatus`, a KubeEdge devicetwin's twin and
+//! state reports, see [`twin_reports`]; only from the device's node) and
+//! node status are written through the status door of the desired state; a
 //! node's `Ready` condition follows its link (cloudhub's connect and
 //! keepalive events) and what the node reports.
 //!
@@ -29,6 +31,7 @@ pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
 pub mod tokens;
+pub mod twin_reports;
 pub mod twin_sync;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -190,6 +193,12 @@ pub struct ControllerCounts {
     pub cursors_read: u64,
     /// KubeEdge nodes' twin syncs (`membership/detail`) answered.
     pub twin_syncs: u64,
+    /// Membership updates (a device joined or left a KubeEdge node's
+    /// devices) put on nodes' links.
+    pub memberships: u64,
+    /// KubeEdge nodes' device reports (`twin/edge_updated`,
+    /// `state/update`) stored and confirmed.
+    pub device_reports: u64,
 }
 
 /// What an apply did.
@@ -805,6 +814,12 @@ impl Controller {
                         self.withdraw_tokens(&key).await;
                     }
                 }
+                Action::Membership {
+                    node,
+                    device,
+                    object,
+                    joined,
+                } => self.send_membership(&node, &device, &object, joined).await,
                 Action::AskInventory { node } => self.ask_inventory(&node),
                 Action::ReadCursor { node, session } => self.read_cursor(&node, session),
                 Action::UpdateNode { node } => self.update_node(&node, None).await,
@@ -830,6 +845,39 @@ impl Controller {
     ) -> bool {
         self.send_resource(node, op, &key.edge_resource(), object, version)
             .await
+    }
+
+    /// Tells KubeEdge node `node` that `device` joined or left its
+    /// devices (see [`twin_sync::membership_message`]), through cloudhub
+    /// on the node's link, ahead of anything sent after it.
+    async fn send_membership(&self, node: &str, device: &ObjectKey, object: &Value, joined: bool) {
+        let update = twin_sync::membership_update(object, joined, beehive::message::now_millis());
+        let msg = match twin_sync::membership_message(node, &update) {
+            Ok(msg) => msg,
+            Err(err) => {
+                warn!(%node, %device, error = %err, "membership update not built");
+                return;
+            }
+        };
+        let sent = match self
+            .hive
+            .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
+            .await
+        {
+            Ok(reply) => reply.content()["sent"] == true,
+            Err(err) => {
+                debug!(%node, error = %err, "cloudhub did not take a membership update");
+                false
+            }
+        };
+        match sent {
+            true => {
+                debug!(%node, %device, joined, "membership update sent");
+                self.count(|c| c.memberships += 1);
+            }
+            // The link went down: its next twin sync lists the devices.
+            false => debug!(%node, %device, joined, "membership update not sent"),
+        }
     }
 
     /// Like [`Controller::send`], for any resource at the edge.
@@ -1407,7 +1455,8 @@ impl Controller {
                     Err(refusal)
                 }
             };
-            if report.msg.is_sync() {
+            // A device report is confirmed whether or not it waits.
+            if report.msg.is_sync() || matches!(report.change, StatusChange::Device(..)) {
                 waiting.push((report, outcome));
             }
         }
@@ -1454,6 +1503,15 @@ impl Controller {
                 (StatusChange::Replace(_), Err(refusal)) => {
                     self.refuse_sync(&report.msg, &refusal.message)
                 }
+                (StatusChange::Device(..), Ok(_)) => {
+                    // The edge's devicetwin stops sending it again.
+                    self.count(|c| c.device_reports += 1);
+                    self.send_to_node(twin_sync::confirm_message(&report.node, &report.msg));
+                }
+                // KubeEdge's cloud answers a report it does not take with
+                // nothing (any answer would read as its confirm): the
+                // edge sends it again in 60 s.
+                (StatusChange::Device(..), Err(_)) => {}
             }
         }
     }
@@ -1751,6 +1809,9 @@ enum StatusChange {
     /// Patches the object (KubeEdge's `podpatch`); only its status and a
     /// required uid are taken.
     Patch(Value),
+    /// Sets a device's twins or state (a KubeEdge edge's devicetwin
+    /// report, see [`twin_reports`]): the report's content.
+    Device(twin_reports::ReportKind, Value),
 }
 
 impl StatusReport {
@@ -1768,6 +1829,17 @@ impl StatusReport {
         let Ok(resource) = msg.resource().parse::<CloudResource>() else {
             return Err(msg);
         };
+        if let Some(report) = twin_reports::device_report_of(&resource.resource) {
+            let what = EdgeResource::new(report.namespace, resource_type::DEVICE, report.name);
+            let change = StatusChange::Device(report.kind, msg.content().clone());
+            return Ok(StatusReport {
+                kind: Kind::Device,
+                node: resource.node,
+                what,
+                change,
+                msg,
+            });
+        }
         let resource_type = resource.resource.resource_type.as_str();
         let (kind, change) =
             if resource_type == resource_type::POD_PATCH && msg.operation() == operation::PATCH {
@@ -1812,6 +1884,9 @@ impl StatusReport {
                     kubeedge::strategic_merge(&mut status, patch);
                 }
                 Ok(status)
+            }
+            StatusChange::Device(kind, content) => {
+                twin_reports::reported_status(*kind, content, object).map_err(Refusal::bad_request)
             }
         }
     }

@@ -133,6 +133,20 @@ pub enum Action {
         /// Which of its links asks.
         session: u64,
     },
+    /// Tell `node` (a KubeEdge node, linked) that `device` joined its
+    /// devices (`joined`) or left them, before the device itself goes:
+    /// its devicetwin learns of devices only so (KubeEdge's membership
+    /// update). An edgehive node learns of them from the objects.
+    Membership {
+        /// Which node.
+        node: String,
+        /// Which device.
+        device: ObjectKey,
+        /// The device as observed (a stub naming it, if gone).
+        object: Arc<Value>,
+        /// Whether it joined the node's devices, or left them.
+        joined: bool,
+    },
     /// Write `node`'s Node object: its `Ready` condition changed.
     UpdateNode {
         /// Which node.
@@ -449,13 +463,15 @@ impl Reconciler {
                 let Some(bound) = self.bound.remove(&key) else {
                     return Vec::new();
                 };
-                let mut actions = vec![self.send(
+                let object = Arc::new(object.clone());
+                let mut actions = self.membership(&key, Some(&bound.node), None, &object);
+                actions.push(self.send(
                     &bound.node,
                     Op::Delete,
                     &key,
-                    Arc::new(object.clone()),
+                    object,
                     above(bound.sent, revision),
-                )];
+                ));
                 actions.extend(self.refresh_node(&bound.node, revision, reader));
                 actions
             }
@@ -486,14 +502,11 @@ impl Reconciler {
                     if !first && removed.is_none() {
                         return Vec::new();
                     }
+                    let object = Arc::new(object.clone());
+                    let left = removed.as_ref().map(|bound| bound.node.as_str());
+                    let mut actions = self.membership(&key, left, None, &object);
                     let sent = removed.map_or(0, |bound| bound.sent);
-                    let mut actions = vec![self.send(
-                        &node,
-                        Op::Delete,
-                        &key,
-                        Arc::new(object.clone()),
-                        above(sent, revision),
-                    )];
+                    actions.push(self.send(&node, Op::Delete, &key, object, above(sent, revision)));
                     actions.extend(self.refresh_node(&node, revision, reader));
                     return actions;
                 }
@@ -514,6 +527,7 @@ impl Reconciler {
                     _ => 0,
                 };
                 let refs = references(&key, object);
+                let before = previous.map(|p| p.node.clone());
                 self.bound.insert(
                     key.clone(),
                     Bound {
@@ -524,15 +538,13 @@ impl Reconciler {
                         digest,
                     },
                 );
-                // What it references first, so it finds them at the edge.
-                let mut actions = self.refresh_node(&node, revision, reader);
-                actions.push(self.send(
-                    &node,
-                    op,
-                    &key,
-                    Arc::new(object.clone()),
-                    above(sent, revision),
-                ));
+                let object = Arc::new(object.clone());
+                // Its node's devicetwin learns of it first (as KubeEdge's
+                // cloud tells it), then what it references goes, so it
+                // finds them at the edge, then itself.
+                let mut actions = self.membership(&key, before.as_deref(), Some(&node), &object);
+                actions.extend(self.refresh_node(&node, revision, reader));
+                actions.push(self.send(&node, op, &key, object, above(sent, revision)));
                 actions
             }
             (Kind::ConfigMap | Kind::Secret | Kind::DeviceModel, WatchEvent::Deleted(_)) => {
@@ -597,6 +609,36 @@ impl Reconciler {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// What a device's move from node `before` to node `after` (either
+    /// none) changes in the membership of KubeEdge nodes linked now: it
+    /// left the one and joined the other. A node not linked learns its
+    /// devices when it links (its twin sync); an edgehive node, from the
+    /// objects.
+    fn membership(
+        &self,
+        key: &ObjectKey,
+        before: Option<&str>,
+        after: Option<&str>,
+        object: &Arc<Value>,
+    ) -> Vec<Action> {
+        if key.kind != Kind::Device || before == after {
+            return Vec::new();
+        }
+        let change = |node: &str, joined: bool| Action::Membership {
+            node: node.to_owned(),
+            device: key.clone(),
+            object: object.clone(),
+            joined,
+        };
+        let left = before
+            .filter(|node| self.is_kubeedge(node))
+            .map(|node| change(node, false));
+        let joined = after
+            .filter(|node| self.is_kubeedge(node))
+            .map(|node| change(node, true));
+        left.into_iter().chain(joined).collect()
     }
 
     /// The objects bound to `node` reference these.
@@ -1901,6 +1943,129 @@ mod tests {
         );
     }
 
+    /// Each action as one line, in order: `+edge-1 device/t1` (joined a
+    /// node's devices), `-edge-1 device/t1` (left), `edge-1 Insert
+    /// device/t1` (sent).
+    fn steps(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Membership {
+                    node,
+                    device,
+                    joined,
+                    object,
+                } => {
+                    assert_eq!(ObjectKey::of(object).as_ref(), Some(device));
+                    let sign = if *joined { '+' } else { '-' };
+                    Some(format!("{sign}{node} {}", short(device)))
+                }
+                Action::Send { node, op, key, .. } => Some(format!("{node} {op:?} {}", short(key))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_kubeedge_nodes_twin_hears_of_devices_joining_and_leaving_first() {
+        let model = json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1",
+            "kind": "DeviceModel",
+            "metadata": { "name": "thermo", "namespace": NS, "resourceVersion": "2" },
+        });
+        let device = |node: &str, rv: u64, extra: Value| {
+            let mut device = json!({
+                "apiVersion": "devices.kubeedge.io/v1beta1",
+                "kind": "Device",
+                "metadata": { "name": "t1", "namespace": NS, "resourceVersion": rv.to_string() },
+                "spec": { "nodeName": node, "deviceModelRef": { "name": "thermo" }, "extra": extra },
+            });
+            if extra.is_null() {
+                device["spec"]
+                    .as_object_mut()
+                    .map(|spec| spec.remove("extra"));
+            }
+            device
+        };
+        let mut store = store_of(&[model]);
+        let mut r = loaded(&store, 2);
+        r.connected("kube-1", NodeDialect::KubeEdge, &store);
+        r.connected("kube-2", NodeDialect::KubeEdge, &store);
+        r.connected("native", NodeDialect::Native, &store);
+
+        // Bound to a KubeEdge node: its twin first, then the model, then
+        // the device.
+        let actions = put(&mut r, &mut store, device("kube-1", 3, Value::Null));
+        assert_eq!(
+            steps(&actions),
+            [
+                "+kube-1 device/t1",
+                "kube-1 Insert devicemodel/thermo",
+                "kube-1 Insert device/t1"
+            ]
+        );
+        ack(&mut r, &actions, 0);
+        // A spec change on the same node, or a status change: no news to
+        // the twin.
+        let actions = put(&mut r, &mut store, device("kube-1", 4, json!(1)));
+        assert_eq!(steps(&actions), ["kube-1 Update device/t1"]);
+        let mut reported = device("kube-1", 5, json!(1));
+        reported["status"] = json!({"state": "online"});
+        assert_eq!(
+            steps(&put(&mut r, &mut store, reported)),
+            Vec::<String>::new()
+        );
+
+        // Moved (deleted and created again while the watch was down):
+        // it leaves the one, then joins the other.
+        let actions = put(&mut r, &mut store, device("kube-2", 6, Value::Null));
+        assert_eq!(
+            steps(&actions),
+            [
+                "-kube-1 device/t1",
+                "kube-1 Delete device/t1",
+                "kube-1 Delete devicemodel/thermo",
+                "+kube-2 device/t1",
+                "kube-2 Insert devicemodel/thermo",
+                "kube-2 Insert device/t1"
+            ]
+        );
+        ack(&mut r, &actions, 7);
+        // Deleted: the twin hears of it before the device goes.
+        let actions = remove(&mut r, &mut store, Kind::Device, "t1", 8);
+        assert_eq!(
+            steps(&actions),
+            [
+                "-kube-2 device/t1",
+                "kube-2 Delete device/t1",
+                "kube-2 Delete devicemodel/thermo"
+            ]
+        );
+        ack(&mut r, &actions, 0);
+
+        // An edgehive node learns from the objects; a KubeEdge node not
+        // linked, from its twin sync when it links.
+        let actions = put(&mut r, &mut store, device("native", 9, Value::Null));
+        assert!(steps(&actions).iter().all(|s| !s.starts_with(['+', '-'])));
+        remove(&mut r, &mut store, Kind::Device, "t1", 10);
+        r.disconnected("kube-1");
+        let actions = put(&mut r, &mut store, device("kube-1", 11, Value::Null));
+        assert!(steps(&actions).iter().all(|s| !s.starts_with(['+', '-'])));
+        r.connected("kube-1", NodeDialect::KubeEdge, &store);
+
+        // Deleted gracefully: it leaves the twin when its deletion goes.
+        let mut going = device("kube-1", 12, Value::Null);
+        going["metadata"]["deletionTimestamp"] = json!("2026-11-26T10:00:00Z");
+        let actions = put(&mut r, &mut store, going.clone());
+        assert_eq!(
+            steps(&actions)[..2],
+            ["-kube-1 device/t1", "kube-1 Delete device/t1"]
+        );
+        going["metadata"]["resourceVersion"] = json!("13");
+        let again = put(&mut r, &mut store, going);
+        assert!(steps(&again).iter().all(|s| !s.starts_with(['+', '-'])));
+    }
+
     /// Carries out `actions` on `edges` and reports them sent, a fresh
     /// version resolved to `fresh`.
     fn deliver(r: &mut Reconciler, edges: &mut Edges, actions: &[Action], fresh: u64) {
@@ -3094,6 +3259,7 @@ mod tests {
                         self.asks.sort_by(|a, b| a.0.cmp(&b.0));
                     }
                     Action::ReadCursor { .. }
+                    | Action::Membership { .. }
                     | Action::UpdateNode { .. }
                     | Action::FinishDeletion { .. } => {}
                 }

@@ -23,6 +23,16 @@
 //! [`super::reconciler::Reconciler::devices_of`]); until then the request
 //! waits.
 //!
+//! Between syncs the edge's devicetwin hears of each change as KubeEdge's
+//! cloud tells it: a device bound to the node (or moved to it) or gone
+//! from it (deleted, or moved away) is announced by a membership update
+//! ([`membership_message`]: source `devicecontroller`, group `twin`,
+//! resource `node/<node>/membership`, operation `update`, content a
+//! [`MembershipUpdate`] naming the device by id, name and description)
+//! before the device itself goes down. The reconciler decides it
+//! ([`super::reconciler::Action::Membership`]), for KubeEdge nodes linked
+//! at the time only.
+//!
 //! Each device is KubeEdge's edge `Device`: id `<namespace>/<name>`, its
 //! `description` label, its reported state and last time online, its
 //! model and protocol as attributes, and a twin per property: `expected`
@@ -35,8 +45,8 @@ use std::collections::BTreeMap;
 
 use apis::devices::{Device, DeviceModel, TwinProperty};
 use apis::twin::{
-    BaseMessage, MemberDevice, MembershipDetail, MsgAttr, MsgTwin, TwinValue, TwinVersion,
-    TypeMetadata, ValueMetadata,
+    BaseMessage, MemberDevice, MembershipDetail, MembershipUpdate, MsgAttr, MsgTwin, TwinValue,
+    TwinVersion, TypeMetadata, ValueMetadata,
 };
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::message::MessageError;
@@ -208,6 +218,61 @@ pub fn detail_message(node: &str, detail: &MembershipDetail) -> Result<HiveMessa
         .fill_body(detail)
 }
 
+/// A device as a membership update names it (as KubeEdge's cloud does):
+/// id `<namespace>/<name>`, name, and its `description` label if any.
+/// `object` may be a stub of a device gone.
+pub fn named_member(object: &Value) -> MemberDevice {
+    let metadata = &object["metadata"];
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let namespace = metadata["namespace"].as_str().unwrap_or("default");
+    MemberDevice {
+        id: format!("{namespace}/{name}"),
+        name: name.to_owned(),
+        description: metadata
+            .pointer("/labels/description")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        ..MemberDevice::default()
+    }
+}
+
+/// The membership update telling a node's devicetwin that the device
+/// `object` joined (`joined`) or left its devices.
+pub fn membership_update(object: &Value, joined: bool, now: i64) -> MembershipUpdate {
+    let device = vec![named_member(object)];
+    let (added_devices, removed_devices) = match joined {
+        true => (device, Vec::new()),
+        false => (Vec::new(), device),
+    };
+    MembershipUpdate {
+        base: BaseMessage {
+            event_id: Uuid::new_v4().to_string(),
+            timestamp: now,
+        },
+        added_devices,
+        removed_devices,
+    }
+}
+
+/// The update as the message for `node` (resource `membership`, which
+/// KubeEdge's edge takes as a membership change). It carries no version:
+/// KubeEdge's edge never acknowledges one (its cloud sends it without
+/// asking for an ack), and one lost with the link is made good by the
+/// twin sync on the next.
+pub fn membership_message(
+    node: &str,
+    update: &MembershipUpdate,
+) -> Result<HiveMessage, MessageError> {
+    HiveMessage::new()
+        .build_router(
+            module::DEVICECONTROLLER,
+            group::TWIN,
+            format!("node/{node}/{}", resource_type::MEMBERSHIP),
+            operation::UPDATE,
+        )
+        .fill_body(update)
+}
+
 /// The confirm of `request` for `node`, which stops the edge asking.
 pub fn confirm_message(node: &str, request: &HiveMessage) -> HiveMessage {
     HiveMessage::new()
@@ -334,6 +399,46 @@ mod tests {
         // Unreadable or missing: a fresh id.
         assert_eq!(event_id_of(&json!("not json")).len(), 36);
         assert_eq!(event_id_of(&Value::Null).len(), 36);
+    }
+
+    #[test]
+    fn a_membership_update_names_the_device_as_kubeedges_cloud_does() {
+        let thermo = json!({"metadata": {"name": "thermo-1", "namespace": "plant",
+                                         "labels": {"description": "hall", "zone": "a"}},
+                            "spec": {"nodeName": "edge-1"}});
+        let added = membership_update(&thermo, true, 7);
+        let message = membership_message("edge-1", &added).expect("message");
+        assert_eq!(
+            (
+                message.source(),
+                message.group(),
+                message.resource(),
+                message.operation()
+            ),
+            (
+                "devicecontroller",
+                "twin",
+                "node/edge-1/membership",
+                "update"
+            )
+        );
+        // No version: it is not an object the edge acknowledges.
+        assert!(message.resource_version().is_empty());
+        assert_eq!(message.parent_id(), None);
+        assert_eq!(
+            message.content(),
+            &json!({"event_id": added.base.event_id, "timestamp": 7,
+                    "added_devices": [{"id": "plant/thermo-1", "name": "thermo-1", "description": "hall"}],
+                    "removed_devices": []})
+        );
+        // A device gone may be a stub: no labels, no namespace written.
+        let removed = membership_update(&json!({"metadata": {"name": "t2"}}), false, 8);
+        assert!(removed.added_devices.is_empty());
+        assert_eq!(
+            serde_json::to_value(&removed.removed_devices).expect("json"),
+            json!([{"id": "default/t2", "name": "t2"}])
+        );
+        assert_ne!(removed.base.event_id, added.base.event_id);
     }
 
     #[test]

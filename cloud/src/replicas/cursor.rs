@@ -825,7 +825,9 @@ mod takeovers {
                     }
                     Action::ReadCursor { session, .. } => self.replicas[index].reads.push(session),
                     Action::AskInventory { .. } => self.fail("a KubeEdge node asked"),
-                    Action::UpdateNode { .. } | Action::FinishDeletion { .. } => {}
+                    Action::Membership { .. }
+                    | Action::UpdateNode { .. }
+                    | Action::FinishDeletion { .. } => {}
                 }
             }
             sent

@@ -213,3 +213,27 @@ pub fn answered(answer: &Value) -> (Value, Value) {
     };
     (app, body)
 }
+
+/// devicetwin's report of twins changed at the edge (KubeEdge's
+/// `DeviceTwinResult`, an object), for the cloud: `device/<ns>/<name>/twin/edge_updated`.
+pub fn twin_report(namespace: &str, name: &str, twin: Value) -> Value {
+    json!({
+        "header": {"msg_id": id(), "timestamp": now()},
+        "route": {"source": "twin", "group": "resource", "operation": "update",
+                  "resource": format!("device/{namespace}/{name}/twin/edge_updated")},
+        "content": {"event_id": "", "timestamp": now(), "twin": twin},
+    })
+}
+
+/// devicetwin's report of a device's state (KubeEdge's `DeviceMsg`, JSON
+/// in a string): `device/<ns>/<name>/state/update`.
+pub fn state_report(namespace: &str, name: &str, state: &str, last_online: &str) -> Value {
+    let content = json!({"event_id": id(), "timestamp": now(),
+                         "device": {"name": name, "state": state, "lastOnlineTime": last_online}});
+    json!({
+        "header": {"msg_id": id(), "timestamp": now()},
+        "route": {"source": "twin", "group": "resource", "operation": "update",
+                  "resource": format!("device/{namespace}/{name}/state/update")},
+        "content": content.to_string(),
+    })
+}
