@@ -651,6 +651,26 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         tracing::info!(address = %admin.address, "admin API ready");
     }
     Hive::signalled().await?;
+    // Stop taking requests first: what is in flight is answered (each
+    // object queued for its node) while the edgecontroller and cloudhub
+    // still run; then what feeds cloudhub stops, draining; cloudhub last.
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
+    drop(_kubelet_api);
+    drop(_metrics_server);
+    if let Some(certs) = certs {
+        certs.stop().await;
+    }
+    for feeder in [
+        cloud::applications::wire::MODULE,
+        beehive::constants::module::EDGECONTROLLER,
+    ] {
+        let stopped = hive.stop_module(feeder).await;
+        if !stopped.timed_out.is_empty() {
+            tracing::warn!(module = feeder, "did not drain before cloudhub stops");
+        }
+    }
     if let Some(cursors) = &cursors {
         // What the nodes acknowledged is written while their claims are
         // still this replica's.
@@ -669,12 +689,6 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let report = hive.shutdown().await;
     if let Some(metrics) = metrics {
         metrics.stop(true).await;
-    }
-    if let Some(admin) = admin {
-        admin.stop().await;
-    }
-    if let Some(certs) = certs {
-        certs.stop().await;
     }
     desired.close().await;
     tracing::info!(?report, "cloudcore stopped");

@@ -19,6 +19,8 @@ const CALM_KEEPALIVE_SECS: u64 = 10;
 /// A cloud and a joined edge, each its own process.
 struct Pair {
     cloud: Process,
+    /// How cloudcore was started, to start it again.
+    cloud_args: Vec<String>,
     edge: Process,
     admin: String,
     metaserver: String,
@@ -42,24 +44,25 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     let edge_metrics = free_address();
     let keepalive = keepalive_secs.to_string();
 
-    let cloud = Process::start(
-        cloudcore,
-        &[
-            "--data-dir",
-            &cloud_dir,
-            "run",
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
-            "--admin",
-            &admin,
-            "--metrics",
-            &cloud_metrics,
-            "--keepalive-secs",
-            &keepalive,
-        ],
-    );
+    let cloud_args: Vec<String> = [
+        "--data-dir",
+        &cloud_dir,
+        "run",
+        "--ws",
+        &hub,
+        "--certs",
+        &certs,
+        "--admin",
+        &admin,
+        "--metrics",
+        &cloud_metrics,
+        "--keepalive-secs",
+        &keepalive,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let args: Vec<&str> = cloud_args.iter().map(String::as_str).collect();
+    let cloud = Process::start(cloudcore, &args);
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     join_node(&cloud_dir, &certs, node, &edge_dir);
 
@@ -91,6 +94,7 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     edge.wait_for("metaserver ready", Duration::from_secs(30));
     Pair {
         cloud,
+        cloud_args,
         edge,
         admin,
         metaserver,
@@ -277,4 +281,105 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
 
     pair.edge.stop();
     pair.cloud.stop();
+}
+
+/// The devices the edge's MetaServer holds in `default`.
+fn held_devices(metaserver: &str) -> Option<std::collections::BTreeSet<String>> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(metaserver).ok()?;
+    let request = "GET /apis/devices.kubeedge.io/v1beta1/namespaces/default/devices HTTP/1.0\r\nHost: edge\r\n\r\n";
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let list: serde_json::Value = serde_json::from_str(body).ok()?;
+    Some(
+        list["items"]
+            .as_array()?
+            .iter()
+            .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_owned))
+            .collect(),
+    )
+}
+
+/// SIGTERM while applies stream in: the admin API stops taking requests
+/// first, what it answered was queued for its node before cloudhub
+/// stopped (no "cloudhub did not take a message" on the way down), and
+/// every object answered 200 reaches the edge once cloudcore runs again.
+#[test]
+fn a_sigterm_during_a_write_storm_answers_only_what_was_queued() {
+    let mut pair = start_pair("storm", "edge-storm", CALM_KEEPALIVE_SECS);
+    let admin = pair.admin.clone();
+    let (answered_tx, answered) = std::sync::mpsc::channel::<Result<String, String>>();
+    let writer = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client = cloud::AdminClient::new(&admin);
+        for n in 0.. {
+            let name = format!("storm-{n:05}");
+            let manifest = format!(
+                "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: edge-storm\n  properties:\n  - name: value\n"
+            );
+            match runtime.block_on(client.apply(manifest.into_bytes())) {
+                Ok(results) if results.results.len() == 1 => {
+                    if answered_tx.send(Ok(name)).is_err() {
+                        return;
+                    }
+                }
+                Ok(results) => {
+                    let _ = answered_tx.send(Err(format!("unexpected answer: {results:?}")));
+                    return;
+                }
+                Err(err) => {
+                    let _ = answered_tx.send(Err(err.to_string()));
+                    return;
+                }
+            }
+        }
+    });
+    // The storm under way, then SIGTERM in the middle of it.
+    let mut applied = Vec::new();
+    while applied.len() < 50 {
+        match answered.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(name)) => applied.push(name),
+            other => panic!("the storm stopped before SIGTERM: {other:?}"),
+        }
+    }
+    pair.cloud.signal("-TERM");
+    let refused = loop {
+        match answered.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(name)) => applied.push(name),
+            Ok(Err(reason)) => break reason,
+            Err(err) => panic!("the writer never saw the cloud stop: {err}"),
+        }
+    };
+    writer.join().expect("writer");
+    pair.cloud.terminate();
+    let lines = pair.cloud.take_lines();
+    let dropped: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("did not take a message") || l.contains("stopped before queueing"))
+        .collect();
+    println!(
+        "{} applies answered 200, then: {refused}; on the way down: {} messages refused",
+        applied.len(),
+        dropped.len()
+    );
+    assert!(dropped.is_empty(), "{dropped:#?}");
+
+    // Started again: every object answered 200 reaches the edge.
+    let args: Vec<&str> = pair.cloud_args.iter().map(String::as_str).collect();
+    let cloud = Process::start(env!("CARGO_BIN_EXE_cloudcore"), &args);
+    cloud.wait_for("node connected node=edge-storm", Duration::from_secs(60));
+    let held = until("every answered device at the edge", || {
+        let held = held_devices(&pair.metaserver)?;
+        applied
+            .iter()
+            .all(|name| held.contains(name))
+            .then_some(held)
+    });
+    assert!(held.len() >= applied.len());
+    pair.cloud = cloud;
 }

@@ -510,21 +510,52 @@ impl Hive {
         };
         let mut report = ShutdownReport::default();
         for (name, control, flush_timeout) in order {
-            let (done, finished) = oneshot::channel();
-            if control.send(Control::Shutdown(done)).is_err() {
-                // Already stopped for good.
-                continue;
-            }
-            match tokio::time::timeout(flush_timeout * 2, finished).await {
-                Ok(_) => report.stopped.push(name),
-                Err(_) => {
-                    warn!(hive = self.name(), module = %name, "module did not stop within its flush timeout");
-                    report.timed_out.push(name);
-                }
-            }
+            self.stop_one(name, &control, flush_timeout, &mut report)
+                .await;
         }
         info!(hive = self.name(), ?report, "hive shut down");
         report
+    }
+
+    /// Stops one module ahead of the others (it flushes first), for a
+    /// process whose modules must stop in another order than the reverse
+    /// of their start: what feeds the others goes first. A module already
+    /// stopped, or unknown, is left as it is.
+    pub async fn stop_module(&self, name: &str) -> ShutdownReport {
+        let slot = {
+            let registry = self.read();
+            registry
+                .modules
+                .get(name)
+                .map(|slot| (slot.control.clone(), slot.flush_timeout))
+        };
+        let mut report = ShutdownReport::default();
+        if let Some((control, flush_timeout)) = slot {
+            self.stop_one(name.to_owned(), &control, flush_timeout, &mut report)
+                .await;
+        }
+        report
+    }
+
+    async fn stop_one(
+        &self,
+        name: String,
+        control: &mpsc::UnboundedSender<Control>,
+        flush_timeout: Duration,
+        report: &mut ShutdownReport,
+    ) {
+        let (done, finished) = oneshot::channel();
+        if control.send(Control::Shutdown(done)).is_err() {
+            // Already stopped for good.
+            return;
+        }
+        match tokio::time::timeout(flush_timeout * 2, finished).await {
+            Ok(_) => report.stopped.push(name),
+            Err(_) => {
+                warn!(hive = self.name(), module = %name, "module did not stop within its flush timeout");
+                report.timed_out.push(name);
+            }
+        }
     }
 
     /// Waits for SIGINT or SIGTERM, then shuts the hive down.

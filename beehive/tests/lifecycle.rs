@@ -277,3 +277,40 @@ async fn a_request_that_makes_its_module_fail_gets_the_failure_at_once() {
     );
     assert_eq!(hive.stats().sync_timeouts, 0);
 }
+
+#[actix::test]
+async fn a_module_stopped_ahead_drains_first_and_the_rest_stop_in_reverse_order() {
+    let (probes, mut events) = Probes::new();
+    let hive = Hive::new("t", HiveConfig::default());
+    for name in ["feeder", "middle", "hub"] {
+        hive.start_module(probes.factory(name, "g", Cleanup::Quick))
+            .expect("start");
+    }
+    for n in 0..50 {
+        hive.send("feeder", seq(0, n)).await.expect("send");
+    }
+    // The feeder goes first (as cloudcore stops its edgecontroller before
+    // cloudhub), with everything queued to it handled.
+    let report = hive.stop_module("feeder").await;
+    assert_eq!(report.stopped, ["feeder"]);
+    let mut handled = 0;
+    while let Ok(event) = events.try_recv() {
+        if let Event::Got { module, .. } = event {
+            assert_eq!(module, "feeder");
+            handled += 1;
+        }
+    }
+    assert_eq!(handled, 50, "drained before it stopped");
+    let after = hive
+        .send_sync("feeder", cmd("echo"), Duration::from_secs(5))
+        .await;
+    assert!(matches!(after, Err(Error::ModuleStopped(_))), "{after:?}");
+    // The others still run, and stop in reverse start order; the feeder
+    // is not stopped twice; an unknown module is nothing to stop.
+    hive.send_sync("hub", cmd("echo"), Duration::from_secs(5))
+        .await
+        .expect("hub still answers");
+    let report = hive.shutdown().await;
+    assert_eq!(report.stopped, ["hub", "middle"]);
+    assert!(hive.stop_module("nobody").await.stopped.is_empty());
+}

@@ -340,7 +340,7 @@ impl ControllerHandle {
             }
             applied.push((key, outcome));
         }
-        self.handled(written).await;
+        self.handled(written).await?;
         Ok(applied)
     }
 
@@ -352,15 +352,18 @@ impl ControllerHandle {
             && FOLLOWED.contains(&key.kind)
             && self.store.passes_on(removed)
         {
-            self.handled(vec![(key.kind, revision_of(removed))]).await;
+            self.handled(vec![(key.kind, revision_of(removed))]).await?;
         }
         Ok(removed)
     }
 
-    /// Waits until the controller has handled every `(kind, revision)`.
-    async fn handled(&self, written: Vec<(Kind, u64)>) {
+    /// Waits until the controller has handled every `(kind, revision)`;
+    /// an error if it stopped first (the writes are stored, and reach
+    /// their nodes when they link to a running cloud, but were not queued:
+    /// never answered as if they were).
+    async fn handled(&self, written: Vec<(Kind, u64)>) -> Result<(), ApiError> {
         if written.is_empty() {
-            return;
+            return Ok(());
         }
         let mut handled = self.handled.clone();
         let done = handled.wait_for(|handled| {
@@ -369,12 +372,20 @@ impl ControllerHandle {
                 .all(|(kind, revision)| handled.get(kind).is_some_and(|h| h >= revision))
         });
         match tokio::time::timeout(self.wait, done).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(_)) => warn!("the edgecontroller stopped before queueing a write"),
-            Err(_) => warn!(
-                wait = ?self.wait,
-                "the edgecontroller has not yet queued a write; answered anyway"
-            ),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => {
+                warn!("the edgecontroller stopped before queueing a write");
+                Err(ApiError::Unavailable(
+                    "the cloud is stopping: stored, but not queued for its node; it is sent when the node links to a running cloud".to_owned(),
+                ))
+            }
+            Err(_) => {
+                warn!(
+                    wait = ?self.wait,
+                    "the edgecontroller has not yet queued a write; answered anyway"
+                );
+                Ok(())
+            }
         }
     }
 
