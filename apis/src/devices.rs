@@ -114,6 +114,14 @@ pub struct DeviceStatus {
     /// When it was last reported online (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_online_time: Option<String>,
+    /// Whether the mapper reports the device's state to the cloud (set by
+    /// the user; passed to the mapper, kept across the node's reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_to_cloud: Option<bool>,
+    /// How often the mapper reports the state, in milliseconds (as
+    /// `reportToCloud`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_cycle: Option<i64>,
 }
 
 /// The twin of one property: what was reported, and the desired value the
@@ -150,6 +158,14 @@ pub struct DeviceModelSpec {
     /// The protocol devices of this model speak.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
+    /// The protocol's settings every device of this model starts from
+    /// (a device's own `spec.protocol.configData` keys win).
+    #[serde(
+        default,
+        rename = "protocolConfigData",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub protocol_config_data: Option<Value>,
 }
 
 /// One property of a model.
@@ -177,6 +193,10 @@ pub struct ModelProperty {
     /// Unit of the value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// How a mapper reads it, for every device of this model (a device's
+    /// own visitors' `configData` keys win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visitors: Option<Value>,
 }
 
 impl Device {

@@ -241,6 +241,9 @@ impl DeviceEntry {
             twins,
             state: self.state.clone(),
             last_online_time: self.last_online.clone(),
+            // The user's, kept by the cloud across the node's reports.
+            report_to_cloud: None,
+            report_cycle: None,
         }
     }
 

@@ -1880,6 +1880,9 @@ impl StatusReport {
     /// The status `object` gets from this report, or why it gets none.
     fn status_for(&self, object: &Value) -> Result<Value, Refusal> {
         match &self.change {
+            StatusChange::Replace(status) if self.kind == Kind::Device => {
+                Ok(keep_users_device_status(status, object))
+            }
             StatusChange::Replace(status) => Ok(status.clone()),
             StatusChange::Patch(patch) => {
                 let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
@@ -1900,5 +1903,43 @@ impl StatusReport {
                 twin_reports::reported_status(*kind, content, object).map_err(Refusal::bad_request)
             }
         }
+    }
+}
+
+/// A node's device status with what the user set in the stored one kept:
+/// `reportToCloud` and `reportCycle` are the mapper's instructions (KubeEdge
+/// keeps them in the status), never the node's to drop.
+fn keep_users_device_status(reported: &Value, stored: &Value) -> Value {
+    let mut status = reported.clone();
+    if let (Some(status), Some(old)) = (
+        status.as_object_mut(),
+        stored.get("status").and_then(Value::as_object),
+    ) {
+        for key in ["reportToCloud", "reportCycle"] {
+            if let Some(value) = old.get(key)
+                && !status.contains_key(key)
+            {
+                status.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    status
+}
+
+#[cfg(test)]
+mod device_status_tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_device_report_keeps_the_users_reporting_settings() {
+        let stored =
+            json!({"status": {"reportToCloud": true, "reportCycle": 5000, "state": "offline"}});
+        let reported = json!({"state": "online", "twins": []});
+        assert_eq!(
+            keep_users_device_status(&reported, &stored),
+            json!({"state": "online", "twins": [], "reportToCloud": true, "reportCycle": 5000})
+        );
+        // Nothing stored, nothing added.
+        assert_eq!(keep_users_device_status(&reported, &json!({})), reported);
     }
 }

@@ -212,6 +212,67 @@ pub fn push_method(value: Option<&Value>) -> Option<api::PushMethod> {
     })
 }
 
+/// `device` with its model's defaults merged in, as KubeEdge's edgecore
+/// does before `RegisterDevice` and `UpdateDevice`: the model's
+/// `protocolConfigData` under the device's `spec.protocol.configData`, and
+/// each model property's `visitors` under the device property of the same
+/// name; the device's own `configData` keys win, and its own
+/// `protocolName`s.
+pub fn with_model_defaults(device: &Device, model: Option<&DeviceModel>) -> Device {
+    let mut merged = device.clone();
+    let Some(model) = model else {
+        return merged;
+    };
+    if let Some(defaults) = model.spec.protocol_config_data.as_ref() {
+        let protocol = merged
+            .spec
+            .protocol
+            .get_or_insert_with(|| Value::Object(Map::new()));
+        let data = overlay(Some(defaults), protocol.get("configData"));
+        if let Some(protocol) = protocol.as_object_mut() {
+            protocol.insert("configData".to_owned(), data);
+        }
+    }
+    for property in &mut merged.spec.properties {
+        let Some(defaults) = model
+            .spec
+            .properties
+            .iter()
+            .find(|p| p.name == property.name)
+            .and_then(|p| p.visitors.as_ref())
+        else {
+            continue;
+        };
+        let own = property.visitors.as_ref();
+        let mut visitors = defaults.clone();
+        let data = overlay(
+            defaults.get("configData"),
+            own.and_then(|own| own.get("configData")),
+        );
+        if let Some(object) = visitors.as_object_mut() {
+            object.insert("configData".to_owned(), data);
+            if let Some(name) = own
+                .and_then(|own| own.get("protocolName"))
+                .filter(|name| !name.is_null())
+            {
+                object.insert("protocolName".to_owned(), name.clone());
+            }
+        }
+        property.visitors = Some(visitors);
+    }
+    merged
+}
+
+/// `base`'s keys with `over`'s put over them (objects; anything else
+/// counts as none).
+fn overlay(base: Option<&Value>, over: Option<&Value>) -> Value {
+    let mut merged = base.and_then(Value::as_object).cloned().unwrap_or_default();
+    for (key, value) in over.and_then(Value::as_object).into_iter().flatten() {
+        merged.insert(key.clone(), value.clone());
+    }
+    Value::Object(merged)
+}
+
 /// A Device as a mapper registers it.
 pub fn device(device: &Device) -> Result<api::Device, ConvertError> {
     let protocol = device.spec.protocol.as_ref();
@@ -284,8 +345,8 @@ pub fn device(device: &Device) -> Result<api::Device, ConvertError> {
                 reported: twin.reported.as_ref().map(twin_property),
             })
             .collect(),
-        report_to_cloud: false,
-        report_cycle: 0,
+        report_to_cloud: status.report_to_cloud.unwrap_or(false),
+        report_cycle: status.report_cycle.unwrap_or_default(),
     });
     Ok(api::Device {
         name: device.metadata.name.clone().unwrap_or_default(),
@@ -512,6 +573,77 @@ mod tests {
             }
         }))
         .expect("a device")
+    }
+
+    #[test]
+    fn a_models_defaults_go_under_the_devices_own_settings() {
+        let model: DeviceModel = serde_json::from_value(json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1",
+            "kind": "DeviceModel",
+            "metadata": {"name": "thermometer-model", "namespace": "default"},
+            "spec": {
+                "protocol": "modbus",
+                "protocolConfigData": {"slaveID": 9, "baudRate": 9600},
+                "properties": [
+                    {"name": "temperature", "type": "INT",
+                     "visitors": {"protocolName": "modbus", "configData": {"register": "InputRegister", "limit": 4}}},
+                    {"name": "humidity", "type": "INT",
+                     "visitors": {"protocolName": "modbus", "configData": {"register": "CoilRegister", "offset": 7}}}
+                ]
+            }
+        }))
+        .expect("a model");
+        let merged = with_model_defaults(&thermometer(), Some(&model));
+        // The device's own keys win; the model's others are added.
+        assert_eq!(
+            merged.spec.protocol,
+            Some(
+                json!({"protocolName": "modbus", "configData": {"slaveID": 1, "port": "/dev/ttyS0", "baudRate": 9600}})
+            )
+        );
+        assert_eq!(
+            merged.spec.properties[0].visitors,
+            Some(
+                json!({"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 2, "scale": 0.5, "limit": 4}})
+            )
+        );
+        // A property without visitors of its own takes the model's whole.
+        assert_eq!(
+            merged.spec.properties[1].visitors,
+            Some(
+                json!({"protocolName": "modbus", "configData": {"register": "CoilRegister", "offset": 7}})
+            )
+        );
+        // The rest is the device's, untouched; no model, no change.
+        assert_eq!(
+            merged.spec.properties[0].desired,
+            thermometer().spec.properties[0].desired
+        );
+        assert_eq!(with_model_defaults(&thermometer(), None), thermometer());
+        // And the mapper gets the merged settings.
+        let registered = device(&merged).expect("converts");
+        let spec = registered.spec.expect("spec");
+        let data = spec
+            .protocol
+            .and_then(|p| p.config_data)
+            .expect("config data");
+        assert!(data.data.contains_key("baudRate"), "{data:?}");
+    }
+
+    #[test]
+    fn a_devices_state_reporting_reaches_the_mapper() {
+        let mut reporting = thermometer();
+        reporting.status = Some(apis::devices::DeviceStatus {
+            report_to_cloud: Some(true),
+            report_cycle: Some(5000),
+            ..Default::default()
+        });
+        let status = device(&reporting)
+            .expect("converts")
+            .status
+            .expect("status");
+        assert!(status.report_to_cloud);
+        assert_eq!(status.report_cycle, 5000);
     }
 
     #[test]

@@ -136,13 +136,19 @@ impl Dispatch {
         let Some(socket) = self.mappers.get(&protocol).cloned() else {
             return Vec::new();
         };
-        let converted = match convert::device(&device) {
-            Ok(converted) => converted,
-            Err(err) => {
-                warn!(device = %key.1, error = %err, "not given to its mapper");
-                return Vec::new();
-            }
-        };
+        // With its model's defaults, as edgecore gives it.
+        let model = self
+            .model_key_of(key)
+            .and_then(|model_key| self.models.get(&model_key))
+            .cloned();
+        let converted =
+            match convert::device(&convert::with_model_defaults(&device, model.as_ref())) {
+                Ok(converted) => converted,
+                Err(err) => {
+                    warn!(device = %key.1, error = %err, "not given to its mapper");
+                    return Vec::new();
+                }
+            };
         let plan = |call| Planned {
             protocol: protocol.clone(),
             socket: socket.clone(),

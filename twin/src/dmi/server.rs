@@ -358,7 +358,7 @@ impl DmiService {
                 warn!(device = ?device.metadata.name, "its model is not here yet; not given to the mapper");
                 continue;
             };
-            match convert::device(&device) {
+            match convert::device(&convert::with_model_defaults(&device, Some(model))) {
                 Ok(converted) => {
                     model_list.push(convert::model(model));
                     device_list.push(converted);
