@@ -13,11 +13,13 @@ use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use transports::{
-    Lane, Link, LinkSender, ListenOptions, Listener, Received, TransportError, TransportKind,
+    Admission, AdmissionCheck, Lane, Link, LinkSender, ListenOptions, Listener, PeerIdentity,
+    Received, TransportError, TransportKind,
 };
 
 use crate::HubError;
-use crate::dialect::{Dialect, NODE_ID_HEADER, node_of_common_name};
+use crate::admission::LinkRefusal;
+use crate::dialect::Dialect;
 use crate::protocol::{self, Hello, Kind};
 use crate::queue::{AckOutcome, NodeQueue, PushOutcome};
 use crate::stats::HubStats;
@@ -142,9 +144,13 @@ impl CloudHub {
     pub async fn start(hive: &Hive, config: CloudHubConfig) -> Result<CloudHubHandle, HubError> {
         let mut listeners = Vec::new();
         let mut addresses = Vec::new();
+        let stats = Arc::new(HubStats::default());
         for endpoint in &config.endpoints {
             let transport = endpoint.kind.transport()?;
-            let options = endpoint.dialect.listen_options(endpoint.options.clone());
+            let options = endpoint
+                .dialect
+                .listen_options(endpoint.options.clone())
+                .with_admission(admission(endpoint, stats.clone()));
             let listener = transport.listen(&options).await?;
             info!(kind = %endpoint.kind, dialect = %endpoint.dialect, address = listener.local_addr(), "cloudhub listening");
             addresses.push((endpoint.kind, listener.local_addr().to_owned()));
@@ -154,7 +160,6 @@ impl CloudHub {
             Some(path) => Some(QueueStore::open(path)?),
             None => None,
         };
-        let stats = Arc::new(HubStats::default());
         let mut first = Some((listeners, store));
         let config = Arc::new(config);
         let hub_stats = stats.clone();
@@ -848,6 +853,27 @@ impl Handler<Acked> for CloudHub {
     }
 }
 
+/// The check of `endpoint`'s upgrade requests: cloudhub's own
+/// ([`crate::admission::admit_upgrade`]), then the embedder's, if its
+/// options carry one.
+fn admission(endpoint: &CloudEndpoint, stats: Arc<HubStats>) -> AdmissionCheck {
+    let (dialect, trust_hello) = (endpoint.dialect, endpoint.trust_hello);
+    let theirs = endpoint.options.admission.clone();
+    Arc::new(move |peer: &PeerIdentity| {
+        let admission = match crate::admission::admit_upgrade(dialect, trust_hello, peer) {
+            Admission::Accept => theirs
+                .as_ref()
+                .map_or(Admission::Accept, |check| check(peer)),
+            refused => refused,
+        };
+        if let Admission::Refuse { status, reason } = &admission {
+            warn!(remote = %peer.remote, %dialect, status, %reason, "link refused before the upgrade");
+            stats.count(&stats.refused_links);
+        }
+        admission
+    })
+}
+
 async fn accept_loop(
     mut listener: Listener,
     endpoint: CloudEndpoint,
@@ -902,30 +928,21 @@ async fn open_session(
                 _ => None,
             }
         }
-        Dialect::KubeEdge => link
-            .peer
-            .headers
-            .iter()
-            .find(|(name, _)| name == NODE_ID_HEADER)
-            .map(|(_, value)| value.clone()),
+        Dialect::KubeEdge => crate::admission::node_id(&link.peer).map(str::to_owned),
     };
-    let certified = link.peer.common_name.as_deref().map(node_of_common_name);
-    let refusal = match (&named, certified) {
-        (None, _) if dialect == Dialect::KubeEdge => Some("no node_id header".to_owned()),
-        (None, _) => Some("no hello".to_owned()),
-        (Some(named), _) if !crate::certs::valid_node_name(named) => {
-            Some(format!("invalid node name {named:?}"))
-        }
-        (Some(named), Some(certified)) if certified != named => Some(format!(
-            "certificate of node {certified:?} presented as node {named:?}"
-        )),
-        (Some(_), None) if !trust_hello => Some("no client certificate".to_owned()),
-        _ => None,
-    };
-    let node = match (refusal, named) {
-        (None, Some(named)) => named,
-        (refusal, _) => {
-            warn!(%remote, %dialect, reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
+    // A WebSocket link was checked on its upgrade request already (see
+    // `admission`); this covers the hello and the other transports.
+    let checked = crate::admission::check_identity(
+        dialect,
+        trust_hello,
+        named.as_deref(),
+        link.peer.common_name.as_deref(),
+    );
+    let node = match (checked, named) {
+        (Ok(()), Some(named)) => named,
+        (checked, _) => {
+            let reason = checked.err().unwrap_or(LinkRefusal::NoHello);
+            warn!(%remote, %dialect, %reason, "link refused");
             stats.count(&stats.refused_links);
             link.sender.close().await;
             return;

@@ -420,6 +420,11 @@ async fn connect_loop(
                 hub.do_send(LinkDown { id });
                 info!(node = %config.node, address = %dial.address, "link to the cloud lost");
             }
+            // The cloud said no and why: a matter for whoever set the node up.
+            Err(err @ TransportError::Refused { .. }) => {
+                stats.count(&stats.dial_failures);
+                warn!(error = %err, attempt, address = %dial.address, "the cloud refused the link");
+            }
             Err(err) => {
                 stats.count(&stats.dial_failures);
                 debug!(error = %err, attempt, address = %dial.address, "dial failed");

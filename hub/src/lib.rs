@@ -21,6 +21,7 @@
 //!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
 
 pub mod acks;
+pub mod admission;
 pub mod certs;
 pub mod claims;
 mod cloud;

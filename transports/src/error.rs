@@ -62,6 +62,15 @@ pub enum TransportError {
     /// The WebSocket layer failed.
     #[error("WebSocket: {0}")]
     WebSocket(String),
+    /// The other side answered the WebSocket upgrade request with an HTTP
+    /// error instead of upgrading (see [`crate::Admission`]).
+    #[error("link refused with HTTP {status}: {reason}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The reason it gave (its response body, shortened).
+        reason: String,
+    },
     /// The QUIC layer failed.
     #[error("QUIC: {0}")]
     Quic(String),

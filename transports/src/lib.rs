@@ -39,6 +39,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+mod admission;
 mod error;
 pub mod frame;
 pub mod kubeedge;
@@ -58,6 +59,7 @@ mod uds;
 #[cfg(feature = "ws")]
 mod ws;
 
+pub use admission::{Admission, AdmissionCheck};
 pub use error::{FrameError, TransportError};
 pub use frame::Codec;
 pub use link::{
@@ -174,6 +176,11 @@ pub struct ListenOptions {
     pub limits: Limits,
     /// How messages become frames on the links accepted here.
     pub codec: Codec,
+    /// Run on every WebSocket upgrade request before it is answered; a
+    /// refusal answers it with an HTTP error instead of an upgrade (none:
+    /// every request that reaches the path is upgraded). Other transports
+    /// have no request and ignore it.
+    pub admission: Option<AdmissionCheck>,
 }
 
 impl ListenOptions {
@@ -186,12 +193,20 @@ impl ListenOptions {
             allow_plaintext: false,
             limits: Limits::default(),
             codec: Codec::default(),
+            admission: None,
         }
     }
 
     /// With another codec (KubeEdge's JSON for KubeEdge peers).
     pub fn with_codec(mut self, codec: Codec) -> Self {
         self.codec = codec;
+        self
+    }
+
+    /// With a check of every WebSocket upgrade request (see
+    /// [`Admission`]).
+    pub fn with_admission(mut self, check: AdmissionCheck) -> Self {
+        self.admission = Some(check);
         self
     }
 

@@ -29,6 +29,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage, Utf8Bytes, http};
 use tracing::warn;
 
+use crate::admission::{Admission, AdmissionCheck};
 use crate::error::{FrameError, TransportError};
 use crate::frame::Codec;
 use crate::link::{FrameSink, FrameSource, Lane, Limits, Link, PeerIdentity, spawn_link};
@@ -356,62 +357,118 @@ where
     spawn_link(peer, source, sink, limits, codec)
 }
 
+/// The HTTP answer to an upgrade request that is refused: `status` (403
+/// unless it is an error status) and `reason` as a short plain-text body.
+fn refusal(status: u16, reason: &str) -> ErrorResponse {
+    let status = http::StatusCode::from_u16(status)
+        .ok()
+        .filter(|status| status.is_client_error() || status.is_server_error())
+        .unwrap_or(http::StatusCode::FORBIDDEN);
+    let body = format!("{reason}\n");
+    let mut response = ErrorResponse::new(Some(body.clone()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(body.len()),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+/// Longest reason kept from a refusal's body.
+const MAX_REASON: usize = 256;
+
+/// What an HTTP answer instead of an upgrade says: its status and reason.
+fn refused(status: http::StatusCode, body: Option<&[u8]>) -> TransportError {
+    let text = body.map(String::from_utf8_lossy).unwrap_or_default();
+    let mut reason: String = text.trim().chars().take(MAX_REASON).collect();
+    if reason.is_empty() {
+        reason = status
+            .canonical_reason()
+            .unwrap_or("no reason given")
+            .to_owned();
+    }
+    TransportError::Refused {
+        status: status.as_u16(),
+        reason,
+    }
+}
+
 async fn upgrade_server<S>(
     stream: S,
-    mut peer: PeerIdentity,
+    peer: PeerIdentity,
     path: Arc<str>,
     limits: Limits,
     codec: Codec,
+    admission: Option<AdmissionCheck>,
 ) -> Result<Link, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    // The request's headers, kept for the link's peer identity.
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let keep = seen.clone();
+    // The peer, with the request's headers, once the request is accepted.
+    let accepted = Arc::new(std::sync::Mutex::new(None));
+    let keep = accepted.clone();
     // tungstenite's callback signature, large error variant and all.
     #[allow(clippy::result_large_err)]
-    let check_path =
+    let check =
         move |request: &Request, mut response: Response| -> Result<Response, ErrorResponse> {
+            let mut peer = peer;
             // A KubeEdge edge names its own path (`/<project>/<node>/events`);
             // KubeEdge's cloud takes any, and so does this endpoint.
-            if codec == Codec::KubeEdgeJson || request.uri().path() == &*path {
-                let headers: Vec<(String, String)> = request
-                    .headers()
-                    .iter()
-                    .filter_map(|(name, value)| {
-                        Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-                    })
-                    .take(crate::link::MAX_HEADERS)
-                    .collect();
-                if let Ok(mut kept) = keep.lock() {
-                    *kept = headers;
-                }
-                if codec == Codec::MessagePack && request.headers().contains_key(BATCH_HEADER) {
-                    response
-                        .headers_mut()
-                        .insert(BATCH_HEADER, http::HeaderValue::from_static("1"));
-                }
-                Ok(response)
-            } else {
-                let mut refusal = ErrorResponse::new(Some(format!(
-                    "no WebSocket endpoint at {}",
-                    request.uri().path()
-                )));
-                *refusal.status_mut() = http::StatusCode::NOT_FOUND;
-                Err(refusal)
+            if codec != Codec::KubeEdgeJson && request.uri().path() != &*path {
+                return Err(refusal(
+                    404,
+                    &format!("no WebSocket endpoint at {}", request.uri().path()),
+                ));
             }
+            peer.headers = request
+                .headers()
+                .iter()
+                .filter_map(|(name, value)| {
+                    Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                })
+                .take(crate::link::MAX_HEADERS)
+                .collect();
+            // Decided on what the request and the TLS handshake tell, before
+            // anything is upgraded.
+            if let Some(Admission::Refuse { status, reason }) =
+                admission.as_ref().map(|check| check(&peer))
+            {
+                return Err(refusal(status, &reason));
+            }
+            if codec == Codec::MessagePack && request.headers().contains_key(BATCH_HEADER) {
+                response
+                    .headers_mut()
+                    .insert(BATCH_HEADER, http::HeaderValue::from_static("1"));
+            }
+            if let Ok(mut kept) = keep.lock() {
+                *kept = Some(peer);
+            }
+            Ok(response)
         };
     let ws = tokio_tungstenite::accept_hdr_async_with_config(
         stream,
-        check_path,
+        check,
         Some(config(&limits, codec)),
     )
     .await
-    .map_err(ws_error)?;
-    if let Ok(mut kept) = seen.lock() {
-        peer.headers = std::mem::take(&mut *kept);
-    }
+    .map_err(|err| match err {
+        WsError::Http(response) => refused(response.status(), response.body().as_deref()),
+        other => ws_error(other),
+    })?;
+    let peer = accepted
+        .lock()
+        .ok()
+        .and_then(|mut kept| kept.take())
+        .ok_or_else(|| TransportError::WebSocket("upgrade without a request".into()))?;
     let peer_batches = peer.headers.iter().any(|(name, _)| name == BATCH_HEADER);
     Ok(into_link(ws, peer, &limits, codec, peer_batches))
 }
@@ -444,7 +501,11 @@ where
     let (ws, response) =
         tokio_tungstenite::client_async_with_config(request, stream, Some(config(&limits, codec)))
             .await
-            .map_err(ws_error)?;
+            .map_err(|err| match err {
+                // The other side refused the link before upgrading it.
+                WsError::Http(response) => refused(response.status(), response.body().as_deref()),
+                other => ws_error(other),
+            })?;
     let peer_batches = response.headers().contains_key(BATCH_HEADER);
     Ok(into_link(ws, peer, &limits, codec, peer_batches))
 }
@@ -477,6 +538,7 @@ impl Transport for WebSocket {
                 .to_string();
             let path: Arc<str> = self.path.as_str().into();
             let codec = options.codec;
+            let admission = options.admission.clone();
             Ok(Listener::new(local, &options.limits, move |queue| {
                 tokio::spawn(async move {
                     loop {
@@ -489,8 +551,12 @@ impl Transport for WebSocket {
                             }
                         };
                         let remote = remote.to_string();
-                        let (acceptor, path, limits) =
-                            (acceptor.clone(), path.clone(), *queue.limits());
+                        let (acceptor, path, limits, admission) = (
+                            acceptor.clone(),
+                            path.clone(),
+                            *queue.limits(),
+                            admission.clone(),
+                        );
                         crate::tune_tcp(&tcp, &limits);
                         queue.handshake(remote.clone(), async move {
                             match acceptor {
@@ -503,14 +569,15 @@ impl Transport for WebSocket {
                                         remote,
                                         stream.get_ref().1.peer_certificates(),
                                     );
-                                    upgrade_server(stream, peer, path, limits, codec).await
+                                    upgrade_server(stream, peer, path, limits, codec, admission)
+                                        .await
                                 }
                                 None => {
                                     let peer = PeerIdentity {
                                         remote,
                                         ..PeerIdentity::default()
                                     };
-                                    upgrade_server(tcp, peer, path, limits, codec).await
+                                    upgrade_server(tcp, peer, path, limits, codec, admission).await
                                 }
                             }
                         });
@@ -589,6 +656,41 @@ mod tests {
             }
             at = next;
         }
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_status_with_its_reason_as_the_body() {
+        let answer = refusal(403, "certificate of node \"a\" presented as node \"b\"");
+        assert_eq!(answer.status(), http::StatusCode::FORBIDDEN);
+        let body = answer.body().clone().expect("a body");
+        assert_eq!(
+            answer.headers()[http::header::CONTENT_LENGTH],
+            body.len().to_string().as_str()
+        );
+        assert_eq!(answer.headers()[http::header::CONNECTION], "close");
+        // Whatever is not an error status would read as a success: 403.
+        assert_eq!(refusal(101, "x").status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(refusal(200, "x").status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(refusal(42, "x").status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(
+            refusal(503, "x").status(),
+            http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        // The dialer reads it back, shortened, or the status's own words.
+        let read = refused(answer.status(), Some(body.as_bytes()));
+        assert!(matches!(
+            read,
+            TransportError::Refused { status: 403, ref reason } if reason == "certificate of node \"a\" presented as node \"b\""
+        ));
+        let long = "x".repeat(10_000);
+        assert!(matches!(
+            refused(http::StatusCode::BAD_REQUEST, Some(long.as_bytes())),
+            TransportError::Refused { status: 400, ref reason } if reason.len() == MAX_REASON
+        ));
+        assert!(matches!(
+            refused(http::StatusCode::UNAUTHORIZED, None),
+            TransportError::Refused { status: 401, ref reason } if reason == "Unauthorized"
+        ));
     }
 
     #[test]

@@ -34,6 +34,27 @@ impl KubeEdgeEdge {
         node_id: Option<&str>,
         certified: &str,
     ) -> KubeEdgeEdge {
+        KubeEdgeEdge::try_dial_at(pki, address, node_id, certified)
+            .await
+            .expect("dial")
+    }
+
+    /// Like [`KubeEdgeEdge::dial`], or the cloud's refusal.
+    pub async fn try_dial(
+        cloud: &Cloud,
+        node_id: Option<&str>,
+        certified: &str,
+    ) -> Result<KubeEdgeEdge, transports::TransportError> {
+        KubeEdgeEdge::try_dial_at(&cloud.pki, &cloud.kubeedge_address, node_id, certified).await
+    }
+
+    /// Like [`KubeEdgeEdge::dial_at`], or the cloud's refusal.
+    pub async fn try_dial_at(
+        pki: &transports::tls::DevPki,
+        address: &str,
+        node_id: Option<&str>,
+        certified: &str,
+    ) -> Result<KubeEdgeEdge, transports::TransportError> {
         let identity = pki.client(certified).expect("client cert");
         let mut options = DialOptions::new(address, "localhost")
             .with_tls(tls::client_config(&[pki.root()], Some(identity)).expect("tls"))
@@ -52,9 +73,8 @@ impl KubeEdgeEdge {
             .transport()
             .expect("ws")
             .dial(&options)
-            .await
-            .expect("dial");
-        KubeEdgeEdge { link }
+            .await?;
+        Ok(KubeEdgeEdge { link })
     }
 
     /// Sends one frame, given as the JSON a KubeEdge edge writes.
