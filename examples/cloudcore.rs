@@ -1,7 +1,8 @@
 //! cloudcore: the cloud side of edgehive.
 //!
 //! `cloudcore token` prints a join token (creating the CA on first use);
-//! `cloudcore run` serves the certificate endpoints, cloudhub on every
+//! `cloudcore kubeconfig --user NAME --role admin|view` prints a kubeconfig
+//! for the admin API; `cloudcore run` serves the certificate endpoints, cloudhub on every
 //! transport asked for, the edgecontroller on its desired-state store, the
 //! admin API (for `edgehivectl`) and Prometheus metrics, until SIGINT or
 //! SIGTERM.
@@ -66,8 +67,45 @@ enum Command {
         #[arg(long, default_value_t = 24 * 3600)]
         ttl_secs: u64,
     },
+    /// Prints a kubeconfig for the admin API: a client certificate of the
+    /// cloud's CA for USER, in the role's group.
+    Kubeconfig {
+        /// The user's name (the certificate's common name).
+        #[arg(long)]
+        user: String,
+        /// admin: everything; view: reads, logs and metrics (not secrets,
+        /// not exec, attach, port-forward, apply, delete).
+        #[arg(long, value_enum)]
+        role: Role,
+        /// How long the certificate is valid, in days.
+        #[arg(long, default_value_t = 365)]
+        days: u64,
+        /// The server's URL in the kubeconfig (default: https:// and
+        /// modules.admin.address, or the first advertiseAddress when that
+        /// listens on every address).
+        #[arg(long)]
+        server: Option<String>,
+    },
     /// Runs the cloud.
     Run(Box<Run>),
+}
+
+/// A role of the admin API.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Role {
+    /// Group edgehive:admins.
+    Admin,
+    /// Group edgehive:viewers.
+    View,
+}
+
+impl Role {
+    fn group(self) -> &'static str {
+        match self {
+            Role::Admin => cloud::admin::auth::ADMINS,
+            Role::View => cloud::admin::auth::VIEWERS,
+        }
+    }
 }
 
 /// Flags of `run`; each overrides its key in the configuration file.
@@ -104,11 +142,19 @@ struct Run {
     /// (modules.cloudHub.nodeCertificateDays).
     #[arg(long)]
     cert_days: Option<u64>,
-    /// Admin API listen address: manifests in, objects out, no
-    /// authentication, so keep it on loopback; "off" for none
-    /// (modules.admin).
+    /// Admin API listen address: manifests in, objects out, over HTTPS
+    /// for callers with a client certificate of the cloud's CA or a bearer
+    /// token; "off" for none (modules.admin).
     #[arg(long)]
     admin: Option<String>,
+    /// The admin API in plain HTTP without authentication, on a loopback
+    /// address only (modules.admin.authentication: false).
+    #[arg(long)]
+    admin_insecure: bool,
+    /// Bearer tokens for the admin API, kube-apiserver's token file format
+    /// (modules.admin.tokenFile).
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
     /// Prometheus metrics listen address; "off" for none (modules.metrics).
     #[arg(long)]
     metrics: Option<String>,
@@ -208,6 +254,12 @@ impl Run {
             }
         }
         config.modules.admin.apply_flag(self.admin);
+        if self.admin_insecure {
+            config.modules.admin.authentication = false;
+        }
+        if let Some(file) = self.admin_token_file {
+            config.modules.admin.token_file = file;
+        }
         config.modules.metrics.apply_flag(self.metrics);
         config::Check::check(&config).map_err(|reason| anyhow::anyhow!("{reason}"))?;
         Ok(config)
@@ -325,6 +377,119 @@ async fn metrics_server_config(
     })
 }
 
+/// The admin API's server certificate names: the cloud's advertised
+/// names and the host it listens on (unless that is every address).
+fn admin_names(settings: &CloudCoreConfig) -> Vec<String> {
+    let mut names = settings.modules.cloud_hub.advertise_address.clone();
+    if let Some((host, _)) = settings.modules.admin.address.rsplit_once(':') {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let every = host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+        if !every && !host.is_empty() && !names.iter().any(|n| n == host) {
+            names.push(host.to_owned());
+        }
+    }
+    names
+}
+
+/// The admin API's URL as a kubeconfig names it: its listen address, or
+/// the first advertised name at its port when it listens on every address.
+fn admin_server_url(settings: &CloudCoreConfig) -> String {
+    let address = &settings.modules.admin.address;
+    let (host, port) = address.rsplit_once(':').unwrap_or((address, "10003"));
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let host = match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => settings
+            .modules
+            .cloud_hub
+            .advertise_address
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1".to_owned()),
+        _ => bare.to_owned(),
+    };
+    if host.contains(':') {
+        format!("https://[{host}]:{port}")
+    } else {
+        format!("https://{host}:{port}")
+    }
+}
+
+/// The admin API's TLS (the CA's server certificate; client certificates
+/// of the CA verified when presented) and its bearer tokens.
+fn admin_auth(settings: &CloudCoreConfig, ca: &CloudCa) -> Result<cloud::admin::AdminAuth> {
+    let (chain, key) =
+        ca.issue_server(&admin_names(settings), Duration::from_secs(365 * 24 * 3600))?;
+    let tls = tls::server_config_optional_client_auth(chain, key, &[ca.root()])?;
+    let file = &settings.modules.admin.token_file;
+    let tokens = if file.as_os_str().is_empty() {
+        cloud::admin::auth::Tokens::none()
+    } else {
+        let tokens = cloud::admin::auth::Tokens::read(file).context("modules.admin.tokenFile")?;
+        tracing::info!(file = %file.display(), tokens = tokens.len(), "admin API bearer tokens");
+        tokens
+    };
+    Ok(cloud::admin::AdminAuth { tls, tokens })
+}
+
+/// A kubeconfig for `user` in `group`, a client certificate of the CA
+/// valid for `days`.
+fn admin_kubeconfig(
+    ca: &CloudCa,
+    server: &str,
+    user: &str,
+    group: &str,
+    days: u64,
+) -> Result<String> {
+    anyhow::ensure!(!user.is_empty(), "--user: a name");
+    let identity = ca.issue_client(user, group, Duration::from_secs(days * 24 * 3600))?;
+    let kubeconfig = cloud::admin::kubeconfig::Kubeconfig::with_certificate(
+        "edgehive",
+        server,
+        &ca.root(),
+        user,
+        &identity,
+    );
+    Ok(kubeconfig.to_yaml()?)
+}
+
+/// The admin's certificates' lifetime in the kubeconfig written at first
+/// start, in days.
+const ADMIN_DAYS: u64 = 5 * 365;
+
+/// Writes `<dataDir>/admin.kubeconfig` (readable by its owner only) for
+/// user `admin` in `edgehive:admins`, unless it is there already.
+fn write_admin_kubeconfig(settings: &CloudCoreConfig, ca: &CloudCa) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = settings.data_dir.join("admin.kubeconfig");
+    if path.exists() {
+        return Ok(());
+    }
+    let text = admin_kubeconfig(
+        ca,
+        &admin_server_url(settings),
+        "admin",
+        cloud::admin::auth::ADMINS,
+        ADMIN_DAYS,
+    )?;
+    let partial = path.with_extension("kubeconfig.partial");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)
+        .with_context(|| partial.display().to_string())?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| partial.display().to_string())?;
+    std::fs::rename(&partial, &path).with_context(|| path.display().to_string())?;
+    tracing::info!(path = %path.display(), "admin kubeconfig written (edgehivectl --kubeconfig)");
+    Ok(())
+}
+
 /// Where the configuration file is read from by default.
 const DEFAULT_CONFIG: &str = "/etc/edgehive/cloudcore.yaml";
 
@@ -341,12 +506,24 @@ fn main() -> Result<()> {
         args.log,
     )?;
     let Some(command) = args.command else {
-        anyhow::bail!("give a command: run, token (see --help)");
+        anyhow::bail!("give a command: run, token, kubeconfig (see --help)");
     };
     let ca = CloudCa::load_or_create(&settings.ca_dir()).context("the cloud CA")?;
     match command {
         Command::Token { ttl_secs } => {
             println!("{}", ca.issue_token(Duration::from_secs(ttl_secs)));
+            Ok(())
+        }
+        Command::Kubeconfig {
+            user,
+            role,
+            days,
+            server,
+        } => {
+            anyhow::ensure!(days > 0, "--days: at least 1");
+            let server = server.unwrap_or_else(|| admin_server_url(&settings));
+            let kubeconfig = admin_kubeconfig(&ca, &server, &user, role.group(), days)?;
+            print!("{kubeconfig}");
             Ok(())
         }
         Command::Run(run) => {
@@ -515,10 +692,24 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         _ => None,
     };
     let admin = match settings.modules.admin.enabled() {
-        Some(address) => Some(
-            AdminApi::start(controller.clone(), address, Some(pod_streams.clone()))
-                .context("admin API")?,
-        ),
+        Some(address) if settings.modules.admin.authentication => {
+            let auth = admin_auth(&settings, &ca)?;
+            let started =
+                AdminApi::start_tls(controller.clone(), address, Some(pod_streams.clone()), auth)
+                    .context("admin API")?;
+            write_admin_kubeconfig(&settings, &ca)?;
+            Some(started)
+        }
+        Some(address) => {
+            tracing::warn!(
+                %address,
+                "admin API without authentication (modules.admin.authentication: false): whoever reaches it controls every node"
+            );
+            Some(
+                AdminApi::start(controller.clone(), address, Some(pod_streams.clone()))
+                    .context("admin API")?,
+            )
+        }
         None => None,
     };
     if let (Some(Claims::Etcd(claims)), Desired::Etcd(store)) = (&claims, &desired) {

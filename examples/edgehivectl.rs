@@ -12,6 +12,13 @@
 //! edgehivectl attach -it POD
 //! edgehivectl port-forward POD 8080:80
 //! ```
+//!
+//! It finds the admin API, its CA and the caller's credentials in a
+//! kubeconfig: `--kubeconfig` (or `$EDGEHIVE_KUBECONFIG`), else
+//! cloudcore's `<dataDir>/admin.kubeconfig` when it can read it. Without
+//! one it talks plain HTTP to `--server` (default 127.0.0.1:10003).
+//! `--server` names another server: `https://` with the kubeconfig's
+//! credentials, `host:port` or `http://` in plain HTTP, with none of them.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,6 +27,7 @@ use anyhow::{Context, Result, bail};
 use apis::kinds::Kind;
 use clap::{Parser, Subcommand, ValueEnum};
 use cloud::AdminClient;
+use cloud::admin::kubeconfig::Kubeconfig;
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -27,14 +35,15 @@ use serde_json::Value;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// The admin API of cloudcore, host:port.
-    #[arg(
-        long,
-        global = true,
-        env = "EDGEHIVE_ADMIN",
-        default_value = cloud::admin::DEFAULT_ADDRESS
-    )]
-    server: String,
+    /// The admin API of cloudcore (or an edge's MetaServer): host:port or
+    /// http://host:port for plain HTTP, https://host:port for TLS with the
+    /// kubeconfig's CA and credentials; overrides the kubeconfig's server.
+    #[arg(long, global = true, env = "EDGEHIVE_ADMIN")]
+    server: Option<String>,
+    /// A kubeconfig naming the admin API, its CA and your credentials
+    /// (default: cloudcore's <dataDir>/admin.kubeconfig when readable).
+    #[arg(long, global = true, env = "EDGEHIVE_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -318,8 +327,39 @@ fn main() {
     }
 }
 
+/// The client the flags, and the kubeconfig they lead to, ask for.
+fn client(args: &Args) -> Result<AdminClient> {
+    let default = edgehive::config::CloudCoreConfig::default()
+        .data_dir
+        .join("admin.kubeconfig");
+    let kubeconfig = match &args.kubeconfig {
+        Some(path) => Some(path.clone()),
+        None => std::fs::File::open(&default).is_ok().then_some(default),
+    };
+    match kubeconfig {
+        Some(path) => {
+            let credentials =
+                Kubeconfig::load(&path).with_context(|| format!("{}", path.display()))?;
+            Ok(AdminClient::from_credentials(
+                &credentials,
+                args.server.as_deref(),
+            )?)
+        }
+        None => {
+            let server = args
+                .server
+                .as_deref()
+                .unwrap_or(cloud::admin::DEFAULT_ADDRESS);
+            if server.starts_with("https://") {
+                bail!("{server}: HTTPS needs a kubeconfig with the server's CA (--kubeconfig)");
+            }
+            Ok(AdminClient::new(server))
+        }
+    }
+}
+
 async fn run(args: Args) -> Result<()> {
-    let client = AdminClient::new(&args.server);
+    let client = client(&args)?;
     match args.command {
         Command::Logs {
             pod,
@@ -379,7 +419,7 @@ async fn run(args: Args) -> Result<()> {
                 query.append_pair("command", word);
             }
             let path = interactive_path(&namespace, &pod, "exec", container, stdin, tty, query);
-            let code = terminal::run(&args.server, &path, stdin, tty).await?;
+            let code = terminal::run(&client, &path, stdin, tty).await?;
             std::process::exit(code);
         }
         Command::PortForward {
@@ -389,7 +429,7 @@ async fn run(args: Args) -> Result<()> {
             address,
         } => {
             let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/portforward");
-            terminal::forward(&args.server, &path, &address, &ports).await?;
+            terminal::forward(&client, &path, &address, &ports).await?;
         }
         Command::Attach {
             pod,
@@ -400,7 +440,7 @@ async fn run(args: Args) -> Result<()> {
         } => {
             let query = form_urlencoded::Serializer::new(String::new());
             let path = interactive_path(&namespace, &pod, "attach", container, stdin, tty, query);
-            let code = terminal::run(&args.server, &path, stdin, tty).await?;
+            let code = terminal::run(&client, &path, stdin, tty).await?;
             std::process::exit(code);
         }
         Command::Apply { files } => {

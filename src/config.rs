@@ -309,9 +309,8 @@ impl Default for ReplicasSection {
 pub struct CloudModules {
     /// cloudhub: the nodes' links and the certificate endpoints.
     pub cloud_hub: CloudHubSection,
-    /// The admin API (for edgehivectl): no authentication, keep it on
-    /// loopback.
-    pub admin: Listener,
+    /// The admin API (for edgehivectl).
+    pub admin: AdminSection,
     /// Prometheus metrics at `/metrics`.
     pub metrics: Listener,
     /// The application center (KubeEdge's dynamiccontroller): answers what
@@ -324,6 +323,57 @@ pub struct CloudModules {
     /// The resource metrics API (`metrics.k8s.io`) for kube-apiserver's
     /// aggregation layer (Kubernetes mode): `kubectl top` on edge pods.
     pub metrics_server: MetricsServerSection,
+}
+
+/// The admin API (for edgehivectl): where it listens and how it knows its
+/// callers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AdminSection {
+    /// Whether it runs.
+    pub enable: bool,
+    /// host:port.
+    pub address: String,
+    /// true: HTTPS with the cloud CA's certificate, every caller known by a
+    /// client certificate of that CA or a bearer token and given a role by
+    /// its group (`edgehive:admins`, `edgehive:viewers`); `cloudcore`
+    /// writes `<dataDir>/admin.kubeconfig` for its admin. false: plain
+    /// HTTP to anyone, on a loopback address only.
+    pub authentication: bool,
+    /// Bearer tokens besides client certificates, in kube-apiserver's
+    /// `--token-auth-file` format (`token,user,uid,"group1,group2"`);
+    /// empty for none.
+    pub token_file: PathBuf,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        AdminSection {
+            enable: true,
+            address: cloud::admin::DEFAULT_ADDRESS.to_owned(),
+            authentication: true,
+            token_file: PathBuf::new(),
+        }
+    }
+}
+
+impl AdminSection {
+    /// Applies the `--admin` flag: an address enables it there, "off"
+    /// disables it, none leaves it as the file says.
+    pub fn apply_flag(&mut self, flag: Option<String>) {
+        let mut listener = Listener {
+            enable: self.enable,
+            address: std::mem::take(&mut self.address),
+        };
+        listener.apply_flag(flag);
+        self.enable = listener.enable;
+        self.address = listener.address;
+    }
+
+    /// Its address, when it runs.
+    pub fn enabled(&self) -> Option<&str> {
+        self.enable.then_some(self.address.as_str())
+    }
 }
 
 /// cloudcore as the cluster's metrics-server (Kubernetes mode): serves
@@ -459,7 +509,7 @@ impl Default for CloudModules {
     fn default() -> Self {
         CloudModules {
             cloud_hub: CloudHubSection::default(),
-            admin: Listener::on(cloud::admin::DEFAULT_ADDRESS),
+            admin: AdminSection::default(),
             metrics: Listener::on(DEFAULT_CLOUD_METRICS),
             dynamic_controller: DynamicControllerSection::default(),
             cloud_stream: CloudStreamSection::default(),
@@ -570,7 +620,13 @@ impl Check for CloudCoreConfig {
             ),
             ("modules.cloudHub.quic.address", &hub.quic),
             ("modules.cloudHub.https.address", &hub.https),
-            ("modules.admin.address", &self.modules.admin),
+            (
+                "modules.admin.address",
+                &Listener {
+                    enable: self.modules.admin.enable,
+                    address: self.modules.admin.address.clone(),
+                },
+            ),
             ("modules.metrics.address", &self.modules.metrics),
             (
                 "modules.cloudStream.address",
@@ -590,6 +646,18 @@ impl Check for CloudCoreConfig {
             if listener.enable {
                 check_host_port(key, &listener.address)?;
             }
+        }
+        let admin = &self.modules.admin;
+        if admin.enable && !admin.authentication && !cloud::admin::is_loopback(&admin.address) {
+            return Err(format!(
+                "modules.admin.authentication: false serves the admin API in plain HTTP to whoever reaches it, so only on a loopback address, not {:?}",
+                admin.address
+            ));
+        }
+        if admin.enable && !admin.authentication && !admin.token_file.as_os_str().is_empty() {
+            return Err(
+                "modules.admin.tokenFile: bearer tokens need authentication: true".to_owned(),
+            );
         }
         if hub.unixsocket.enable && hub.unixsocket.address.is_empty() {
             return Err("modules.cloudHub.unixsocket.address: the socket path is empty".to_owned());
@@ -913,6 +981,31 @@ mod tests {
         assert_eq!(edge.modules.edge_hub.transport, "quic");
         assert_eq!(edge.modules.edge_hub.keepalive_interval, 15);
         assert!(edge.modules.edged.enable);
+    }
+
+    #[test]
+    fn the_admin_api_without_authentication_stays_on_loopback() {
+        let cloud = CloudCoreConfig::default();
+        assert!(cloud.modules.admin.authentication);
+        let plain: CloudCoreConfig =
+            parse("modules:\n  admin:\n    authentication: false\n").expect("loopback");
+        assert_eq!(plain.modules.admin.address, cloud::admin::DEFAULT_ADDRESS);
+        let open = parse::<CloudCoreConfig>(
+            "modules:\n  admin:\n    address: 0.0.0.0:10003\n    authentication: false\n",
+        )
+        .expect_err("refused");
+        assert!(
+            open.contains("modules.admin.authentication") && open.contains("0.0.0.0:10003"),
+            "{open}"
+        );
+        let secured: CloudCoreConfig = parse(
+            "modules:\n  admin:\n    address: 0.0.0.0:10003\n    tokenFile: /etc/edgehive/tokens.csv\n",
+        )
+        .expect("with authentication, anywhere");
+        assert_eq!(
+            secured.modules.admin.token_file,
+            PathBuf::from("/etc/edgehive/tokens.csv")
+        );
     }
 
     #[test]

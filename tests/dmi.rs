@@ -48,6 +48,7 @@ fn a_dmi_mapper_process_drives_a_device_from_the_cloud() {
         &certs,
         "--admin",
         &admin,
+        "--admin-insecure",
         "--metrics",
         "off",
         "--keepalive-secs",

@@ -206,6 +206,7 @@ fn the_system_end_to_end(transport: &str) {
         &certs,
         "--admin",
         &admin,
+        "--admin-insecure",
         "--metrics",
         &cloud_metrics,
         "--keepalive-secs",

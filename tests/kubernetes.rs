@@ -126,6 +126,7 @@ impl Cluster {
             &certs,
             "--admin",
             &admin,
+            "--admin-insecure",
             "--metrics",
             &metrics,
             "--stream",

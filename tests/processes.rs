@@ -54,6 +54,7 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
         &certs,
         "--admin",
         &admin,
+        "--admin-insecure",
         "--metrics",
         &cloud_metrics,
         "--keepalive-secs",

@@ -42,6 +42,7 @@ fn replica(dir: &str, etcd: &str, name: &str, ttl_secs: u64) -> (Replica, String
             &certs,
             "--admin",
             &admin,
+            "--admin-insecure",
             "--metrics",
             &metrics,
             "--keepalive-secs",

@@ -115,6 +115,7 @@ impl Replica {
                 &self.certs,
                 "--admin",
                 &self.admin,
+                "--admin-insecure",
                 "--metrics",
                 &self.metrics,
                 "--keepalive-secs",

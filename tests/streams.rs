@@ -54,6 +54,7 @@ fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
             &certs,
             "--admin",
             &admin,
+            "--admin-insecure",
             "--metrics",
             "off",
             "--keepalive-secs",

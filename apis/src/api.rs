@@ -37,6 +37,13 @@ pub enum ApiError {
     /// Something behind the API failed (503, `ServiceUnavailable`).
     #[error("{0}")]
     Unavailable(String),
+    /// The caller is not known: no credentials, or none that check out
+    /// (401, `Unauthorized`).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The caller is known but may not do this (403, `Forbidden`).
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl ApiError {
@@ -48,6 +55,8 @@ impl ApiError {
             ApiError::Conflict(_) => "Conflict",
             ApiError::NotAllowed(_) => "MethodNotAllowed",
             ApiError::Unavailable(_) => "ServiceUnavailable",
+            ApiError::Unauthorized(_) => "Unauthorized",
+            ApiError::Forbidden(_) => "Forbidden",
         }
     }
 
@@ -72,6 +81,8 @@ impl ResponseError for ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::NotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
         }
     }
 

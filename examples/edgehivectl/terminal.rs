@@ -8,6 +8,8 @@
 use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, Result, bail};
+use cloud::AdminClient;
+use cloud::admin::client::Connection;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -88,35 +90,10 @@ fn exit_code(status: &[u8]) -> Result<i32> {
     }
 }
 
-/// Runs the exec or attach at `path` of the admin API at `server`: its
-/// exit code.
-pub async fn run(server: &str, path: &str, stdin: bool, tty: bool) -> Result<i32> {
-    let mut request = format!("ws://{server}{path}")
-        .into_client_request()
-        .context("the request")?;
-    request.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        PROTOCOL.parse().context("protocol")?,
-    );
-    let tcp = tokio::net::TcpStream::connect(server)
-        .await
-        .with_context(|| format!("the admin API at {server}"))?;
-    let socket = match tokio_tungstenite::client_async(request, tcp).await {
-        Ok((socket, _)) => socket,
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            let body = response.body().as_deref().unwrap_or_default();
-            let status: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-            let message = status["message"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-            bail!(
-                "Error from server ({}): {message}",
-                response.status().as_u16()
-            );
-        }
-        Err(err) => bail!("the admin API at {server}: {err}"),
-    };
+/// Runs the exec or attach at `path` of the admin API `client` talks
+/// to: its exit code.
+pub async fn run(client: &AdminClient, path: &str, stdin: bool, tty: bool) -> Result<i32> {
+    let socket = connect(client, path, PROTOCOL).await?;
     let (mut to_server, mut from_server) = socket.split();
     let raw = (tty && stdin && std::io::stdin().is_terminal())
         .then(Raw::enter)
@@ -215,35 +192,41 @@ pub async fn run(server: &str, path: &str, stdin: bool, tty: bool) -> Result<i32
     code
 }
 
+/// The admin API's WebSocket at `path` with `protocol`: over TLS and
+/// with the bearer token when the client has them.
+type Socket = tokio_tungstenite::WebSocketStream<std::pin::Pin<Box<dyn Connection>>>;
+
 /// Opens the admin API's WebSocket at `path` with `protocol`.
-async fn connect(
-    server: &str,
-    path: &str,
-    protocol: &str,
-) -> Result<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>> {
-    let mut request = format!("ws://{server}{path}")
+async fn connect(client: &AdminClient, path: &str, protocol: &str) -> Result<Socket> {
+    let mut request = client
+        .websocket_url(path)
         .into_client_request()
         .context("the request")?;
     request.headers_mut().insert(
         "Sec-WebSocket-Protocol",
         protocol.parse().context("protocol")?,
     );
-    let tcp = tokio::net::TcpStream::connect(server)
-        .await
-        .with_context(|| format!("the admin API at {server}"))?;
-    match tokio_tungstenite::client_async(request, tcp).await {
+    if let Some(authorization) = client.authorization() {
+        request.headers_mut().insert(
+            "Authorization",
+            authorization.parse().context("the bearer token")?,
+        );
+    }
+    let server = client.address();
+    let stream = client.connect().await?;
+    match tokio_tungstenite::client_async(request, stream).await {
         Ok((socket, _)) => Ok(socket),
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
             let body = response.body().as_deref().unwrap_or_default();
             let status: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let reason = status["reason"]
+                .as_str()
+                .map_or_else(|| response.status().as_u16().to_string(), str::to_owned);
             let message = status["message"]
                 .as_str()
                 .map(str::to_owned)
                 .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-            bail!(
-                "Error from server ({}): {message}",
-                response.status().as_u16()
-            );
+            bail!("Error from server ({reason}): {message}");
         }
         Err(err) => bail!("the admin API at {server}: {err}"),
     }
@@ -251,7 +234,12 @@ async fn connect(
 
 /// Forwards each `LOCAL:REMOTE` (or `PORT`) of `ports` from `address`
 /// to the pod behind `path`, until interrupted.
-pub async fn forward(server: &str, path: &str, address: &str, ports: &[String]) -> Result<()> {
+pub async fn forward(
+    client: &AdminClient,
+    path: &str,
+    address: &str,
+    ports: &[String],
+) -> Result<()> {
     for mapping in ports {
         let (local, remote) = match mapping.split_once(':') {
             Some((local, remote)) => (local, remote),
@@ -265,12 +253,12 @@ pub async fn forward(server: &str, path: &str, address: &str, ports: &[String]) 
             .with_context(|| format!("listening on {address}:{local}"))?;
         let bound = listener.local_addr().context("local address")?;
         println!("Forwarding from {bound} -> {remote}");
-        let (server, path) = (server.to_owned(), format!("{path}?ports={remote}"));
+        let (client, path) = (client.clone(), format!("{path}?ports={remote}"));
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (server, path) = (server.clone(), path.clone());
+                let (client, path) = (client.clone(), path.clone());
                 tokio::spawn(async move {
-                    if let Err(err) = one_connection(&server, &path, tcp).await {
+                    if let Err(err) = one_connection(&client, &path, tcp).await {
                         eprintln!("error: {err:#}");
                     }
                 });
@@ -283,8 +271,12 @@ pub async fn forward(server: &str, path: &str, address: &str, ports: &[String]) 
     Ok(())
 }
 
-async fn one_connection(server: &str, path: &str, tcp: tokio::net::TcpStream) -> Result<()> {
-    let socket = connect(server, path, "v4.channel.k8s.io").await?;
+async fn one_connection(
+    client: &AdminClient,
+    path: &str,
+    tcp: tokio::net::TcpStream,
+) -> Result<()> {
+    let socket = connect(client, path, "v4.channel.k8s.io").await?;
     let (mut to_server, mut from_server) = socket.split();
     let (mut from_local, mut to_local) = tcp.into_split();
     let upstream = async {

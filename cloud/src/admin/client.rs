@@ -1,6 +1,11 @@
 //! A small HTTP client for the admin API and MetaServer: what the CLI uses,
-//! and what tests use to read both the way an application would.
+//! and what tests use to read both the way an application would. Plain
+//! HTTP by default (MetaServer, an admin API on loopback without
+//! authentication); HTTPS with a client certificate or a bearer token from
+//! a kubeconfig ([`AdminClient::from_credentials`]).
 
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -8,11 +13,14 @@ use futures_util::StreamExt;
 use futures_util::stream::{self, BoxStream};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use transports::tls::ServerName;
 
+use super::kubeconfig::AdminCredentials;
 use super::{APPLY_PATH, DELETE_PATH, ManifestResults};
 
 /// Time to connect and get an answer (a watch's stream is not limited).
@@ -42,23 +50,132 @@ pub enum ClientError {
     /// The answer is not what the API gives.
     #[error("unexpected answer from the server: {0}")]
     Unexpected(String),
+    /// The client's settings cannot be used (a server URL, TLS material).
+    #[error("{0}")]
+    Settings(String),
+}
+
+/// A connection to the server, plain or TLS.
+pub trait Connection: AsyncRead + AsyncWrite + Send + Unpin {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Connection for T {}
+
+/// HTTPS: the TLS configuration and the name the server must prove.
+#[derive(Clone)]
+struct Tls {
+    config: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
 }
 
 /// A client of one server, by `host:port`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AdminClient {
     address: String,
+    tls: Option<Tls>,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminClient")
+            .field("address", &self.address)
+            .field("tls", &self.tls.is_some())
+            .field("token", &self.token.is_some())
+            .finish()
+    }
 }
 
 impl AdminClient {
-    /// A client of the server at `address` (`host:port`, an `http://`
-    /// prefix is allowed).
+    /// A client of the server at `address` over plain HTTP (`host:port`,
+    /// an `http://` prefix is allowed).
     pub fn new(address: &str) -> Self {
         let address = address
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_owned();
-        AdminClient { address }
+        AdminClient {
+            address,
+            tls: None,
+            token: None,
+        }
+    }
+
+    /// A client as a kubeconfig says ([`super::kubeconfig`]), of `server`
+    /// if given, else of the kubeconfig's. `https://` gets TLS trusting
+    /// the kubeconfig's CA, with its client certificate and bearer token;
+    /// `http://` or no scheme gets plain HTTP and none of the credentials
+    /// (they are not sent in the clear).
+    pub fn from_credentials(
+        credentials: &AdminCredentials,
+        server: Option<&str>,
+    ) -> Result<Self, ClientError> {
+        let server = server.unwrap_or(&credentials.server);
+        let Some(address) = server.strip_prefix("https://") else {
+            return Ok(AdminClient::new(server));
+        };
+        let address = address.trim_end_matches('/').to_owned();
+        if credentials.roots.is_empty() {
+            return Err(ClientError::Settings(format!(
+                "{server}: no certificate-authority to trust the server by"
+            )));
+        }
+        let host = match &credentials.tls_server_name {
+            Some(name) => name.clone(),
+            None => host_of(&address).to_owned(),
+        };
+        let name = ServerName::try_from(host.clone())
+            .map_err(|e| ClientError::Settings(format!("server name {host:?}: {e}")))?;
+        let identity = credentials
+            .identity
+            .as_ref()
+            .map(|(chain, key)| (chain.clone(), key.clone_key()));
+        let config = transports::tls::client_config(&credentials.roots, identity)
+            .map_err(|e| ClientError::Settings(e.to_string()))?;
+        Ok(AdminClient {
+            address,
+            tls: Some(Tls { config, name }),
+            token: credentials.token.clone(),
+        })
+    }
+
+    /// `host:port` of the server.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Whether the client speaks HTTPS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The `Authorization` header's value it sends, if any.
+    pub fn authorization(&self) -> Option<String> {
+        self.token.as_ref().map(|token| format!("Bearer {token}"))
+    }
+
+    /// The WebSocket URL of `path` (`ws://` or `wss://`).
+    pub fn websocket_url(&self, path: &str) -> String {
+        let scheme = if self.tls.is_some() { "wss" } else { "ws" };
+        format!("{scheme}://{}{path}", self.address)
+    }
+
+    /// A connection to the server: TCP, then TLS when it speaks HTTPS
+    /// (what WebSockets are opened on).
+    pub async fn connect(&self) -> Result<Pin<Box<dyn Connection>>, ClientError> {
+        let tcp = tokio::net::TcpStream::connect(&self.address)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        match &self.tls {
+            None => Ok(Box::pin(tcp)),
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let stream = connector
+                    .connect(tls.name.clone(), tcp)
+                    .await
+                    .map_err(|e| self.unreachable(format!("TLS: {e}")))?;
+                Ok(Box::pin(stream))
+            }
+        }
     }
 
     /// Applies the manifests in `body` (YAML or JSON).
@@ -224,20 +341,22 @@ impl AdminClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Response<Incoming>, ClientError> {
-        let stream = tokio::net::TcpStream::connect(&self.address)
-            .await
-            .map_err(|e| self.unreachable(e))?;
+        let stream = self.connect().await?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| self.unreachable(e))?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(path)
             .header(HOST, &self.address)
-            .header(CONTENT_TYPE, "application/yaml")
+            .header(CONTENT_TYPE, "application/yaml");
+        if let Some(authorization) = self.authorization() {
+            request = request.header(AUTHORIZATION, authorization);
+        }
+        let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| ClientError::Unexpected(e.to_string()))?;
         sender
@@ -252,6 +371,15 @@ impl AdminClient {
             reason: reason.to_string(),
         }
     }
+}
+
+/// The host of `host:port` (`[v6]:port` too), for the server name.
+fn host_of(address: &str) -> &str {
+    let host = match address.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => host,
+        _ => address,
+    };
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// The server's `Status` as an error (or the body as it is).

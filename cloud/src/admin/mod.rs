@@ -11,15 +11,21 @@
 //! - A pod's log, exec, attach and port-forward, and the nodes' and pods'
 //!   resource figures, through the nodes' links ([`pods`], [`metrics`]).
 //!
-//! It listens on 127.0.0.1 unless told otherwise: whoever reaches it
-//! controls every node.
+//! Served with [`AdminApi::start_tls`], it takes HTTPS only, and every
+//! request must come from a known user with the right role ([`auth`]):
+//! a client certificate of the cloud's CA or a bearer token; 401 and 403
+//! are Kubernetes `Status` answers. [`AdminApi::start`] serves plain HTTP
+//! to anyone, and only on a loopback address: whoever reaches it controls
+//! every node.
 
-use std::net::SocketAddr;
+use std::any::Any;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use actix_web::dev::ServerHandle;
+use actix_web::dev::{Extensions, ServerHandle, Service, ServiceRequest};
 use actix_web::web::{self, Bytes};
-use actix_web::{App, HttpResponse, HttpServer};
+use actix_web::{App, HttpResponse, HttpServer, ResponseError};
+use futures_util::future::Either;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -29,7 +35,9 @@ use apis::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
 use crate::controller::ControllerHandle;
 use crate::desired::DesiredState;
 
+pub mod auth;
 pub mod client;
+pub mod kubeconfig;
 pub mod manifest;
 pub mod metrics;
 pub mod pods;
@@ -81,18 +89,124 @@ impl AdminApiHandle {
     }
 }
 
+/// How the admin API knows its callers: TLS, and bearer tokens.
+#[derive(Clone)]
+pub struct AdminAuth {
+    /// The server's TLS: its certificate, and client certificates asked
+    /// for but optional, verified against the cloud's CA when given (see
+    /// `transports::tls::server_config_optional_client_auth`).
+    pub tls: Arc<rustls::ServerConfig>,
+    /// The bearer tokens taken besides client certificates.
+    pub tokens: auth::Tokens,
+}
+
+/// The user the connection's client certificate names (verified in the
+/// handshake), put in each connection's data by `on_connect`.
+#[derive(Debug, Clone)]
+struct CertificateUser(Option<auth::User>);
+
+fn certificate_user(connection: &dyn Any, data: &mut Extensions) {
+    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+    if let Some(tls) = connection.downcast_ref::<Tls>() {
+        let (_, session) = tls.get_ref();
+        let user = session
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|leaf| auth::User::from_certificate(leaf));
+        data.insert(CertificateUser(user));
+    }
+}
+
+/// The authentication and authorization of one request: `None` to let
+/// it through, or the refusal (401 or 403).
+fn refusal(request: &ServiceRequest, tokens: &auth::Tokens) -> Option<ApiError> {
+    let method = request.method().as_str();
+    if method == "GET" && request.path() == "/healthz" {
+        return None;
+    }
+    let certificate = request
+        .conn_data::<CertificateUser>()
+        .and_then(|user| user.0.as_ref());
+    let authorization = request
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let user = match auth::authenticate(certificate, authorization, tokens) {
+        Ok(user) => user,
+        Err(message) => {
+            tracing::info!(method, path = request.path(), reason = %message, "admin API: refused");
+            return Some(ApiError::Unauthorized(message));
+        }
+    };
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or(request.path(), |p| p.as_str());
+    match auth::authorize(method, path, &user) {
+        auth::Decision::Allow => {
+            tracing::debug!(user = %user.name, method, path = request.path(), "admin API");
+            None
+        }
+        auth::Decision::Forbidden(message) => {
+            tracing::info!(user = %user.name, method, path = request.path(), reason = %message, "admin API: forbidden");
+            Some(ApiError::Forbidden(message))
+        }
+    }
+}
+
+/// Whether every address `address` resolves to is a loopback address.
+pub fn is_loopback(address: &str) -> bool {
+    match address.to_socket_addrs() {
+        Ok(addresses) => {
+            let addresses: Vec<SocketAddr> = addresses.collect();
+            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
 /// The admin API server.
 pub struct AdminApi;
 
 impl AdminApi {
     /// Serves the controller behind `handle` on `address` (inside an
     /// actix System), and the pods' streams (logs, exec, ...) through
-    /// `streams` if given.
+    /// `streams` if given: plain HTTP, no authentication, so `address`
+    /// must be a loopback address.
     pub fn start(
         handle: ControllerHandle,
         address: &str,
         streams: Option<crate::streams::PodStreams>,
     ) -> std::io::Result<AdminApiHandle> {
+        if !is_loopback(address) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "the admin API without authentication serves loopback addresses only, not {address}"
+                ),
+            ));
+        }
+        Self::serve(handle, address, streams, None)
+    }
+
+    /// [`AdminApi::start`] over HTTPS, every request authenticated and
+    /// authorized ([`auth`]); any address.
+    pub fn start_tls(
+        handle: ControllerHandle,
+        address: &str,
+        streams: Option<crate::streams::PodStreams>,
+        auth: AdminAuth,
+    ) -> std::io::Result<AdminApiHandle> {
+        Self::serve(handle, address, streams, Some(auth))
+    }
+
+    fn serve(
+        handle: ControllerHandle,
+        address: &str,
+        streams: Option<crate::streams::PodStreams>,
+        auth: Option<AdminAuth>,
+    ) -> std::io::Result<AdminApiHandle> {
+        let tokens = auth.as_ref().map(|auth| Arc::new(auth.tokens.clone()));
         let objects = web::Data::new(DesiredObjects(handle.store().clone()));
         let controller = web::Data::new(handle);
         let metrics = streams
@@ -100,7 +214,17 @@ impl AdminApi {
             .map(|streams| web::Data::new(metrics::ResourceMetrics::new(streams, None)));
         let streams = streams.map(web::Data::new);
         let server = HttpServer::new(move || {
+            let tokens = tokens.clone();
             let app = App::new()
+                // Before every route, WebSocket upgrades included.
+                .wrap_fn(move |request, service| {
+                    match tokens.as_ref().and_then(|t| refusal(&request, t)) {
+                        None => Either::Left(service.call(request)),
+                        Some(refused) => Either::Right(std::future::ready(Ok(
+                            request.into_response(refused.error_response())
+                        ))),
+                    }
+                })
                 .app_data(objects.clone())
                 .app_data(controller.clone())
                 .app_data(web::PayloadConfig::new(MAX_MANIFEST_BYTES))
@@ -121,7 +245,11 @@ impl AdminApi {
         .workers(1)
         .disable_signals()
         .shutdown_timeout(2)
-        .bind(address)?;
+        .on_connect(certificate_user);
+        let server = match auth {
+            Some(auth) => server.bind_rustls_0_23(address, Arc::unwrap_or_clone(auth.tls))?,
+            None => server.bind(address)?,
+        };
         let bound = server.addrs();
         let (address, handle) = api::spawn_server("admin API", &bound, server.run())?;
         Ok(AdminApiHandle {

@@ -208,6 +208,32 @@ impl CloudCa {
         ))
     }
 
+    /// A client certificate for a person or a program (the admin API's
+    /// users): common name `user`, organization `group` (what Kubernetes
+    /// reads as the user's group), valid for `ttl`.
+    pub fn issue_client(
+        &self,
+        user: &str,
+        group: &str,
+        ttl: Duration,
+    ) -> Result<Identity, CertError> {
+        let key = KeyPair::generate().map_err(cert_error)?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_error)?;
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+        params.distinguished_name.push(DnType::CommonName, user);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
+        params.not_after = offset(SystemTime::now() + ttl);
+        let cert = params.signed_by(&key, &self.issuer).map_err(cert_error)?;
+        Ok((
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        ))
+    }
+
     /// A join token valid for `ttl`.
     pub fn issue_token(&self, ttl: Duration) -> String {
         let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);

@@ -1,0 +1,860 @@
+//! Who may use the admin API, and for what.
+//!
+//! **Authentication** (as kube-apiserver's): a client certificate signed by
+//! the cloud's CA, verified in the TLS handshake (its common name is the
+//! user, its organizations the groups), or `Authorization: Bearer <token>`
+//! with a token from a token file in kube-apiserver's `--token-auth-file`
+//! format (`token,user,uid,"group1,group2"`). A request with neither is
+//! refused with 401.
+//!
+//! **Authorization** by group, two roles:
+//!
+//! | group | may |
+//! | --- | --- |
+//! | `edgehive:admins` | everything |
+//! | `edgehive:viewers` | `get`, `list`, `watch` of every resource but secrets (pods' logs and resource metrics included); not exec, attach, port-forward, apply, delete |
+//!
+//! A request is named the way kube-apiserver names it ([`attributes`]):
+//! a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`;
+//! exec, attach and port-forward are `create` even over a WebSocket `GET`,
+//! as Kubernetes has it since 1.31), an API group, a resource and
+//! subresource, a namespace and a name. What is refused gets 403 with a
+//! Kubernetes-worded message (`pods "web" is forbidden: User "bob" cannot
+//! create resource "pods/exec" in API group "" in the namespace "default"`).
+
+use std::path::Path;
+
+use subtle::ConstantTimeEq;
+
+/// The group whose members may do everything.
+pub const ADMINS: &str = "edgehive:admins";
+/// The group whose members may read (not secrets), follow logs and read
+/// resource metrics.
+pub const VIEWERS: &str = "edgehive:viewers";
+
+/// Why the authentication settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The token file cannot be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of the token file is not `token,user,uid[,"groups"]`.
+    #[error("{path}, line {line}: {reason}")]
+    TokenFile {
+        /// The file.
+        path: String,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The user name (a certificate's common name, a token's user).
+    pub name: String,
+    /// The groups (a certificate's organizations, a token's groups).
+    pub groups: Vec<String>,
+}
+
+impl User {
+    /// A user named `name` in `groups`.
+    pub fn new(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.to_owned(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
+    }
+
+    /// The user a (verified) client certificate names: its subject's
+    /// common name, its organizations as groups. `None` without a common
+    /// name.
+    pub fn from_certificate(der: &[u8]) -> Option<User> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject();
+        let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+        if name.is_empty() {
+            return None;
+        }
+        let groups = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_owned))
+            .collect();
+        Some(User { name, groups })
+    }
+
+    fn member_of(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+}
+
+/// A request as kube-apiserver's authorizers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestAttributes {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`.
+    pub verb: String,
+    /// Whether the path names a resource (`/api/...`, `/apis/g/v/...`);
+    /// otherwise only `path` matters.
+    pub resource_request: bool,
+    /// The API group (`""` for the core group).
+    pub group: String,
+    /// The resource (`pods`).
+    pub resource: String,
+    /// The subresource (`log`, `exec`, ...), or empty.
+    pub subresource: String,
+    /// The namespace, or empty.
+    pub namespace: String,
+    /// The object's name, or empty.
+    pub name: String,
+    /// The path, without its query.
+    pub path: String,
+}
+
+/// Subresources that run something in a pod or open a way into it: asked
+/// with a WebSocket `GET`, but authorized as `create`.
+const INTO_POD: [&str; 4] = ["exec", "attach", "portforward", "proxy"];
+
+/// Names `method path?query` as kube-apiserver's request info does.
+pub fn attributes(method: &str, path_and_query: &str) -> RequestAttributes {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let watch = form_urlencoded::parse(query.as_bytes())
+        .any(|(key, value)| key == "watch" && (value == "true" || value == "1"));
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let mut attributes = RequestAttributes {
+        verb: match method {
+            "GET" | "HEAD" => "get",
+            "POST" => "create",
+            "PUT" => "update",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            other => other,
+        }
+        .to_lowercase(),
+        resource_request: false,
+        group: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        path: path.to_owned(),
+    };
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] if !rest.is_empty() => rest,
+        ["apis", group, _version, rest @ ..] if !rest.is_empty() => {
+            attributes.group = (*group).to_owned();
+            rest
+        }
+        _ => return attributes,
+    };
+    attributes.resource_request = true;
+    let rest = match rest {
+        ["namespaces", namespace, rest @ ..] if !rest.is_empty() => {
+            attributes.namespace = (*namespace).to_owned();
+            rest
+        }
+        rest => rest,
+    };
+    attributes.resource = rest[0].to_owned();
+    attributes.name = rest.get(1).copied().unwrap_or_default().to_owned();
+    attributes.subresource = rest.get(2..).map(|s| s.join("/")).unwrap_or_default();
+    if attributes.resource == "namespaces" && rest.len() == 2 {
+        // `/api/v1/namespaces/{name}` names a namespace object.
+        attributes.namespace = attributes.name.clone();
+    }
+    match attributes.verb.as_str() {
+        "get" if watch => attributes.verb = "watch".to_owned(),
+        "get" if attributes.name.is_empty() => attributes.verb = "list".to_owned(),
+        "delete" if attributes.name.is_empty() => attributes.verb = "deletecollection".to_owned(),
+        _ => {}
+    }
+    if INTO_POD.contains(&attributes.subresource.as_str()) {
+        attributes.verb = "create".to_owned();
+    }
+    attributes
+}
+
+/// What may happen to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// It goes on.
+    Allow,
+    /// It is refused (403), for this reason.
+    Forbidden(String),
+}
+
+/// Whether `user` may do `method path?query` (see the module's roles).
+pub fn authorize(method: &str, path_and_query: &str, user: &User) -> Decision {
+    let request = attributes(method, path_and_query);
+    if user.member_of(ADMINS) {
+        return Decision::Allow;
+    }
+    let reads = matches!(request.verb.as_str(), "get" | "list" | "watch");
+    if user.member_of(VIEWERS) && reads && request.resource != "secrets" {
+        return Decision::Allow;
+    }
+    Decision::Forbidden(forbidden_message(&request, user))
+}
+
+/// kube-apiserver's words for a refusal.
+fn forbidden_message(request: &RequestAttributes, user: &User) -> String {
+    if !request.resource_request {
+        return format!(
+            "forbidden: User {:?} cannot {} path {:?}",
+            user.name, request.verb, request.path
+        );
+    }
+    let resource = if request.subresource.is_empty() {
+        request.resource.clone()
+    } else {
+        format!("{}/{}", request.resource, request.subresource)
+    };
+    let qualified = if request.group.is_empty() {
+        request.resource.clone()
+    } else {
+        format!("{}.{}", request.resource, request.group)
+    };
+    let what = if request.name.is_empty() {
+        qualified
+    } else {
+        format!("{qualified} {:?}", request.name)
+    };
+    let scope = if request.namespace.is_empty() {
+        "at the cluster scope".to_owned()
+    } else {
+        format!("in the namespace {:?}", request.namespace)
+    };
+    format!(
+        "{what} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}",
+        user.name, request.verb, request.group
+    )
+}
+
+/// Bearer tokens and the users they stand for.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    entries: Vec<(Vec<u8>, User)>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens")
+            .field("count", &self.entries.len())
+            .finish()
+    }
+}
+
+impl Tokens {
+    /// No tokens: only client certificates authenticate.
+    pub fn none() -> Tokens {
+        Tokens::default()
+    }
+
+    /// Reads a token file (kube-apiserver's `--token-auth-file` format).
+    pub fn read(path: &Path) -> Result<Tokens, AuthError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Tokens::parse(&text).map_err(|(line, reason)| AuthError::TokenFile {
+            path: shown,
+            line,
+            reason,
+        })
+    }
+
+    /// Parses a token file: one `token,user,uid[,"group1,group2"]` a line
+    /// (CSV; blank lines and lines starting with `#` skipped). The error
+    /// is the line (from 1) and what is wrong with it.
+    pub fn parse(text: &str) -> Result<Tokens, (usize, String)> {
+        let mut entries: Vec<(Vec<u8>, User)> = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let number = index + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let fields = csv_fields(line).map_err(|reason| (number, reason))?;
+            if fields.len() < 3 {
+                return Err((
+                    number,
+                    format!(
+                        "expected token,user,uid[,\"groups\"], got {} field(s)",
+                        fields.len()
+                    ),
+                ));
+            }
+            let (token, name) = (fields[0].trim(), fields[1].trim());
+            if token.is_empty() || name.is_empty() {
+                return Err((number, "the token and the user must not be empty".into()));
+            }
+            if entries.iter().any(|(known, _)| known == token.as_bytes()) {
+                return Err((number, "the same token twice".into()));
+            }
+            let groups = fields
+                .get(3)
+                .map(|groups| {
+                    groups
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            entries.push((
+                token.as_bytes().to_vec(),
+                User {
+                    name: name.to_owned(),
+                    groups,
+                },
+            ));
+        }
+        Ok(Tokens { entries })
+    }
+
+    /// How many tokens there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The user `token` stands for. Every known token is compared, each
+    /// in constant time, so the time taken says nothing of which matched.
+    pub fn user(&self, token: &str) -> Option<User> {
+        let mut found = None;
+        for (known, user) in &self.entries {
+            if bool::from(known.as_slice().ct_eq(token.as_bytes())) {
+                found = Some(user);
+            }
+        }
+        found.cloned()
+    }
+}
+
+/// The fields of one CSV line (quotes, `""` inside quotes).
+fn csv_fields(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut chars = line.chars().peekable();
+    let mut quoted = false;
+    let mut was_quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') if field.trim().is_empty() && !was_quoted => {
+                field.clear();
+                quoted = true;
+                was_quoted = true;
+            }
+            (false, '"') => return Err("a quote inside an unquoted field".into()),
+            (false, ',') => {
+                fields.push(std::mem::take(&mut field));
+                was_quoted = false;
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    if quoted {
+        return Err("a quoted field is not closed".into());
+    }
+    fields.push(field);
+    Ok(fields)
+}
+
+/// Who is calling: a verified client certificate's user first, then a
+/// bearer token's (`authorization` is the header's value). `Err` is the
+/// 401 message.
+pub fn authenticate(
+    certificate: Option<&User>,
+    authorization: Option<&str>,
+    tokens: &Tokens,
+) -> Result<User, String> {
+    if let Some(user) = certificate {
+        return Ok(user.clone());
+    }
+    let Some(authorization) = authorization else {
+        return Err("Unauthorized: no client certificate and no bearer token".into());
+    };
+    let token = authorization
+        .strip_prefix("Bearer ")
+        .or_else(|| authorization.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| "Unauthorized: only bearer tokens are taken".to_owned())?;
+    tokens
+        .user(token)
+        .ok_or_else(|| "Unauthorized: invalid bearer token".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admin() -> User {
+        User::new("admin", &[ADMINS])
+    }
+    fn viewer() -> User {
+        User::new("bob", &[VIEWERS])
+    }
+    fn nobody() -> User {
+        User::new("edge-1", &["system:nodes"])
+    }
+
+    #[test]
+    fn requests_are_named_as_kube_apiserver_names_them() {
+        let cases = [
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods",
+                "list",
+                "",
+                "pods",
+                "",
+                "default",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods?watch=true",
+                "watch",
+                "",
+                "pods",
+                "",
+                "default",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web",
+                "get",
+                "",
+                "pods",
+                "",
+                "default",
+                "web",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/log?follow=true",
+                "get",
+                "",
+                "pods",
+                "log",
+                "default",
+                "web",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/exec?command=sh",
+                "create",
+                "",
+                "pods",
+                "exec",
+                "default",
+                "web",
+            ),
+            (
+                "POST",
+                "/api/v1/namespaces/default/pods/web/exec",
+                "create",
+                "",
+                "pods",
+                "exec",
+                "default",
+                "web",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/attach",
+                "create",
+                "",
+                "pods",
+                "attach",
+                "default",
+                "web",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/ns/pods/web/portforward?ports=80",
+                "create",
+                "",
+                "pods",
+                "portforward",
+                "ns",
+                "web",
+            ),
+            ("GET", "/api/v1/nodes", "list", "", "nodes", "", "", ""),
+            (
+                "GET",
+                "/api/v1/nodes/edge-1",
+                "get",
+                "",
+                "nodes",
+                "",
+                "",
+                "edge-1",
+            ),
+            ("GET", "/api/v1/pods", "list", "", "pods", "", "", ""),
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/configmaps/page",
+                "delete",
+                "",
+                "configmaps",
+                "",
+                "default",
+                "page",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/configmaps",
+                "deletecollection",
+                "",
+                "configmaps",
+                "",
+                "default",
+                "",
+            ),
+            (
+                "POST",
+                "/apis/edgehive.io/v1/apply",
+                "create",
+                "edgehive.io",
+                "apply",
+                "",
+                "",
+                "",
+            ),
+            (
+                "POST",
+                "/apis/edgehive.io/v1/delete",
+                "create",
+                "edgehive.io",
+                "delete",
+                "",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/apis/metrics.k8s.io/v1beta1/nodes",
+                "list",
+                "metrics.k8s.io",
+                "nodes",
+                "",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/web",
+                "get",
+                "metrics.k8s.io",
+                "pods",
+                "",
+                "default",
+                "web",
+            ),
+            (
+                "GET",
+                "/apis/devices.kubeedge.io/v1beta1/namespaces/default/devices",
+                "list",
+                "devices.kubeedge.io",
+                "devices",
+                "",
+                "default",
+                "",
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/default/pods/web/status",
+                "update",
+                "",
+                "pods",
+                "status",
+                "default",
+                "web",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default",
+                "get",
+                "",
+                "namespaces",
+                "",
+                "default",
+                "default",
+            ),
+        ];
+        for (method, path, verb, group, resource, subresource, namespace, name) in cases {
+            let got = attributes(method, path);
+            assert!(got.resource_request, "{method} {path}");
+            assert_eq!(
+                (
+                    got.verb.as_str(),
+                    got.group.as_str(),
+                    got.resource.as_str(),
+                    got.subresource.as_str(),
+                    got.namespace.as_str(),
+                    got.name.as_str()
+                ),
+                (verb, group, resource, subresource, namespace, name),
+                "{method} {path}"
+            );
+        }
+        for path in [
+            "/healthz",
+            "/metrics",
+            "/apis",
+            "/api/v1",
+            "/apis/edgehive.io/v1",
+            "/",
+        ] {
+            let got = attributes("GET", path);
+            assert!(!got.resource_request, "{path}");
+            assert_eq!(got.verb, "get");
+        }
+    }
+
+    #[test]
+    fn roles_decide_by_group() {
+        use Decision::Allow;
+        let forbidden = |d: &Decision| matches!(d, Decision::Forbidden(_));
+        // (method, path, admin, viewer, a user of no role)
+        let cases = [
+            ("GET", "/api/v1/namespaces/default/pods", true, true, false),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods?watch=1",
+                true,
+                true,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web",
+                true,
+                true,
+                false,
+            ),
+            ("GET", "/api/v1/pods", true, true, false),
+            ("GET", "/api/v1/nodes/edge-1", true, true, false),
+            (
+                "GET",
+                "/api/v1/namespaces/default/configmaps/page",
+                true,
+                true,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/secrets",
+                true,
+                false,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/secrets/key",
+                true,
+                false,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/log?follow=true",
+                true,
+                true,
+                false,
+            ),
+            (
+                "GET",
+                "/apis/metrics.k8s.io/v1beta1/pods",
+                true,
+                true,
+                false,
+            ),
+            (
+                "GET",
+                "/apis/devices.kubeedge.io/v1beta1/namespaces/default/devices/t",
+                true,
+                true,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/exec?command=sh",
+                true,
+                false,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/attach",
+                true,
+                false,
+                false,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/portforward?ports=80",
+                true,
+                false,
+                false,
+            ),
+            ("POST", "/apis/edgehive.io/v1/apply", true, false, false),
+            ("POST", "/apis/edgehive.io/v1/delete", true, false, false),
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/pods/web",
+                true,
+                false,
+                false,
+            ),
+            ("DELETE", "/api/v1/nodes/edge-1", true, false, false),
+            (
+                "PUT",
+                "/api/v1/namespaces/default/pods/web",
+                true,
+                false,
+                false,
+            ),
+            (
+                "PATCH",
+                "/api/v1/namespaces/default/pods/web",
+                true,
+                false,
+                false,
+            ),
+            ("GET", "/version", true, true, false),
+        ];
+        for (method, path, admin_may, viewer_may, nobody_may) in cases {
+            for (user, may) in [
+                (admin(), admin_may),
+                (viewer(), viewer_may),
+                (nobody(), nobody_may),
+            ] {
+                let decision = authorize(method, path, &user);
+                if may {
+                    assert_eq!(decision, Allow, "{} {method} {path}", user.name);
+                } else {
+                    assert!(forbidden(&decision), "{} {method} {path}", user.name);
+                }
+            }
+        }
+        // Both groups: the wider wins.
+        let both = User::new("carol", &[VIEWERS, ADMINS]);
+        assert_eq!(
+            authorize("POST", "/apis/edgehive.io/v1/apply", &both),
+            Allow
+        );
+    }
+
+    #[test]
+    fn refusals_are_worded_as_kubernetes_words_them() {
+        let message = |method, path| match authorize(method, path, &viewer()) {
+            Decision::Forbidden(message) => message,
+            Decision::Allow => panic!("allowed: {method} {path}"),
+        };
+        assert_eq!(
+            message("GET", "/api/v1/namespaces/default/pods/web/exec?command=sh"),
+            r#"pods "web" is forbidden: User "bob" cannot create resource "pods/exec" in API group "" in the namespace "default""#
+        );
+        assert_eq!(
+            message("POST", "/apis/edgehive.io/v1/apply"),
+            r#"apply.edgehive.io is forbidden: User "bob" cannot create resource "apply" in API group "edgehive.io" at the cluster scope"#
+        );
+        assert_eq!(
+            message("GET", "/api/v1/namespaces/default/secrets"),
+            r#"secrets is forbidden: User "bob" cannot list resource "secrets" in API group "" in the namespace "default""#
+        );
+        assert_eq!(
+            message("DELETE", "/api/v1/nodes/edge-1"),
+            r#"nodes "edge-1" is forbidden: User "bob" cannot delete resource "nodes" in API group "" at the cluster scope"#
+        );
+        match authorize("GET", "/version", &nobody()) {
+            Decision::Forbidden(m) => {
+                assert_eq!(m, r#"forbidden: User "edge-1" cannot get path "/version""#)
+            }
+            Decision::Allow => panic!("allowed"),
+        }
+    }
+
+    #[test]
+    fn token_files_read_as_kube_apiserver_reads_them() {
+        let tokens = Tokens::parse(
+            "# admins\n\
+             s3cret,alice,1,\"edgehive:admins\"\n\
+             \n\
+             r3ad, bob ,2,\"edgehive:viewers, other\"\n\
+             plain,carol,3\n\
+             quoted,\"dave, jr\",4,\"a,\"\"b\"\"\"\n",
+        )
+        .expect("parses");
+        assert_eq!(tokens.len(), 4);
+        assert_eq!(tokens.user("s3cret"), Some(User::new("alice", &[ADMINS])));
+        assert_eq!(
+            tokens.user("r3ad"),
+            Some(User::new("bob", &[VIEWERS, "other"]))
+        );
+        assert_eq!(tokens.user("plain"), Some(User::new("carol", &[])));
+        assert_eq!(
+            tokens.user("quoted"),
+            Some(User::new("dave, jr", &["a", "\"b\""]))
+        );
+        assert_eq!(tokens.user("s3cre"), None);
+        assert_eq!(tokens.user(""), None);
+        assert_eq!(tokens.user("s3cret "), None);
+
+        for (text, line) in [
+            ("a,b\n", 1),
+            ("ok,u,1\n,user,2\n", 2),
+            ("t,u,1\nt,v,2\n", 2),
+            ("t,\"u,1\n", 1),
+            ("t,u\"x,1\n", 1),
+        ] {
+            let err = Tokens::parse(text).expect_err(text);
+            assert_eq!(err.0, line, "{text:?}: {}", err.1);
+        }
+    }
+
+    #[test]
+    fn a_certificate_comes_first_then_a_bearer_token() {
+        let tokens = Tokens::parse("tok,alice,1,edgehive:admins\n").expect("parses");
+        let alice = User::new("alice", &[ADMINS]);
+        assert_eq!(
+            authenticate(None, Some("Bearer tok"), &tokens),
+            Ok(alice.clone())
+        );
+        let cert = viewer();
+        assert_eq!(
+            authenticate(Some(&cert), Some("Bearer tok"), &tokens),
+            Ok(cert)
+        );
+        assert!(authenticate(None, None, &tokens).is_err());
+        assert!(authenticate(None, Some("Bearer nope"), &tokens).is_err());
+        assert!(authenticate(None, Some("Basic dG9rOg=="), &tokens).is_err());
+        assert!(authenticate(None, Some("Bearer "), &tokens).is_err());
+    }
+}
