@@ -541,7 +541,8 @@ spec:
     let top = until("the burner's CPU in top", || {
         let (ok, out, _) = ctl(&rig.admin, &["top", "pods"]);
         let line = out.lines().find(|l| l.starts_with("burner "))?.to_owned();
-        (ok && millicores_of(&line)? >= 200).then_some(out)
+        // A core's share on a shared 2-core machine: well above idle.
+        (ok && millicores_of(&line)? >= 100).then_some(out)
     });
     println!("edgehivectl top pods:\n{top}");
     assert!(top.starts_with("NAME"), "{top}");
@@ -549,7 +550,7 @@ spec:
         .lines()
         .find(|l| l.starts_with("web "))
         .expect("web in top");
-    assert!(millicores_of(web).is_some_and(|m| m < 200), "{top}");
+    assert!(millicores_of(web).is_some_and(|m| m < 50), "{top}");
     let (ok, containers, err) = ctl(&rig.admin, &["top", "pod", "burner", "--containers"]);
     assert!(
         ok && containers.contains("burner   burner"),
