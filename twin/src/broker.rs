@@ -278,8 +278,13 @@ async fn session(
         id
     };
     // The router holds the only strong handle of the queue: when it drops
-    // this client, the writer ends.
-    let outbox = outbox.downgrade();
+    // this client, the writer ends. (Shadowing would keep this one alive,
+    // and every closed connection with it.)
+    let outbox = {
+        let weak = outbox.downgrade();
+        drop(outbox);
+        weak
+    };
     // The writer: everything for this client, in order, until its queue
     // is dropped (the session ended, or the router disconnected it).
     let writing = tokio::spawn(async move {
@@ -363,6 +368,33 @@ async fn session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client's DISCONNECT ends its connection: the broker closes it
+    /// (it once kept every closed connection, its task and its slot).
+    #[tokio::test]
+    async fn the_broker_closes_a_connection_after_disconnect() {
+        let address = format!("127.0.0.1:{}", transports::testing::free_port());
+        let broker = EmbeddedBroker::start(&address, 1 << 16)
+            .await
+            .expect("broker");
+        for _ in 0..3 {
+            let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+            let mut out = BytesMut::new();
+            Packet::Connect(rumqttc::mqttbytes::v4::Connect::new("closing"))
+                .write(&mut out, 1 << 16)
+                .expect("connect packet");
+            Packet::Disconnect
+                .write(&mut out, 1 << 16)
+                .expect("disconnect packet");
+            stream.write_all(&out).await.expect("write");
+            let mut read = Vec::new();
+            tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut read))
+                .await
+                .expect("closed by the broker in time")
+                .expect("read");
+            assert_eq!(read.first(), Some(&0x20), "a CONNACK, then the end");
+        }
+    }
 
     #[test]
     fn filters_match_as_mqtt_says() {
