@@ -71,6 +71,9 @@ pub struct CloudHubConfig {
     /// to them (a fresh set by default; give one to share it before the
     /// hub starts).
     pub streams: crate::tunnel::NodeTunnels,
+    /// Revoked node certificates (deleted nodes): a link presenting one
+    /// is closed right after its handshake (none: no revocation).
+    pub revocations: Option<Arc<dyn crate::certs::JoinLedger>>,
 }
 
 impl Default for CloudHubConfig {
@@ -87,6 +90,7 @@ impl Default for CloudHubConfig {
             claims: None,
             acks: None,
             streams: crate::tunnel::NodeTunnels::default(),
+            revocations: None,
         }
     }
 }
@@ -879,6 +883,18 @@ async fn accept_loop(
     warn!(kind = %endpoint.kind, "cloudhub listener stopped");
 }
 
+/// Whether the certificate (`chain`, leaf first) of `node` was revoked.
+fn revoked(config: &CloudHubConfig, node: &str, chain: &[Vec<u8>]) -> bool {
+    let Some(ledger) = &config.revocations else {
+        return false;
+    };
+    let issued = chain
+        .first()
+        .and_then(|leaf| crate::certs::issued_at(leaf))
+        .unwrap_or(0);
+    ledger.revocations().revoked(node, issued)
+}
+
 /// Learns who the node is (its hello, or on a KubeEdge link its
 /// `node_id` header), checks that against its certificate, starts its
 /// session.
@@ -920,12 +936,15 @@ async fn open_session(
             "certificate of node {certified:?} presented as node {named:?}"
         )),
         (Some(_), None) if !trust_hello => Some("no client certificate".to_owned()),
+        (Some(named), Some(_)) if revoked(&config, named, &link.peer.certificates) => Some(
+            format!("the certificate of node {named:?} was revoked (the node was deleted)"),
+        ),
         _ => None,
     };
     let node = match (refusal, named) {
         (None, Some(named)) => named,
-        (refusal, _) => {
-            warn!(%remote, %dialect, reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
+        (refusal, named) => {
+            warn!(%remote, %dialect, node = named.as_deref().unwrap_or("-"), reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
             stats.count(&stats.refused_links);
             link.sender.close().await;
             return;
