@@ -72,8 +72,11 @@ enum Command {
 
 /// `cloudcore token`: with no subcommand, `create`.
 #[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
 struct Token {
+    /// The running cloudcore's admin API, where the token ledger is
+    /// reached (default: modules.admin of the configuration).
+    #[arg(long, global = true)]
+    admin: Option<String>,
     #[command(subcommand)]
     action: Option<TokenAction>,
     #[command(flatten)]
@@ -397,11 +400,11 @@ fn main() -> Result<()> {
 fn tokens(ca: &CloudCa, settings: &CloudCoreConfig, token: Token) -> Result<()> {
     use cloud::admin::TOKENS_PATH;
     use hub::certs::{TokenRecord, TokenSpec};
-    let admin = settings
-        .modules
+    let admin = token
         .admin
-        .enabled()
-        .map(|address| cloud::AdminClient::new(address));
+        .as_deref()
+        .or(settings.modules.admin.enabled())
+        .map(cloud::AdminClient::new);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -944,7 +944,7 @@ async fn open_session(
     let node = match (refusal, named) {
         (None, Some(named)) => named,
         (refusal, named) => {
-            warn!(%remote, %dialect, node = named.as_deref().unwrap_or("-"), reason = refusal.as_deref().unwrap_or("unknown"), "link refused");
+            warn!(%remote, %dialect, node = %named.as_deref().unwrap_or("-"), reason = %refusal.as_deref().unwrap_or("unknown"), "link refused");
             stats.count(&stats.refused_links);
             link.sender.close().await;
             return;
