@@ -1,6 +1,9 @@
 //! cloudcore: the cloud side of edgehive.
 //!
-//! `cloudcore token` prints a join token (creating the CA on first use);
+//! `cloudcore token create` prints a join token (creating the CA on first
+//! use), optionally bound to one node and single-use, and records it in the
+//! running cloudcore's token ledger; `token list` and `token delete ID`
+//! list and revoke tokens there (as `kubeadm token create/list/delete`);
 //! `cloudcore kubeconfig --user NAME --role admin|view` prints a kubeconfig
 //! for the admin API; `cloudcore run` serves the certificate endpoints, cloudhub on every
 //! transport asked for, the edgecontroller on its desired-state store, the
@@ -26,6 +29,7 @@ use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, Kubern
 use cloud::kubelet::KubeletApiConfig;
 use cloud::kubelet::metrics_api::{ClusterKubelets, MetricsApiConfig, published_front_proxy};
 use cloud::kubelet::review::SubjectAccessReviews;
+use cloud::ledger::StoredLedger;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
 use cloud::{
@@ -34,7 +38,7 @@ use cloud::{
 };
 use edgehive::config::{self, CloudCoreConfig};
 use edgehive::metrics;
-use hub::certs::{CertServer, CertServerConfig, CloudCa};
+use hub::certs::{CertServer, CertServerConfig, CloudCa, JoinLedger};
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig, Dialect};
 use transports::{ListenOptions, TransportKind, tls};
 
@@ -61,12 +65,8 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Prints a join token for `edgecore join`.
-    Token {
-        /// How long the token is valid, in seconds.
-        #[arg(long, default_value_t = 24 * 3600)]
-        ttl_secs: u64,
-    },
+    /// Join tokens for `edgecore join`: create (the default), list, delete.
+    Token(Token),
     /// Prints a kubeconfig for the admin API: a client certificate of the
     /// cloud's CA for USER, in the role's group.
     Kubeconfig {
@@ -106,6 +106,48 @@ impl Role {
             Role::View => cloud::admin::auth::VIEWERS,
         }
     }
+}
+
+/// `cloudcore token`: with no subcommand, `create`.
+#[derive(clap::Args, Debug)]
+struct Token {
+    /// The running cloudcore's admin API, where the token ledger is
+    /// reached (default: modules.admin of the configuration).
+    #[arg(long, global = true)]
+    admin: Option<String>,
+    #[command(subcommand)]
+    action: Option<TokenAction>,
+    #[command(flatten)]
+    create: CreateToken,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenAction {
+    /// Prints a new join token and records it with the running cloudcore
+    /// (its admin API); offline, the token still works, unlisted.
+    Create(CreateToken),
+    /// Lists the recorded tokens (id, node, single use, expiry, state) and
+    /// the deleted nodes whose certificates are revoked.
+    List,
+    /// Revokes the token with this id: refused from now on.
+    Delete {
+        /// The token's id (`token list`).
+        id: String,
+    },
+}
+
+/// Flags of `token create`.
+#[derive(clap::Args, Debug)]
+struct CreateToken {
+    /// How long the token is valid, in seconds.
+    #[arg(long, default_value_t = 24 * 3600)]
+    ttl_secs: u64,
+    /// The only node the token may join (its certificate's name).
+    #[arg(long)]
+    node: Option<String>,
+    /// The token joins one node, once; a second join with it is refused.
+    #[arg(long)]
+    single_use: bool,
 }
 
 /// Flags of `run`; each overrides its key in the configuration file.
@@ -510,10 +552,7 @@ fn main() -> Result<()> {
     };
     let ca = CloudCa::load_or_create(&settings.ca_dir()).context("the cloud CA")?;
     match command {
-        Command::Token { ttl_secs } => {
-            println!("{}", ca.issue_token(Duration::from_secs(ttl_secs)));
-            Ok(())
-        }
+        Command::Token(token) => tokens(&ca, &settings, token),
         Command::Kubeconfig {
             user,
             role,
@@ -533,25 +572,136 @@ fn main() -> Result<()> {
     }
 }
 
+/// `cloudcore token ...`: tokens are signed here; their records live in
+/// the running cloudcore's ledger, reached through its admin API.
+fn tokens(ca: &CloudCa, settings: &CloudCoreConfig, token: Token) -> Result<()> {
+    use cloud::admin::TOKENS_PATH;
+    use hub::certs::{TokenRecord, TokenSpec};
+    // With authentication, as the admin: the kubeconfig cloudcore wrote.
+    let admin = match token.admin.as_deref().or(settings.modules.admin.enabled()) {
+        None => None,
+        Some(address) if address.starts_with("http://") => Some(cloud::AdminClient::new(address)),
+        Some(address) if settings.modules.admin.authentication => {
+            let path = settings.data_dir.join("admin.kubeconfig");
+            match cloud::admin::kubeconfig::Kubeconfig::load(&path) {
+                Ok(credentials) => {
+                    let server = token
+                        .admin
+                        .as_deref()
+                        .map(|a| format!("https://{}", a.trim_start_matches("https://")));
+                    Some(
+                        cloud::AdminClient::from_credentials(&credentials, server.as_deref())
+                            .with_context(|| format!("{}", path.display()))?,
+                    )
+                }
+                Err(_) => Some(cloud::AdminClient::new(address)),
+            }
+        }
+        Some(address) => Some(cloud::AdminClient::new(address)),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let need_admin = || {
+        admin
+            .clone()
+            .context("modules.admin is off: no ledger to reach")
+    };
+    match token.action.unwrap_or(TokenAction::Create(token.create)) {
+        TokenAction::Create(create) => {
+            if let Some(node) = &create.node {
+                anyhow::ensure!(
+                    hub::certs::valid_node_name(node),
+                    "invalid node name {node:?}"
+                );
+            }
+            let (claims, token) = ca.issue_restricted_token(&TokenSpec {
+                ttl: Duration::from_secs(create.ttl_secs),
+                node: create.node,
+                single_use: create.single_use,
+            });
+            let record = TokenRecord::issued(&claims).context("a token without an id")?;
+            let body = serde_json::to_vec(&record)?;
+            let recorded = match &admin {
+                Some(admin) => runtime
+                    .block_on(admin.raw(hyper::Method::POST, TOKENS_PATH, Some(body)))
+                    .map_err(anyhow::Error::from)
+                    .and_then(|(status, body)| match status {
+                        201 => Ok(()),
+                        _ => Err(anyhow::anyhow!(
+                            "{status}: {}",
+                            String::from_utf8_lossy(&body)
+                        )),
+                    }),
+                None => Err(anyhow::anyhow!("modules.admin is off")),
+            };
+            if let Err(err) = recorded {
+                eprintln!(
+                    "token {} not recorded ({err:#}): it works, but `token list` will not show it",
+                    record.id
+                );
+            }
+            println!("{token}");
+            Ok(())
+        }
+        TokenAction::List => {
+            let admin = need_admin()?;
+            let (tokens, revoked) = runtime.block_on(async {
+                let tokens = admin.get(TOKENS_PATH).await?;
+                let revoked = admin.get(&format!("{TOKENS_PATH}/revokednodes")).await?;
+                anyhow::Ok((tokens, revoked))
+            })?;
+            let tokens: Vec<TokenRecord> = serde_json::from_value(tokens)?;
+            println!(
+                "{:<18} {:<24} {:<10} {:<26} STATE",
+                "ID", "NODE", "USES", "EXPIRES"
+            );
+            for t in tokens {
+                let expires = jiff::Timestamp::from_second(t.expires.min(i64::MAX as u64) as i64)
+                    .map(|at| at.to_string())
+                    .unwrap_or_else(|_| "never".to_owned());
+                let state = match (&t.revoked, &t.used_by) {
+                    (Some(_), _) => "revoked".to_owned(),
+                    (None, Some(by)) => format!("used by {by}"),
+                    (None, None) => "valid".to_owned(),
+                };
+                let uses = if t.single_use { "once" } else { "any" };
+                println!(
+                    "{:<18} {:<24} {:<10} {:<26} {state}",
+                    t.id,
+                    t.node.as_deref().unwrap_or("<any>"),
+                    uses,
+                    expires
+                );
+            }
+            for (node, revocation) in revoked["nodes"].as_object().into_iter().flatten() {
+                println!(
+                    "revoked node {node}: certificates issued until {} refused",
+                    revocation["at"]
+                        .as_i64()
+                        .and_then(|at| jiff::Timestamp::from_second(at).ok())
+                        .map(|at| at.to_string())
+                        .unwrap_or_default()
+                );
+            }
+            Ok(())
+        }
+        TokenAction::Delete { id } => {
+            let admin = need_admin()?;
+            let answer = runtime.block_on(admin.delete(&format!("{TOKENS_PATH}/{id}")))?;
+            match answer["revoked"].as_bool() {
+                Some(true) => println!("token {id} revoked"),
+                _ => println!("token {id} was revoked already"),
+            }
+            Ok(())
+        }
+    }
+}
+
 async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let data_dir = settings.data_dir.clone();
     let hub_settings = &settings.modules.cloud_hub;
     let names = hub_settings.advertise_address.clone();
-    let certs = match hub_settings.https.enabled() {
-        Some(address) => Some(
-            CertServer::start(
-                ca.clone(),
-                CertServerConfig {
-                    address: address.to_owned(),
-                    server_names: names.clone(),
-                    cert_ttl: Duration::from_secs(hub_settings.node_certificate_days * 24 * 3600),
-                },
-            )
-            .await
-            .context("certificate endpoints")?,
-        ),
-        None => None,
-    };
     let (chain, key) = ca.issue_server(&names, Duration::from_secs(365 * 24 * 3600))?;
     let server_tls = tls::server_config(chain, key, Some(&[ca.root()]))?;
     let mut endpoints = Vec::new();
@@ -588,6 +738,32 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let hive = Hive::new("cloud", HiveConfig::default());
     // The controller first: it must hear cloudhub's first node events.
     let desired = Desired::open(&settings).await?;
+    // Join tokens' records and deleted nodes, with the desired state (every
+    // replica sees the same); a deleted Node's certificates are revoked.
+    let ledger: Arc<dyn JoinLedger> = Arc::new(StoredLedger::new(
+        desired.shared(),
+        &settings.kube_api_config.namespace,
+    ));
+    let _revoker = tokio::spawn(cloud::ledger::revoke_deleted_nodes(
+        desired.shared(),
+        ledger.clone(),
+    ));
+    let certs = match hub_settings.https.enabled() {
+        Some(address) => Some(
+            CertServer::start(
+                ca.clone(),
+                CertServerConfig::new(
+                    address,
+                    names.clone(),
+                    Duration::from_secs(hub_settings.node_certificate_days * 24 * 3600),
+                )
+                .with_ledger(ledger.clone()),
+            )
+            .await
+            .context("certificate endpoints")?,
+        ),
+        None => None,
+    };
     // Replicas serve each node under a claim.
     let claims = start_claims(&settings, &desired).await?;
     // Replicas keep what KubeEdge nodes acknowledged in their engine, so
@@ -694,9 +870,14 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let admin = match settings.modules.admin.enabled() {
         Some(address) if settings.modules.admin.authentication => {
             let auth = admin_auth(&settings, &ca)?;
-            let started =
-                AdminApi::start_tls(controller.clone(), address, Some(pod_streams.clone()), auth)
-                    .context("admin API")?;
+            let started = AdminApi::start_tls(
+                controller.clone(),
+                address,
+                Some(pod_streams.clone()),
+                auth,
+                Some(ledger.clone()),
+            )
+            .context("admin API")?;
             write_admin_kubeconfig(&settings, &ca)?;
             Some(started)
         }
@@ -706,8 +887,13 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                 "admin API without authentication (modules.admin.authentication: false): whoever reaches it controls every node"
             );
             Some(
-                AdminApi::start(controller.clone(), address, Some(pod_streams.clone()))
-                    .context("admin API")?,
+                AdminApi::start_with_ledger(
+                    controller.clone(),
+                    address,
+                    Some(pod_streams.clone()),
+                    Some(ledger.clone()),
+                )
+                .context("admin API")?,
             )
         }
         None => None,
@@ -730,6 +916,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                 .clone()
                 .map(|cursors| Arc::new(cursors) as Arc<dyn hub::AckSink>),
             streams: tunnels,
+            revocations: Some(ledger.clone()),
             ..CloudHubConfig::default()
         },
     )

@@ -25,6 +25,7 @@ mod backoff;
 pub mod controller;
 pub mod desired;
 pub mod kubelet;
+pub mod ledger;
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod replicas;
 pub mod streams;

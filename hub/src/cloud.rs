@@ -73,6 +73,9 @@ pub struct CloudHubConfig {
     /// to them (a fresh set by default; give one to share it before the
     /// hub starts).
     pub streams: crate::tunnel::NodeTunnels,
+    /// Revoked node certificates (deleted nodes): a link presenting one
+    /// is closed right after its handshake (none: no revocation).
+    pub revocations: Option<Arc<dyn crate::certs::JoinLedger>>,
 }
 
 impl Default for CloudHubConfig {
@@ -89,6 +92,7 @@ impl Default for CloudHubConfig {
             claims: None,
             acks: None,
             streams: crate::tunnel::NodeTunnels::default(),
+            revocations: None,
         }
     }
 }
@@ -905,6 +909,18 @@ async fn accept_loop(
     warn!(kind = %endpoint.kind, "cloudhub listener stopped");
 }
 
+/// Whether the certificate (`chain`, leaf first) of `node` was revoked.
+fn revoked(config: &CloudHubConfig, node: &str, chain: &[Vec<u8>]) -> bool {
+    let Some(ledger) = &config.revocations else {
+        return false;
+    };
+    let issued = chain
+        .first()
+        .and_then(|leaf| crate::certs::issued_at(leaf))
+        .unwrap_or(0);
+    ledger.revocations().revoked(node, issued)
+}
+
 /// Learns who the node is (its hello, or on a KubeEdge link its
 /// `node_id` header), checks that against its certificate, starts its
 /// session.
@@ -931,18 +947,31 @@ async fn open_session(
         Dialect::KubeEdge => crate::admission::node_id(&link.peer).map(str::to_owned),
     };
     // A WebSocket link was checked on its upgrade request already (see
-    // `admission`); this covers the hello and the other transports.
+    // `admission`); this covers the hello and the other transports, and a
+    // certificate revoked since (its node deleted).
     let checked = crate::admission::check_identity(
         dialect,
         trust_hello,
         named.as_deref(),
         link.peer.common_name.as_deref(),
     );
-    let node = match (checked, named) {
-        (Ok(()), Some(named)) => named,
-        (checked, _) => {
-            let reason = checked.err().unwrap_or(LinkRefusal::NoHello);
-            warn!(%remote, %dialect, %reason, "link refused");
+    let refusal = match (checked, &named) {
+        (Err(reason), _) => Some(reason.to_string()),
+        (Ok(()), None) => Some(LinkRefusal::NoHello.to_string()),
+        (Ok(()), Some(named))
+            if link.peer.common_name.is_some()
+                && revoked(&config, named, &link.peer.certificates) =>
+        {
+            Some(format!(
+                "the certificate of node {named:?} was revoked (the node was deleted)"
+            ))
+        }
+        (Ok(()), Some(_)) => None,
+    };
+    let node = match (refusal, named) {
+        (None, Some(named)) => named,
+        (refusal, named) => {
+            warn!(%remote, %dialect, node = %named.as_deref().unwrap_or("-"), reason = %refusal.as_deref().unwrap_or("unknown"), "link refused");
             stats.count(&stats.refused_links);
             link.sender.close().await;
             return;

@@ -2,7 +2,9 @@
 //! stores it, and connects with mutual TLS from then on; bad, expired and
 //! foreign tokens are refused, as is a man in the middle serving another CA;
 //! a node renews its certificate for itself only; an expired certificate
-//! is refused by cloudhub.
+//! is refused by cloudhub. Token restrictions (one node, single use,
+//! revocation) hold, and a deleted node's certificate is refused by
+//! cloudhub and for renewal until the node joins again.
 
 mod common;
 
@@ -12,8 +14,8 @@ use std::time::{Duration, SystemTime};
 use beehive::{Hive, HiveConfig};
 use common::{eventually, get, pod, start_edge};
 use hub::certs::{
-    CertServer, CertServerConfig, CloudCa, JoinError, NodeCredentials, https_request, join, renew,
-    sha256_hex,
+    CertServer, CertServerConfig, CloudCa, JoinError, JoinLedger, MemoryLedger, NodeCredentials,
+    TokenRecord, TokenSpec, https_request, join, renew, sha256_hex,
 };
 use hub::{CloudEndpoint, CloudHub, CloudHubConfig, EdgeHubConfig};
 use hyper::StatusCode;
@@ -21,6 +23,7 @@ use transports::{DialOptions, ListenOptions, TransportKind, tls};
 
 struct Cloud {
     ca: Arc<CloudCa>,
+    ledger: MemoryLedger,
     certs: CertServer,
     hive: Hive,
     hub: hub::CloudHubHandle,
@@ -30,13 +33,15 @@ struct Cloud {
 async fn cloud() -> Cloud {
     let dir = tempfile::tempdir().expect("dir");
     let ca = Arc::new(CloudCa::load_or_create(&dir.path().join("ca")).expect("CA"));
+    let ledger = MemoryLedger::default();
     let certs = CertServer::start(
         ca.clone(),
-        CertServerConfig {
-            address: "127.0.0.1:0".into(),
-            server_names: vec!["localhost".into()],
-            cert_ttl: Duration::from_secs(3600),
-        },
+        CertServerConfig::new(
+            "127.0.0.1:0",
+            vec!["localhost".into()],
+            Duration::from_secs(3600),
+        )
+        .with_ledger(Arc::new(ledger.clone())),
     )
     .await
     .expect("certificate endpoints");
@@ -62,6 +67,7 @@ async fn cloud() -> Cloud {
                     dialect: hub::Dialect::KubeEdge,
                 },
             ],
+            revocations: Some(Arc::new(ledger.clone())),
             ..CloudHubConfig::default()
         },
     )
@@ -69,6 +75,7 @@ async fn cloud() -> Cloud {
     .expect("cloudhub");
     Cloud {
         ca,
+        ledger,
         certs,
         hive,
         hub,
@@ -414,4 +421,194 @@ async fn a_kubeedge_edge_joins_as_keadm_does() {
     );
     assert_eq!(get(&stats.refused_links), 0);
     link.sender.close().await;
+}
+
+/// A token as `cloudcore token create` makes one: issued and recorded.
+async fn new_token(cloud: &Cloud, node: Option<&str>, single_use: bool) -> (String, String) {
+    let (claims, token) = cloud.ca.issue_restricted_token(&TokenSpec {
+        ttl: Duration::from_secs(600),
+        node: node.map(str::to_owned),
+        single_use,
+    });
+    let record = TokenRecord::issued(&claims).expect("an id");
+    cloud.ledger.record(record).await.expect("recorded");
+    (claims.id.expect("an id"), token)
+}
+
+fn refusal(joined: Result<NodeCredentials, JoinError>) -> (StatusCode, String) {
+    match joined {
+        Err(JoinError::Refused { status, reason }) => (status, reason),
+        other => panic!("expected a refusal, got {:?}", other.map(|c| c.node)),
+    }
+}
+
+#[actix::test]
+async fn a_node_bound_token_joins_its_node_only() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let (id, token) = new_token(&cloud, Some("edge-3"), false).await;
+    let (status, reason) = refusal(join(&address, "localhost", &token, "edge-4").await);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(
+        reason.contains(r#"for node "edge-3", not "edge-4""#),
+        "{reason}"
+    );
+    let joined = join(&address, "localhost", &token, "edge-3")
+        .await
+        .expect("its own node joins");
+    assert_eq!(
+        tls::common_name(joined.cert.as_ref()).as_deref(),
+        Some("edge-3")
+    );
+    // Reusable: edge-3 joins again (a reinstall), the record unchanged.
+    join(&address, "localhost", &token, "edge-3")
+        .await
+        .expect("joins again");
+    let record = cloud.ledger.token(&id).expect("recorded");
+    assert_eq!(record.node.as_deref(), Some("edge-3"));
+    assert_eq!((record.used_by, record.revoked), (None, None));
+}
+
+#[actix::test]
+async fn a_single_use_token_joins_once() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let (id, token) = new_token(&cloud, None, true).await;
+    join(&address, "localhost", &token, "edge-1")
+        .await
+        .expect("first use");
+    let (status, reason) = refusal(join(&address, "localhost", &token, "edge-2").await);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(reason.contains("used already"), "{reason}");
+    assert!(reason.contains("edge-1"), "{reason}");
+    assert_eq!(
+        cloud
+            .ledger
+            .token(&id)
+            .expect("recorded")
+            .used_by
+            .as_deref(),
+        Some("edge-1")
+    );
+
+    // Eight joins at once with a fresh one: exactly one wins.
+    let (id, token) = new_token(&cloud, None, true).await;
+    let joins = (0..8).map(|i| {
+        let (address, token) = (address.clone(), token.clone());
+        tokio::spawn(async move {
+            let node = format!("racer-{i}");
+            (
+                node.clone(),
+                join(&address, "localhost", &token, &node).await,
+            )
+        })
+    });
+    let mut winners = Vec::new();
+    for joined in futures_util::future::join_all(joins).await {
+        let (node, joined) = joined.expect("task");
+        match joined {
+            Ok(credentials) => winners.push(credentials.node),
+            Err(err) => {
+                let (status, reason) = refusal(Err(err));
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{node}: {reason}");
+                assert!(reason.contains("used already"), "{node}: {reason}");
+            }
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(
+        cloud.ledger.token(&id).expect("recorded").used_by,
+        Some(winners[0].clone())
+    );
+}
+
+#[actix::test]
+async fn a_revoked_token_is_refused() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let (id, token) = new_token(&cloud, None, false).await;
+    assert!(
+        cloud
+            .ledger
+            .revoke_token(id.clone(), 1)
+            .await
+            .expect("revoked")
+    );
+    let (status, reason) = refusal(join(&address, "localhost", &token, "edge-1").await);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(reason, format!("join token {id} was revoked"));
+    // A token issued before tokens were recorded is revoked by its id too.
+    let (claims, unrecorded) = cloud.ca.issue_restricted_token(&TokenSpec {
+        ttl: Duration::from_secs(600),
+        ..TokenSpec::default()
+    });
+    let unrecorded_id = claims.id.expect("an id");
+    cloud
+        .ledger
+        .revoke_token(unrecorded_id.clone(), 1)
+        .await
+        .expect("revoked");
+    let (status, reason) = refusal(join(&address, "localhost", &unrecorded, "edge-1").await);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(reason.contains(&unrecorded_id), "{reason}");
+}
+
+#[actix::test]
+async fn a_deleted_nodes_certificate_is_refused_until_it_joins_again() {
+    let cloud = cloud().await;
+    let address = cloud.certs.address.to_string();
+    let (_, token) = new_token(&cloud, None, false).await;
+    let old = join(&address, "localhost", &token, "edge-5")
+        .await
+        .expect("joined");
+    let stats = cloud.hub.stats.clone();
+    let dir = tempfile::tempdir().expect("dir");
+    {
+        let _edge = start_edge(edge_config(&cloud, &old), &dir.path().join("a.redb"));
+        eventually(&stats.changes, "a session", || {
+            get(&stats.sessions_opened) == 1
+        })
+        .await;
+    }
+
+    // The Node is deleted: its certificates issued until now are revoked.
+    let now = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    assert!(
+        cloud
+            .ledger
+            .revoke_node("edge-5".into(), "uid-5".into(), now)
+            .await
+            .expect("revoked")
+    );
+    let refused_before = get(&stats.refused_links);
+    let opened_before = get(&stats.sessions_opened);
+    let edge = start_edge(edge_config(&cloud, &old), &dir.path().join("b.redb"));
+    eventually(&stats.changes, "the revoked link refused", || {
+        get(&stats.refused_links) >= refused_before + 2
+    })
+    .await;
+    assert_eq!(get(&stats.sessions_opened), opened_before);
+    drop(edge);
+    let (status, reason) = refusal(renew(&address, "localhost", &old).await);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(reason.contains("revoked"), "{reason}");
+
+    // Joined again (a new token, the same second perhaps): served again.
+    let (_, token) = new_token(&cloud, Some("edge-5"), true).await;
+    let new = join(&address, "localhost", &token, "edge-5")
+        .await
+        .expect("joined again");
+    assert!(!cloud.ledger.revocations().revoked(
+        "edge-5",
+        hub::certs::issued_at(new.cert.as_ref()).expect("issued")
+    ));
+    let renewed = renew(&address, "localhost", &new).await.expect("renewed");
+    let _edge = start_edge(edge_config(&cloud, &renewed), &dir.path().join("c.redb"));
+    eventually(&stats.changes, "a session again", || {
+        get(&stats.sessions_opened) == opened_before + 1
+    })
+    .await;
 }

@@ -54,6 +54,10 @@ pub const MAX_MANIFEST_BYTES: usize = 8 << 20;
 pub const APPLY_PATH: &str = "/apis/edgehive.io/v1/apply";
 /// Path of the delete-by-manifest endpoint.
 pub const DELETE_PATH: &str = "/apis/edgehive.io/v1/delete";
+/// Join tokens: `GET` lists their records, `POST` records one (a
+/// [`hub::certs::TokenRecord`]), `DELETE .../{id}` revokes one; `GET
+/// .../revokednodes` lists the deleted nodes whose certificates are revoked.
+pub const TOKENS_PATH: &str = "/apis/edgehive.io/v1/jointokens";
 
 /// What became of one object of a manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,6 +182,16 @@ impl AdminApi {
         address: &str,
         streams: Option<crate::streams::PodStreams>,
     ) -> std::io::Result<AdminApiHandle> {
+        AdminApi::start_with_ledger(handle, address, streams, None)
+    }
+
+    /// [`AdminApi::start`], with the join-token ledger at [`TOKENS_PATH`].
+    pub fn start_with_ledger(
+        handle: ControllerHandle,
+        address: &str,
+        streams: Option<crate::streams::PodStreams>,
+        ledger: Option<Arc<dyn hub::certs::JoinLedger>>,
+    ) -> std::io::Result<AdminApiHandle> {
         if !is_loopback(address) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -186,18 +200,19 @@ impl AdminApi {
                 ),
             ));
         }
-        Self::serve(handle, address, streams, None)
+        Self::serve(handle, address, streams, None, ledger)
     }
 
-    /// [`AdminApi::start`] over HTTPS, every request authenticated and
-    /// authorized ([`auth`]); any address.
+    /// [`AdminApi::start_with_ledger`] over HTTPS, every request
+    /// authenticated and authorized ([`auth`]); any address.
     pub fn start_tls(
         handle: ControllerHandle,
         address: &str,
         streams: Option<crate::streams::PodStreams>,
         auth: AdminAuth,
+        ledger: Option<Arc<dyn hub::certs::JoinLedger>>,
     ) -> std::io::Result<AdminApiHandle> {
-        Self::serve(handle, address, streams, Some(auth))
+        Self::serve(handle, address, streams, Some(auth), ledger)
     }
 
     fn serve(
@@ -205,7 +220,9 @@ impl AdminApi {
         address: &str,
         streams: Option<crate::streams::PodStreams>,
         auth: Option<AdminAuth>,
+        ledger: Option<Arc<dyn hub::certs::JoinLedger>>,
     ) -> std::io::Result<AdminApiHandle> {
+        let ledger = ledger.map(web::Data::from);
         let tokens = auth.as_ref().map(|auth| Arc::new(auth.tokens.clone()));
         let objects = web::Data::new(DesiredObjects(handle.store().clone()));
         let controller = web::Data::new(handle);
@@ -231,6 +248,10 @@ impl AdminApi {
                 .route(APPLY_PATH, web::post().to(apply))
                 .route(DELETE_PATH, web::post().to(delete_manifest))
                 .configure(delete_routes);
+            let app = match &ledger {
+                Some(ledger) => app.app_data(ledger.clone()).configure(token_routes),
+                None => app,
+            };
             // Before the read routes: a pod's subresources are not objects.
             let app = match (&streams, &metrics) {
                 (Some(streams), Some(metrics)) => app
@@ -320,6 +341,57 @@ async fn delete_manifest(
         ));
     }
     Ok(HttpResponse::Ok().json(ManifestResults { results }))
+}
+
+fn token_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route(TOKENS_PATH, web::get().to(list_tokens))
+        .route(TOKENS_PATH, web::post().to(record_token))
+        .route(
+            &format!("{TOKENS_PATH}/revokednodes"),
+            web::get().to(revoked_nodes),
+        )
+        .route(
+            &format!("{TOKENS_PATH}/{{id}}"),
+            web::delete().to(revoke_token),
+        );
+}
+
+type Ledger = web::Data<dyn hub::certs::JoinLedger>;
+
+fn ledger_failed(err: hub::certs::LedgerError) -> HttpResponse {
+    HttpResponse::ServiceUnavailable().json(serde_json::json!({"message": err.to_string()}))
+}
+
+async fn list_tokens(ledger: Ledger) -> HttpResponse {
+    HttpResponse::Ok().json(ledger.tokens())
+}
+
+async fn revoked_nodes(ledger: Ledger) -> HttpResponse {
+    HttpResponse::Ok().json(ledger.revocations())
+}
+
+async fn record_token(ledger: Ledger, body: Bytes) -> HttpResponse {
+    let record: hub::certs::TokenRecord = match serde_json::from_slice(&body) {
+        Ok(record) => record,
+        Err(err) => {
+            return HttpResponse::BadRequest()
+                .json(serde_json::json!({"message": format!("not a token record: {err}")}));
+        }
+    };
+    match ledger.record(record.clone()).await {
+        Ok(()) => HttpResponse::Created().json(record),
+        Err(err) => ledger_failed(err),
+    }
+}
+
+async fn revoke_token(ledger: Ledger, id: web::Path<String>) -> HttpResponse {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match ledger.revoke_token(id.into_inner(), now).await {
+        Ok(revoked) => HttpResponse::Ok().json(serde_json::json!({"revoked": revoked})),
+        Err(err) => ledger_failed(err),
+    }
 }
 
 /// `DELETE` of one object, at the paths its kind is read at.

@@ -11,6 +11,7 @@
 //! message on that link to that name.
 
 mod join;
+pub mod ledger;
 mod server;
 
 use std::path::Path;
@@ -25,7 +26,31 @@ use rcgen::{
 use transports::tls::{CertificateDer, Identity, PrivateKeyDer};
 
 pub use join::{JoinError, NodeCredentials, https_request, join, keep_renewed, renew};
+pub use ledger::{JoinLedger, LedgerError, MemoryLedger, Revocations, TokenClaims, TokenRecord};
 pub use server::{CertServer, CertServerConfig};
+
+/// How far back a node certificate's validity starts before it is issued
+/// (clock skew); its issue time is its `notBefore` plus this.
+pub const BACKDATE: Duration = Duration::from_secs(300);
+
+/// When a certificate (DER) was issued, in Unix seconds: its `notBefore`
+/// plus [`BACKDATE`].
+pub fn issued_at(cert: &[u8]) -> Option<u64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let not_before = u64::try_from(cert.validity().not_before.timestamp()).ok()?;
+    Some(not_before + BACKDATE.as_secs())
+}
+
+/// What a new join token is restricted to.
+#[derive(Debug, Clone, Default)]
+pub struct TokenSpec {
+    /// How long it is valid.
+    pub ttl: Duration,
+    /// The only node it may join.
+    pub node: Option<String>,
+    /// Whether it joins once only.
+    pub single_use: bool,
+}
 
 /// Why a certificate operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +76,15 @@ pub enum CertError {
     /// The token has expired.
     #[error("join token expired")]
     ExpiredToken,
+    /// The token may not join this node (bound elsewhere, used, revoked).
+    #[error(transparent)]
+    Refused(#[from] ledger::TokenRefusal),
+    /// The token ledger could not be read or written.
+    #[error("token ledger: {0}")]
+    Ledger(String),
+    /// The presented certificate belongs to a deleted node.
+    #[error("the certificate of node {0:?} was revoked (the node was deleted); join again")]
+    RevokedCertificate(String),
     /// The CSR names no valid node.
     #[error("CSR names no valid node: {0}")]
     BadNodeName(String),
@@ -234,19 +268,52 @@ impl CloudCa {
         ))
     }
 
-    /// A join token valid for `ttl`.
+    /// A join token valid for `ttl`, for any node, reusable.
     pub fn issue_token(&self, ttl: Duration) -> String {
+        self.issue_restricted_token(&TokenSpec {
+            ttl,
+            ..TokenSpec::default()
+        })
+        .1
+    }
+
+    /// A join token with the restrictions of `spec` (its claims carry
+    /// them, under the signature) and a fresh id: its claims and the token.
+    pub fn issue_restricted_token(&self, spec: &TokenSpec) -> (TokenClaims, String) {
+        let claims = TokenClaims {
+            id: Some(format!("{:016x}", fastrand::u64(..))),
+            expires: unix_now() + spec.ttl.as_secs(),
+            node: spec.node.clone(),
+            single_use: spec.single_use,
+        };
+        let mut payload = serde_json::json!({"exp": claims.expires, "jti": claims.id});
+        if let Some(node) = &claims.node {
+            payload["node"] = node.clone().into();
+        }
+        if claims.single_use {
+            payload["singleUse"] = true.into();
+        }
         let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-        let payload =
-            URL_SAFE_NO_PAD.encode(format!(r#"{{"exp":{}}}"#, unix_now() + ttl.as_secs()));
+        let payload = URL_SAFE_NO_PAD.encode(payload.to_string());
         let signed = format!("{header}.{payload}");
         let signature =
             URL_SAFE_NO_PAD.encode(ring::hmac::sign(&self.token_key, signed.as_bytes()));
-        format!("{}.{signed}.{signature}", sha256_hex(self.cert.as_ref()))
+        let token = format!("{}.{signed}.{signature}", sha256_hex(self.cert.as_ref()));
+        (claims, token)
     }
 
     /// Checks a join token: this CA, a valid signature, not expired.
     pub fn check_token(&self, token: &str) -> Result<(), CertError> {
+        let claims = self.verify_token(token)?;
+        if claims.expires <= unix_now() {
+            return Err(CertError::ExpiredToken);
+        }
+        Ok(())
+    }
+
+    /// A join token's claims, if it names this CA and its signature holds
+    /// (expiry not checked: see [`ledger::admit`]).
+    pub fn verify_token(&self, token: &str) -> Result<TokenClaims, CertError> {
         let (ca_hash, jwt) = token.split_once('.').ok_or(CertError::InvalidToken)?;
         if ca_hash != sha256_hex(self.cert.as_ref()) {
             return Err(CertError::WrongCa);
@@ -265,11 +332,28 @@ impl CloudCa {
             .map_err(|_| CertError::InvalidToken)?;
         let claims: serde_json::Value =
             serde_json::from_slice(&payload).map_err(|_| CertError::InvalidToken)?;
-        let exp = claims["exp"].as_u64().ok_or(CertError::InvalidToken)?;
-        if exp <= unix_now() {
-            return Err(CertError::ExpiredToken);
+        Ok(TokenClaims {
+            id: claims["jti"].as_str().map(str::to_owned),
+            expires: claims["exp"].as_u64().ok_or(CertError::InvalidToken)?,
+            node: claims["node"].as_str().map(str::to_owned),
+            single_use: claims["singleUse"].as_bool().unwrap_or(false),
+        })
+    }
+
+    /// The node a CSR (DER or PEM) names.
+    pub fn csr_node(csr: &[u8]) -> Result<String, CertError> {
+        let request = parse_csr(csr)?;
+        let common_name = request
+            .params
+            .distinguished_name
+            .get(&DnType::CommonName)
+            .map(dn_text)
+            .unwrap_or_default();
+        let node = crate::dialect::node_of_common_name(&common_name).to_owned();
+        if !valid_node_name(&node) {
+            return Err(CertError::BadNodeName(common_name));
         }
-        Ok(())
+        Ok(node)
     }
 
     /// Issues a client certificate for the node a CSR (DER or PEM) names,
@@ -285,11 +369,20 @@ impl CloudCa {
         presented: Option<&str>,
         named: Option<&str>,
     ) -> Result<(String, CertificateDer<'static>), CertError> {
-        let mut request = match std::str::from_utf8(csr) {
-            Ok(pem) if pem.contains("-----BEGIN") => CertificateSigningRequestParams::from_pem(pem),
-            _ => CertificateSigningRequestParams::from_der(&csr.to_vec().into()),
-        }
-        .map_err(cert_error)?;
+        self.sign_csr_at(csr, SystemTime::now(), not_after, presented, named)
+    }
+
+    /// [`CloudCa::sign_csr`], the certificate issued at `issued` (its
+    /// `notBefore` [`BACKDATE`] before).
+    pub fn sign_csr_at(
+        &self,
+        csr: &[u8],
+        issued: SystemTime,
+        not_after: SystemTime,
+        presented: Option<&str>,
+        named: Option<&str>,
+    ) -> Result<(String, CertificateDer<'static>), CertError> {
+        let mut request = parse_csr(csr)?;
         let common_name = request
             .params
             .distinguished_name
@@ -330,11 +423,19 @@ impl CloudCa {
             .push(DnType::CommonName, common_name);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
+        params.not_before = offset(issued - BACKDATE);
         params.not_after = offset(not_after);
         let cert = request.signed_by(&self.issuer).map_err(cert_error)?;
         Ok((node, cert.der().clone()))
     }
+}
+
+fn parse_csr(csr: &[u8]) -> Result<CertificateSigningRequestParams, CertError> {
+    match std::str::from_utf8(csr) {
+        Ok(pem) if pem.contains("-----BEGIN") => CertificateSigningRequestParams::from_pem(pem),
+        _ => CertificateSigningRequestParams::from_der(&csr.to_vec().into()),
+    }
+    .map_err(cert_error)
 }
 
 /// prime256v1's OID, whole (tag, length, value).
@@ -478,7 +579,8 @@ mod tests {
 
     /// A token checked the way KubeEdge checks it: four dot-separated
     /// parts; the first the hex SHA-256 of the CA certificate's DER (what
-    /// `/ca.crt` serves); the rest an HS256 JWT with only `exp`, signed
+    /// `/ca.crt` serves); the rest an HS256 JWT with `exp` and a `jti`
+    /// (registered claims, which KubeEdge's JWT library reads), signed
     /// with the CA key's SEC1 DER (Go's `x509.MarshalECPrivateKey`).
     #[test]
     fn tokens_verify_as_kubeedge_verifies_them() {
@@ -495,7 +597,8 @@ mod tests {
             serde_json::json!({"alg": "HS256", "typ": "JWT"})
         );
         let claims = decode(parts[2]);
-        assert_eq!(claims.as_object().map(|c| c.len()), Some(1));
+        assert_eq!(claims.as_object().map(|c| c.len()), Some(2));
+        assert!(claims["jti"].as_str().is_some_and(|id| id.len() == 16));
         assert!(claims["exp"].as_u64().is_some_and(|exp| exp > unix_now()));
 
         let pem = std::fs::read_to_string(dir.path().join("ca.key")).expect("key");

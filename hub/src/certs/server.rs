@@ -5,6 +5,10 @@
 //! Bearer <join token>` (the JWT part, as KubeEdge sends it, or the whole
 //! token); a node that presents its current certificate renews it, for its
 //! own name only. A `NodeName` header, when sent, must name the CSR's node.
+//!
+//! With a [`JoinLedger`], a token's restrictions hold (its node, single
+//! use, revocation: `401` with the reason), and a deleted node's
+//! certificate renews nothing (`403`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,7 +25,8 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 use transports::tls;
 
-use super::{CertError, CloudCa};
+use super::ledger::{self, Admission};
+use super::{CertError, CloudCa, JoinLedger};
 
 /// Largest CSR accepted.
 const MAX_CSR: usize = 64 * 1024;
@@ -38,6 +43,28 @@ pub struct CertServerConfig {
     pub server_names: Vec<String>,
     /// Lifetime of issued node certificates.
     pub cert_ttl: Duration,
+    /// Token records and revoked nodes; none: tokens are checked by their
+    /// signature and claims alone (no single-use tokens, no revocation).
+    pub ledger: Option<Arc<dyn JoinLedger>>,
+}
+
+impl CertServerConfig {
+    /// Endpoints at `address` for a cloud named `server_names`, issuing
+    /// certificates for `cert_ttl`, with no ledger.
+    pub fn new(address: impl Into<String>, server_names: Vec<String>, cert_ttl: Duration) -> Self {
+        CertServerConfig {
+            address: address.into(),
+            server_names,
+            cert_ttl,
+            ledger: None,
+        }
+    }
+
+    /// With `ledger`.
+    pub fn with_ledger(mut self, ledger: Arc<dyn JoinLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
 }
 
 /// The running certificate endpoints.
@@ -66,13 +93,12 @@ impl CertServer {
             .map_err(super::io_error("local address"))?;
         info!(%address, "certificate endpoints listening");
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            listener,
-            TlsAcceptor::from(tls),
+        let issuer = Arc::new(Issuer {
             ca,
-            config.cert_ttl,
-            stopped,
-        ));
+            cert_ttl: config.cert_ttl,
+            ledger: config.ledger,
+        });
+        let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), issuer, stopped));
         Ok(CertServer {
             address,
             stop,
@@ -87,11 +113,17 @@ impl CertServer {
     }
 }
 
+/// What issues certificates: the CA, their lifetime, the ledger.
+struct Issuer {
+    ca: Arc<CloudCa>,
+    cert_ttl: Duration,
+    ledger: Option<Arc<dyn JoinLedger>>,
+}
+
 async fn serve(
     listener: TcpListener,
     acceptor: TlsAcceptor,
-    ca: Arc<CloudCa>,
-    cert_ttl: Duration,
+    issuer: Arc<Issuer>,
     mut stop: watch::Receiver<bool>,
 ) {
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -112,7 +144,7 @@ async fn serve(
         let Ok(permit) = connections.clone().acquire_owned().await else {
             return;
         };
-        let (acceptor, ca) = (acceptor.clone(), ca.clone());
+        let (acceptor, issuer) = (acceptor.clone(), issuer.clone());
         tokio::spawn(async move {
             let tls =
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
@@ -123,18 +155,23 @@ async fn serve(
                     }
                 };
             // A verified client certificate (renewal) names its node.
-            let presented = tls
+            let leaf = tls
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(|leaf| tls::common_name(leaf.as_ref()))
-                .map(|name| crate::dialect::node_of_common_name(&name).to_owned());
+                .and_then(|chain| chain.first());
+            let presented = leaf.and_then(|leaf| {
+                let name = tls::common_name(leaf.as_ref())?;
+                Some(Presented {
+                    node: crate::dialect::node_of_common_name(&name).to_owned(),
+                    issued: super::issued_at(leaf.as_ref()).unwrap_or(0),
+                })
+            });
             let service = hyper::service::service_fn(move |request| {
-                let (ca, presented) = (ca.clone(), presented.clone());
+                let (issuer, presented) = (issuer.clone(), presented.clone());
                 async move {
                     Ok::<_, std::convert::Infallible>(
-                        route(request, &ca, cert_ttl, presented.as_deref()).await,
+                        route(request, &issuer, presented.as_ref()).await,
                     )
                 }
             });
@@ -163,50 +200,82 @@ fn reply(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
+/// The node certificate a renewing node presented.
+#[derive(Clone)]
+struct Presented {
+    node: String,
+    /// When it was issued (Unix seconds).
+    issued: u64,
+}
+
 async fn route(
     request: Request<Incoming>,
-    ca: &CloudCa,
-    cert_ttl: Duration,
-    presented: Option<&str>,
+    issuer: &Issuer,
+    presented: Option<&Presented>,
 ) -> Response<Full<Bytes>> {
     match (request.method(), request.uri().path()) {
-        (&Method::GET, "/ca.crt") => reply(StatusCode::OK, ca.root().as_ref().to_vec()),
-        (&Method::GET | &Method::POST, "/edge.crt") => {
-            issue(request, ca, cert_ttl, presented).await
-        }
+        (&Method::GET, "/ca.crt") => reply(StatusCode::OK, issuer.ca.root().as_ref().to_vec()),
+        (&Method::GET | &Method::POST, "/edge.crt") => issue(request, issuer, presented).await,
         _ => reply(StatusCode::NOT_FOUND, "no such endpoint"),
     }
 }
 
+fn refused(status: StatusCode, err: CertError) -> Response<Full<Bytes>> {
+    reply(status, err.to_string())
+}
+
 async fn issue(
     request: Request<Incoming>,
-    ca: &CloudCa,
-    cert_ttl: Duration,
-    presented: Option<&str>,
+    issuer: &Issuer,
+    presented: Option<&Presented>,
 ) -> Response<Full<Bytes>> {
+    let ca = &issuer.ca;
     let named = match request.headers().get("NodeName").map(|v| v.to_str()) {
         None => None,
         Some(Ok(node)) => Some(node.to_owned()),
         Some(Err(_)) => return reply(StatusCode::BAD_REQUEST, "unreadable NodeName header"),
     };
-    if presented.is_none() {
-        let token = request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or_default()
-            .trim();
-        // KubeEdge's edges send the JWT only: the CA hash is theirs to check.
-        let token = match token.split('.').count() {
-            3 => format!("{}.{token}", super::sha256_hex(ca.root().as_ref())),
-            _ => token.to_owned(),
-        };
-        if let Err(err) = ca.check_token(&token) {
-            warn!(error = %err, "join refused");
-            return reply(StatusCode::UNAUTHORIZED, err.to_string());
+    let now = super::unix_now();
+    let revocations = issuer
+        .ledger
+        .as_ref()
+        .map(|ledger| ledger.revocations())
+        .unwrap_or_default();
+    // A join's token, checked by signature and claims here; by its state
+    // in the ledger once the CSR's node is known.
+    let claims = match presented {
+        Some(presented) => {
+            if revocations.revoked(&presented.node, presented.issued) {
+                warn!(node = %presented.node, "renewal refused: the node's certificate was revoked");
+                return refused(
+                    StatusCode::FORBIDDEN,
+                    CertError::RevokedCertificate(presented.node.clone()),
+                );
+            }
+            None
         }
-    }
+        None => {
+            let token = request
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.strip_prefix("Bearer "))
+                .unwrap_or_default()
+                .trim();
+            // KubeEdge's edges send the JWT only: the CA hash is theirs to check.
+            let token = match token.split('.').count() {
+                3 => format!("{}.{token}", super::sha256_hex(ca.root().as_ref())),
+                _ => token.to_owned(),
+            };
+            match ca.verify_token(&token) {
+                Ok(claims) => Some(claims),
+                Err(err) => {
+                    warn!(error = %err, "join refused");
+                    return refused(StatusCode::UNAUTHORIZED, err);
+                }
+            }
+        }
+    };
     let csr = match Limited::new(request.into_body(), MAX_CSR).collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => {
@@ -216,17 +285,65 @@ async fn issue(
             );
         }
     };
-    match ca.sign_csr(
+    let node = match CloudCa::csr_node(&csr) {
+        Ok(node) => node,
+        Err(err) => return refused(StatusCode::BAD_REQUEST, err),
+    };
+    if let Some(claims) = &claims {
+        let record = claims
+            .id
+            .as_deref()
+            .and_then(|id| issuer.ledger.as_ref().and_then(|l| l.token(id)));
+        let admission = ledger::admit(claims, record.as_ref(), issuer.ledger.is_some(), &node, now);
+        let admission = match admission {
+            Ok(admission) => admission,
+            Err(err) => {
+                warn!(%node, token = claims.id.as_deref().unwrap_or("-"), reason = %err, "join refused");
+                return refused(StatusCode::UNAUTHORIZED, err.into());
+            }
+        };
+        // The CSR must be signable before a single-use token is spent.
+        if let Some(named) = &named
+            && *named != node
+        {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                CertError::NodeNameMismatch {
+                    named: named.clone(),
+                    requested: node,
+                },
+            );
+        }
+        if let (Admission::Consume { .. }, Some(ledger)) = (&admission, &issuer.ledger) {
+            match ledger.consume(claims.clone(), node.clone(), now).await {
+                Ok(()) => {}
+                Err(super::LedgerError::Refused(err)) => {
+                    warn!(%node, token = claims.id.as_deref().unwrap_or("-"), reason = %err, "join refused");
+                    return refused(StatusCode::UNAUTHORIZED, err.into());
+                }
+                Err(err) => {
+                    warn!(%node, error = %err, "join not served: the token ledger failed");
+                    return refused(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        CertError::Ledger(err.to_string()),
+                    );
+                }
+            }
+        }
+    }
+    let issued = std::time::UNIX_EPOCH + Duration::from_secs(revocations.issue_time(&node, now));
+    match ca.sign_csr_at(
         &csr,
-        SystemTime::now() + cert_ttl,
-        presented,
+        issued,
+        SystemTime::now() + issuer.cert_ttl,
+        presented.map(|p| p.node.as_str()),
         named.as_deref(),
     ) {
         Ok((node, cert)) => {
             info!(%node, renewal = presented.is_some(), "node certificate issued");
             reply(StatusCode::OK, cert.as_ref().to_vec())
         }
-        Err(err @ CertError::ForeignNode { .. }) => reply(StatusCode::FORBIDDEN, err.to_string()),
-        Err(err) => reply(StatusCode::BAD_REQUEST, err.to_string()),
+        Err(err @ CertError::ForeignNode { .. }) => refused(StatusCode::FORBIDDEN, err),
+        Err(err) => refused(StatusCode::BAD_REQUEST, err),
     }
 }

@@ -1,0 +1,195 @@
+//! Join tokens and node revocation with real processes: `cloudcore token
+//! create --node --single-use` against a running cloudcore, `edgecore join`
+//! refused for another node and for a second use, `token delete` revoking a
+//! token, `token list` showing their state; a Node deleted with edgehivectl
+//! has its certificate refused at the next connect and for renewal, and the
+//! node joined again with a new token is served again.
+#![cfg(feature = "cli")]
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::{Process, ctl, free_address, tempfile_dir, until};
+
+mod support;
+
+fn cloudcore(cloud_dir: &str, admin: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .args(["--data-dir", cloud_dir, "token", "--admin", admin])
+        .args(args)
+        .output()
+        .expect("cloudcore token");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `edgecore join`: success, and stderr.
+fn join(certs: &str, token: &str, node: &str, data_dir: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+        .args(["--data-dir", data_dir, "join", "--certs", certs])
+        .args(["--token", token, "--node", node])
+        .output()
+        .expect("edgecore join");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn start_edge(hub: &str, data_dir: &str) -> Process {
+    Process::start(
+        env!("CARGO_BIN_EXE_edgecore"),
+        &[
+            "--data-dir",
+            data_dir,
+            "run",
+            "--cloud",
+            hub,
+            "--metaserver",
+            "127.0.0.1:0",
+            "--edged-server",
+            "127.0.0.1:0",
+            "--mqtt-broker",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+        ],
+    )
+}
+
+#[test]
+fn restricted_tokens_and_a_deleted_nodes_certificate() {
+    let dir = tempfile_dir("tokens");
+    let cloud_dir = format!("{dir}/cloud");
+    let (hub, certs, admin) = (free_address(), free_address(), free_address());
+    let cloud = Process::start(
+        env!("CARGO_BIN_EXE_cloudcore"),
+        &[
+            "--data-dir",
+            &cloud_dir,
+            "run",
+            "--ws",
+            &hub,
+            "--certs",
+            &certs,
+            "--admin",
+            &admin,
+            "--metrics",
+            "off",
+        ],
+    );
+    cloud.wait_for("admin API ready", Duration::from_secs(30));
+
+    // Bound to edge-t, single use.
+    let (ok, token, err) = cloudcore(
+        &cloud_dir,
+        &admin,
+        &[
+            "create",
+            "--node",
+            "edge-t",
+            "--single-use",
+            "--ttl-secs",
+            "600",
+        ],
+    );
+    assert!(ok && err.is_empty(), "{err}");
+    let (ok, err) = join(&certs, &token, "edge-u", &format!("{dir}/u"));
+    assert!(!ok);
+    assert!(
+        err.contains(r#"join token is for node "edge-t", not "edge-u""#),
+        "{err}"
+    );
+    let edge_dir = format!("{dir}/edge");
+    let (ok, err) = join(&certs, &token, "edge-t", &edge_dir);
+    assert!(ok, "{err}");
+    let (ok, err) = join(&certs, &token, "edge-t", &format!("{dir}/again"));
+    assert!(!ok);
+    assert!(err.contains("used already"), "{err}");
+
+    // Revoked with `token delete`.
+    let (ok, revoked, _) = cloudcore(&cloud_dir, &admin, &["create"]);
+    assert!(ok);
+    let (ok, listed, _) = cloudcore(&cloud_dir, &admin, &["list"]);
+    assert!(ok);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 3, "{listed}");
+    let used = lines
+        .iter()
+        .find(|l| l.contains("edge-t"))
+        .expect("edge-t's");
+    assert!(
+        used.contains("once") && used.ends_with("used by edge-t"),
+        "{used}"
+    );
+    let id = lines
+        .iter()
+        .find(|l| l.contains("<any>"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the second token's id")
+        .to_owned();
+    let (ok, out, err) = cloudcore(&cloud_dir, &admin, &["delete", &id]);
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("token {id} revoked"));
+    let (ok, err) = join(&certs, &revoked, "edge-v", &format!("{dir}/v"));
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("join token {id} was revoked")),
+        "{err}"
+    );
+    let (_, listed, _) = cloudcore(&cloud_dir, &admin, &["list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&id) && l.ends_with("revoked")),
+        "{listed}"
+    );
+
+    // edge-t connects; its Node is deleted; its next connect is refused.
+    let edge = start_edge(&hub, &edge_dir);
+    cloud.wait_for("node connected node=edge-t", Duration::from_secs(30));
+    until("edge-t's Node", || {
+        let (ok, _, _) = ctl(&admin, &["get", "node", "edge-t"]);
+        ok.then_some(())
+    });
+    edge.stop();
+    let (ok, _, err) = ctl(&admin, &["delete", "node", "edge-t"]);
+    assert!(ok, "{err}");
+    cloud.wait_for(
+        "node deleted: its certificates are revoked node=edge-t",
+        Duration::from_secs(30),
+    );
+    let edge = start_edge(&hub, &edge_dir);
+    let refused = cloud.wait_for("link refused", Duration::from_secs(30));
+    assert!(refused.contains("node=edge-t"), "{refused}");
+    assert!(refused.contains("was revoked"), "{refused}");
+    drop(edge);
+    let old = hub::certs::NodeCredentials::load(std::path::Path::new(&format!("{edge_dir}/pki")))
+        .expect("load")
+        .expect("stored");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    match runtime.block_on(hub::certs::renew(&certs, "localhost", &old)) {
+        Err(hub::certs::JoinError::Refused { status, reason }) => {
+            assert_eq!(status.as_u16(), 403);
+            assert!(reason.contains("revoked"), "{reason}");
+        }
+        other => panic!("renewal not refused: {:?}", other.map(|c| c.node)),
+    }
+
+    // Joined again with a new token: served again.
+    let (ok, token, _) = cloudcore(&cloud_dir, &admin, &["create", "--node", "edge-t"]);
+    assert!(ok);
+    let rejoined = format!("{dir}/rejoined");
+    let (ok, err) = join(&certs, &token, "edge-t", &rejoined);
+    assert!(ok, "{err}");
+    let edge = start_edge(&hub, &rejoined);
+    cloud.wait_for("node connected node=edge-t", Duration::from_secs(30));
+    edge.stop();
+    cloud.stop();
+}
