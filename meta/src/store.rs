@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use store::BatchWriter;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{debug, error};
 
 use crate::tombstones::Watermark;
@@ -109,13 +109,31 @@ pub struct PruneBatch {
 pub const PRUNE_BATCH: usize = 1024;
 
 /// The store's tombstone counts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TombstoneCounts {
     held: AtomicU64,
     pruned: AtomicU64,
+    /// Tombstones pruned so far, for those who wait for a sweep.
+    swept: watch::Sender<u64>,
+}
+
+impl Default for TombstoneCounts {
+    fn default() -> Self {
+        TombstoneCounts {
+            held: AtomicU64::new(0),
+            pruned: AtomicU64::new(0),
+            swept: watch::channel(0).0,
+        }
+    }
 }
 
 impl TombstoneCounts {
+    /// Tombstones pruned since the store was opened, updated after each
+    /// prune batch's commit.
+    pub fn watch_pruned(&self) -> watch::Receiver<u64> {
+        self.swept.subscribe()
+    }
+
     /// Tombstones in the store now.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
@@ -417,7 +435,8 @@ fn apply(
                 match &outcome {
                     Ok(batch) => {
                         let pruned = batch.pruned as u64;
-                        counts.pruned.fetch_add(pruned, Ordering::Relaxed);
+                        let total = counts.pruned.fetch_add(pruned, Ordering::Relaxed) + pruned;
+                        counts.swept.send_replace(total);
                         counts.held.fetch_sub(
                             pruned.min(counts.held.load(Ordering::Relaxed)),
                             Ordering::Relaxed,
