@@ -8,7 +8,9 @@
 //! same bytes: raw redb with one transaction per object (what an edge that
 //! commits each write on its own pays) and with one transaction for all.
 //! Memory is measured in fresh child processes, one per store, as the
-//! growth of RSS from opening the store to holding the objects.
+//! growth of RSS from opening the store to holding the objects. Last, the
+//! store file after create/delete cycles with tombstones pruned as the
+//! cloud's watermark comes, beside an empty store's.
 
 use std::path::Path;
 use std::process::Command;
@@ -190,6 +192,67 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
         "obj/s",
         raw_reads,
         "raw redb get, 1 read txn each",
+    );
+
+    // Tombstones: the store file after create/delete cycles of fresh
+    // names, pruned as the cloud's watermark comes (every 1,000 cycles,
+    // lagging one interval), beside an empty store's file.
+    let cycles: u64 = if scale.runs == 1 { 20_000 } else { 100_000 };
+    let churned = dir.path().join("churn.redb");
+    let empty = dir.path().join("empty.redb");
+    let (held, pruned) = actix::System::new().block_on({
+        let churned = churned.clone();
+        let empty = empty.clone();
+        async move {
+            EdgeStore::open(&empty)?.close().await;
+            let store = EdgeStore::open(&churned)?;
+            let mut watermark = 0;
+            for start in (0..cycles).step_by(1_000) {
+                let mut committed = Vec::new();
+                for n in start..start + 1_000 {
+                    let resource = format!("default/pod/churn-{n}");
+                    let object = json!({"metadata": {"name": format!("churn-{n}")}});
+                    for (version, object) in [(2 * n + 1, Some(object)), (2 * n + 2, None)] {
+                        let record = Record {
+                            version: version.to_string(),
+                            object,
+                        };
+                        committed.push(store.submit(&resource, record)?);
+                    }
+                }
+                for done in committed {
+                    done.await?;
+                }
+                store
+                    .prune_tombstones(&meta::Watermark::of([("pod", watermark)]))
+                    .await?;
+                watermark = 2 * (start + 1_000);
+            }
+            let counts = (store.tombstones().held(), store.tombstones().pruned());
+            store.close().await;
+            Ok::<_, anyhow::Error>(counts)
+        }
+    })?;
+    let size = |path: &Path| std::fs::metadata(path).map(|m| m.len() as f64 / 1024.0);
+    report.with_baseline(
+        &format!("meta/store_after_{cycles}_create_delete_cycles"),
+        "file_size",
+        size(&churned)?,
+        "KiB",
+        size(&empty)?,
+        "an empty store",
+    );
+    report.plain(
+        &format!("meta/store_after_{cycles}_create_delete_cycles"),
+        "tombstones_held",
+        held as f64,
+        "count",
+    );
+    report.plain(
+        &format!("meta/store_after_{cycles}_create_delete_cycles"),
+        "tombstones_pruned",
+        pruned as f64,
+        "count",
     );
 
     let exe = std::env::current_exe()?;

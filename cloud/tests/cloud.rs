@@ -439,3 +439,76 @@ async fn a_connecting_node_is_brought_in_step_with_the_desired_state() {
     a.shutdown().await;
     cloud.shutdown().await;
 }
+
+#[actix::test]
+async fn tombstones_go_once_the_clouds_watermark_covers_them() {
+    let cloud = Cloud::start().await;
+    let mut a = Edge::start(&cloud, "node-a").await;
+    let names: Vec<String> = (0..20).map(|n| format!("churn-{n}")).collect();
+    for name in &names {
+        cloud.apply(&pod_yaml(name, "node-a", &[])).await;
+    }
+    for name in &names {
+        cloud
+            .client
+            .delete(&format!("/api/v1/namespaces/default/pods/{name}"))
+            .await
+            .expect("delete");
+    }
+    let mut saw = 0;
+    while saw < names.len() {
+        if seen(&next(&mut a.edged, "the deletions").await).starts_with("delete ") {
+            saw += 1;
+        }
+    }
+    // Every message on the wire acknowledged (a deletion whose ack the
+    // cut below lost would come again, as it should, and be held anew).
+    let stats = cloud.hub.stats.clone();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        stats
+            .changes
+            .wait_for(Duration::from_secs(30), || load(&stats.acked)
+                + load(&stats.duplicate_acks)
+                >= load(&stats.downstream_sent))
+            .await,
+        "acknowledgements"
+    );
+    assert_eq!(a.store.tombstones().held(), names.len() as u64);
+    let tombstone = a
+        .store
+        .get("default/pod/churn-0")
+        .expect("read")
+        .expect("held");
+    assert!(tombstone.is_deleted());
+    // A later link: the cloud asks for the inventory with the revision it
+    // has handled, which covers the deletions; the edge prunes them.
+    let mut pruned = a.store.tombstones().watch_pruned();
+    a.hub.cut_link();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        pruned.wait_for(|n| *n >= names.len() as u64),
+    )
+    .await
+    .expect("tombstones never pruned")
+    .expect("store gone");
+    assert_eq!(a.store.tombstones().held(), 0);
+    assert!(a.store.get("default/pod/churn-0").expect("read").is_none());
+    // A pod of a pruned name created again still reaches the node.
+    cloud.apply(&pod_yaml("churn-0", "node-a", &[])).await;
+    loop {
+        if seen(&next(&mut a.edged, "the pod again").await) == "insert default/pod/churn-0" {
+            break;
+        }
+    }
+    assert!(
+        a.store
+            .get("default/pod/churn-0")
+            .expect("read")
+            .is_some_and(|r| !r.is_deleted()
+                && r.version.parse::<u64>().unwrap_or(0)
+                    > tombstone.version.parse::<u64>().unwrap_or(u64::MAX))
+    );
+    a.shutdown().await;
+    cloud.shutdown().await;
+}

@@ -12,8 +12,12 @@
 pub mod metamanager;
 pub mod metaserver;
 pub mod store;
+pub mod tombstones;
 
 pub use apis::{Kind, ObjectKey};
 pub use metamanager::MetaManager;
 pub use metaserver::{MetaServer, MetaServerHandle};
-pub use store::{EdgeStore, Record, StoreChange, StoreError, WriteOutcome};
+pub use store::{
+    EdgeStore, PruneBatch, Record, StoreChange, StoreError, TombstoneCounts, WriteOutcome,
+};
+pub use tombstones::Watermark;

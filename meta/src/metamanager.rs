@@ -8,6 +8,11 @@
 //! applied once. Queries from edge modules are answered from the store,
 //! with the cloud reachable or not: that is edge autonomy. Status reports
 //! from edge modules are stored and sent up through edgehub.
+//!
+//! The cloud's inventory question carries its [`Watermark`] (up to which
+//! revision it has handled each type's changes); once answered, the
+//! tombstones it covers are pruned in the background, in small batches
+//! between writes (see [`crate::tombstones`]).
 
 use actix::prelude::*;
 use beehive::constants::{group, module, operation, resource_type};
@@ -18,6 +23,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::store::{Committed, EdgeStore, Record, StoreError, WriteOutcome};
+use crate::tombstones::Watermark;
 
 /// A write on its way to the store, with what to do once it is committed.
 type Written = (HiveMessage, EdgeResource, Committed);
@@ -30,6 +36,8 @@ pub struct MetaManager {
     written: Option<mpsc::UnboundedSender<Written>>,
     /// The last version given to a status report.
     last_status_version: u64,
+    /// A tombstone sweep is running.
+    pruning: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl MetaManager {
@@ -40,6 +48,7 @@ impl MetaManager {
             store: store.clone(),
             written: None,
             last_status_version: 0,
+            pruning: Default::default(),
         })
     }
 }
@@ -96,8 +105,14 @@ impl Module for MetaManager {
             | operation::UPLOAD => self.write(msg, resource, ctx),
             operation::QUERY => match self.answer(&resource) {
                 Ok(Some(answer)) => {
+                    let watermark = (resource.to_string() == INVENTORY)
+                        .then(|| serde_json::from_value::<Watermark>(msg.content().clone()).ok())
+                        .flatten();
                     self.hive
                         .send_resp(msg.response(module::METAMANAGER, answer));
+                    if let Some(watermark) = watermark.filter(|w| !w.is_empty()) {
+                        self.sweep(watermark);
+                    }
                 }
                 // A status is the edge's own report: the cloud is never
                 // asked for one the edge does not hold.
@@ -163,6 +178,28 @@ impl MetaManager {
                 }
             }
         }
+    }
+
+    /// Prunes the tombstones `watermark` covers, in the background; one
+    /// sweep at a time (a question asked meanwhile waits for the next).
+    fn sweep(&self, watermark: Watermark) {
+        use std::sync::atomic::Ordering;
+        if self.pruning.swap(true, Ordering::AcqRel) {
+            debug!("a tombstone sweep is running; this watermark waits for the next");
+            return;
+        }
+        let (store, pruning) = (self.store.clone(), self.pruning.clone());
+        actix::spawn(async move {
+            match store.prune_tombstones(&watermark).await {
+                Ok(pruned) => debug!(
+                    pruned,
+                    held = store.tombstones().held(),
+                    "tombstones the cloud's watermark covers pruned"
+                ),
+                Err(err) => warn!(error = %err, "tombstones not pruned"),
+            }
+            pruning.store(false, Ordering::Release);
+        });
     }
 
     /// An object's own version; a status report, which has none, gets the

@@ -1027,13 +1027,28 @@ impl Controller {
 
     /// Asks `node` what it holds; the answer comes back as an
     /// [`Input::Inventory`].
+    ///
+    /// The question carries the revision up to which each kind's changes
+    /// are handled (`{"handled": {"pod": 42, ...}}`): this controller has
+    /// seen every deletion of that kind at or below it, and sends an object
+    /// of it again only where its view wants it on the node (at a version
+    /// above the deletion, or a fresh one), so the node may drop its
+    /// tombstones at or below it (see the meta crate's `tombstones` module).
     fn ask_inventory(&self, node: &str) {
-        let query = HiveMessage::new().build_router(
-            module::EDGECONTROLLER,
-            group::RESOURCE,
-            format!("node/{node}/{}", beehive::constants::INVENTORY),
-            operation::QUERY,
-        );
+        let handled: serde_json::Map<String, Value> = self
+            .handled
+            .borrow()
+            .iter()
+            .map(|(kind, revision)| (kind.resource_type().to_owned(), json!(revision)))
+            .collect();
+        let query = HiveMessage::new()
+            .build_router(
+                module::EDGECONTROLLER,
+                group::RESOURCE,
+                format!("node/{node}/{}", beehive::constants::INVENTORY),
+                operation::QUERY,
+            )
+            .with_content(json!({ "handled": handled }));
         let (hive, inbox, timeout) = (
             self.hive.clone(),
             self.inbox.clone(),
