@@ -77,6 +77,7 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
             &certs,
             "--admin",
             &admin,
+            "--admin-insecure",
             "--metrics",
             "off",
         ],

@@ -236,7 +236,9 @@ impl ResourceMetrics {
                 };
                 // An edge pod's node is known; another's is found by asking.
                 let summaries = match self.streams.node_of_pod(&pod) {
-                    Ok(node) if self.streams.is_linked(&node) => {
+                    // Linked here, or no other kubelets to ask: that node's
+                    // answer (or why there is none: "not linked here").
+                    Ok(node) if self.streams.is_linked(&node) || self.others.is_none() => {
                         linked(&self.streams, Some(&node)).await?
                     }
                     Ok(_) | Err(ApiError::NotFound(_)) => match &self.others {
