@@ -314,14 +314,7 @@ async fn serve(
     };
     let attributes = route::attributes(&method, &path);
     let access = Access::node(&attributes, &node);
-    let decided = tokio::time::timeout(
-        DECISION_TIMEOUT,
-        served.authorizer.allowed(&caller, &access),
-    );
-    match decided
-        .await
-        .unwrap_or_else(|_| Err("no authorization decision in time".to_owned()))
-    {
+    match decide(served.authorizer.as_ref(), &caller, &access).await {
         Ok(true) => {}
         Ok(false) => {
             let message = format!(
@@ -369,6 +362,18 @@ async fn serve(
             upgrade(request, &node, (pod, target), &served.streams, permit).await
         }
     }
+}
+
+/// The authorizer's decision on `access` for `caller`, within
+/// [`DECISION_TIMEOUT`] (`Err`: none could be had).
+async fn decide(
+    authorizer: &dyn Authorizer,
+    caller: &Caller,
+    access: &Access,
+) -> Result<bool, String> {
+    tokio::time::timeout(DECISION_TIMEOUT, authorizer.allowed(caller, access))
+        .await
+        .unwrap_or_else(|_| Err("no authorization decision in time".to_owned()))
 }
 
 /// The node a request's `Host` names, if one is linked here.
