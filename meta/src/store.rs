@@ -435,12 +435,14 @@ fn apply(
                 match &outcome {
                     Ok(batch) => {
                         let pruned = batch.pruned as u64;
-                        let total = counts.pruned.fetch_add(pruned, Ordering::Relaxed) + pruned;
-                        counts.swept.send_replace(total);
+                        // Held first: whoever wakes on the sweep reads
+                        // counts that already include it.
                         counts.held.fetch_sub(
                             pruned.min(counts.held.load(Ordering::Relaxed)),
                             Ordering::Relaxed,
                         );
+                        let total = counts.pruned.fetch_add(pruned, Ordering::Relaxed) + pruned;
+                        counts.swept.send_replace(total);
                         debug!(pruned, more = batch.more, "tombstones pruned");
                     }
                     Err(err) => error!(error = %err, "edge store prune failed"),
