@@ -33,10 +33,24 @@ async fn dial(path: &Path) -> DeviceManagerServiceClient<Channel> {
 }
 
 /// A mapper's own gRPC server: every call it gets, as "Call name desired".
-struct RecordingMapper(mpsc::UnboundedSender<String>);
+/// A stalling one never answers: it holds each call until the caller gives
+/// up on it ("dropped Call name") or the mapper dies.
+struct RecordingMapper {
+    calls: mpsc::UnboundedSender<String>,
+    stall: bool,
+}
+
+/// Notes "dropped ..." when the call it guards is abandoned.
+struct Abandoned(mpsc::UnboundedSender<String>, String);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let _ = self.0.send(format!("dropped {}", self.1));
+    }
+}
 
 impl RecordingMapper {
-    fn note(&self, call: &str, device: Option<&api::Device>, name: &str) {
+    async fn note(&self, call: &str, device: Option<&api::Device>, name: &str) {
         let desired = device
             .and_then(|d| d.spec.as_ref())
             .and_then(|s| s.properties.iter().find(|p| p.name == "temperature"))
@@ -44,9 +58,12 @@ impl RecordingMapper {
             .map(|d| d.value.clone())
             .unwrap_or_default();
         let name = device.map_or(name, |d| d.name.as_str());
-        let _ = self
-            .0
-            .send(format!("{call} {name} {desired}").trim_end().to_owned());
+        let seen = format!("{call} {name} {desired}").trim_end().to_owned();
+        let _ = self.calls.send(seen.clone());
+        if self.stall {
+            let _abandoned = Abandoned(self.calls.clone(), seen);
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -56,21 +73,24 @@ impl DeviceMapperService for RecordingMapper {
         &self,
         request: Request<api::RegisterDeviceRequest>,
     ) -> Result<Response<api::RegisterDeviceResponse>, Status> {
-        self.note("RegisterDevice", request.get_ref().device.as_ref(), "");
+        self.note("RegisterDevice", request.get_ref().device.as_ref(), "")
+            .await;
         Ok(Response::new(api::RegisterDeviceResponse::default()))
     }
     async fn remove_device(
         &self,
         request: Request<api::RemoveDeviceRequest>,
     ) -> Result<Response<api::RemoveDeviceResponse>, Status> {
-        self.note("RemoveDevice", None, &request.get_ref().device_name);
+        self.note("RemoveDevice", None, &request.get_ref().device_name)
+            .await;
         Ok(Response::new(api::RemoveDeviceResponse {}))
     }
     async fn update_device(
         &self,
         request: Request<api::UpdateDeviceRequest>,
     ) -> Result<Response<api::UpdateDeviceResponse>, Status> {
-        self.note("UpdateDevice", request.get_ref().device.as_ref(), "");
+        self.note("UpdateDevice", request.get_ref().device.as_ref(), "")
+            .await;
         Ok(Response::new(api::UpdateDeviceResponse {}))
     }
     async fn create_device_model(
@@ -83,14 +103,15 @@ impl DeviceMapperService for RecordingMapper {
             .as_ref()
             .map(|m| m.name.clone())
             .unwrap_or_default();
-        self.note("CreateDeviceModel", None, &name);
+        self.note("CreateDeviceModel", None, &name).await;
         Ok(Response::new(api::CreateDeviceModelResponse::default()))
     }
     async fn remove_device_model(
         &self,
         request: Request<api::RemoveDeviceModelRequest>,
     ) -> Result<Response<api::RemoveDeviceModelResponse>, Status> {
-        self.note("RemoveDeviceModel", None, &request.get_ref().model_name);
+        self.note("RemoveDeviceModel", None, &request.get_ref().model_name)
+            .await;
         Ok(Response::new(api::RemoveDeviceModelResponse {}))
     }
     async fn update_device_model(
@@ -103,7 +124,7 @@ impl DeviceMapperService for RecordingMapper {
             .as_ref()
             .map(|m| m.name.clone())
             .unwrap_or_default();
-        self.note("UpdateDeviceModel", None, &name);
+        self.note("UpdateDeviceModel", None, &name).await;
         Ok(Response::new(api::UpdateDeviceModelResponse {}))
     }
     async fn get_device(
@@ -120,10 +141,62 @@ fn serve_mapper(socket: &Path) -> mpsc::UnboundedReceiver<String> {
     let listener = tokio::net::UnixListener::bind(socket).expect("the mapper's socket");
     let incoming = twin::dmi::incoming(listener);
     tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
-        DeviceMapperServiceServer::new(RecordingMapper(calls)),
+        DeviceMapperServiceServer::new(RecordingMapper {
+            calls,
+            stall: false,
+        }),
         incoming,
     ));
     got
+}
+
+/// A mapper on a runtime of its own, as a process of its own: dropping
+/// [`MapperProcess`] kills it, every connection and call with it.
+struct MapperProcess {
+    die: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for MapperProcess {
+    fn drop(&mut self) {
+        drop(self.die.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn spawn_mapper(socket: &Path, stall: bool) -> (MapperProcess, mpsc::UnboundedReceiver<String>) {
+    let (calls, got) = mpsc::unbounded_channel();
+    let (die, died) = tokio::sync::oneshot::channel::<()>();
+    let (bound, is_bound) = std::sync::mpsc::channel();
+    let socket = socket.to_owned();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the mapper's runtime");
+        runtime.block_on(async move {
+            let _ = std::fs::remove_file(&socket);
+            let listener = tokio::net::UnixListener::bind(&socket).expect("the mapper's socket");
+            let _ = bound.send(());
+            let server = tonic::transport::Server::builder().serve_with_incoming(
+                DeviceMapperServiceServer::new(RecordingMapper { calls, stall }),
+                twin::dmi::incoming(listener),
+            );
+            tokio::select! {
+                _ = server => {}
+                _ = died => {}
+            }
+        });
+        // The runtime goes here: its tasks, sockets and held calls too.
+    });
+    is_bound.recv().expect("the mapper listening");
+    let process = MapperProcess {
+        die: Some(die),
+        thread: Some(thread),
+    };
+    (process, got)
 }
 
 /// The next call the mapper gets.
@@ -400,4 +473,96 @@ async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
     let names: Vec<&str> = again.device_list.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, ["thermo-dmi"]);
     assert!(calls.try_recv().is_err(), "no call beyond those");
+}
+
+/// A mapper that hangs in a call delays no other mapper; when it dies in
+/// the middle of the call and comes back, it has its device again and the
+/// cloud's next change reaches it.
+#[actix::test]
+async fn a_mapper_that_hangs_or_dies_mid_call_delays_no_other_and_loses_nothing() {
+    let cloud = Cloud::start().await;
+    let edge = Edge::start(&cloud, NODE).await;
+    let twins = DeviceTwin::start(&edge.hive, DeviceTwinConfig::new(NODE)).expect("devicetwin");
+    let dir = tempfile::tempdir().expect("dir");
+    let socket = dir.path().join("dmi.sock");
+    let _dmi = twin::dmi::server::start(&edge.hive, twin::dmi::DmiConfig::new(&socket))
+        .expect("DMI server");
+    cloud.apply(manifests()).await;
+    let mut counts = twins.counts.clone();
+    tokio::time::timeout(WAIT, counts.wait_for(|c| c.devices == 2))
+        .await
+        .expect("both devices at the edge")
+        .expect("devicetwin");
+    let mut client = dial(&socket).await;
+
+    // The modbus mapper registers without data, takes its first call (the
+    // model, as edgecore sends it first) and never answers.
+    let modbus_socket = dir.path().join("modbus.sock");
+    let (hung, mut hung_calls) = spawn_mapper(&modbus_socket, true);
+    client
+        .mapper_register(mapper("modbus", false, &modbus_socket))
+        .await
+        .expect("registered");
+    assert_eq!(
+        next_call(&mut hung_calls).await,
+        "CreateDeviceModel thermometer"
+    );
+
+    // The opcua mapper gets its calls while that call is still held.
+    let opcua_socket = dir.path().join("opcua.sock");
+    let mut opcua_calls = serve_mapper(&opcua_socket);
+    client
+        .mapper_register(mapper("opcua", false, &opcua_socket))
+        .await
+        .expect("registered");
+    assert_eq!(
+        next_call(&mut opcua_calls).await,
+        "CreateDeviceModel thermometer"
+    );
+    assert_eq!(
+        next_call(&mut opcua_calls).await,
+        "RegisterDevice lamp-opcua"
+    );
+    assert!(
+        hung_calls.try_recv().is_err(),
+        "the modbus call was still held while opcua's were made"
+    );
+
+    // The modbus mapper dies in the middle of the call, and comes back.
+    drop(hung);
+    let (_back, mut back_calls) = spawn_mapper(&modbus_socket, false);
+    let again = client
+        .mapper_register(mapper("modbus", true, &modbus_socket))
+        .await
+        .expect("registered again")
+        .into_inner();
+    let names: Vec<&str> = again.device_list.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["thermo-dmi"],
+        "its device, listed at its registration"
+    );
+
+    // The cloud's next change reaches it (an update, or a registration if
+    // a call planned before it died was still on its way).
+    let desired = manifests().replace(
+        "  - name: temperature\n    visitors:",
+        "  - name: temperature\n    desired:\n      value: \"30\"\n    visitors:",
+    );
+    cloud.apply(&desired).await;
+    loop {
+        let call = next_call(&mut back_calls).await;
+        if call == "UpdateDevice thermo-dmi 30" || call == "RegisterDevice thermo-dmi 30" {
+            break;
+        }
+    }
+    // And opcua's mapper got nothing more than its own.
+    while let Ok(call) = opcua_calls.try_recv() {
+        assert!(
+            call.ends_with("lamp-opcua") || call.contains("thermometer"),
+            "{call}"
+        );
+    }
+    edge.shutdown().await;
+    cloud.shutdown().await;
 }

@@ -5,11 +5,13 @@
 //! calls them.
 //!
 //! [`Dispatch`] decides (plain code: which calls a change makes), the task
-//! in [`run`] makes them over each mapper's Unix socket. A call that fails
-//! leaves the device unsent to that mapper, so its next change (or the
-//! mapper's next registration) registers it again.
+//! in [`run`] makes them over each mapper's Unix socket, in order for each
+//! mapper and in a lane of its own, so a mapper that hangs in a call or dies
+//! in the middle of one delays no other mapper. A call that fails leaves the
+//! device unsent to that mapper, so its next change (or the mapper's next
+//! registration) registers it again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,6 +62,9 @@ pub struct Planned {
     pub socket: PathBuf,
     /// The call.
     pub call: Call,
+    /// The mapper's registrations for this protocol when it was planned
+    /// (a failure reported after a later registration is settled by it).
+    pub registration: u64,
 }
 
 /// What the dispatch knows: mappers, devices, models, and which device
@@ -73,6 +78,8 @@ pub struct Dispatch {
     sent: BTreeSet<(String, DeviceKey)>,
     /// (protocol, model) pairs the mapper has.
     sent_models: BTreeSet<(String, DeviceKey)>,
+    /// Registrations seen per protocol.
+    registrations: BTreeMap<String, u64>,
 }
 
 fn key_of(namespace: Option<&String>, name: Option<&String>) -> DeviceKey {
@@ -94,6 +101,7 @@ impl Dispatch {
         listed: Option<&Listed>,
     ) -> Vec<Planned> {
         self.mappers.insert(protocol.to_owned(), socket);
+        *self.registrations.entry(protocol.to_owned()).or_default() += 1;
         self.sent.retain(|(p, _)| p != protocol);
         self.sent_models.retain(|(p, _)| p != protocol);
         let keys: Vec<DeviceKey> = self
@@ -119,6 +127,11 @@ impl Dispatch {
             }
         }
         calls
+    }
+
+    /// How many times a mapper registered for `protocol`.
+    fn registration_of(&self, protocol: &str) -> u64 {
+        self.registrations.get(protocol).copied().unwrap_or(0)
     }
 
     /// The key of `device`'s model.
@@ -149,10 +162,12 @@ impl Dispatch {
                     return Vec::new();
                 }
             };
+        let registration = self.registration_of(&protocol);
         let plan = |call| Planned {
             protocol: protocol.clone(),
             socket: socket.clone(),
             call,
+            registration,
         };
         let mut calls = Vec::new();
         // Its model first, as edgecore does.
@@ -211,6 +226,7 @@ impl Dispatch {
         }
         match self.mappers.get(&protocol) {
             Some(socket) => vec![Planned {
+                registration: self.registration_of(&protocol),
                 protocol,
                 socket: socket.clone(),
                 call: Call::Remove(key.clone()),
@@ -237,6 +253,7 @@ impl Dispatch {
                     protocol: protocol.clone(),
                     socket: self.mappers.get(protocol)?.clone(),
                     call: Call::UpdateModel(converted.clone()),
+                    registration: self.registration_of(protocol),
                 })
             })
             .collect();
@@ -272,6 +289,7 @@ impl Dispatch {
                 self.sent_models.remove(&(protocol.clone(), key.clone()));
                 Some(Planned {
                     socket: self.mappers.get(&protocol)?.clone(),
+                    registration: self.registration_of(&protocol),
                     protocol,
                     call: Call::RemoveModel(key.clone()),
                 })
@@ -294,8 +312,13 @@ impl Dispatch {
     }
 
     /// A call failed: the mapper is taken not to have what it carried, so
-    /// the next change or registration sends it again.
+    /// the next change or registration sends it again. A mapper that
+    /// registered since the call was planned (it died in the call and came
+    /// back) has said what it holds: the failure changes nothing.
     pub fn failed(&mut self, planned: &Planned) {
+        if planned.registration != self.registration_of(&planned.protocol) {
+            return;
+        }
         match &planned.call {
             Call::Register(device) | Call::Update(device) => {
                 let key = (device.namespace.clone(), device.name.clone());
@@ -392,7 +415,20 @@ pub async fn run(
         dispatch.device_changed(device);
     }
     dispatch.publish_names(&names);
-    while let Some(input) = inputs.recv().await {
+    // One lane per protocol; failures come back here.
+    let mut lanes: HashMap<String, mpsc::UnboundedSender<Planned>> = HashMap::new();
+    let (failures, mut failed) = mpsc::unbounded_channel::<Planned>();
+    loop {
+        let input = tokio::select! {
+            input = inputs.recv() => match input {
+                Some(input) => input,
+                None => break,
+            },
+            Some(planned) = failed.recv() => {
+                dispatch.failed(&planned);
+                continue;
+            }
+        };
         let planned = match input {
             Input::Registered {
                 protocol,
@@ -430,18 +466,36 @@ pub async fn run(
         };
         dispatch.publish_names(&names);
         for planned in planned {
-            let what = call_name(&planned.call);
-            match call(planned.socket.clone(), planned.call.clone()).await {
-                Ok(()) => {
-                    info!(protocol = %planned.protocol, call = ?call_name(&planned.call), "mapper called")
-                }
-                Err(reason) => {
-                    warn!(protocol = %planned.protocol, call = %what, %reason, "mapper call failed; sent again on the next change");
-                    dispatch.failed(&planned);
-                }
+            let lane = lanes
+                .entry(planned.protocol.clone())
+                .or_insert_with(|| call_lane(failures.clone()));
+            if let Err(mpsc::error::SendError(planned)) = lane.send(planned) {
+                // A lane ends only with this task; taken as failed.
+                dispatch.failed(&planned);
             }
         }
     }
+}
+
+/// A task making one mapper's calls in order; each failed call goes back
+/// to `failures`.
+fn call_lane(failures: mpsc::UnboundedSender<Planned>) -> mpsc::UnboundedSender<Planned> {
+    let (lane, mut calls) = mpsc::unbounded_channel::<Planned>();
+    tokio::spawn(async move {
+        while let Some(planned) = calls.recv().await {
+            let what = call_name(&planned.call);
+            match call(planned.socket.clone(), planned.call.clone()).await {
+                Ok(()) => info!(protocol = %planned.protocol, call = %what, "mapper called"),
+                Err(reason) => {
+                    warn!(protocol = %planned.protocol, call = %what, %reason, "mapper call failed; sent again on the next change");
+                    if failures.send(planned).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    lane
 }
 
 fn call_name(call: &Call) -> &'static str {
@@ -558,6 +612,37 @@ mod tests {
         assert_eq!(
             calls(&dispatch.device_changed(device("a", "modbus", "3"))),
             [("modbus", "RegisterDevice")]
+        );
+    }
+
+    #[test]
+    fn a_failure_reported_after_the_mapper_registered_again_changes_nothing() {
+        let mut dispatch = Dispatch::default();
+        dispatch.model_changed(model());
+        dispatch.registered("modbus", "/m.sock".into(), None);
+        let planned = dispatch.device_changed(device("a", "modbus", "1"));
+        assert_eq!(
+            calls(&planned),
+            [
+                ("modbus", "CreateDeviceModel"),
+                ("modbus", "RegisterDevice")
+            ]
+        );
+        // The mapper died in the call and registered again, listing "a".
+        let listed = vec![(
+            ("default".to_owned(), "a".to_owned()),
+            device("a", "modbus", "1").spec,
+        )];
+        assert!(
+            dispatch
+                .registered("modbus", "/m.sock".into(), Some(&listed))
+                .is_empty()
+        );
+        // The old call's failure comes in late: the listing stands.
+        dispatch.failed(&planned[1]);
+        assert_eq!(
+            calls(&dispatch.device_changed(device("a", "modbus", "2"))),
+            [("modbus", "UpdateDevice")]
         );
     }
 
