@@ -243,7 +243,7 @@ pub struct KubeApiConfig {
     pub namespace: String,
     /// How long the pods of an edge node whose link is down are kept
     /// before Kubernetes may evict them, in seconds (0: never); see the
-    /// README's Kubernetes section.
+    /// docs/kubernetes.md.
     pub offline_grace_seconds: u64,
 }
 

@@ -40,3 +40,13 @@ pub mod metrics;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// docs/beehive.md's code blocks, compiled and run as doc tests.
+#[doc = include_str!("../docs/beehive.md")]
+#[cfg(doctest)]
+pub struct BeehiveDoctests;
+
+/// docs/transports.md's code blocks, compiled as doc tests.
+#[doc = include_str!("../docs/transports.md")]
+#[cfg(doctest)]
+pub struct TransportsDoctests;
