@@ -520,3 +520,176 @@ fn a_node_left_by_a_dead_replica_that_never_links_again_is_marked_unreachable() 
     b.process.stop();
     drop((cluster, runtime));
 }
+
+/// `cloudcore token ARGS` through `admin` (the replica's admin API).
+fn token(dir: &str, admin: &str, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .args(["--data-dir", dir, "token", "--admin", admin])
+        .args(args)
+        .output()
+        .expect("cloudcore token");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `edgecore join` through `certs`: success, and stderr.
+fn join_through(certs: &str, token: &str, node: &str, data_dir: &str) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgecore"))
+        .args(["--data-dir", data_dir, "join", "--certs", certs])
+        .args(["--token", token, "--node", node])
+        .output()
+        .expect("edgecore join");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Join tokens live with the shared desired state: a single-use token
+/// presented to both replicas at once joins once; a token revoked through
+/// one replica is refused by the other; a node deleted through one has its
+/// certificate refused by the other.
+#[test]
+fn tokens_and_revocations_hold_across_replicas() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = runtime.block_on(Cluster::start(1));
+    let etcd = cluster.endpoints().join(",");
+    let dir = tempfile_dir("replica-tokens");
+    let (a_dir, b_dir) = (format!("{dir}/a"), format!("{dir}/b"));
+    let (a, a_certs) = replica(&a_dir, &etcd, "a", CLAIM_TTL_SECS);
+    std::fs::create_dir_all(&b_dir).expect("b's data dir");
+    let copied = std::process::Command::new("cp")
+        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let (b, b_certs) = replica(&b_dir, &etcd, "b", CLAIM_TTL_SECS);
+
+    // One single-use token, presented to a and to b at the same time.
+    let (ok, single, err) = token(
+        &a_dir,
+        &a.admin,
+        &[
+            "create",
+            "--node",
+            "edge-s",
+            "--single-use",
+            "--ttl-secs",
+            "600",
+        ],
+    );
+    assert!(ok, "{err}");
+    let joins: Vec<_> = [(a_certs.clone(), "via-a"), (b_certs.clone(), "via-b")]
+        .into_iter()
+        .map(|(certs, name)| {
+            let (single, edge_dir) = (single.clone(), format!("{dir}/{name}"));
+            std::thread::spawn(move || (join_through(&certs, &single, "edge-s", &edge_dir), name))
+        })
+        .collect();
+    let results: Vec<((bool, String), &str)> = joins
+        .into_iter()
+        .map(|j| j.join().expect("a join"))
+        .collect();
+    let joined: Vec<&str> = results
+        .iter()
+        .filter(|((ok, _), _)| *ok)
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(joined.len(), 1, "joined once: {results:?}");
+    let refused = results
+        .iter()
+        .find(|((ok, _), _)| !ok)
+        .expect("one refused");
+    assert!(refused.0.1.contains("used already"), "{}", refused.0.1);
+    let edge_dir = format!("{dir}/{}", joined[0]);
+
+    // A token revoked through b is refused by a once a has heard of it.
+    let (ok, revoked, _) = token(&a_dir, &a.admin, &["create"]);
+    assert!(ok);
+    let (_, listed, _) = token(&a_dir, &a.admin, &["list"]);
+    let id = listed
+        .lines()
+        .find(|l| l.contains("<any>"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the token's id")
+        .to_owned();
+    let (ok, out, err) = token(&b_dir, &b.admin, &["delete", &id]);
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("token {id} revoked"));
+    until("a sees the revocation", || {
+        let (_, listed, _) = token(&a_dir, &a.admin, &["list"]);
+        listed
+            .lines()
+            .any(|l| l.starts_with(&id) && l.ends_with("revoked"))
+            .then_some(())
+    });
+    let (ok, err) = join_through(&a_certs, &revoked, "edge-v", &format!("{dir}/v"));
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("join token {id} was revoked")),
+        "{err}"
+    );
+
+    // edge-s's Node deleted through a: b refuses its certificate.
+    let edge = Process::start(
+        env!("CARGO_BIN_EXE_edgecore"),
+        &[
+            "--data-dir",
+            &edge_dir,
+            "run",
+            "--cloud",
+            &a.hub,
+            "--metaserver",
+            "127.0.0.1:0",
+            "--edged-server",
+            "127.0.0.1:0",
+            "--mqtt-broker",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+        ],
+    );
+    a.process
+        .wait_for("node connected node=edge-s", Duration::from_secs(30));
+    until("edge-s's Node", || {
+        let (ok, _, _) = ctl(&a.admin, &["get", "node", "edge-s"]);
+        ok.then_some(())
+    });
+    edge.stop();
+    let (ok, _, err) = ctl(&a.admin, &["delete", "node", "edge-s"]);
+    assert!(ok, "{err}");
+    until("b knows edge-s is revoked", || {
+        let (_, listed, _) = token(&b_dir, &b.admin, &["list"]);
+        listed.contains("revoked node edge-s").then_some(())
+    });
+    let edge = Process::start(
+        env!("CARGO_BIN_EXE_edgecore"),
+        &[
+            "--data-dir",
+            &edge_dir,
+            "run",
+            "--cloud",
+            &b.hub,
+            "--metaserver",
+            "127.0.0.1:0",
+            "--edged-server",
+            "127.0.0.1:0",
+            "--mqtt-broker",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+        ],
+    );
+    let refused = b.process.wait_for("link refused", Duration::from_secs(30));
+    assert!(refused.contains("node=edge-s"), "{refused}");
+    assert!(refused.contains("was revoked"), "{refused}");
+    drop(edge);
+    drop(cluster);
+}
