@@ -12,7 +12,7 @@ use std::time::Duration;
 use cloud::AdminClient;
 use cloud::admin::kubeconfig::{AuthInfo, Kubeconfig, NamedUser};
 use serde_json::Value;
-use support::{Process, free_address, join_node, tempfile_dir, until};
+use support::{Process, free_address, join_node, start_edgecore, tempfile_dir, until};
 
 mod support;
 
@@ -132,14 +132,10 @@ fn the_admin_api_knows_its_callers_and_their_roles() {
     join_node(&cloud_dir, &certs, &node, &edge_dir);
     let socket = cri_socket().display().to_string();
     let (metaserver, edged, broker) = (free_address(), free_address(), free_address());
-    let _edge = Process::start(
-        env!("CARGO_BIN_EXE_edgecore"),
+    let _edge = start_edgecore(
+        &edge_dir,
+        &hub,
         &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &hub,
             "--transport",
             "ws",
             "--metaserver",
@@ -148,8 +144,6 @@ fn the_admin_api_knows_its_callers_and_their_roles() {
             &edged,
             "--mqtt-broker",
             &broker,
-            "--metrics",
-            "off",
             "--node-ip",
             "127.0.0.1",
             "--keepalive-secs",

@@ -11,7 +11,10 @@
 use std::time::Duration;
 
 use etcd::testing::Cluster;
-use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
+use support::{
+    Process, cloudcore_token, ctl, edgecore_join, free_address, join_node, share_ca,
+    start_edgecore, tempfile_dir, until,
+};
 
 mod support;
 
@@ -118,35 +121,15 @@ fn start_ha_with(name: &str, ttl_secs: u64) -> Ha {
 
     // Replica a makes the CA; replica b is given it (one CA for the cloud).
     let (a, certs) = replica(&a_dir, &etcd, "a", ttl_secs);
-    std::fs::create_dir_all(&b_dir).expect("b's data dir");
-    let copied = std::process::Command::new("cp")
-        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
-        .status()
-        .expect("cp");
-    assert!(copied.success());
+    share_ca(&a_dir, &b_dir);
     let (b, _) = replica(&b_dir, &etcd, "b", ttl_secs);
 
     join_node(&a_dir, &certs, NODE, &edge_dir);
     let metaserver = free_address();
-    let edge = Process::start(
-        env!("CARGO_BIN_EXE_edgecore"),
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &format!("{},{}", a.hub, b.hub),
-            "--metaserver",
-            &metaserver,
-            "--edged-server",
-            "127.0.0.1:0",
-            "--mqtt-broker",
-            "127.0.0.1:0",
-            "--metrics",
-            "off",
-            "--keepalive-secs",
-            "2",
-        ],
+    let edge = start_edgecore(
+        &edge_dir,
+        &format!("{},{}", a.hub, b.hub),
+        &["--metaserver", &metaserver, "--keepalive-secs", "2"],
     );
     a.process.wait_for(
         &format!("node connected node={NODE}"),
@@ -521,33 +504,6 @@ fn a_node_left_by_a_dead_replica_that_never_links_again_is_marked_unreachable() 
     drop((cluster, runtime));
 }
 
-/// `cloudcore token ARGS` through `admin` (the replica's admin API).
-fn token(dir: &str, admin: &str, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cloudcore"))
-        .args(["--data-dir", dir, "token", "--admin", admin])
-        .args(args)
-        .output()
-        .expect("cloudcore token");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `edgecore join` through `certs`: success, and stderr.
-fn join_through(certs: &str, token: &str, node: &str, data_dir: &str) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgecore"))
-        .args(["--data-dir", data_dir, "join", "--certs", certs])
-        .args(["--token", token, "--node", node])
-        .output()
-        .expect("edgecore join");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// Join tokens live with the shared desired state: a single-use token
 /// presented to both replicas at once joins once; a token revoked through
 /// one replica is refused by the other; a node deleted through one has its
@@ -564,18 +520,13 @@ fn tokens_and_revocations_hold_across_replicas() {
     let dir = tempfile_dir("replica-tokens");
     let (a_dir, b_dir) = (format!("{dir}/a"), format!("{dir}/b"));
     let (a, a_certs) = replica(&a_dir, &etcd, "a", CLAIM_TTL_SECS);
-    std::fs::create_dir_all(&b_dir).expect("b's data dir");
-    let copied = std::process::Command::new("cp")
-        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
-        .status()
-        .expect("cp");
-    assert!(copied.success());
+    share_ca(&a_dir, &b_dir);
     let (b, b_certs) = replica(&b_dir, &etcd, "b", CLAIM_TTL_SECS);
 
     // One single-use token, presented to a and to b at the same time.
-    let (ok, single, err) = token(
+    let (ok, single, err) = cloudcore_token(
         &a_dir,
-        &a.admin,
+        Some(&a.admin),
         &[
             "create",
             "--node",
@@ -590,7 +541,7 @@ fn tokens_and_revocations_hold_across_replicas() {
         .into_iter()
         .map(|(certs, name)| {
             let (single, edge_dir) = (single.clone(), format!("{dir}/{name}"));
-            std::thread::spawn(move || (join_through(&certs, &single, "edge-s", &edge_dir), name))
+            std::thread::spawn(move || (edgecore_join(&certs, &single, "edge-s", &edge_dir), name))
         })
         .collect();
     let results: Vec<((bool, String), &str)> = joins
@@ -611,26 +562,26 @@ fn tokens_and_revocations_hold_across_replicas() {
     let edge_dir = format!("{dir}/{}", joined[0]);
 
     // A token revoked through b is refused by a once a has heard of it.
-    let (ok, revoked, _) = token(&a_dir, &a.admin, &["create"]);
+    let (ok, revoked, _) = cloudcore_token(&a_dir, Some(&a.admin), &["create"]);
     assert!(ok);
-    let (_, listed, _) = token(&a_dir, &a.admin, &["list"]);
+    let (_, listed, _) = cloudcore_token(&a_dir, Some(&a.admin), &["list"]);
     let id = listed
         .lines()
         .find(|l| l.contains("<any>"))
         .and_then(|l| l.split_whitespace().next())
         .expect("the token's id")
         .to_owned();
-    let (ok, out, err) = token(&b_dir, &b.admin, &["delete", &id]);
+    let (ok, out, err) = cloudcore_token(&b_dir, Some(&b.admin), &["delete", &id]);
     assert!(ok, "{err}");
     assert_eq!(out, format!("token {id} revoked"));
     until("a sees the revocation", || {
-        let (_, listed, _) = token(&a_dir, &a.admin, &["list"]);
+        let (_, listed, _) = cloudcore_token(&a_dir, Some(&a.admin), &["list"]);
         listed
             .lines()
             .any(|l| l.starts_with(&id) && l.ends_with("revoked"))
             .then_some(())
     });
-    let (ok, err) = join_through(&a_certs, &revoked, "edge-v", &format!("{dir}/v"));
+    let (ok, err) = edgecore_join(&a_certs, &revoked, "edge-v", &format!("{dir}/v"));
     assert!(!ok);
     assert!(
         err.contains(&format!("join token {id} was revoked")),
@@ -638,24 +589,7 @@ fn tokens_and_revocations_hold_across_replicas() {
     );
 
     // edge-s's Node deleted through a: b refuses its certificate.
-    let edge = Process::start(
-        env!("CARGO_BIN_EXE_edgecore"),
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &a.hub,
-            "--metaserver",
-            "127.0.0.1:0",
-            "--edged-server",
-            "127.0.0.1:0",
-            "--mqtt-broker",
-            "127.0.0.1:0",
-            "--metrics",
-            "off",
-        ],
-    );
+    let edge = start_edgecore(&edge_dir, &a.hub, &[]);
     a.process
         .wait_for("node connected node=edge-s", Duration::from_secs(30));
     until("edge-s's Node", || {
@@ -666,27 +600,10 @@ fn tokens_and_revocations_hold_across_replicas() {
     let (ok, _, err) = ctl(&a.admin, &["delete", "node", "edge-s"]);
     assert!(ok, "{err}");
     until("b knows edge-s is revoked", || {
-        let (_, listed, _) = token(&b_dir, &b.admin, &["list"]);
+        let (_, listed, _) = cloudcore_token(&b_dir, Some(&b.admin), &["list"]);
         listed.contains("revoked node edge-s").then_some(())
     });
-    let edge = Process::start(
-        env!("CARGO_BIN_EXE_edgecore"),
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &b.hub,
-            "--metaserver",
-            "127.0.0.1:0",
-            "--edged-server",
-            "127.0.0.1:0",
-            "--mqtt-broker",
-            "127.0.0.1:0",
-            "--metrics",
-            "off",
-        ],
-    );
+    let edge = start_edgecore(&edge_dir, &b.hub, &[]);
     let refused = b.process.wait_for("link refused", Duration::from_secs(30));
     assert!(refused.contains("node=edge-s"), "{refused}");
     assert!(refused.contains("was revoked"), "{refused}");

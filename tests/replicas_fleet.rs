@@ -34,7 +34,7 @@ use beehive::{Hive, HiveConfig};
 use etcd::testing::Cluster;
 use hub::{EdgeHub, EdgeHubConfig};
 use meta::{EdgeStore, MetaManager, StoreChange};
-use support::{Process, free_address, tempfile_dir, until};
+use support::{Process, cloudcore_token, free_address, share_ca, tempfile_dir, until};
 use transports::{DialOptions, TransportKind, tls};
 
 mod support;
@@ -189,20 +189,11 @@ impl Setup {
         // a makes the CA; b and c are given it.
         replicas[0].start(&etcd);
         for replica in &mut replicas[1..] {
-            std::fs::create_dir_all(&replica.dir).expect("data dir");
-            let copied = std::process::Command::new("cp")
-                .args(["-r", &format!("{dir}/a/ca"), &format!("{}/ca", replica.dir)])
-                .status()
-                .expect("cp");
-            assert!(copied.success());
+            share_ca(&format!("{dir}/a"), &replica.dir);
             replica.start(&etcd);
         }
-        let token = std::process::Command::new(env!("CARGO_BIN_EXE_cloudcore"))
-            .args(["--data-dir", &replicas[0].dir, "token", "--ttl-secs", "600"])
-            .output()
-            .expect("token");
-        assert!(token.status.success(), "cloudcore token failed");
-        let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
+        let (ok, token, err) = cloudcore_token(&replicas[0].dir, None, &["--ttl-secs", "600"]);
+        assert!(ok, "cloudcore token failed: {err}");
         let hubs = replicas.iter().map(|r| r.hub.clone()).collect();
         let started = Instant::now();
         let fleet = Fleet::start(hubs, replicas[0].certs.clone(), token, &dir);

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
+use support::{Process, ctl, free_address, join_node, start_edgecore, tempfile_dir, until};
 
 mod support;
 
@@ -66,11 +66,6 @@ fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
     let socket = cri_socket().display().to_string();
     let (metaserver, edged, broker) = (free_address(), free_address(), free_address());
     let mut args = vec![
-        "--data-dir",
-        &edge_dir,
-        "run",
-        "--cloud",
-        &hub,
         "--transport",
         "ws",
         "--metaserver",
@@ -79,8 +74,6 @@ fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
         &edged,
         "--mqtt-broker",
         &broker,
-        "--metrics",
-        "off",
         "--node-ip",
         "127.0.0.1",
         "--keepalive-secs",
@@ -89,7 +82,7 @@ fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
         &socket,
     ];
     args.extend_from_slice(edge_flags);
-    let edge = Process::start(env!("CARGO_BIN_EXE_edgecore"), &args);
+    let edge = start_edgecore(&edge_dir, &hub, &args);
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),

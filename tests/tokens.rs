@@ -6,58 +6,20 @@
 //! node joined again with a new token is served again.
 #![cfg(feature = "cli")]
 
-use std::process::Command;
 use std::time::Duration;
 
-use support::{Process, ctl, free_address, tempfile_dir, until};
+use support::{
+    Process, cloudcore_token, ctl, edgecore_join, free_address, start_edgecore, tempfile_dir, until,
+};
 
 mod support;
 
 fn cloudcore(cloud_dir: &str, admin: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
-        .args(["--data-dir", cloud_dir, "token", "--admin", admin])
-        .args(args)
-        .output()
-        .expect("cloudcore token");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `edgecore join`: success, and stderr.
-fn join(certs: &str, token: &str, node: &str, data_dir: &str) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_edgecore"))
-        .args(["--data-dir", data_dir, "join", "--certs", certs])
-        .args(["--token", token, "--node", node])
-        .output()
-        .expect("edgecore join");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    cloudcore_token(cloud_dir, Some(admin), args)
 }
 
 fn start_edge(hub: &str, data_dir: &str) -> Process {
-    Process::start(
-        env!("CARGO_BIN_EXE_edgecore"),
-        &[
-            "--data-dir",
-            data_dir,
-            "run",
-            "--cloud",
-            hub,
-            "--metaserver",
-            "127.0.0.1:0",
-            "--edged-server",
-            "127.0.0.1:0",
-            "--mqtt-broker",
-            "127.0.0.1:0",
-            "--metrics",
-            "off",
-        ],
-    )
+    start_edgecore(data_dir, hub, &[])
 }
 
 #[test]
@@ -98,16 +60,16 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
         ],
     );
     assert!(ok && err.is_empty(), "{err}");
-    let (ok, err) = join(&certs, &token, "edge-u", &format!("{dir}/u"));
+    let (ok, err) = edgecore_join(&certs, &token, "edge-u", &format!("{dir}/u"));
     assert!(!ok);
     assert!(
         err.contains(r#"join token is for node "edge-t", not "edge-u""#),
         "{err}"
     );
     let edge_dir = format!("{dir}/edge");
-    let (ok, err) = join(&certs, &token, "edge-t", &edge_dir);
+    let (ok, err) = edgecore_join(&certs, &token, "edge-t", &edge_dir);
     assert!(ok, "{err}");
-    let (ok, err) = join(&certs, &token, "edge-t", &format!("{dir}/again"));
+    let (ok, err) = edgecore_join(&certs, &token, "edge-t", &format!("{dir}/again"));
     assert!(!ok);
     assert!(err.contains("used already"), "{err}");
 
@@ -135,7 +97,7 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
     let (ok, out, err) = cloudcore(&cloud_dir, &admin, &["delete", &id]);
     assert!(ok, "{err}");
     assert_eq!(out, format!("token {id} revoked"));
-    let (ok, err) = join(&certs, &revoked, "edge-v", &format!("{dir}/v"));
+    let (ok, err) = edgecore_join(&certs, &revoked, "edge-v", &format!("{dir}/v"));
     assert!(!ok);
     assert!(
         err.contains(&format!("join token {id} was revoked")),
@@ -187,7 +149,7 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
     let (ok, token, _) = cloudcore(&cloud_dir, &admin, &["create", "--node", "edge-t"]);
     assert!(ok);
     let rejoined = format!("{dir}/rejoined");
-    let (ok, err) = join(&certs, &token, "edge-t", &rejoined);
+    let (ok, err) = edgecore_join(&certs, &token, "edge-t", &rejoined);
     assert!(ok, "{err}");
     let edge = start_edge(&hub, &rejoined);
     cloud.wait_for("node connected node=edge-t", Duration::from_secs(30));

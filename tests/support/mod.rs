@@ -141,29 +141,76 @@ pub fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `cloudcore --data-dir CLOUD_DIR token ARGS` (through the admin API at
+/// `admin` when given): its exit status, stdout (trimmed) and stderr.
+pub fn cloudcore_token(
+    cloud_dir: &str,
+    admin: Option<&str>,
+    args: &[&str],
+) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cloudcore"));
+    command.args(["--data-dir", cloud_dir, "token"]);
+    if let Some(admin) = admin {
+        command.args(["--admin", admin]);
+    }
+    let out = command.args(args).output().expect("cloudcore token");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `edgecore join` of node `node` (its data in `data_dir`) through the
+/// certificate endpoints at `certs`: its exit status and stderr.
+pub fn edgecore_join(certs: &str, token: &str, node: &str, data_dir: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+        .args(["--data-dir", data_dir, "join", "--certs", certs])
+        .args(["--token", token, "--node", node])
+        .output()
+        .expect("edgecore join");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Joins node `name` (its data in `data_dir`) to the cloud whose data is in
 /// `cloud_dir` and whose certificate endpoints are at `certs`, with a fresh
 /// token, as a user would: `cloudcore token`, then `edgecore join`.
 pub fn join_node(cloud_dir: &str, certs: &str, name: &str, data_dir: &str) {
-    let token = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
-        .args(["--data-dir", cloud_dir, "token", "--ttl-secs", "600"])
-        .output()
-        .expect("token");
-    assert!(token.status.success(), "cloudcore token failed");
-    let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
-    let joined = Command::new(env!("CARGO_BIN_EXE_edgecore"))
-        .args([
-            "--data-dir",
-            data_dir,
-            "join",
-            "--certs",
-            certs,
-            "--token",
-            &token,
-            "--node",
-            name,
-        ])
+    let (ok, token, err) = cloudcore_token(cloud_dir, None, &["--ttl-secs", "600"]);
+    assert!(ok, "cloudcore token failed: {err}");
+    let (ok, err) = edgecore_join(certs, &token, name, data_dir);
+    assert!(ok, "edgecore join failed: {err}");
+}
+
+/// `edgecore run` of a joined node (`data_dir`) linking to `cloud` (one
+/// address or several), with `extra` arguments; the local servers it is
+/// not given in `extra` on ports of their own choosing, metrics off.
+pub fn start_edgecore(data_dir: &str, cloud: &str, extra: &[&str]) -> Process {
+    let mut args = vec!["--data-dir", data_dir, "run", "--cloud", cloud];
+    for (flag, default) in [
+        ("--metaserver", "127.0.0.1:0"),
+        ("--edged-server", "127.0.0.1:0"),
+        ("--mqtt-broker", "127.0.0.1:0"),
+        ("--metrics", "off"),
+    ] {
+        if !extra.contains(&flag) {
+            args.extend([flag, default]);
+        }
+    }
+    args.extend_from_slice(extra);
+    Process::start(env!("CARGO_BIN_EXE_edgecore"), &args)
+}
+
+/// Gives the cloud in `to_dir` the CA of the one in `from_dir` (replicas
+/// of one cloud share a CA).
+pub fn share_ca(from_dir: &str, to_dir: &str) {
+    std::fs::create_dir_all(to_dir).expect("the replica's data dir");
+    let copied = Command::new("cp")
+        .args(["-r", &format!("{from_dir}/ca"), &format!("{to_dir}/ca")])
         .status()
-        .expect("join");
-    assert!(joined.success(), "edgecore join failed");
+        .expect("cp");
+    assert!(copied.success(), "the CA copied");
 }
