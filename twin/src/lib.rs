@@ -13,6 +13,7 @@ pub mod eventbus;
 pub mod protocol;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod twins;
 
 pub use broker::EmbeddedBroker;
 pub use devicetwin::{DeviceTwin, DeviceTwinConfig, DeviceTwinCounts, DeviceTwinHandle};
