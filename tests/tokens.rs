@@ -2,8 +2,9 @@
 //! create --node --single-use` against a running cloudcore, `edgecore join`
 //! refused for another node and for a second use, `token delete` revoking a
 //! token, `token list` showing their state; a Node deleted with edgehivectl
-//! has its certificate refused at the next connect and for renewal, and the
-//! node joined again with a new token is served again.
+//! while linked has its link closed, its certificate refused at the next
+//! connect and for renewal, and the node joined again with a new token is
+//! served again.
 #![cfg(feature = "cli")]
 
 use std::time::Duration;
@@ -118,14 +119,18 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
         let (ok, _, _) = ctl(&admin, &["get", "node", "edge-t"]);
         ok.then_some(())
     });
-    edge.stop();
+    // Deleted while linked: its link is closed, and its reconnect refused.
     let (ok, _, err) = ctl(&admin, &["delete", "node", "edge-t"]);
     assert!(ok, "{err}");
     cloud.wait_for(
         "node deleted: its certificates are revoked node=edge-t",
         Duration::from_secs(30),
     );
-    let edge = start_edge(&hub, &edge_dir);
+    let closed = cloud.wait_for(
+        "the node's certificate was revoked (the node was deleted); its link is closed",
+        Duration::from_secs(30),
+    );
+    assert!(closed.contains("node=edge-t"), "{closed}");
     let refused = cloud.wait_for("link refused", Duration::from_secs(30));
     assert!(refused.contains("node=edge-t"), "{refused}");
     assert!(refused.contains("was revoked"), "{refused}");

@@ -117,7 +117,14 @@ struct Session {
     /// Nothing is sent from the queue until what it held at the start was
     /// recorded as unsure (see [`crate::AckSink::recorded`]).
     held_back: bool,
+    /// When the node's certificate was issued (a link without one: none).
+    certificate_issued: Option<u64>,
+    /// Being closed: its certificate was revoked.
+    closing: bool,
 }
+
+/// How often live links are checked against the revoked nodes.
+const REVOCATION_CHECK: Duration = Duration::from_secs(1);
 
 /// How long a session's queue waits at most for the record of what it
 /// held at the start.
@@ -392,6 +399,35 @@ impl CloudHub {
         }
     }
 
+    /// Closes the links of nodes whose certificate was revoked since
+    /// they connected (their Node deleted): they are refused when they
+    /// connect again.
+    fn close_revoked(&mut self) {
+        let Some(ledger) = &self.config.revocations else {
+            return;
+        };
+        if self
+            .sessions
+            .values()
+            .all(|s| s.closing || s.certificate_issued.is_none())
+        {
+            return;
+        }
+        let revocations = ledger.revocations();
+        for (node, session) in self.sessions.iter_mut() {
+            let Some(issued) = session.certificate_issued else {
+                continue;
+            };
+            if session.closing || !revocations.revoked(node, issued) {
+                continue;
+            }
+            warn!(%node, session = session.id, "the node's certificate was revoked (the node was deleted); its link is closed");
+            session.closing = true;
+            let sender = session.sender.clone();
+            actix::spawn(async move { sender.close().await });
+        }
+    }
+
     /// Drops the in-memory queues of nodes gone longer than `evict_after`.
     fn evict_gone(&mut self) {
         let evict_after = self.config.evict_after;
@@ -481,6 +517,9 @@ impl Module for CloudHub {
         ctx.run_interval(evict_every, |hub, _| hub.evict_gone());
         let resend_check = (self.config.kubeedge_resend_after / 4).max(Duration::from_millis(100));
         ctx.run_interval(resend_check, |hub, ctx| hub.resend_overdue(ctx));
+        if self.config.revocations.is_some() {
+            ctx.run_interval(REVOCATION_CHECK, |hub, _| hub.close_revoked());
+        }
     }
 
     /// A message for a node. An object (it carries a resource version) is
@@ -601,6 +640,7 @@ struct SessionUp {
     dialect: Dialect,
     claim: Option<u64>,
     tunnel: crate::tunnel::Tunnel,
+    certificate_issued: Option<u64>,
 }
 
 /// A node's session ended.
@@ -662,6 +702,8 @@ impl Handler<SessionUp> for CloudHub {
                 dialect: up.dialect,
                 claim: up.claim,
                 held_back: false,
+                certificate_issued: up.certificate_issued,
+                closing: false,
             },
         ) {
             // A reconnect while the old link lingers: the new one wins.
@@ -914,11 +956,15 @@ fn revoked(config: &CloudHubConfig, node: &str, chain: &[Vec<u8>]) -> bool {
     let Some(ledger) = &config.revocations else {
         return false;
     };
-    let issued = chain
+    ledger.revocations().revoked(node, issued_at(chain))
+}
+
+/// When the certificate (`chain`, leaf first) was issued (0: unknown).
+fn issued_at(chain: &[Vec<u8>]) -> u64 {
+    chain
         .first()
         .and_then(|leaf| crate::certs::issued_at(leaf))
-        .unwrap_or(0);
-    ledger.revocations().revoked(node, issued)
+        .unwrap_or(0)
 }
 
 /// Learns who the node is (its hello, or on a KubeEdge link its
@@ -992,6 +1038,11 @@ async fn open_session(
     let Ok(id) = hub.send(NewSessionId).await else {
         return;
     };
+    let certificate_issued = link
+        .peer
+        .common_name
+        .is_some()
+        .then(|| issued_at(&link.peer.certificates));
     let Link {
         sender, receiver, ..
     } = link;
@@ -1045,6 +1096,7 @@ async fn open_session(
         dialect,
         claim,
         tunnel,
+        certificate_issued,
     });
 }
 
