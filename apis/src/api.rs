@@ -2,6 +2,9 @@
 //! MetaServer and the cloud's admin API: list, get and (where the source
 //! can) watch, at the paths Kubernetes uses (`/api/v1/namespaces/{ns}/pods`,
 //! `/api/v1/nodes/{name}`, ...). Errors are Kubernetes `Status` objects.
+//! Lists and watches take a `labelSelector` ([`crate::selector`]); a watch
+//! under one sees an object that comes to match as `ADDED` and one that
+//! stops matching as `DELETED`, as from kube-apiserver.
 
 use actix_web::http::StatusCode;
 use actix_web::web::{self, Bytes};
@@ -12,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
+use crate::selector::LabelSelector;
 
 /// A failed API request; answered as a Kubernetes `Status`.
 #[derive(Debug, thiserror::Error)]
@@ -129,11 +133,24 @@ pub struct ListQuery {
     /// Start the watch after this version.
     #[serde(default)]
     pub resource_version: Option<String>,
+    /// Only objects whose labels this selects.
+    #[serde(default)]
+    pub label_selector: Option<String>,
 }
 
 impl ListQuery {
     fn watching(&self) -> bool {
         matches!(self.watch.as_deref(), Some("true" | "1"))
+    }
+
+    /// The label selector, if one selects anything less than everything.
+    fn selector(&self) -> Result<Option<LabelSelector>, ApiError> {
+        let Some(text) = self.label_selector.as_deref() else {
+            return Ok(None);
+        };
+        let selector =
+            LabelSelector::parse(text).map_err(|err| ApiError::BadRequest(err.to_string()))?;
+        Ok((!selector.is_empty()).then_some(selector))
     }
 }
 
@@ -208,6 +225,7 @@ fn list<S: ObjectSource>(
     namespace: Option<String>,
     query: &ListQuery,
 ) -> Result<HttpResponse, ApiError> {
+    let selector = query.selector()?;
     if query.watching() {
         let since = match query.resource_version.as_deref() {
             None | Some("" | "0") => None,
@@ -215,12 +233,18 @@ fn list<S: ObjectSource>(
                 ApiError::BadRequest(format!("resourceVersion {version:?} is not a number"))
             })?),
         };
-        let events = source.watch(kind, namespace, since)?;
+        let mut events = source.watch(kind, namespace, since)?;
+        if let Some(selector) = selector {
+            events = selected_events(events, selector);
+        }
         return Ok(HttpResponse::Ok()
             .content_type("application/json")
             .streaming(futures_util::StreamExt::map(events, Ok::<_, ApiError>)));
     }
-    let (items, version) = source.list(kind, namespace.as_deref())?;
+    let (mut items, version) = source.list(kind, namespace.as_deref())?;
+    if let Some(selector) = selector {
+        items.retain(|item| selector.matches_object(item));
+    }
     let list = kind
         .list(items, version)
         .map_err(|err| ApiError::Unavailable(err.to_string()))?;
@@ -276,9 +300,102 @@ pub fn spawn_server(
     Ok((address, handle))
 }
 
+/// The events of `events` (one per line) for objects `selector` selects:
+/// an object that comes to match is `ADDED`, one that stops matching is
+/// `DELETED`, others are left out; bookmarks and errors pass.
+pub fn selected_events(events: EventStream, selector: LabelSelector) -> EventStream {
+    use futures_util::StreamExt;
+    let mut matching = std::collections::HashSet::<(String, String)>::new();
+    let selected = events.filter_map(move |line| {
+        let passed = select_event(&mut matching, &selector, line);
+        std::future::ready(passed)
+    });
+    Box::pin(selected)
+}
+
+/// One event of [`selected_events`]: the line to pass, if any.
+fn select_event(
+    matching: &mut std::collections::HashSet<(String, String)>,
+    selector: &LabelSelector,
+    line: Bytes,
+) -> Option<Bytes> {
+    let Ok(mut event) = serde_json::from_slice::<Value>(&line) else {
+        return Some(line);
+    };
+    let kind = event["type"].as_str().unwrap_or_default().to_owned();
+    let object = &event["object"];
+    let key = (
+        object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+    );
+    let (was, is) = (matching.contains(&key), selector.matches_object(object));
+    let shown = match kind.as_str() {
+        "ADDED" | "MODIFIED" => match (was, is) {
+            (false, true) => "ADDED",
+            (true, true) => kind.as_str(),
+            (true, false) => "DELETED",
+            (false, false) => return None,
+        },
+        "DELETED" if was => "DELETED",
+        "DELETED" => return None,
+        _ => return Some(line),
+    };
+    if is && shown != "DELETED" {
+        matching.insert(key);
+    } else {
+        matching.remove(&key);
+    }
+    if shown == kind {
+        return Some(line);
+    }
+    event["type"] = Value::String(shown.to_owned());
+    Some(event_line(&event))
+}
+
 /// One watch event as a line of the stream.
 pub fn event_line(event: &Value) -> Bytes {
     let mut line = serde_json::to_vec(event).unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(kind: &str, name: &str, app: &str) -> Bytes {
+        event_line(&json!({"type": kind, "object": {"metadata": {
+            "name": name, "namespace": "default", "labels": {"app": app}}}}))
+    }
+
+    fn seen(line: Option<Bytes>) -> Option<String> {
+        let event: Value = serde_json::from_slice(&line?).ok()?;
+        Some(format!(
+            "{} {}",
+            event["type"].as_str()?,
+            event["object"]["metadata"]["name"].as_str()?
+        ))
+    }
+
+    #[test]
+    fn a_watch_under_a_selector_sees_objects_come_and_go_as_they_match() {
+        let selector = LabelSelector::parse("app=web").expect("selector");
+        let mut matching = std::collections::HashSet::new();
+        let mut pass = |line| seen(select_event(&mut matching, &selector, line));
+        assert_eq!(pass(event("ADDED", "a", "web")).as_deref(), Some("ADDED a"));
+        assert_eq!(pass(event("ADDED", "b", "db")), None);
+        assert_eq!(pass(event("MODIFIED", "a", "web")).as_deref(), Some("MODIFIED a"));
+        // b comes to match, a stops matching.
+        assert_eq!(pass(event("MODIFIED", "b", "web")).as_deref(), Some("ADDED b"));
+        assert_eq!(pass(event("MODIFIED", "a", "db")).as_deref(), Some("DELETED a"));
+        assert_eq!(pass(event("DELETED", "a", "db")), None);
+        assert_eq!(pass(event("DELETED", "b", "web")).as_deref(), Some("DELETED b"));
+        // Bookmarks and errors pass as they are.
+        let bookmark = event_line(&json!({"type": "BOOKMARK", "object": {"metadata": {}}}));
+        assert_eq!(select_event(&mut matching, &selector, bookmark.clone()), Some(bookmark));
+    }
 }

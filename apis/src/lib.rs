@@ -10,6 +10,7 @@
 //! - [`twin`]: KubeEdge's device twin messages (twins, membership), which
 //!   the edge's devicetwin publishes and the cloud answers a KubeEdge
 //!   edge's twin sync in;
+//! - [`selector`]: label selectors, as lists take them;
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike.
@@ -18,6 +19,7 @@ pub mod api;
 pub mod defaults;
 pub mod devices;
 pub mod kinds;
+pub mod selector;
 pub mod streams;
 pub mod twin;
 

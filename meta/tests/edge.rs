@@ -418,6 +418,110 @@ async fn metaserver_lists_gets_and_watches() {
     store.close().await;
 }
 
+fn labelled(name: &str, version: u64, app: &str) -> Value {
+    let mut pod = pod(name, version, "a");
+    pod["metadata"]["labels"] = json!({"app": app});
+    pod
+}
+
+#[actix::test]
+async fn metaserver_lists_and_watches_by_label() {
+    let dir = tempfile::tempdir().expect("dir");
+    let hive = Hive::new("edge", HiveConfig::default());
+    let store = EdgeStore::open(&dir.path().join("edge.redb")).expect("store");
+    MetaManager::start(&hive, store.clone()).expect("metamanager");
+    let server = MetaServer::start(store.clone(), "127.0.0.1:0").expect("metaserver");
+    let client = AdminClient::new(&server.address.to_string());
+    for (name, version, app) in [("web-1", 10, "web"), ("web-2", 11, "web"), ("db", 12, "db")] {
+        let resource = format!("default/pod/{name}");
+        write(
+            &hive,
+            object(
+                operation::INSERT,
+                &resource,
+                version,
+                labelled(name, version, app),
+            ),
+        )
+        .await;
+    }
+    let names = |list: &Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let web = client
+        .get("/api/v1/namespaces/default/pods?labelSelector=app%3Dweb")
+        .await
+        .expect("list");
+    assert_eq!(names(&web), ["web-1", "web-2"]);
+    let not_web = client
+        .get("/api/v1/pods?labelSelector=app%20notin%20(web)")
+        .await
+        .expect("list");
+    assert_eq!(names(&not_web), ["db"]);
+    match client
+        .get("/api/v1/pods?labelSelector=app%20in%20web")
+        .await
+    {
+        Err(ClientError::Server { code, reason, .. }) => {
+            assert_eq!((code, reason.as_str()), (400, "BadRequest"));
+        }
+        other => panic!("a bad selector: {other:?}"),
+    }
+
+    // A watch under the selector: db relabelled web comes as ADDED, web-1
+    // relabelled db goes as DELETED.
+    let mut events = client
+        .watch("/api/v1/namespaces/default/pods?labelSelector=app%3Dweb")
+        .await
+        .expect("watch");
+    write(
+        &hive,
+        object(
+            operation::UPDATE,
+            "default/pod/db",
+            13,
+            labelled("db", 13, "web"),
+        ),
+    )
+    .await;
+    write(
+        &hive,
+        object(
+            operation::UPDATE,
+            "default/pod/web-1",
+            14,
+            labelled("web-1", 14, "db"),
+        ),
+    )
+    .await;
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let event = tokio::time::timeout(WAIT, events.next())
+            .await
+            .expect("in time")
+            .expect("event")
+            .expect("json");
+        got.push(format!(
+            "{} {}",
+            event["type"].as_str().unwrap_or(""),
+            event["object"]["metadata"]["name"].as_str().unwrap_or("")
+        ));
+    }
+    assert_eq!(
+        got,
+        ["ADDED web-1", "ADDED web-2", "ADDED db", "DELETED web-1"]
+    );
+
+    server.stop().await;
+    let _ = hive.shutdown().await;
+    store.close().await;
+}
+
 /// The child of the SIGKILL test: writes objects through metamanager as
 /// fast as it can and prints each one's name once it is confirmed.
 #[actix::test]
