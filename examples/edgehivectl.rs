@@ -81,6 +81,9 @@ enum Command {
         /// Every namespace.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
+        /// Only objects whose labels this selects (`app=web,tier!=cache`).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum)]
         output: Option<Output>,
@@ -191,6 +194,9 @@ enum Top {
     Nodes {
         /// One node.
         name: Option<String>,
+        /// Only nodes whose labels this selects.
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
     },
     /// Pods.
     #[command(alias = "pod", alias = "po")]
@@ -206,6 +212,9 @@ enum Top {
         /// Each container on a line of its own.
         #[arg(long)]
         containers: bool,
+        /// Only pods whose labels this selects.
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
     },
 }
 
@@ -473,18 +482,28 @@ async fn run(args: Args) -> Result<()> {
             name,
             namespace,
             all_namespaces,
+            selector,
             output,
         } => {
             let kind = kind_of(&kind)?;
+            if name.is_some() && selector.is_some() {
+                bail!("a name and a selector (-l) cannot go together");
+            }
             let items = match &name {
                 Some(name) => vec![client.get(&object_path(kind, &namespace, name)).await?],
                 None => {
                     let prefix = kind.api_prefix();
-                    let path = if all_namespaces || !kind.namespaced() {
+                    let mut path = if all_namespaces || !kind.namespaced() {
                         format!("{prefix}/{}", kind.plural())
                     } else {
                         format!("{prefix}/namespaces/{namespace}/{}", kind.plural())
                     };
+                    if let Some(selector) = &selector {
+                        let query = form_urlencoded::Serializer::new(String::new())
+                            .append_pair("labelSelector", selector)
+                            .finish();
+                        path = format!("{path}?{query}");
+                    }
                     let list = client.get(&path).await?;
                     list.get("items")
                         .and_then(Value::as_array)
@@ -526,11 +545,20 @@ async fn run(args: Args) -> Result<()> {
                 Some(Value::Array(items)) => items.clone(),
                 _ => vec![value],
             };
+            let selected = |path: String, selector: &Option<String>| match selector {
+                Some(selector) => {
+                    let query = form_urlencoded::Serializer::new(String::new())
+                        .append_pair("labelSelector", selector)
+                        .finish();
+                    format!("{path}?{query}")
+                }
+                None => path,
+            };
             let table = match what {
-                Top::Nodes { name } => {
+                Top::Nodes { name, selector } => {
                     let path = match &name {
                         Some(name) => format!("{API}/nodes/{name}"),
-                        None => format!("{API}/nodes"),
+                        None => selected(format!("{API}/nodes"), &selector),
                     };
                     let nodes = items(client.get(&path).await?);
                     let rows = nodes
@@ -540,6 +568,9 @@ async fn run(args: Args) -> Result<()> {
                             (vec![name], &n["usage"])
                         })
                         .collect::<Vec<_>>();
+                    if rows.is_empty() && selector.is_some() {
+                        anyhow::bail!("No resources found");
+                    }
                     if rows.is_empty() {
                         anyhow::bail!("metrics not available yet");
                     }
@@ -550,11 +581,14 @@ async fn run(args: Args) -> Result<()> {
                     namespace,
                     all_namespaces,
                     containers,
+                    selector,
                 } => {
                     let path = match (&name, all_namespaces) {
                         (Some(name), _) => format!("{API}/namespaces/{namespace}/pods/{name}"),
-                        (None, true) => format!("{API}/pods"),
-                        (None, false) => format!("{API}/namespaces/{namespace}/pods"),
+                        (None, true) => selected(format!("{API}/pods"), &selector),
+                        (None, false) => {
+                            selected(format!("{API}/namespaces/{namespace}/pods"), &selector)
+                        }
                     };
                     let pods = items(client.get(&path).await?);
                     if pods.is_empty() {

@@ -1549,6 +1549,8 @@ spec:
 kind: Pod
 metadata:
   name: burner
+  labels:
+    app: burner
 spec:
   nodeName: {}
   terminationGracePeriodSeconds: 1
@@ -1603,6 +1605,21 @@ spec:
         ok && listed.lines().any(|l| l.starts_with("burner ")),
         "{listed}"
     );
+    // By label, as kubectl top pod -l (and an autoscaler's selector) asks.
+    let (ok, selected) = kubectl(
+        &cluster.kubeconfig,
+        &["top", "pod", "-n", ns, "-l", "app=burner"],
+    );
+    println!("kubectl top pod -l app=burner:\n{selected}");
+    assert!(
+        ok && selected.lines().any(|l| l.starts_with("burner ")),
+        "{selected}"
+    );
+    let (_, none) = kubectl(
+        &cluster.kubeconfig,
+        &["top", "pod", "-n", ns, "-l", "app=nothing"],
+    );
+    assert!(!none.contains("burner"), "{none}");
 
     // A node of the cluster's own (no edge label): its kubelet read through
     // the API server's node proxy, listed beside the edge node.
@@ -1634,6 +1651,26 @@ spec:
         .find(|l| l.starts_with(&kubelet.node))
         .unwrap_or_default();
     assert_eq!(top_millicores(cloud_line), Some(250), "{listed}");
+    // Nodes by label: the edge node's labels from cloudcore's state, the
+    // cluster node's from the API server.
+    let (ok, edge_only) = kubectl(
+        &cluster.kubeconfig,
+        &["top", "node", "-l", "node-role.kubernetes.io/edge"],
+    );
+    println!("kubectl top node -l node-role.kubernetes.io/edge:\n{edge_only}");
+    assert!(
+        ok && edge_only.lines().any(|l| l.starts_with(&cluster.node)),
+        "{edge_only}"
+    );
+    assert!(!edge_only.contains(&kubelet.node), "{edge_only}");
+    let (ok, cloud_only) = kubectl(
+        &cluster.kubeconfig,
+        &["top", "node", "-l", "!node-role.kubernetes.io/edge"],
+    );
+    assert!(
+        ok && cloud_only.lines().any(|l| l.starts_with(&kubelet.node)),
+        "{cloud_only}"
+    );
     assert!(kubelet.asked() > 0, "the kubelet was never asked");
     drop(kubelet);
 

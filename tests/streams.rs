@@ -515,6 +515,8 @@ fn top_shows_what_edge_pods_and_nodes_use() {
 kind: Pod
 metadata:
   name: burner
+  labels:
+    app: burner
 spec:
   nodeName: {}
   terminationGracePeriodSeconds: 1
@@ -548,6 +550,30 @@ spec:
     assert!(
         ok && containers.contains("burner   burner"),
         "{containers}{err}"
+    );
+
+    // By label: the burner alone; a selector nothing matches, nothing.
+    let (ok, selected, err) = ctl(&rig.admin, &["top", "pods", "-l", "app=burner"]);
+    assert!(ok, "{err}");
+    let names: Vec<&str> = selected
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["burner"], "{selected}");
+    let (ok, _, err) = ctl(&rig.admin, &["top", "pods", "-l", "app in (nothing)"]);
+    assert!(!ok && err.contains("No resources found"), "{err}");
+    let (ok, _, err) = ctl(&rig.admin, &["top", "pods", "-l", "app in nothing"]);
+    assert!(!ok && err.contains("label selector"), "{err}");
+    let (ok, listed, err) = ctl(&rig.admin, &["get", "pods", "-l", "app=burner"]);
+    assert!(ok, "{err}");
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert!(
+        listed
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("burner ")),
+        "{listed}"
     );
 
     // edgehivectl top nodes: the node, with memory in use (its CPU rate

@@ -329,7 +329,10 @@ fn select_event(
             .as_str()
             .unwrap_or_default()
             .to_owned(),
-        object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+        object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
     );
     let (was, is) = (matching.contains(&key), selector.matches_object(object));
     let shown = match kind.as_str() {
@@ -388,14 +391,29 @@ mod tests {
         let mut pass = |line| seen(select_event(&mut matching, &selector, line));
         assert_eq!(pass(event("ADDED", "a", "web")).as_deref(), Some("ADDED a"));
         assert_eq!(pass(event("ADDED", "b", "db")), None);
-        assert_eq!(pass(event("MODIFIED", "a", "web")).as_deref(), Some("MODIFIED a"));
+        assert_eq!(
+            pass(event("MODIFIED", "a", "web")).as_deref(),
+            Some("MODIFIED a")
+        );
         // b comes to match, a stops matching.
-        assert_eq!(pass(event("MODIFIED", "b", "web")).as_deref(), Some("ADDED b"));
-        assert_eq!(pass(event("MODIFIED", "a", "db")).as_deref(), Some("DELETED a"));
+        assert_eq!(
+            pass(event("MODIFIED", "b", "web")).as_deref(),
+            Some("ADDED b")
+        );
+        assert_eq!(
+            pass(event("MODIFIED", "a", "db")).as_deref(),
+            Some("DELETED a")
+        );
         assert_eq!(pass(event("DELETED", "a", "db")), None);
-        assert_eq!(pass(event("DELETED", "b", "web")).as_deref(), Some("DELETED b"));
+        assert_eq!(
+            pass(event("DELETED", "b", "web")).as_deref(),
+            Some("DELETED b")
+        );
         // Bookmarks and errors pass as they are.
         let bookmark = event_line(&json!({"type": "BOOKMARK", "object": {"metadata": {}}}));
-        assert_eq!(select_event(&mut matching, &selector, bookmark.clone()), Some(bookmark));
+        assert_eq!(
+            select_event(&mut matching, &selector, bookmark.clone()),
+            Some(bookmark)
+        );
     }
 }

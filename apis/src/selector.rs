@@ -122,7 +122,10 @@ fn requirement(part: &str) -> Result<Requirement, String> {
         return Ok(Requirement::DoesNotExist(key_of(key.trim())?));
     }
     for (operator, build) in [
-        ("!=", Requirement::NotEquals as fn(String, String) -> Requirement),
+        (
+            "!=",
+            Requirement::NotEquals as fn(String, String) -> Requirement,
+        ),
         ("==", Requirement::Equals),
         ("=", Requirement::Equals),
     ] {
@@ -151,15 +154,20 @@ fn requirement(part: &str) -> Result<Requirement, String> {
     match operator {
         "in" => Ok(Requirement::In(key, values)),
         "notin" => Ok(Requirement::NotIn(key, values)),
-        other => Err(format!("{other:?} is not an operator (in, notin, =, ==, !=)")),
+        other => Err(format!(
+            "{other:?} is not an operator (in, notin, =, ==, !=)"
+        )),
     }
 }
 
 /// A label key: an optional DNS prefix and `/`, then a name.
 fn key_of(key: &str) -> Result<String, String> {
-    let name = key.rsplit_once('/').map_or(key, |(prefix, name)| {
-        if prefix.is_empty() { "" } else { name }
-    });
+    let name = key.rsplit_once('/').map_or(
+        key,
+        |(prefix, name)| {
+            if prefix.is_empty() { "" } else { name }
+        },
+    );
     if name.is_empty() || name.len() > 63 || !name.chars().all(label_char) {
         return Err(format!("{key:?} is not a label key"));
     }
@@ -221,7 +229,11 @@ mod tests {
         let selector = LabelSelector::parse("app=web").expect("parses");
         assert!(selector.matches_object(&json!({"metadata": {"labels": {"app": "web"}}})));
         assert!(!selector.matches_object(&json!({"metadata": {"name": "x"}})));
-        assert!(LabelSelector::parse("").expect("empty").matches_object(&json!({})));
+        assert!(
+            LabelSelector::parse("")
+                .expect("empty")
+                .matches_object(&json!({}))
+        );
     }
 
     #[test]

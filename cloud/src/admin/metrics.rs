@@ -9,13 +9,20 @@
 //! - `GET /apis/metrics.k8s.io/v1beta1/nodes[/{name}]`
 //! - `GET /apis/metrics.k8s.io/v1beta1/pods`,
 //!   `GET /apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods[/{name}]`
+//!
+//! Lists take a `labelSelector` (`kubectl top pod -l app=web`, a
+//! HorizontalPodAutoscaler's selector): the pods' and nodes' labels come
+//! from the desired state, and for the cluster's own pods and nodes from
+//! [`OtherKubelets::labels`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
 use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
+use apis::selector::LabelSelector;
 use apis::streams::StatsKind;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -181,6 +188,18 @@ pub trait OtherKubelets: Send + Sync {
     /// The Summaries of its nodes (`only`: that one's, if it is one of
     /// them), those that answer in time.
     fn summaries<'a>(&'a self, only: Option<&'a str>) -> BoxFuture<'a, Vec<Value>>;
+
+    /// The labels of its objects of `kind` (pods or nodes), by namespace
+    /// and name.
+    fn labels(&self, kind: Kind) -> BoxFuture<'_, HashMap<(String, String), Value>>;
+}
+
+/// The labels of pods and nodes, for selecting metrics by them.
+fn labels_of(object: &Value) -> Value {
+    match &object["metadata"]["labels"] {
+        Value::Object(labels) => Value::Object(labels.clone()),
+        _ => json!({}),
+    }
 }
 
 /// The resource metrics of the nodes linked here, and of `others` if
@@ -197,11 +216,17 @@ impl ResourceMetrics {
         ResourceMetrics { streams, others }
     }
 
-    /// The answer to `query`: a metrics object or list.
-    pub async fn answer(&self, query: &MetricsQuery) -> Result<Value, ApiError> {
+    /// The answer to `query`: a metrics object or list (of those whose
+    /// labels `selector` selects, if given).
+    pub async fn answer(
+        &self,
+        query: &MetricsQuery,
+        selector: Option<&LabelSelector>,
+    ) -> Result<Value, ApiError> {
         match query {
             MetricsQuery::Nodes => {
                 let items = self.all().await?.iter().filter_map(node_metrics).collect();
+                let items = self.selected(Kind::Node, items, selector).await;
                 Ok(list("NodeMetricsList", items))
             }
             MetricsQuery::Node(name) => {
@@ -226,6 +251,7 @@ impl ResourceMetrics {
                     .iter()
                     .flat_map(|s| pod_metrics(s, &keep))
                     .collect();
+                let items = self.selected(Kind::Pod, items, selector).await;
                 Ok(list("PodMetricsList", items))
             }
             MetricsQuery::Pod { namespace, name } => {
@@ -254,6 +280,48 @@ impl ResourceMetrics {
                     .ok_or(ApiError::NotFound(key))
             }
         }
+    }
+
+    /// `items` (metrics of objects of `kind`) with their objects' labels,
+    /// those `selector` selects; as they are without one.
+    async fn selected(
+        &self,
+        kind: Kind,
+        mut items: Vec<Value>,
+        selector: Option<&LabelSelector>,
+    ) -> Vec<Value> {
+        let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+            return items;
+        };
+        let key_of = |item: &Value| {
+            let metadata = &item["metadata"];
+            (
+                metadata["namespace"].as_str().unwrap_or("").to_owned(),
+                metadata["name"].as_str().unwrap_or("").to_owned(),
+            )
+        };
+        let mut unknown = false;
+        for item in &mut items {
+            let (namespace, name) = key_of(item);
+            match self
+                .streams
+                .store()
+                .get(&ObjectKey::new(kind, namespace, name))
+            {
+                Ok(Some(object)) => item["metadata"]["labels"] = labels_of(&object),
+                _ => unknown = true,
+            }
+        }
+        if unknown && let Some(others) = &self.others {
+            let labels = others.labels(kind).await;
+            for item in &mut items {
+                if let Some(found) = labels.get(&key_of(item)) {
+                    item["metadata"]["labels"] = found.clone();
+                }
+            }
+        }
+        items.retain(|item| selector.matches_object(item));
+        items
     }
 
     /// Every node's Summary that answers.
@@ -328,7 +396,17 @@ async fn answer(
 ) -> Result<HttpResponse, ApiError> {
     let query = MetricsQuery::from_path(request.path())
         .ok_or_else(|| ApiError::BadRequest(format!("no such metrics: {}", request.path())))?;
-    Ok(HttpResponse::Ok().json(metrics.answer(&query).await?))
+    let selector = label_selector(request.query_string())?;
+    Ok(HttpResponse::Ok().json(metrics.answer(&query, selector.as_ref()).await?))
+}
+
+/// The `labelSelector` of a query string, if there is one.
+pub fn label_selector(query: &str) -> Result<Option<LabelSelector>, ApiError> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "labelSelector")
+        .map(|(_, text)| LabelSelector::parse(&text))
+        .transpose()
+        .map_err(|err| ApiError::BadRequest(err.to_string()))
 }
 
 #[cfg(test)]

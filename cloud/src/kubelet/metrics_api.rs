@@ -256,7 +256,12 @@ async fn serve(
         }
     }
     debug!(user = %caller.user, %path, "metrics API request");
-    match served.metrics.answer(&query).await {
+    let selector = match crate::admin::metrics::label_selector(request.uri().query().unwrap_or(""))
+    {
+        Ok(selector) => selector,
+        Err(err) => return api_error(&err),
+    };
+    match served.metrics.answer(&query, selector.as_ref()).await {
         Ok(answer) => json_response(&answer),
         Err(err) => api_error(&err),
     }
@@ -349,6 +354,53 @@ impl crate::admin::metrics::OtherKubelets for ClusterKubelets {
                 .await
                 .into_iter()
                 .flatten()
+                .collect()
+        })
+    }
+
+    fn labels(
+        &self,
+        kind: apis::Kind,
+    ) -> futures_util::future::BoxFuture<'_, std::collections::HashMap<(String, String), Value>>
+    {
+        use k8s_openapi::api::core::v1::{Node, Pod};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        Box::pin(async move {
+            let params = kube::api::ListParams::default();
+            let listing = async {
+                let metadata: Result<Vec<ObjectMeta>, kube::Error> = match kind {
+                    apis::Kind::Node => kube::Api::<Node>::all(self.client.clone())
+                        .list_metadata(&params)
+                        .await
+                        .map(|list| list.items.into_iter().map(|o| o.metadata).collect()),
+                    _ => kube::Api::<Pod>::all(self.client.clone())
+                        .list_metadata(&params)
+                        .await
+                        .map(|list| list.items.into_iter().map(|o| o.metadata).collect()),
+                };
+                metadata
+            };
+            let listed =
+                match tokio::time::timeout(crate::admin::metrics::NODE_TIMEOUT, listing).await {
+                    Ok(Ok(listed)) => listed,
+                    Ok(Err(err)) => {
+                        warn!(error = %err, "the cluster's labels could not be listed");
+                        Vec::new()
+                    }
+                    Err(_) => {
+                        warn!("the cluster's labels were not listed in time");
+                        Vec::new()
+                    }
+                };
+            listed
+                .into_iter()
+                .map(|meta| {
+                    let key = (
+                        meta.namespace.unwrap_or_default(),
+                        meta.name.unwrap_or_default(),
+                    );
+                    (key, json!(meta.labels.unwrap_or_default()))
+                })
                 .collect()
         })
     }
