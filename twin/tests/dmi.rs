@@ -566,3 +566,107 @@ async fn a_mapper_that_hangs_or_dies_mid_call_delays_no_other_and_loses_nothing(
     edge.shutdown().await;
     cloud.shutdown().await;
 }
+
+/// Reads one HTTP/2 frame: type, flags, stream, payload.
+async fn read_frame(stream: &mut tokio::net::UnixStream) -> (u8, u8, u32, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut header = [0u8; 9];
+    tokio::time::timeout(WAIT, stream.read_exact(&mut header))
+        .await
+        .expect("a frame in time")
+        .expect("a frame");
+    let length =
+        (usize::from(header[0]) << 16) | (usize::from(header[1]) << 8) | usize::from(header[2]);
+    let mut payload = vec![0u8; length];
+    stream.read_exact(&mut payload).await.expect("its payload");
+    let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+    (header[3], header[4], id, payload)
+}
+
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + payload.len());
+    let length = payload.len();
+    out.extend_from_slice(&[
+        (length >> 16) as u8,
+        (length >> 8) as u8,
+        length as u8,
+        kind,
+        flags,
+    ]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A mapper dialing as KubeEdge's Go mapper-framework does (grpc-go given
+/// the socket's path) names the path as the request's `:authority`; the
+/// edge serves it. The request is written frame by frame here, as grpc-go
+/// writes it, since Rust's HTTP/2 clients refuse to send such an authority.
+#[actix::test]
+async fn a_mapper_naming_the_socket_path_as_authority_as_go_does_is_served() {
+    use prost::Message as _;
+    use tokio::io::AsyncWriteExt;
+    let cloud = Cloud::start().await;
+    let edge = Edge::start(&cloud, NODE).await;
+    let _twins = DeviceTwin::start(&edge.hive, DeviceTwinConfig::new(NODE)).expect("devicetwin");
+    let dir = tempfile::tempdir().expect("dir");
+    let socket = dir.path().join("dmi.sock");
+    let dmi = twin::dmi::server::start(&edge.hive, twin::dmi::DmiConfig::new(&socket))
+        .expect("DMI server");
+
+    let mut stream = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let path = socket.to_string_lossy().into_owned();
+    let mut encoder = hpack::Encoder::new();
+    let headers: Vec<(&[u8], &[u8])> = vec![
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", b"/v1beta1.DeviceManagerService/MapperRegister"),
+        (b":authority", path.as_bytes()),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (b"user-agent", b"grpc-go/1.70.0"),
+    ];
+    let block = encoder.encode(headers);
+    let request = mapper("gomapper", false, &dir.path().join("go.sock")).encode_to_vec();
+    let mut message = vec![0u8];
+    message.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    message.extend_from_slice(&request);
+    let mut written = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    written.extend(h2_frame(0x4, 0, 0, &[]));
+    written.extend(h2_frame(0x1, 0x4, 1, &block));
+    written.extend(h2_frame(0x0, 0x1, 1, &message));
+    stream.write_all(&written).await.expect("the request");
+
+    // The answer: response headers, the message, trailers with
+    // grpc-status 0 (not a RST_STREAM with PROTOCOL_ERROR).
+    let mut decoder = hpack::Decoder::new();
+    let mut status = None;
+    while status.is_none() {
+        let (kind, flags, id, payload) = read_frame(&mut stream).await;
+        match kind {
+            0x4 if flags & 0x1 == 0 => {
+                stream
+                    .write_all(&h2_frame(0x4, 0x1, 0, &[]))
+                    .await
+                    .expect("settings acked");
+            }
+            0x3 => panic!("stream {id} reset: error code {payload:?}"),
+            0x7 => panic!("connection closed (GOAWAY): {payload:?}"),
+            0x1 => {
+                for (name, value) in decoder.decode(&payload).expect("the server's headers") {
+                    if name == b"grpc-status" {
+                        status = Some(String::from_utf8_lossy(&value).into_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(status.as_deref(), Some("0"));
+    let mappers = dmi.mappers.lock().expect("registry").clone();
+    assert!(mappers.contains_key("gomapper"), "{:?}", mappers.keys());
+    edge.shutdown().await;
+    cloud.shutdown().await;
+}

@@ -9,8 +9,11 @@
 //!   reports as devicetwin takes them (its MQTT payloads), plain code;
 //! - [`server`]: the edge's `DeviceManagerService` on a Unix socket;
 //! - [`dispatch`]: the cloud's device and model changes to the mapper of
-//!   their protocol (`DeviceMapperService` calls).
+//!   their protocol (`DeviceMapperService` calls);
+//! - [`authority`]: Go's gRPC clients, which name a Unix socket's path as
+//!   the request's authority, taken by the servers on either side.
 
+pub mod authority;
 pub mod convert;
 pub mod dispatch;
 pub mod server;
@@ -47,12 +50,17 @@ pub async fn dial(
         .await
 }
 
-/// The connections `listener` accepts, as tonic's server takes them.
+/// The connections `listener` accepts, as tonic's server takes them, a
+/// socket path given as a request's authority taken too
+/// ([`authority::LenientAuthority`]).
 pub fn incoming(
     listener: tokio::net::UnixListener,
-) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::UnixStream>> {
+) -> impl futures_util::Stream<Item = std::io::Result<authority::LenientAuthority>> {
     futures_util::stream::unfold(listener, |listener| async move {
-        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        let accepted = listener
+            .accept()
+            .await
+            .map(|(stream, _)| authority::LenientAuthority::new(stream));
         Some((accepted, listener))
     })
 }
