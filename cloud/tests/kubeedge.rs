@@ -703,7 +703,9 @@ async fn a_kubeedge_edges_twin_hears_of_devices_bound_and_deleted_while_linked()
             seen.push(format!("+{id}"));
             updates.push(content);
         } else {
-            assert_eq!(route["source"], "edgecontroller", "{frame}");
+            // As KubeEdge's: its edge's metamanager passes devices and
+            // models to its devicetwin only from the devicecontroller.
+            assert_eq!(route["source"], "devicecontroller", "{frame}");
             seen.push(format!(
                 "{} {}",
                 route["operation"].as_str().unwrap_or_default(),

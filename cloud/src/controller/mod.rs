@@ -901,13 +901,15 @@ impl Controller {
         version: u64,
     ) -> bool {
         let resource = key.on_node(node).to_string();
+        // Devices and models come from the devicecontroller, as in
+        // KubeEdge: a KubeEdge edge's metamanager hands an object to its
+        // devicetwin (and so to the DMI mappers) only from that source.
+        let source = match key.resource_type.as_str() {
+            resource_type::DEVICE | resource_type::DEVICE_MODEL => module::DEVICECONTROLLER,
+            _ => module::EDGECONTROLLER,
+        };
         let msg = HiveMessage::new()
-            .build_router(
-                module::EDGECONTROLLER,
-                group::RESOURCE,
-                resource,
-                op.operation(),
-            )
+            .build_router(source, group::RESOURCE, resource, op.operation())
             .with_resource_version(version.to_string())
             .with_content(object.clone());
         let refused = match self
