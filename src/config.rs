@@ -742,7 +742,7 @@ pub struct EdgeHubSection {
 }
 
 /// metamanager's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MetaManagerSection {
     /// MetaServer.
@@ -902,14 +902,6 @@ impl Default for EdgeHubSection {
             dialect: hub::Dialect::Native,
             http_server: None,
             certificate_dir: PathBuf::new(),
-        }
-    }
-}
-
-impl Default for MetaManagerSection {
-    fn default() -> Self {
-        MetaManagerSection {
-            meta_server: MetaServerSection::default(),
         }
     }
 }
