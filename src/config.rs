@@ -1003,6 +1003,12 @@ impl Check for EdgeCoreConfig {
                     meta_server.address
                 ));
             }
+            if meta_server.require_authorization && hub.dialect == hub::Dialect::KubeEdge {
+                return Err(
+                    "modules.metaManager.metaServer.requireAuthorization: reviews go to an edgehive cloud; a KubeEdge cloud (modules.edgeHub.dialect: kubeedge) does not answer them"
+                        .to_owned(),
+                );
+            }
             if meta_server.tls_cert_file.as_os_str().is_empty()
                 != meta_server.tls_private_key_file.as_os_str().is_empty()
             {
