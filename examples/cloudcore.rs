@@ -28,7 +28,7 @@ use cloud::controller::{DeliveryCursors, KubeletEndpoint};
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
 use cloud::kubelet::KubeletApiConfig;
 use cloud::kubelet::metrics_api::{ClusterKubelets, MetricsApiConfig, published_front_proxy};
-use cloud::kubelet::review::SubjectAccessReviews;
+use cloud::kubelet::review::{SubjectAccessReviews, TokenAccess, TokenReviews};
 use cloud::ledger::StoredLedger;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
@@ -816,6 +816,16 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         claims: claims.as_ref().map(Claims::holders),
         sweep_every: Duration::from_secs(2 * settings.replicas.claim_ttl_seconds),
         kubelet_endpoint: kubelet_api.as_ref().map(|(endpoint, _)| endpoint.clone()),
+        // Edges' MetaServers with requireAuthorization: tokens reviewed by
+        // the API server (TokenReview, then SubjectAccessReview), with
+        // cloudcore's credentials. Elsewhere no token is anyone.
+        token_access: match &desired {
+            Desired::Kubernetes(store) => Some(TokenAccess {
+                authenticator: Arc::new(TokenReviews::new(store.client().clone())),
+                authorizer: Arc::new(SubjectAccessReviews::new(store.client().clone())),
+            }),
+            _ => None,
+        },
         ..ControllerConfig::default()
     };
     let controller = EdgeController::start(&hive, desired.shared(), controller_config)?;

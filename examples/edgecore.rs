@@ -100,10 +100,16 @@ struct Run {
     #[arg(long)]
     certs: Option<String>,
     /// MetaServer listen address: the edge's objects for local
-    /// applications, secrets included, so keep it on loopback; "off" for
-    /// none (modules.metaManager.metaServer).
+    /// applications, secrets included, so on loopback unless
+    /// --metaserver-require-authorization; "off" for none
+    /// (modules.metaManager.metaServer).
     #[arg(long)]
     metaserver: Option<String>,
+    /// MetaServer takes service account tokens and serves what their
+    /// accounts may read, as the cloud decides (beyond loopback: TLS with
+    /// the node's certificate) (modules.metaManager.metaServer.requireAuthorization).
+    #[arg(long)]
+    metaserver_require_authorization: bool,
     /// The CRI runtime's socket (containerd); "off" runs no pods
     /// (modules.edged.criSocket, modules.edged.enable).
     #[arg(long)]
@@ -173,6 +179,9 @@ impl Run {
             hub.http_server = self.certs;
         }
         modules.meta_manager.meta_server.apply_flag(self.metaserver);
+        if self.metaserver_require_authorization {
+            modules.meta_manager.meta_server.require_authorization = true;
+        }
         match self.cri_socket.as_deref() {
             None => {}
             Some("off") => modules.edged.enable = false,
@@ -327,6 +336,40 @@ enum Mqtt {
     External(String),
 }
 
+/// MetaServer's TLS beyond loopback: the certificate the settings name,
+/// else a self-signed one kept in the certificate directory (a node's own
+/// certificate authenticates it as a client only).
+fn metaserver_tls(
+    settings: &EdgeCoreConfig,
+    node: &str,
+    address: &str,
+) -> Result<Arc<meta::metaserver::TlsConfig>> {
+    let section = &settings.modules.meta_manager.meta_server;
+    let (chain, key) = if section.tls_cert_file.as_os_str().is_empty() {
+        let mut names = vec![node.to_owned(), "localhost".to_owned()];
+        if let Some((host, _)) = address.rsplit_once(':') {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let every = host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_unspecified());
+            if !every && !host.is_empty() {
+                names.push(host.to_owned());
+            }
+        }
+        hub::certs::metaserver_identity(&settings.certificate_dir(), &names)
+            .context("MetaServer's serving certificate")?
+    } else {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path)
+                .with_context(|| format!("modules.metaManager.metaServer: {}", path.display()))
+        };
+        let chain = tls::certs_from_pem(&read(&section.tls_cert_file)?)?;
+        let key = tls::key_from_pem(&read(&section.tls_private_key_file)?)?;
+        (chain, key)
+    };
+    Ok(tls::server_config(chain, key, None)?)
+}
+
 async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> {
     let data_dir = settings.data_dir.clone();
     let modules = &settings.modules;
@@ -433,8 +476,33 @@ async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> 
     let metaserver = match modules.meta_manager.meta_server.enabled() {
         None => None,
         Some(address) => {
-            let server = MetaServer::start(store.clone(), address).context("metaserver")?;
-            tracing::info!(address = %server.address, "metaserver ready");
+            let section = &modules.meta_manager.meta_server;
+            let authorization = match section.require_authorization {
+                false => None,
+                true => {
+                    let tls = match meta::metaserver::is_loopback(address) {
+                        true => None,
+                        false => Some(metaserver_tls(&settings, &config.node, address)?),
+                    };
+                    Some(meta::Authorization {
+                        reviewer: Arc::new(meta::access::HubReviewer::new(
+                            hive.clone(),
+                            Duration::from_secs(10),
+                        )),
+                        limits: meta::access::DecisionLimits::default(),
+                        tls,
+                    })
+                }
+            };
+            let tls = authorization.as_ref().is_some_and(|a| a.tls.is_some());
+            let server =
+                MetaServer::serve(store.clone(), address, authorization).context("metaserver")?;
+            tracing::info!(
+                address = %server.address,
+                require_authorization = section.require_authorization,
+                tls,
+                "metaserver ready"
+            );
             Some(server)
         }
     };

@@ -699,7 +699,8 @@ pub struct EdgeModules {
     /// edgehub: the link to the cloud.
     pub edge_hub: EdgeHubSection,
     /// metamanager and its MetaServer (the edge's objects for local
-    /// applications, secrets included: keep it on loopback).
+    /// applications, secrets included: on loopback, or with
+    /// `requireAuthorization`).
     pub meta_manager: MetaManagerSection,
     /// edged: pods on a CRI runtime.
     pub edged: EdgedSection,
@@ -741,11 +742,66 @@ pub struct EdgeHubSection {
 }
 
 /// metamanager's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MetaManagerSection {
     /// MetaServer.
-    pub meta_server: Listener,
+    pub meta_server: MetaServerSection,
+}
+
+/// MetaServer's settings (KubeEdge's `modules.metaManager.metaServer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MetaServerSection {
+    /// Whether it runs.
+    pub enable: bool,
+    /// host:port (KubeEdge's `server`, without its scheme).
+    #[serde(alias = "server")]
+    pub address: String,
+    /// Off (KubeEdge's default): no authentication, so on a loopback
+    /// address only. On: a request with a service account token
+    /// (`Authorization: Bearer`) may read what that account may, as the
+    /// cloud's kube-apiserver decides (Kubernetes mode; the embedded
+    /// cloud refuses every token); a request without one is served to
+    /// loopback peers only; beyond loopback MetaServer speaks TLS with the
+    /// node's certificate (signed by the cloud's CA).
+    pub require_authorization: bool,
+    /// With `requireAuthorization` beyond loopback: the serving
+    /// certificate (PEM, KubeEdge's key). Empty: a self-signed one made at
+    /// first start, `<certificateDir>/metaserver.crt` (clients trust it).
+    pub tls_cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub tls_private_key_file: PathBuf,
+}
+
+impl MetaServerSection {
+    /// Applies a command-line flag, as [`Listener::apply_flag`] does.
+    pub fn apply_flag(&mut self, flag: Option<String>) {
+        let mut listener = Listener {
+            enable: self.enable,
+            address: std::mem::take(&mut self.address),
+        };
+        listener.apply_flag(flag);
+        self.enable = listener.enable;
+        self.address = listener.address;
+    }
+
+    /// Its address, when it runs.
+    pub fn enabled(&self) -> Option<&str> {
+        self.enable.then_some(self.address.as_str())
+    }
+}
+
+impl Default for MetaServerSection {
+    fn default() -> Self {
+        MetaServerSection {
+            enable: true,
+            address: meta::metaserver::DEFAULT_ADDRESS.to_owned(),
+            require_authorization: false,
+            tls_cert_file: PathBuf::new(),
+            tls_private_key_file: PathBuf::new(),
+        }
+    }
 }
 
 /// edged's settings.
@@ -850,14 +906,6 @@ impl Default for EdgeHubSection {
     }
 }
 
-impl Default for MetaManagerSection {
-    fn default() -> Self {
-        MetaManagerSection {
-            meta_server: Listener::on(meta::metaserver::DEFAULT_ADDRESS),
-        }
-    }
-}
-
 impl Default for EdgedSection {
     fn default() -> Self {
         EdgedSection {
@@ -941,11 +989,36 @@ impl Check for EdgeCoreConfig {
                 &bus.mqtt_server_external,
             )?;
         }
-        for (key, listener) in [
-            (
+        let meta_server = &self.modules.meta_manager.meta_server;
+        if meta_server.enable {
+            check_host_port(
                 "modules.metaManager.metaServer.address",
-                &self.modules.meta_manager.meta_server,
-            ),
+                &meta_server.address,
+            )?;
+            if !meta_server.require_authorization
+                && !meta::metaserver::is_loopback(&meta_server.address)
+            {
+                return Err(format!(
+                    "modules.metaManager.metaServer.requireAuthorization: false serves every object the edge holds, secrets included, to whoever reaches it, so only on a loopback address, not {:?}",
+                    meta_server.address
+                ));
+            }
+            if meta_server.require_authorization && hub.dialect == hub::Dialect::KubeEdge {
+                return Err(
+                    "modules.metaManager.metaServer.requireAuthorization: reviews go to an edgehive cloud; a KubeEdge cloud (modules.edgeHub.dialect: kubeedge) does not answer them"
+                        .to_owned(),
+                );
+            }
+            if meta_server.tls_cert_file.as_os_str().is_empty()
+                != meta_server.tls_private_key_file.as_os_str().is_empty()
+            {
+                return Err(
+                    "modules.metaManager.metaServer: tlsCertFile and tlsPrivateKeyFile go together"
+                        .to_owned(),
+                );
+            }
+        }
+        for (key, listener) in [
             ("modules.edged.server.address", &self.modules.edged.server),
             ("modules.metrics.address", &self.modules.metrics),
         ] {
@@ -981,6 +1054,29 @@ mod tests {
         assert_eq!(edge.modules.edge_hub.transport, "quic");
         assert_eq!(edge.modules.edge_hub.keepalive_interval, 15);
         assert!(edge.modules.edged.enable);
+    }
+
+    #[test]
+    fn metaserver_without_authorization_stays_on_loopback() {
+        let edge = EdgeCoreConfig::default();
+        assert!(!edge.modules.meta_manager.meta_server.require_authorization);
+        let open = parse::<EdgeCoreConfig>(
+            "modules:\n  metaManager:\n    metaServer:\n      server: 0.0.0.0:10550\n",
+        )
+        .expect_err("refused");
+        assert!(
+            open.contains("modules.metaManager.metaServer.requireAuthorization")
+                && open.contains("0.0.0.0:10550"),
+            "{open}"
+        );
+        let authorized: EdgeCoreConfig = parse(
+            "modules:\n  metaManager:\n    metaServer:\n      address: 0.0.0.0:10550\n      requireAuthorization: true\n",
+        )
+        .expect("with authorization, anywhere");
+        assert_eq!(
+            authorized.modules.meta_manager.meta_server.address,
+            "0.0.0.0:10550"
+        );
     }
 
     #[test]

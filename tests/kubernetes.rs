@@ -1781,3 +1781,204 @@ fn cluster_signed_identity(kubeconfig: &str, user: &str) -> transports::tls::Ide
     let key = transports::tls::key_from_pem(key.serialize_pem().as_bytes()).expect("the key");
     (chain, key)
 }
+
+/// `GET path` on an edge's MetaServer with `token` as a bearer token if
+/// given: the status code and the body as JSON (Null if it is not).
+fn metaserver_get(metaserver: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut stream = std::net::TcpStream::connect(metaserver).expect("MetaServer");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.0\r\nHost: edge\r\n{authorization}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("request");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (code, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// KubeEdge's `requireAuthorization`: an edge application with a service
+/// account token reads from the edge's MetaServer what RBAC lets that
+/// account read (kube-apiserver's TokenReview and SubjectAccessReview,
+/// asked by cloudcore for the node), is refused the rest (403) and a bad
+/// token (401); without a token, loopback is served as before. With the
+/// cloud gone, kept decisions still answer and a new one is 503.
+#[test]
+fn metaserver_serves_a_service_account_what_rbac_allows() {
+    let Some(kubeconfig) = kubeconfig("metaserver_serves_a_service_account_what_rbac_allows")
+    else {
+        return;
+    };
+    let mut cluster = Cluster::start_with(kubeconfig, "metaauth", "native", false);
+    // The edge again, now with requireAuthorization.
+    drop(cluster.edge.take());
+    cluster
+        .edge_args
+        .push("--metaserver-require-authorization".to_owned());
+    cluster.start_edge();
+    let ns = cluster.namespace.clone();
+    let kc = cluster.kubeconfig.clone();
+    let node = cluster.node.clone();
+    let ready = cluster
+        .edge
+        .as_ref()
+        .expect("edge")
+        .wait_for("metaserver ready", Duration::from_secs(30));
+    assert!(ready.contains("require_authorization=true"), "{ready}");
+    cluster
+        .edge
+        .as_ref()
+        .expect("edge")
+        .wait_for("connected to the cloud", Duration::from_secs(30));
+
+    // A service account that may get and list configmaps in the namespace.
+    for args in [
+        vec!["create", "serviceaccount", "reader", "-n", &ns],
+        vec![
+            "create",
+            "role",
+            "configmap-reader",
+            "--verb=get,list",
+            "--resource=configmaps",
+            "-n",
+            &ns,
+        ],
+        vec![
+            "create",
+            "rolebinding",
+            "configmap-reader",
+            "--role=configmap-reader",
+            &format!("--serviceaccount={ns}:reader"),
+            "-n",
+            &ns,
+        ],
+    ] {
+        let (ok, out) = kubectl(&kc, &args);
+        assert!(ok || out.contains("AlreadyExists"), "{out}");
+    }
+    // Its token, from the API server's TokenRequest.
+    let (ok, token) = kubectl(&kc, &["create", "token", "reader", "-n", &ns]);
+    assert!(ok, "{token}");
+    let token = token.trim().to_owned();
+
+    // A configmap and a secret the edge holds: a pod bound to it names
+    // both.
+    cluster.apply(&format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  mode: edge
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: keys
+stringData:
+  key: hidden
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reader-app
+spec:
+  nodeName: {node}
+  serviceAccountName: reader
+  automountServiceAccountToken: false
+  containers:
+  - name: app
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sleep, \"3600\"]
+    envFrom:
+    - configMapRef:
+        name: settings
+    - secretRef:
+        name: keys
+"
+    ));
+    let configmap = format!("/api/v1/namespaces/{ns}/configmaps/settings");
+    let secret = format!("/api/v1/namespaces/{ns}/secrets/keys");
+    // Without a token, from loopback: served as before.
+    until("the configmap and the secret at the edge", || {
+        let (code, object) = metaserver_get(&cluster.metaserver, &configmap, None);
+        let (secret_code, _) = metaserver_get(&cluster.metaserver, &secret, None);
+        (code == 200 && object["data"]["mode"] == "edge" && secret_code == 200).then_some(())
+    });
+
+    // With the token: what RBAC allows. (edgehub logs its connection a
+    // moment before it takes questions; until then a review gets 503.)
+    let (code, object) = until("a review answered by the cloud", || {
+        let (code, object) = metaserver_get(&cluster.metaserver, &configmap, Some(&token));
+        (code != 503).then_some((code, object))
+    });
+    assert_eq!(code, 200, "{object}");
+    assert_eq!(object["data"]["mode"], "edge");
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    let (code, listed) = metaserver_get(&cluster.metaserver, &list, Some(&token));
+    assert_eq!(code, 200, "{listed}");
+    assert_eq!(listed["kind"], "ConfigMapList");
+    // Not a secret: 403, as kube-apiserver words it.
+    let (code, status) = metaserver_get(&cluster.metaserver, &secret, Some(&token));
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "Forbidden");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("system:serviceaccount:{ns}:reader"))
+            && message.contains("secrets"),
+        "{message}"
+    );
+    // Not a watch either (the role grants get and list only).
+    let (code, _) = metaserver_get(
+        &cluster.metaserver,
+        &format!("{list}?watch=true"),
+        Some(&token),
+    );
+    assert_eq!(code, 403);
+    // A token the API server did not issue: 401.
+    let (code, status) = metaserver_get(&cluster.metaserver, &configmap, Some("not-a-token"));
+    assert_eq!(code, 401, "{status}");
+    assert_eq!(status["reason"], "Unauthorized");
+    println!("allowed 200, secret 403 ({message}), bad token 401, no token on loopback 200");
+    // Tokens are never logged, at the edge or in the cloud.
+    let logged = |process: &Option<Process>| {
+        process
+            .as_ref()
+            .map(Process::take_lines)
+            .unwrap_or_default()
+    };
+    let lines = [logged(&cluster.edge), logged(&cluster.cloud)].concat();
+    assert!(
+        !lines
+            .iter()
+            .any(|line| line.contains(&token) || line.contains("not-a-token")),
+        "a token in the logs"
+    );
+
+    // The cloud gone: the kept decision answers, a new question cannot.
+    drop(cluster.cloud.take());
+    let (code, _) = metaserver_get(&cluster.metaserver, &configmap, Some(&token));
+    assert_eq!(code, 200);
+    let (code, status) = metaserver_get(
+        &cluster.metaserver,
+        &format!("/api/v1/namespaces/{ns}/pods"),
+        Some(&token),
+    );
+    assert_eq!(code, 503, "{status}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("authorization needs the cloud"),
+        "{message}"
+    );
+    println!("cloud gone: kept decision 200, new question 503 ({message})");
+}

@@ -11,10 +11,13 @@
 //!   the edge's devicetwin publishes and the cloud answers a KubeEdge
 //!   edge's twin sync in;
 //! - [`selector`]: label selectors, as lists take them;
+//! - [`access`]: what a request asks (verb, resource, namespace, name),
+//!   and the review an edge asks of the cloud for an application's token;
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike.
 
+pub mod access;
 pub mod api;
 pub mod defaults;
 pub mod devices;

@@ -70,6 +70,9 @@ pub mod resource_type {
     /// A service account token the cloud issued for a pod (a
     /// `TokenRequest` with its status), for the pod's projected volume.
     pub const SERVICE_ACCOUNT_TOKEN: &str = "serviceaccounttoken";
+    /// A MetaServer's question to the cloud: may this service account
+    /// token do what an edge application asks (`apis::access`)?
+    pub const ACCESS_REVIEW: &str = "accessreview";
     /// A device.
     pub const DEVICE: &str = "device";
     /// A device model.

@@ -1,14 +1,22 @@
 //! MetaServer: a local, Kubernetes-shaped HTTP API over the edge store, for
 //! applications on the edge node. It lists, gets and watches pods,
 //! configmaps, secrets, services, endpoints and nodes from what the edge
-//! holds, so it answers with the cloud unreachable. It listens on
-//! 127.0.0.1 unless told otherwise: it serves secrets, and anything that can
-//! reach it can read them.
+//! holds, so it answers with the cloud unreachable. Without
+//! authorization it listens on loopback only (it serves secrets, and
+//! anything that can reach it can read them). With authorization
+//! (KubeEdge's `requireAuthorization`, see [`crate::access`]) a request
+//! with a service account token may read what that account may, as the
+//! cloud's kube-apiserver decides; beyond loopback such a server speaks
+//! TLS only, and a request without a token is served to loopback peers
+//! only.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 
-use actix_web::dev::ServerHandle;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
 use actix_web::web::Bytes;
 use actix_web::{App, HttpServer, web};
 use futures_util::StreamExt;
@@ -19,6 +27,7 @@ use tracing::warn;
 
 use beehive::constants::resource_type;
 
+use crate::access::{AccessReviewer, DecisionLimits, Gate};
 use crate::store::{EdgeStore, StoreChange, StoreError};
 use apis::api::{self, ApiError, EventStream, ObjectSource};
 use apis::kinds::{Change, Kind, ObjectKey};
@@ -40,30 +49,143 @@ impl MetaServerHandle {
     }
 }
 
+/// Why MetaServer does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaServerError {
+    /// Without authorization it serves anyone who reaches it.
+    #[error(
+        "MetaServer without requireAuthorization serves every object the edge holds, secrets included, to whoever reaches it, so only on a loopback address, not {0:?}"
+    )]
+    NotLoopback(String),
+    /// Beyond loopback, bearer tokens must not cross the network in clear.
+    #[error("MetaServer on {0:?}, beyond loopback, takes bearer tokens: it needs TLS")]
+    NoTls(String),
+    /// The address cannot be listened on.
+    #[error("MetaServer on {address}: {source}")]
+    Bind {
+        /// The address asked for.
+        address: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The TLS settings MetaServer serves with.
+pub use rustls::ServerConfig as TlsConfig;
+
+/// MetaServer with authorization (KubeEdge's `requireAuthorization`).
+pub struct Authorization {
+    /// Who reviews a token's request (the cloud, over the hub link).
+    pub reviewer: Arc<dyn AccessReviewer>,
+    /// How long decisions are kept.
+    pub limits: DecisionLimits,
+    /// TLS: needed beyond loopback, optional on it.
+    pub tls: Option<Arc<TlsConfig>>,
+}
+
+/// Whether every address `address` resolves to is a loopback address.
+pub fn is_loopback(address: &str) -> bool {
+    match address.to_socket_addrs() {
+        Ok(addresses) => {
+            let addresses: Vec<SocketAddr> = addresses.collect();
+            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
 /// The edge's local API.
 pub struct MetaServer;
 
 impl MetaServer {
-    /// Serves `store` on `address` (e.g. [`DEFAULT_ADDRESS`]); must run
-    /// inside an actix System.
-    pub fn start(store: EdgeStore, address: &str) -> std::io::Result<MetaServerHandle> {
+    /// Serves `store` on `address` (e.g. [`DEFAULT_ADDRESS`], a loopback
+    /// address) without authorization; must run inside an actix System.
+    pub fn start(store: EdgeStore, address: &str) -> Result<MetaServerHandle, MetaServerError> {
+        MetaServer::serve(store, address, None)
+    }
+
+    /// Serves `store` on `address`, with `authorization` if given (then
+    /// beyond loopback too, with its TLS); must run inside an actix System.
+    pub fn serve(
+        store: EdgeStore,
+        address: &str,
+        authorization: Option<Authorization>,
+    ) -> Result<MetaServerHandle, MetaServerError> {
+        let loopback = is_loopback(address);
+        let (gate, tls) = match authorization {
+            None if !loopback => return Err(MetaServerError::NotLoopback(address.to_owned())),
+            None => (None, None),
+            Some(auth) if auth.tls.is_none() && !loopback => {
+                return Err(MetaServerError::NoTls(address.to_owned()));
+            }
+            Some(auth) => (
+                Some(web::Data::new(Gate::new(auth.reviewer, auth.limits))),
+                auth.tls,
+            ),
+        };
         let objects = web::Data::new(EdgeObjects(store));
         let server = HttpServer::new(move || {
-            App::new()
-                .app_data(objects.clone())
+            let gated = gate.is_some();
+            let mut app = App::new().app_data(objects.clone());
+            if let Some(gate) = &gate {
+                app = app.app_data(gate.clone());
+            }
+            app.wrap(actix_web::middleware::Condition::new(gated, from_fn(admit)))
                 .configure(api::read_routes::<EdgeObjects>)
         })
         .workers(1)
         .disable_signals()
-        .shutdown_timeout(1)
-        .bind(address)?;
+        .shutdown_timeout(1);
+        let bind_error = |source| MetaServerError::Bind {
+            address: address.to_owned(),
+            source,
+        };
+        let server = match tls {
+            Some(tls) => server.bind_rustls_0_23(address, (*tls).clone()),
+            None => server.bind(address),
+        }
+        .map_err(bind_error)?;
         let bound = server.addrs();
-        let (address, handle) = api::spawn_server("metaserver", &bound, server.run())?;
+        let (address, handle) =
+            api::spawn_server("metaserver", &bound, server.run()).map_err(bind_error)?;
         Ok(MetaServerHandle {
             address,
             server: handle,
         })
     }
+}
+
+/// Lets a request through the [`Gate`], or answers it with its refusal
+/// (a Kubernetes Status). `/healthz` is open.
+async fn admit(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let gate = request.app_data::<web::Data<Gate>>().cloned();
+    if let Some(gate) = gate.filter(|_| request.path() != "/healthz") {
+        let authorization = request
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .map(|value| value.to_str().unwrap_or_default().to_owned());
+        let loopback = request
+            .peer_addr()
+            .is_some_and(|peer| peer.ip().to_canonical().is_loopback());
+        let method = request.method().as_str().to_owned();
+        let path_and_query = request
+            .uri()
+            .path_and_query()
+            .map_or_else(|| request.path().to_owned(), |p| p.as_str().to_owned());
+        if let Err(refusal) = gate
+            .admit(authorization.as_deref(), loopback, &method, &path_and_query)
+            .await
+        {
+            return Ok(request.error_response(refusal).map_into_right_body());
+        }
+    }
+    next.call(request)
+        .await
+        .map(ServiceResponse::map_into_left_body)
 }
 
 /// The edge store seen as Kubernetes objects.

@@ -108,6 +108,10 @@ pub struct ControllerConfig {
     /// written into the status of the nodes this controller serves, so
     /// kube-apiserver reaches their kubelet API here.
     pub kubelet_endpoint: Option<KubeletEndpoint>,
+    /// Kubernetes mode: who service account tokens are and what they may
+    /// read, for edges' MetaServers with `requireAuthorization`. `None`:
+    /// every token is refused (no API server issues them).
+    pub token_access: Option<crate::kubelet::review::TokenAccess>,
 }
 
 /// Where the controller reads what a node acknowledged: its delivery
@@ -159,6 +163,7 @@ impl Default for ControllerConfig {
             claims: None,
             sweep_every: Duration::from_secs(30),
             kubelet_endpoint: None,
+            token_access: None,
         }
     }
 }
@@ -1336,6 +1341,37 @@ impl Controller {
         });
     }
 
+    /// Answers a node's review of a request its MetaServer was asked with
+    /// a service account token. The answer goes to that node only (the
+    /// node is the link's), and says nothing of the token.
+    fn answer_review(&self, node: &str, msg: &HiveMessage) {
+        let review =
+            match serde_json::from_value::<apis::access::AccessReview>(msg.content().clone()) {
+                Ok(review) => review,
+                Err(_) => return self.refuse_sync(msg, "an access review does not read"),
+            };
+        let (access, hive, msg, node) = (
+            self.config.token_access.clone(),
+            self.hive.clone(),
+            msg.clone(),
+            node.to_owned(),
+        );
+        actix::spawn(async move {
+            let answer =
+                crate::kubelet::review::review_edge_request(access.as_ref(), &review).await;
+            let answer = match answer
+                .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string()))
+            {
+                Ok(answer) => msg.response(module::EDGECONTROLLER, answer),
+                Err(reason) => {
+                    warn!(%node, verb = %review.attributes.verb, path = %review.attributes.path, %reason, "no decision for a MetaServer request");
+                    msg.error_response(module::EDGECONTROLLER, reason)
+                }
+            };
+            send_to_node(&hive, answer);
+        });
+    }
+
     /// Takes what a node says of its own Node object (its registration, or
     /// a patch of it applied to the stored object): its labels,
     /// annotations and status. Returns the object as stored.
@@ -1795,6 +1831,9 @@ impl Controller {
         self.count(|c| c.queries += 1);
         if what.resource_type == resource_type::SERVICE_ACCOUNT_TOKEN {
             return self.answer_token(node, what, msg);
+        }
+        if what.resource_type == resource_type::ACCESS_REVIEW {
+            return self.answer_review(node, msg);
         }
         let entitled =
             ObjectKey::from_edge_resource(what).filter(|key| self.reconciler.entitled(node, key));

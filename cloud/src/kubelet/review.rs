@@ -120,6 +120,138 @@ impl DecisionCache {
     }
 }
 
+/// An authentication's future: the token's caller, `None` for a token
+/// that is not valid (`Err`: no answer could be had).
+pub type Authentication<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<Caller>, String>> + Send + 'a>>;
+
+/// Says who a bearer token is (kube-apiserver's TokenReview).
+pub trait TokenAuthenticator: Send + Sync {
+    /// The caller `token` stands for, if it is valid.
+    fn authenticate<'a>(&'a self, token: &'a str) -> Authentication<'a>;
+}
+
+/// Who tokens are and what they may do: an edge MetaServer's
+/// `requireAuthorization` reviews (Kubernetes mode).
+#[derive(Clone)]
+pub struct TokenAccess {
+    /// Who a token is.
+    pub authenticator: std::sync::Arc<dyn TokenAuthenticator>,
+    /// What its caller may do.
+    pub authorizer: std::sync::Arc<dyn Authorizer>,
+}
+
+impl std::fmt::Debug for TokenAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenAccess")
+    }
+}
+
+/// What an edge's MetaServer may be asked for: a read (`get`, `list`,
+/// `watch`) of a kind it holds, with no subresource.
+pub fn metaserver_access(request: &apis::access::RequestAttributes) -> Option<Access> {
+    let verb = ["get", "list", "watch"]
+        .into_iter()
+        .find(|verb| *verb == request.verb)?;
+    let kind = apis::Kind::from_plural(&request.resource)?;
+    let group = kind
+        .api_version()
+        .rsplit_once('/')
+        .map_or("", |(group, _)| group);
+    let wanted = request.resource_request
+        && request.subresource.is_empty()
+        && request.group == group
+        && (kind.namespaced() || request.namespace.is_empty());
+    wanted.then(|| Access {
+        verb,
+        group,
+        resource: kind.plural(),
+        subresource: "",
+        namespace: request.namespace.clone(),
+        name: request.name.clone(),
+    })
+}
+
+/// The cloud's answer to an edge's review of an application's request
+/// (`Err`: no decision could be had). Without `access` (no API server
+/// issues tokens: the embedded store), every token is unauthenticated.
+pub async fn review_edge_request(
+    access: Option<&TokenAccess>,
+    review: &apis::access::AccessReview,
+) -> Result<apis::access::ReviewAnswer, String> {
+    use apis::access::ReviewAnswer;
+    let Some(access) = access else {
+        return Ok(ReviewAnswer::Unauthenticated {
+            reason: "service account tokens need Kubernetes mode (no API server issues or reviews them here)".to_owned(),
+        });
+    };
+    let Some(caller) = access.authenticator.authenticate(&review.token).await? else {
+        return Ok(ReviewAnswer::Unauthenticated {
+            reason: "invalid bearer token".to_owned(),
+        });
+    };
+    let Some(asked) = metaserver_access(&review.attributes) else {
+        return Ok(ReviewAnswer::Denied {
+            user: caller.user,
+            reason: "MetaServer serves reads (get, list, watch) of the kinds it holds only"
+                .to_owned(),
+        });
+    };
+    Ok(match access.authorizer.allowed(&caller, &asked).await? {
+        true => ReviewAnswer::Allowed { user: caller.user },
+        false => ReviewAnswer::Denied {
+            user: caller.user,
+            reason: String::new(),
+        },
+    })
+}
+
+/// The API server's `TokenReview`s (made with cloudcore's credentials;
+/// the API server's own audiences).
+#[cfg(feature = "kubernetes")]
+pub struct TokenReviews {
+    client: kube::Client,
+}
+
+#[cfg(feature = "kubernetes")]
+impl TokenReviews {
+    /// Reviews asked of the API server `client` talks to.
+    pub fn new(client: kube::Client) -> TokenReviews {
+        TokenReviews { client }
+    }
+}
+
+#[cfg(feature = "kubernetes")]
+impl TokenAuthenticator for TokenReviews {
+    fn authenticate<'a>(&'a self, token: &'a str) -> Authentication<'a> {
+        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+        Box::pin(async move {
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some(token.to_owned()),
+                    ..TokenReviewSpec::default()
+                },
+                ..TokenReview::default()
+            };
+            let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
+            let answer = api
+                .create(&kube::api::PostParams::default(), &review)
+                .await
+                .map_err(|err| format!("TokenReview: {err}"))?;
+            let Some(status) = answer.status.filter(|s| s.authenticated == Some(true)) else {
+                return Ok(None);
+            };
+            let Some(user) = status.user.filter(|u| u.username.is_some()) else {
+                return Ok(None);
+            };
+            Ok(Some(Caller {
+                user: user.username.unwrap_or_default(),
+                groups: user.groups.unwrap_or_default(),
+            }))
+        })
+    }
+}
+
 /// The API server's `SubjectAccessReview`s.
 #[cfg(feature = "kubernetes")]
 pub struct SubjectAccessReviews {
@@ -180,6 +312,87 @@ impl Authorizer for SubjectAccessReviews {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apis::access::{AccessReview, ReviewAnswer, attributes};
+    use std::sync::Arc;
+
+    /// Tokens `reader` (may read configmaps in `apps`) and nothing else.
+    struct Fake;
+
+    impl TokenAuthenticator for Fake {
+        fn authenticate<'a>(&'a self, token: &'a str) -> Authentication<'a> {
+            Box::pin(async move {
+                Ok((token == "reader").then(|| Caller {
+                    user: "system:serviceaccount:apps:reader".to_owned(),
+                    groups: vec!["system:serviceaccounts".to_owned()],
+                }))
+            })
+        }
+    }
+
+    impl Authorizer for Fake {
+        fn allowed<'a>(&'a self, _caller: &'a Caller, access: &'a Access) -> Decision<'a> {
+            let ok = access.resource == "configmaps" && access.namespace == "apps";
+            Box::pin(async move { Ok(ok) })
+        }
+    }
+
+    fn review(token: &str, method: &str, path: &str) -> AccessReview {
+        AccessReview {
+            token: token.to_owned(),
+            attributes: attributes(method, path),
+        }
+    }
+
+    #[actix::test]
+    async fn an_edge_request_is_reviewed_as_the_token_s_user() {
+        let access = TokenAccess {
+            authenticator: Arc::new(Fake),
+            authorizer: Arc::new(Fake),
+        };
+        let ask = |token, method, path| {
+            let (access, review) = (access.clone(), review(token, method, path));
+            async move { review_edge_request(Some(&access), &review).await }
+        };
+        let user = "system:serviceaccount:apps:reader".to_owned();
+        assert_eq!(
+            ask(
+                "reader",
+                "GET",
+                "/api/v1/namespaces/apps/configmaps/settings"
+            )
+            .await,
+            Ok(ReviewAnswer::Allowed { user: user.clone() })
+        );
+        assert!(matches!(
+            ask("reader", "GET", "/api/v1/namespaces/apps/secrets/keys").await,
+            Ok(ReviewAnswer::Denied { reason, .. }) if reason.is_empty()
+        ));
+        // Only reads of what MetaServer holds, whatever RBAC would say.
+        for (method, path) in [
+            ("DELETE", "/api/v1/namespaces/apps/configmaps/settings"),
+            ("GET", "/api/v1/namespaces/apps/pods/web/log"),
+            ("GET", "/api/v1/namespaces/apps/persistentvolumeclaims"),
+            ("GET", "/apis/apps/v1/namespaces/apps/configmaps"),
+        ] {
+            assert!(
+                matches!(
+                    ask("reader", method, path).await,
+                    Ok(ReviewAnswer::Denied { .. })
+                ),
+                "{method} {path}"
+            );
+        }
+        assert!(matches!(
+            ask("forged", "GET", "/api/v1/namespaces/apps/configmaps").await,
+            Ok(ReviewAnswer::Unauthenticated { .. })
+        ));
+        // No API server: no token is anyone.
+        let embedded = review_edge_request(None, &review("reader", "GET", "/api/v1/pods")).await;
+        assert!(matches!(
+            embedded,
+            Ok(ReviewAnswer::Unauthenticated { reason }) if reason.contains("Kubernetes mode")
+        ));
+    }
 
     #[test]
     fn decisions_are_kept_for_their_time() {

@@ -551,6 +551,76 @@ fn write_private(path: &Path, contents: &str) -> Result<(), CertError> {
         .map_err(io_error(path.display().to_string()))
 }
 
+/// A self-signed server certificate for `names` (host names or IPs),
+/// valid for `ttl`: what an edge's MetaServer serves TLS with when it is
+/// given no certificate, as a kubelet does (clients trust it by pinning
+/// it; a node's own certificate is for client authentication only).
+pub fn self_signed_server(names: &[String], ttl: Duration) -> Result<Identity, CertError> {
+    let key = KeyPair::generate().map_err(cert_error)?;
+    let mut params = CertificateParams::new(names.to_vec()).map_err(cert_error)?;
+    params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().map_or("metaserver", String::as_str),
+    );
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.not_before = offset(SystemTime::now() - Duration::from_secs(300));
+    params.not_after = offset(SystemTime::now() + ttl);
+    let cert = params.self_signed(&key).map_err(cert_error)?;
+    Ok((
+        vec![cert.der().clone()],
+        PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    ))
+}
+
+/// MetaServer's serving certificate in `dir`: `metaserver.pem`
+/// (certificate and key, readable by its owner only) as kept there, or,
+/// the first time, a self-signed one for `names` valid a year, kept there
+/// with its certificate alone in `metaserver.crt` for clients to trust.
+pub fn metaserver_identity(dir: &Path, names: &[String]) -> Result<Identity, CertError> {
+    let bundle = dir.join("metaserver.pem");
+    let io = |err: std::io::Error| CertError::Certificate(format!("{}: {err}", bundle.display()));
+    match std::fs::read(&bundle) {
+        Ok(pem) => {
+            let chain = transports::tls::certs_from_pem(&pem).map_err(cert_error)?;
+            let key = transports::tls::key_from_pem(&pem).map_err(cert_error)?;
+            if chain.is_empty() {
+                return Err(CertError::Certificate(format!(
+                    "no certificate in {}",
+                    bundle.display()
+                )));
+            }
+            Ok((chain, key))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let (chain, key) = self_signed_server(names, Duration::from_secs(365 * 24 * 3600))?;
+            let cert = pem_block("CERTIFICATE", chain[0].as_ref());
+            std::fs::create_dir_all(dir).map_err(io)?;
+            write_private(
+                &bundle,
+                &(cert.clone() + &pem_block("PRIVATE KEY", key.secret_der())),
+            )?;
+            std::fs::write(dir.join("metaserver.crt"), cert).map_err(io)?;
+            Ok((chain, key))
+        }
+        Err(err) => Err(io(err)),
+    }
+}
+
+/// `der` as a PEM block labelled `label`.
+fn pem_block(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|chunk| std::str::from_utf8(chunk).unwrap_or_default())
+        .collect();
+    format!(
+        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+        lines.join("\n")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
