@@ -10,6 +10,9 @@
 //! - [`twin`]: KubeEdge's device twin messages (twins, membership), which
 //!   the edge's devicetwin publishes and the cloud answers a KubeEdge
 //!   edge's twin sync in;
+//! - [`manifest`]: reading Kubernetes manifests (YAML or JSON, one object,
+//!   several documents or a `List`), every object checked before any is
+//!   used (the cloud's admin API applies them);
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike.
@@ -18,6 +21,7 @@ pub mod api;
 pub mod defaults;
 pub mod devices;
 pub mod kinds;
+pub mod manifest;
 pub mod streams;
 pub mod twin;
 

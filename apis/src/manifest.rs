@@ -5,8 +5,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use apis::api::ApiError;
-use apis::kinds::{Kind, ObjectKey, valid_label, valid_name};
+use crate::api::ApiError;
+use crate::kinds::{Kind, ObjectKey, valid_label, valid_name};
 
 /// Kinds a manifest may carry (nodes join; they are not applied).
 pub const APPLICABLE: [Kind; 7] = [
