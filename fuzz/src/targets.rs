@@ -73,8 +73,8 @@ fn frame(data: &[u8]) {
                 assert!(payload.len() <= MAX_FRAME, "a frame over the maximum");
                 if let Ok(msg) = Codec::MessagePack.decode(&payload) {
                     // What was read is sent on unchanged elsewhere.
-                    let again = frame::encode(&msg, usize::MAX)
-                        .expect("a decoded message encodes again");
+                    let again =
+                        frame::encode(&msg, usize::MAX).expect("a decoded message encodes again");
                     frame::decode(&again).expect("an encoded message decodes again");
                 }
                 if let Ok(tunnel) = Frame::decode(&payload) {
@@ -155,11 +155,8 @@ static CA: OnceLock<CloudCa> = OnceLock::new();
 
 fn ca() -> &'static CloudCa {
     CA.get_or_init(|| {
-        CloudCa::from_pem(
-            include_str!("../ca/ca.crt"),
-            include_str!("../ca/ca.key"),
-        )
-        .expect("the fuzz CA loads")
+        CloudCa::from_pem(include_str!("../ca/ca.crt"), include_str!("../ca/ca.key"))
+            .expect("the fuzz CA loads")
     })
 }
 
@@ -433,16 +430,33 @@ pub mod seeds {
             bytes
         };
         // KubeEdge's edges send the JWT alone.
-        let jwt = plain.split_once('.').map(|(_, jwt)| jwt).unwrap_or_default();
+        let jwt = plain
+            .split_once('.')
+            .map(|(_, jwt)| jwt)
+            .unwrap_or_default();
         write(dir, "join", "bound-der", &join(&bound, "edge-1", csr.der()))?;
         write(
             dir,
             "join",
             "plain-pem",
-            &join(&plain, "", csr.pem().map_err(std::io::Error::other)?.as_bytes()),
+            &join(
+                &plain,
+                "",
+                csr.pem().map_err(std::io::Error::other)?.as_bytes(),
+            ),
         )?;
-        write(dir, "join", "kubeedge-jwt", &join(jwt, "edge-2", kubeedge_csr.der()))?;
-        write(dir, "join", "wrong-node", &join(&bound, "edge-9", csr.der()))?;
+        write(
+            dir,
+            "join",
+            "kubeedge-jwt",
+            &join(jwt, "edge-2", kubeedge_csr.der()),
+        )?;
+        write(
+            dir,
+            "join",
+            "wrong-node",
+            &join(&bound, "edge-9", csr.der()),
+        )?;
         check(dir)
     }
 
@@ -458,6 +472,10 @@ pub mod seeds {
         }
         for entry in std::fs::read_dir(dir.join("manifest"))? {
             let path = entry?.path();
+            // A regression seed is a bug's input: refused is right.
+            if path.to_string_lossy().contains("regression") {
+                continue;
+            }
             if let Err(err) = apis::manifest::parse(&std::fs::read(&path)?) {
                 return failed(format!("{}: {err}", path.display()));
             }

@@ -210,7 +210,10 @@ mod tests {
 
     #[test]
     fn payloads_that_are_not_requests_are_bad_requests() {
-        assert_eq!(content_of(b"{\"state\":\"online\"}"), json!({"state": "online"}));
+        assert_eq!(
+            content_of(b"{\"state\":\"online\"}"),
+            json!({"state": "online"})
+        );
         assert_eq!(content_of(b"on\xffline"), json!("on\u{fffd}line"));
         let refused = |payload: &[u8]| {
             read::<StateUpdate>(&content_of(payload))
@@ -223,9 +226,15 @@ mod tests {
         assert_eq!(refused(b"{\"state\": \"\"}"), code::BAD_REQUEST);
         let update: TwinUpdate =
             read(&json!({"twin": {"a/b": {"actual": {"value": "1"}}}})).expect("reads");
-        assert_eq!(check_twin_update(&update).map_err(|e| e.0), Err(code::BAD_REQUEST));
+        assert_eq!(
+            check_twin_update(&update).map_err(|e| e.0),
+            Err(code::BAD_REQUEST)
+        );
         let update: TwinUpdate = read(&json!({"twin": {}})).expect("reads");
-        assert_eq!(check_twin_update(&update).map_err(|e| e.0), Err(code::BAD_REQUEST));
+        assert_eq!(
+            check_twin_update(&update).map_err(|e| e.0),
+            Err(code::BAD_REQUEST)
+        );
     }
 
     #[test]

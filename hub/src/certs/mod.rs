@@ -604,7 +604,13 @@ mod tests {
         for header in [format!("Bearer {token}"), format!("Bearer {jwt} ")] {
             ca.verify_bearer(Some(header.as_bytes())).expect(&header);
         }
-        let bad: [&[u8]; 5] = [b"", token.as_bytes(), b"Bearer a.b.c", b"Bearer \xff\xfe.x", b"Bearer ..."];
+        let bad: [&[u8]; 5] = [
+            b"",
+            token.as_bytes(),
+            b"Bearer a.b.c",
+            b"Bearer \xff\xfe.x",
+            b"Bearer ...",
+        ];
         for header in bad {
             assert!(matches!(
                 ca.verify_bearer(Some(header)),
