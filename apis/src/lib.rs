@@ -13,6 +13,9 @@
 //! - [`selector`]: label selectors, as lists take them;
 //! - [`access`]: what a request asks (verb, resource, namespace, name),
 //!   and the review an edge asks of the cloud for an application's token;
+//! - [`manifest`]: reading Kubernetes manifests (YAML or JSON, one object,
+//!   several documents or a `List`), every object checked before any is
+//!   used (the cloud's admin API applies them);
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike.
@@ -22,6 +25,7 @@ pub mod api;
 pub mod defaults;
 pub mod devices;
 pub mod kinds;
+pub mod manifest;
 pub mod selector;
 pub mod streams;
 pub mod twin;

@@ -190,8 +190,7 @@ async fn refuse_oversized(client: &AsyncClient, topic: &str, size: usize, max: u
 
 /// Hands an MQTT message to beehive.
 async fn deliver(hive: &Hive, topic: &str, payload: &[u8]) {
-    let content = serde_json::from_slice::<Value>(payload)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(payload).into_owned()));
+    let content = crate::protocol::content_of(payload);
     let to = destination(topic);
     let msg = HiveMessage::new()
         .build_router(module::EVENTBUS, group::BUS, topic, operation::PUBLISH)

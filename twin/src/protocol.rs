@@ -131,6 +131,54 @@ pub fn event_id_of(payload: &Value) -> String {
         .to_owned()
 }
 
+/// A refusal: KubeEdge's result code and the reason.
+pub type Refusal = (u16, String);
+
+/// What an MQTT payload carries into beehive: its JSON, or its text (bytes
+/// that are not UTF-8 replaced) when it is not JSON.
+pub fn content_of(payload: &[u8]) -> Value {
+    serde_json::from_slice::<Value>(payload)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(payload).into_owned()))
+}
+
+/// A request's payload (as [`content_of`] made it) read as `T`; text that
+/// was not JSON, or JSON of another shape, is a bad request.
+pub fn read<T: serde::de::DeserializeOwned>(payload: &Value) -> Result<T, Refusal> {
+    if let Value::String(text) = payload {
+        let shown: String = text.chars().take(40).collect();
+        return Err((
+            code::BAD_REQUEST,
+            format!("the payload is not JSON: {shown:?}"),
+        ));
+    }
+    T::deserialize(payload).map_err(|err| (code::BAD_REQUEST, format!("unreadable payload: {err}")))
+}
+
+/// A twin update names at least one twin, each by a name that can stand
+/// in a topic (not empty, no `/`, `+` or `#`).
+pub fn check_twin_update(update: &TwinUpdate) -> Result<(), Refusal> {
+    if update.twin.is_empty() {
+        return Err((code::BAD_REQUEST, "the update names no twin".to_owned()));
+    }
+    for name in update.twin.keys() {
+        if name.is_empty() || name.contains(['/', '+', '#']) {
+            return Err((code::BAD_REQUEST, format!("{name:?} is not a twin name")));
+        }
+    }
+    Ok(())
+}
+
+/// A state update's state is a short, non-empty string.
+pub fn check_state_update(update: &StateUpdate) -> Result<(), Refusal> {
+    if update.state.is_empty() || update.state.len() > 64 {
+        return Err((
+            code::BAD_REQUEST,
+            "state must be a short, non-empty string".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +206,35 @@ mod tests {
         );
         assert_eq!(Request::of("$hw/events/device//twin/update"), None);
         assert_eq!(Request::of("$hw/events/upload/x"), None);
+    }
+
+    #[test]
+    fn payloads_that_are_not_requests_are_bad_requests() {
+        assert_eq!(
+            content_of(b"{\"state\":\"online\"}"),
+            json!({"state": "online"})
+        );
+        assert_eq!(content_of(b"on\xffline"), json!("on\u{fffd}line"));
+        let refused = |payload: &[u8]| {
+            read::<StateUpdate>(&content_of(payload))
+                .and_then(|update| check_state_update(&update))
+                .expect_err("refused")
+                .0
+        };
+        assert_eq!(refused(b"online"), code::BAD_REQUEST);
+        assert_eq!(refused(b"{\"state\": 3}"), code::BAD_REQUEST);
+        assert_eq!(refused(b"{\"state\": \"\"}"), code::BAD_REQUEST);
+        let update: TwinUpdate =
+            read(&json!({"twin": {"a/b": {"actual": {"value": "1"}}}})).expect("reads");
+        assert_eq!(
+            check_twin_update(&update).map_err(|e| e.0),
+            Err(code::BAD_REQUEST)
+        );
+        let update: TwinUpdate = read(&json!({"twin": {}})).expect("reads");
+        assert_eq!(
+            check_twin_update(&update).map_err(|e| e.0),
+            Err(code::BAD_REQUEST)
+        );
     }
 
     #[test]

@@ -615,14 +615,7 @@ impl TwinBook {
     fn update_twins(&mut self, id: &str, payload: &Value, now: i64) -> Result<Value, Refusal> {
         let update: TwinUpdate = read(payload)?;
         let entry = self.devices.get_mut(id).ok_or_else(|| not_bound(id))?;
-        if update.twin.is_empty() {
-            return Err((code::BAD_REQUEST, "the update names no twin".to_owned()));
-        }
-        for name in update.twin.keys() {
-            if name.is_empty() || name.contains(['/', '+', '#']) {
-                return Err((code::BAD_REQUEST, format!("{name:?} is not a twin name")));
-            }
-        }
+        protocol::check_twin_update(&update)?;
         let new = update
             .twin
             .keys()
@@ -713,12 +706,7 @@ impl TwinBook {
 
     fn update_state(&mut self, id: &str, payload: &Value, now: i64) -> Result<Value, Refusal> {
         let update: StateUpdate = read(payload)?;
-        if update.state.is_empty() || update.state.len() > 64 {
-            return Err((
-                code::BAD_REQUEST,
-                "state must be a short, non-empty string".to_owned(),
-            ));
-        }
+        protocol::check_state_update(&update)?;
         let entry = self.devices.get_mut(id).ok_or_else(|| not_bound(id))?;
         if update.state == "online" {
             entry.last_online = Some(last_online(now));
@@ -877,19 +865,7 @@ enum Answer {
     AfterWrite(String, Value),
 }
 
-/// A refusal: KubeEdge's code and the reason.
-type Refusal = (u16, String);
-
-fn read<T: serde::de::DeserializeOwned>(payload: &Value) -> Result<T, Refusal> {
-    if let Value::String(text) = payload {
-        let shown: String = text.chars().take(40).collect();
-        return Err((
-            code::BAD_REQUEST,
-            format!("the payload is not JSON: {shown:?}"),
-        ));
-    }
-    T::deserialize(payload).map_err(|err| (code::BAD_REQUEST, format!("unreadable payload: {err}")))
-}
+use protocol::{Refusal, read};
 
 fn not_bound(id: &str) -> Refusal {
     (

@@ -38,7 +38,7 @@ use crate::desired::DesiredState;
 pub mod auth;
 pub mod client;
 pub mod kubeconfig;
-pub mod manifest;
+pub use apis::manifest;
 pub mod metrics;
 pub mod pods;
 

@@ -340,6 +340,23 @@ impl CloudCa {
         })
     }
 
+    /// A join request's token claims, from its `Authorization` header
+    /// (`Bearer <token>`): the whole token, or the JWT part alone as
+    /// KubeEdge's edges send it (the CA hash is theirs to check). The
+    /// header's bytes are untrusted: anything unreadable is an invalid token.
+    pub fn verify_bearer(&self, authorization: Option<&[u8]>) -> Result<TokenClaims, CertError> {
+        let token = authorization
+            .and_then(|value| std::str::from_utf8(value).ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .unwrap_or_default()
+            .trim();
+        let token = match token.split('.').count() {
+            3 => format!("{}.{token}", sha256_hex(self.cert.as_ref())),
+            _ => token.to_owned(),
+        };
+        self.verify_token(&token)
+    }
+
     /// The node a CSR (DER or PEM) names.
     pub fn csr_node(csr: &[u8]) -> Result<String, CertError> {
         let request = parse_csr(csr)?;
@@ -645,6 +662,32 @@ mod tests {
         assert_eq!(again.root(), ca.root());
         let token = ca.issue_token(Duration::from_secs(60));
         again.check_token(&token).expect("same CA, same token key");
+    }
+
+    /// The `Authorization` header a join sends: the whole token or the JWT
+    /// alone (KubeEdge's edges); anything else is an invalid token.
+    #[test]
+    fn a_bearer_header_carries_the_token_or_its_jwt() {
+        let (_dir, ca) = ca();
+        let token = ca.issue_token(Duration::from_secs(60));
+        let jwt = token.split_once('.').expect("four parts").1;
+        for header in [format!("Bearer {token}"), format!("Bearer {jwt} ")] {
+            ca.verify_bearer(Some(header.as_bytes())).expect(&header);
+        }
+        let bad: [&[u8]; 5] = [
+            b"",
+            token.as_bytes(),
+            b"Bearer a.b.c",
+            b"Bearer \xff\xfe.x",
+            b"Bearer ...",
+        ];
+        for header in bad {
+            assert!(matches!(
+                ca.verify_bearer(Some(header)),
+                Err(CertError::InvalidToken | CertError::WrongCa)
+            ));
+        }
+        assert!(ca.verify_bearer(None).is_err());
     }
 
     /// A token checked the way KubeEdge checks it: four dot-separated
