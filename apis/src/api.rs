@@ -235,7 +235,7 @@ fn list<S: ObjectSource>(
         };
         let mut events = source.watch(kind, namespace, since)?;
         if let Some(selector) = selector {
-            events = selected_events(events, selector);
+            events = selected_events(events, selector, since.is_some());
         }
         return Ok(HttpResponse::Ok()
             .content_type("application/json")
@@ -302,12 +302,16 @@ pub fn spawn_server(
 
 /// The events of `events` (one per line) for objects `selector` selects:
 /// an object that comes to match is `ADDED`, one that stops matching is
-/// `DELETED`, others are left out; bookmarks and errors pass.
-pub fn selected_events(events: EventStream, selector: LabelSelector) -> EventStream {
+/// `DELETED`, others are left out; bookmarks and errors pass. A watch
+/// `resumed` from a list's version does not know what its client holds: a
+/// deletion, or a change that leaves an object unselected, is passed as
+/// `DELETED` whatever came before (a deletion of an object a client does
+/// not hold changes nothing for it).
+pub fn selected_events(events: EventStream, selector: LabelSelector, resumed: bool) -> EventStream {
     use futures_util::StreamExt;
     let mut matching = std::collections::HashSet::<(String, String)>::new();
     let selected = events.filter_map(move |line| {
-        let passed = select_event(&mut matching, &selector, line);
+        let passed = select_event(&mut matching, &selector, resumed, line);
         std::future::ready(passed)
     });
     Box::pin(selected)
@@ -317,6 +321,7 @@ pub fn selected_events(events: EventStream, selector: LabelSelector) -> EventStr
 fn select_event(
     matching: &mut std::collections::HashSet<(String, String)>,
     selector: &LabelSelector,
+    resumed: bool,
     line: Bytes,
 ) -> Option<Bytes> {
     let Ok(mut event) = serde_json::from_slice::<Value>(&line) else {
@@ -337,12 +342,14 @@ fn select_event(
     let (was, is) = (matching.contains(&key), selector.matches_object(object));
     let shown = match kind.as_str() {
         "ADDED" | "MODIFIED" => match (was, is) {
+            (false, true) if kind == "MODIFIED" && resumed => "MODIFIED",
             (false, true) => "ADDED",
             (true, true) => kind.as_str(),
             (true, false) => "DELETED",
+            (false, false) if kind == "MODIFIED" && resumed => "DELETED",
             (false, false) => return None,
         },
-        "DELETED" if was => "DELETED",
+        "DELETED" if was || resumed => "DELETED",
         "DELETED" => return None,
         _ => return Some(line),
     };
@@ -388,7 +395,7 @@ mod tests {
     fn a_watch_under_a_selector_sees_objects_come_and_go_as_they_match() {
         let selector = LabelSelector::parse("app=web").expect("selector");
         let mut matching = std::collections::HashSet::new();
-        let mut pass = |line| seen(select_event(&mut matching, &selector, line));
+        let mut pass = |line| seen(select_event(&mut matching, &selector, false, line));
         assert_eq!(pass(event("ADDED", "a", "web")).as_deref(), Some("ADDED a"));
         assert_eq!(pass(event("ADDED", "b", "db")), None);
         assert_eq!(
@@ -412,8 +419,25 @@ mod tests {
         // Bookmarks and errors pass as they are.
         let bookmark = event_line(&json!({"type": "BOOKMARK", "object": {"metadata": {}}}));
         assert_eq!(
-            select_event(&mut matching, &selector, bookmark.clone()),
+            select_event(&mut matching, &selector, false, bookmark.clone()),
             Some(bookmark)
         );
+        // Resumed from a list's version: what the client may hold from its
+        // list is told when it goes or stops matching.
+        let mut matching = std::collections::HashSet::new();
+        let mut resumed = |line| seen(select_event(&mut matching, &selector, true, line));
+        assert_eq!(
+            resumed(event("MODIFIED", "c", "web")).as_deref(),
+            Some("MODIFIED c")
+        );
+        assert_eq!(
+            resumed(event("MODIFIED", "d", "db")).as_deref(),
+            Some("DELETED d")
+        );
+        assert_eq!(
+            resumed(event("DELETED", "e", "web")).as_deref(),
+            Some("DELETED e")
+        );
+        assert_eq!(resumed(event("ADDED", "f", "db")), None);
     }
 }

@@ -133,6 +133,7 @@ impl Twins {
                     Some(Input::Hive(msg)) => self.on_message(*msg).await,
                     Some(Input::Stop(done)) => {
                         self.write_reports().await;
+                        self.counts.send_replace(self.book.counts());
                         let _ = done.send(());
                         break;
                     }

@@ -618,7 +618,7 @@ async fn a_mapper_naming_the_socket_path_as_authority_as_go_does_is_served() {
         .await
         .expect("connect");
     let path = socket.to_string_lossy().into_owned();
-    let mut encoder = hpack::Encoder::new();
+    let mut encoder = loona_hpack::Encoder::new();
     let headers: Vec<(&[u8], &[u8])> = vec![
         (b":method", b"POST"),
         (b":scheme", b"http"),
@@ -641,7 +641,7 @@ async fn a_mapper_naming_the_socket_path_as_authority_as_go_does_is_served() {
 
     // The answer: response headers, the message, trailers with
     // grpc-status 0 (not a RST_STREAM with PROTOCOL_ERROR).
-    let mut decoder = hpack::Decoder::new();
+    let mut decoder = loona_hpack::Decoder::new();
     let mut status = None;
     while status.is_none() {
         let (kind, flags, id, payload) = read_frame(&mut stream).await;

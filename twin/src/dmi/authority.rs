@@ -35,8 +35,16 @@ const PRIORITY: u8 = 0x20;
 /// The largest frame a peer may send before the server raises it.
 const MAX_FRAME: usize = 16_384;
 /// A header block (with its continuations) larger than this ends the
-/// connection (h2's own limit on a header list is 16 MiB).
-const MAX_BLOCK: usize = 1 << 20;
+/// connection.
+const MAX_BLOCK: usize = 64 * 1024;
+/// Decoded header fields (names, values and 32 octets each, as RFC 7541
+/// counts them) beyond this end the connection: a small block of indexed
+/// references may decode to much more (h2 would have refused them by its
+/// own list limit, which it no longer sees).
+const MAX_HEADER_LIST: usize = 64 * 1024;
+/// The dynamic table a client may ask for: the 4096 octets a server has
+/// when it advertises nothing else (tonic advertises nothing else).
+const MAX_TABLE: usize = 4096;
 /// What a refused authority becomes.
 const LOCALHOST: &[u8] = b"localhost";
 
@@ -146,6 +154,9 @@ impl tonic::transport::server::Connected for LenientAuthority {
 #[derive(Default)]
 struct Rewriter {
     preface_seen: bool,
+    /// Not HTTP/2 with prior knowledge: everything passes as it is, for h2
+    /// to refuse.
+    passthrough: bool,
     decoder: HpackDecoder,
     /// A header block waiting for its continuations.
     pending: Option<PendingBlock>,
@@ -161,11 +172,13 @@ struct PendingBlock {
 }
 
 /// The client's HPACK context.
-struct HpackDecoder(hpack::Decoder<'static>);
+struct HpackDecoder(loona_hpack::Decoder<'static>);
 
 impl Default for HpackDecoder {
     fn default() -> Self {
-        HpackDecoder(hpack::Decoder::new())
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_allowed_table_size(MAX_TABLE);
+        HpackDecoder(decoder)
     }
 }
 
@@ -173,14 +186,19 @@ impl Rewriter {
     /// Moves every whole frame in `input` to `output`, header blocks
     /// rewritten.
     fn take(&mut self, input: &mut BytesMut, output: &mut BytesMut) -> Result<(), String> {
+        if self.passthrough {
+            output.extend_from_slice(&input.split());
+            return Ok(());
+        }
         if !self.preface_seen {
-            if input.len() < PREFACE.len() {
+            let seen = input.len().min(PREFACE.len());
+            if input[..seen] != PREFACE[..seen] {
+                // Not HTTP/2 with prior knowledge: h2 says so itself.
+                self.passthrough = true;
+                output.extend_from_slice(&input.split());
                 return Ok(());
             }
-            if &input[..PREFACE.len()] != PREFACE {
-                // Not HTTP/2 with prior knowledge: h2 says so itself.
-                self.preface_seen = true;
-                output.extend_from_slice(&input.split());
+            if seen < PREFACE.len() {
                 return Ok(());
             }
             output.extend_from_slice(&input.split_to(PREFACE.len()));
@@ -245,19 +263,25 @@ impl Rewriter {
         block: &[u8],
         output: &mut BytesMut,
     ) -> Result<(), String> {
-        let fields = self
-            .decoder
-            .0
-            .decode(block)
-            .map_err(|err| format!("an HPACK block that does not decode: {err:?}"))?;
         let mut encoded = Vec::with_capacity(block.len() + 32);
-        for (name, value) in &fields {
-            let value = if name == b":authority" && !is_authority(value) {
+        let mut listed = 0usize;
+        let decoded = self.decoder.0.decode_with_cb(block, |name, value| {
+            listed = listed.saturating_add(name.len() + value.len() + 32);
+            if listed > MAX_HEADER_LIST {
+                return;
+            }
+            let value: &[u8] = if &*name == b":authority" && !is_authority(&value) {
                 LOCALHOST
             } else {
-                value.as_slice()
+                &value
             };
-            literal(&mut encoded, name, value);
+            literal(&mut encoded, &name, value);
+        });
+        decoded.map_err(|err| format!("an HPACK block that does not decode: {err:?}"))?;
+        if listed > MAX_HEADER_LIST {
+            return Err(format!(
+                "a header list of {listed} octets (at most {MAX_HEADER_LIST})"
+            ));
         }
         let mut fragments = encoded.chunks(MAX_FRAME - 5).peekable();
         let first = fragments.next().unwrap_or_default();
@@ -373,7 +397,7 @@ mod tests {
     /// The fields of the header blocks in `bytes` (frames after the
     /// preface), decoded afresh as the server would.
     fn decoded(bytes: &[u8]) -> Vec<(String, String)> {
-        let mut decoder = hpack::Decoder::new();
+        let mut decoder = loona_hpack::Decoder::new();
         let mut rest = &bytes[PREFACE.len()..];
         let mut block = Vec::new();
         let mut fields = Vec::new();
@@ -419,7 +443,7 @@ mod tests {
 
     #[test]
     fn a_socket_path_as_authority_becomes_localhost_and_the_rest_stands() {
-        let mut encoder = hpack::Encoder::new();
+        let mut encoder = loona_hpack::Encoder::new();
         let mut input = BytesMut::from(PREFACE);
         // SETTINGS, then two requests: the second's fields come from the
         // client's dynamic table, the third's block in three frames with
@@ -491,12 +515,39 @@ mod tests {
         let mut input = BytesMut::from(PREFACE);
         input.extend_from_slice(&[0xff, 0xff, 0xff, HEADERS, 0, 0, 0, 0, 1]);
         assert!(rewriter.take(&mut input, &mut BytesMut::new()).is_err());
-        // Not HTTP/2: passed as it is, for h2 to refuse.
+        // A size update cut short, or asking for a table over 4096 octets.
+        for block in [&[0x3f][..], &[0x3f, 0xe1, 0xff, 0x03][..]] {
+            let mut rewriter = Rewriter::default();
+            let mut input = BytesMut::from(PREFACE);
+            input.extend_from_slice(&headers_frame(END_HEADERS, 1, block));
+            assert!(
+                rewriter.take(&mut input, &mut BytesMut::new()).is_err(),
+                "{block:?}"
+            );
+        }
+        // A small block that decodes to a huge list: a 4 KB field put in the
+        // table, then referred to 2,000 times (8 MB).
         let mut rewriter = Rewriter::default();
-        let mut input = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..]);
+        let mut input = BytesMut::from(PREFACE);
+        let mut block = vec![0x40, 0x01, b'x'];
+        integer(&mut block, 0, 7, 4000);
+        block.extend(std::iter::repeat_n(b'y', 4000));
+        block.extend(std::iter::repeat_n(0xbe, 2000));
+        input.extend_from_slice(&headers_frame(END_HEADERS, 1, &block));
+        let err = rewriter
+            .take(&mut input, &mut BytesMut::new())
+            .expect_err("a bomb");
+        assert!(err.contains("header list"), "{err}");
+        // Not HTTP/2, even a few bytes of it: passed as they are.
+        let mut rewriter = Rewriter::default();
         let mut output = BytesMut::new();
-        rewriter.take(&mut input, &mut output).expect("passed");
-        assert!(output.starts_with(b"GET /"));
+        rewriter
+            .take(&mut BytesMut::from(&b"GET"[..]), &mut output)
+            .expect("passed");
+        rewriter
+            .take(&mut BytesMut::from(&b" / HTTP/1.1\r\n"[..]), &mut output)
+            .expect("passed");
+        assert_eq!(&output[..], b"GET / HTTP/1.1\r\n");
     }
 
     #[test]
