@@ -165,19 +165,24 @@ impl Listener {
     /// Applies a command-line flag: an address enables it there, "off"
     /// disables it, none leaves it as the file says.
     pub fn apply_flag(&mut self, flag: Option<String>) {
-        match flag.as_deref() {
-            None => {}
-            Some("off") => self.enable = false,
-            Some(address) => {
-                self.enable = true;
-                self.address = address.to_owned();
-            }
-        }
+        apply_listener_flag(&mut self.enable, &mut self.address, flag);
     }
 
     /// Its address, when it runs.
     pub fn enabled(&self) -> Option<&str> {
         self.enable.then_some(self.address.as_str())
+    }
+}
+
+/// [`Listener::apply_flag`] on a section's own `enable` and `address`.
+fn apply_listener_flag(enable: &mut bool, address: &mut String, flag: Option<String>) {
+    match flag.as_deref() {
+        None => {}
+        Some("off") => *enable = false,
+        Some(given) => {
+            *enable = true;
+            *address = given.to_owned();
+        }
     }
 }
 
@@ -361,13 +366,7 @@ impl AdminSection {
     /// Applies the `--admin` flag: an address enables it there, "off"
     /// disables it, none leaves it as the file says.
     pub fn apply_flag(&mut self, flag: Option<String>) {
-        let mut listener = Listener {
-            enable: self.enable,
-            address: std::mem::take(&mut self.address),
-        };
-        listener.apply_flag(flag);
-        self.enable = listener.enable;
-        self.address = listener.address;
+        apply_listener_flag(&mut self.enable, &mut self.address, flag);
     }
 
     /// Its address, when it runs.
@@ -777,13 +776,7 @@ pub struct MetaServerSection {
 impl MetaServerSection {
     /// Applies a command-line flag, as [`Listener::apply_flag`] does.
     pub fn apply_flag(&mut self, flag: Option<String>) {
-        let mut listener = Listener {
-            enable: self.enable,
-            address: std::mem::take(&mut self.address),
-        };
-        listener.apply_flag(flag);
-        self.enable = listener.enable;
-        self.address = listener.address;
+        apply_listener_flag(&mut self.enable, &mut self.address, flag);
     }
 
     /// Its address, when it runs.

@@ -365,6 +365,19 @@ fn select_event(
     Some(event_line(&event))
 }
 
+/// Whether every address `address` resolves to is a loopback address (an
+/// API served there without authentication is for this host only).
+pub fn is_loopback(address: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    match address.to_socket_addrs() {
+        Ok(addresses) => {
+            let addresses: Vec<std::net::SocketAddr> = addresses.collect();
+            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
 /// One watch event as a line of the stream.
 pub fn event_line(event: &Value) -> Bytes {
     let mut line = serde_json::to_vec(event).unwrap_or_default();

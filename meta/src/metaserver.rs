@@ -11,7 +11,7 @@
 //! only.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::body::MessageBody;
@@ -84,16 +84,7 @@ pub struct Authorization {
     pub tls: Option<Arc<TlsConfig>>,
 }
 
-/// Whether every address `address` resolves to is a loopback address.
-pub fn is_loopback(address: &str) -> bool {
-    match address.to_socket_addrs() {
-        Ok(addresses) => {
-            let addresses: Vec<SocketAddr> = addresses.collect();
-            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
-        }
-        Err(_) => false,
-    }
-}
+pub use apis::api::is_loopback;
 
 /// The edge's local API.
 pub struct MetaServer;

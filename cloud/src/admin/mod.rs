@@ -19,7 +19,7 @@
 //! every node.
 
 use std::any::Any;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::dev::{Extensions, ServerHandle, Service, ServiceRequest};
@@ -158,16 +158,10 @@ fn refusal(request: &ServiceRequest, tokens: &auth::Tokens) -> Option<ApiError> 
     }
 }
 
-/// Whether every address `address` resolves to is a loopback address.
-pub fn is_loopback(address: &str) -> bool {
-    match address.to_socket_addrs() {
-        Ok(addresses) => {
-            let addresses: Vec<SocketAddr> = addresses.collect();
-            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
-        }
-        Err(_) => false,
-    }
-}
+/// Whether every address `address` resolves to is a loopback address
+/// (the admin API's and MetaServer's rule for serving without
+/// authentication).
+pub use apis::api::is_loopback;
 
 /// The admin API server.
 pub struct AdminApi;

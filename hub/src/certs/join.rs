@@ -133,19 +133,7 @@ impl NodeCredentials {
             move |source| JoinError::Io { context, source }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let pem = |label: &str, der: &[u8]| {
-            use base64::Engine as _;
-            let body = base64::engine::general_purpose::STANDARD.encode(der);
-            let lines: Vec<&str> = body
-                .as_bytes()
-                .chunks(64)
-                .map(|chunk| std::str::from_utf8(chunk).unwrap_or_default())
-                .collect();
-            format!(
-                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-                lines.join("\n")
-            )
-        };
+        let pem = super::pem_block;
         // The certificate and its key go in one file, written aside and
         // renamed into place: a crash leaves the old pair or the new one,
         // never a certificate with the wrong key.

@@ -359,18 +359,7 @@ impl CloudCa {
 
     /// The node a CSR (DER or PEM) names.
     pub fn csr_node(csr: &[u8]) -> Result<String, CertError> {
-        let request = parse_csr(csr)?;
-        let common_name = request
-            .params
-            .distinguished_name
-            .get(&DnType::CommonName)
-            .map(dn_text)
-            .unwrap_or_default();
-        let node = crate::dialect::node_of_common_name(&common_name).to_owned();
-        if !valid_node_name(&node) {
-            return Err(CertError::BadNodeName(common_name));
-        }
-        Ok(node)
+        requested_node(&parse_csr(csr)?).map(|(_, node)| node)
     }
 
     /// Issues a client certificate for the node a CSR (DER or PEM) names,
@@ -400,16 +389,7 @@ impl CloudCa {
         named: Option<&str>,
     ) -> Result<(String, CertificateDer<'static>), CertError> {
         let mut request = parse_csr(csr)?;
-        let common_name = request
-            .params
-            .distinguished_name
-            .get(&DnType::CommonName)
-            .map(dn_text)
-            .unwrap_or_default();
-        let node = crate::dialect::node_of_common_name(&common_name).to_owned();
-        if !valid_node_name(&node) {
-            return Err(CertError::BadNodeName(common_name));
-        }
+        let (common_name, node) = requested_node(&request)?;
         if let Some(presented) = presented
             && presented != node
         {
@@ -445,6 +425,24 @@ impl CloudCa {
         let cert = request.signed_by(&self.issuer).map_err(cert_error)?;
         Ok((node, cert.der().clone()))
     }
+}
+
+/// A parsed CSR's common name and the node it names (a KubeEdge edge's
+/// `system:node:<node>` too), if that is a valid node name.
+fn requested_node(
+    request: &CertificateSigningRequestParams,
+) -> Result<(String, String), CertError> {
+    let common_name = request
+        .params
+        .distinguished_name
+        .get(&DnType::CommonName)
+        .map(dn_text)
+        .unwrap_or_default();
+    let node = crate::dialect::node_of_common_name(&common_name).to_owned();
+    if !valid_node_name(&node) {
+        return Err(CertError::BadNodeName(common_name));
+    }
+    Ok((common_name, node))
 }
 
 fn parse_csr(csr: &[u8]) -> Result<CertificateSigningRequestParams, CertError> {
@@ -624,7 +622,7 @@ pub fn metaserver_identity(dir: &Path, names: &[String]) -> Result<Identity, Cer
 }
 
 /// `der` as a PEM block labelled `label`.
-fn pem_block(label: &str, der: &[u8]) -> String {
+pub(crate) fn pem_block(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
     let body = base64::engine::general_purpose::STANDARD.encode(der);
     let lines: Vec<&str> = body
