@@ -12,7 +12,7 @@ use std::time::Duration;
 use cloud::AdminClient;
 use cloud::admin::kubeconfig::{AuthInfo, Kubeconfig, NamedUser};
 use serde_json::Value;
-use support::{Process, free_address, join_node, start_edgecore, tempfile_dir, until};
+use support::{free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, until};
 
 mod support;
 
@@ -98,22 +98,15 @@ fn the_admin_api_knows_its_callers_and_their_roles() {
         "alice-token,alice,1,\"edgehive:admins\"\ncarol-token,carol,2,\"edgehive:viewers,other\"\n",
     )
     .expect("tokens");
-    let cloud = Process::start(
-        env!("CARGO_BIN_EXE_cloudcore"),
+    let cloud = start_cloudcore(
+        &cloud_dir,
+        &hub,
+        &certs,
         &[
-            "--data-dir",
-            &cloud_dir,
-            "run",
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
             "--admin",
             &admin,
             "--admin-token-file",
             &tokens,
-            "--metrics",
-            "off",
             "--keepalive-secs",
             "2",
         ],

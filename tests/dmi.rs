@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
+use support::{Process, ctl, free_address, join_node, start_cloudcore, tempfile_dir, until};
 
 mod support;
 
@@ -38,23 +38,14 @@ fn a_dmi_mapper_process_drives_a_device_from_the_cloud() {
     let dir = tempfile_dir(&node);
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
-    let cloud_args = [
-        "--data-dir",
-        &cloud_dir,
-        "run",
-        "--ws",
-        &hub,
-        "--certs",
-        &certs,
+    let cloud_flags = [
         "--admin",
         &admin,
         "--admin-insecure",
-        "--metrics",
-        "off",
         "--keepalive-secs",
         "2",
     ];
-    let cloud = Process::start(env!("CARGO_BIN_EXE_cloudcore"), &cloud_args);
+    let cloud = start_cloudcore(&cloud_dir, &hub, &certs, &cloud_flags);
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     join_node(&cloud_dir, &certs, &node, &edge_dir);
     let dmi_socket = format!("{dir}/kubeedge/dmi.sock");
@@ -146,7 +137,7 @@ fn a_dmi_mapper_process_drives_a_device_from_the_cloud() {
     );
     mapper.wait_for("device registered", Duration::from_secs(30));
     // The cloud back: the node links again and the reports go on.
-    let cloud = Process::start(env!("CARGO_BIN_EXE_cloudcore"), &cloud_args);
+    let cloud = start_cloudcore(&cloud_dir, &hub, &certs, &cloud_flags);
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use cloud::AdminClient;
 use cloud::admin::kubeconfig::AdminCredentials;
 use serde_json::Value;
-use support::{Process, free_address, join_node, tempfile_dir, until};
+use support::{Process, free_address, join_node, start_cloudcore, tempfile_dir, until};
 use transports::testing::free_port;
 
 mod support;
@@ -79,23 +79,11 @@ fn metaserver_authorization_with_an_embedded_cloud() {
     let dir = tempfile_dir("metaauth");
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
     let (hub, certs) = (free_address(), free_address());
-    let cloud = Process::start(
-        env!("CARGO_BIN_EXE_cloudcore"),
-        &[
-            "--data-dir",
-            &cloud_dir,
-            "run",
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
-            "--admin",
-            "off",
-            "--metrics",
-            "off",
-            "--keepalive-secs",
-            "2",
-        ],
+    let cloud = start_cloudcore(
+        &cloud_dir,
+        &hub,
+        &certs,
+        &["--admin", "off", "--keepalive-secs", "2"],
     );
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     join_node(&cloud_dir, &certs, node, &edge_dir);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use etcd::testing::Cluster;
 use support::{
     Process, cloudcore_token, ctl, edgecore_join, free_address, join_node, share_ca,
-    start_edgecore, tempfile_dir, until,
+    start_cloudcore, start_edgecore, tempfile_dir, until,
 };
 
 mod support;
@@ -33,16 +33,11 @@ fn replica(dir: &str, etcd: &str, name: &str, ttl_secs: u64) -> (Replica, String
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
     let metrics = free_address();
     let ttl = ttl_secs.to_string();
-    let process = Process::start(
-        env!("CARGO_BIN_EXE_cloudcore"),
+    let process = start_cloudcore(
+        dir,
+        &hub,
+        &certs,
         &[
-            "--data-dir",
-            dir,
-            "run",
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
             "--admin",
             &admin,
             "--admin-insecure",

@@ -10,7 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Process, ctl, free_address, join_node, start_edgecore, tempfile_dir, until};
+use support::{
+    Process, ctl, free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, until,
+};
 
 mod support;
 
@@ -42,21 +44,14 @@ fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
     let dir = tempfile_dir(&node);
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
-    let cloud = Process::start(
-        env!("CARGO_BIN_EXE_cloudcore"),
+    let cloud = start_cloudcore(
+        &cloud_dir,
+        &hub,
+        &certs,
         &[
-            "--data-dir",
-            &cloud_dir,
-            "run",
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
             "--admin",
             &admin,
             "--admin-insecure",
-            "--metrics",
-            "off",
             "--keepalive-secs",
             "2",
         ],

@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use support::{
-    Process, cloudcore_token, ctl, edgecore_join, free_address, start_edgecore, tempfile_dir, until,
+    Process, cloudcore_token, ctl, edgecore_join, free_address, start_cloudcore, start_edgecore,
+    tempfile_dir, until,
 };
 
 mod support;
@@ -28,22 +29,11 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
     let dir = tempfile_dir("tokens");
     let cloud_dir = format!("{dir}/cloud");
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
-    let cloud = Process::start(
-        env!("CARGO_BIN_EXE_cloudcore"),
-        &[
-            "--data-dir",
-            &cloud_dir,
-            "run",
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
-            "--admin",
-            &admin,
-            "--admin-insecure",
-            "--metrics",
-            "off",
-        ],
+    let cloud = start_cloudcore(
+        &cloud_dir,
+        &hub,
+        &certs,
+        &["--admin", &admin, "--admin-insecure"],
     );
     cloud.wait_for("admin API ready", Duration::from_secs(30));
 

@@ -369,19 +369,7 @@ async fn metaserver_lists_gets_and_watches() {
         object(operation::UPDATE, "default/pod/db", 17, pod("db", 17, "z")),
     )
     .await;
-    let mut got = Vec::new();
-    for _ in 0..2 {
-        let event = tokio::time::timeout(WAIT, resumed.next())
-            .await
-            .expect("in time")
-            .expect("event")
-            .expect("json");
-        got.push(format!(
-            "{} {}",
-            event["type"].as_str().unwrap_or(""),
-            event["object"]["metadata"]["name"].as_str().unwrap_or("")
-        ));
-    }
+    let got = next_events(&mut resumed, 2).await;
     assert_eq!(got, ["DELETED web", "MODIFIED db"]);
 
     // A pod is served with the status edged reported here, and a new
@@ -416,6 +404,27 @@ async fn metaserver_lists_gets_and_watches() {
     server.stop().await;
     let _ = hive.shutdown().await;
     store.close().await;
+}
+
+/// The next `n` events of a watch, as "TYPE name".
+async fn next_events(
+    events: &mut futures_util::stream::BoxStream<'static, Result<Value, ClientError>>,
+    n: usize,
+) -> Vec<String> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let event = tokio::time::timeout(WAIT, events.next())
+            .await
+            .expect("in time")
+            .expect("event")
+            .expect("json");
+        got.push(format!(
+            "{} {}",
+            event["type"].as_str().unwrap_or(""),
+            event["object"]["metadata"]["name"].as_str().unwrap_or("")
+        ));
+    }
+    got
 }
 
 fn labelled(name: &str, version: u64, app: &str) -> Value {
@@ -499,19 +508,7 @@ async fn metaserver_lists_and_watches_by_label() {
         ),
     )
     .await;
-    let mut got = Vec::new();
-    while got.len() < 4 {
-        let event = tokio::time::timeout(WAIT, events.next())
-            .await
-            .expect("in time")
-            .expect("event")
-            .expect("json");
-        got.push(format!(
-            "{} {}",
-            event["type"].as_str().unwrap_or(""),
-            event["object"]["metadata"]["name"].as_str().unwrap_or("")
-        ));
-    }
+    let got = next_events(&mut events, 4).await;
     assert_eq!(
         got,
         ["ADDED web-1", "ADDED web-2", "ADDED db", "DELETED web-1"]

@@ -185,6 +185,26 @@ pub fn join_node(cloud_dir: &str, certs: &str, name: &str, data_dir: &str) {
     assert!(ok, "edgecore join failed: {err}");
 }
 
+/// `cloudcore run` with its data in `cloud_dir`, cloudhub's WebSocket on
+/// `hub` and the certificate endpoints on `certs`, with `extra` arguments;
+/// metrics off unless `extra` says otherwise.
+pub fn start_cloudcore(cloud_dir: &str, hub: &str, certs: &str, extra: &[&str]) -> Process {
+    let mut args = vec![
+        "--data-dir",
+        cloud_dir,
+        "run",
+        "--ws",
+        hub,
+        "--certs",
+        certs,
+    ];
+    if !extra.contains(&"--metrics") {
+        args.extend(["--metrics", "off"]);
+    }
+    args.extend_from_slice(extra);
+    Process::start(env!("CARGO_BIN_EXE_cloudcore"), &args)
+}
+
 /// `edgecore run` of a joined node (`data_dir`) linking to `cloud` (one
 /// address or several), with `extra` arguments; the local servers it is
 /// not given in `extra` on ports of their own choosing, metrics off.

@@ -252,6 +252,17 @@ spec:
 "
 }
 
+/// Applies [`manifests`] and waits until both devices are at the edge.
+async fn apply_devices(cloud: &Cloud, twins: &twin::DeviceTwinHandle) {
+    let applied = cloud.apply(manifests()).await;
+    assert_eq!(applied.len(), 3, "{applied:?}");
+    let mut counts = twins.counts.clone();
+    tokio::time::timeout(WAIT, counts.wait_for(|c| c.devices == 2))
+        .await
+        .expect("both devices at the edge")
+        .expect("devicetwin");
+}
+
 fn mapper(protocol: &str, with_data: bool, socket: &Path) -> api::MapperRegisterRequest {
     api::MapperRegisterRequest {
         with_data,
@@ -299,13 +310,7 @@ async fn a_dmi_mapper_registers_gets_its_devices_and_reports_to_the_cloud() {
     );
     assert_eq!(mode & 0o777, 0o660, "{mode:o}");
 
-    let applied = cloud.apply(manifests()).await;
-    assert_eq!(applied.len(), 3, "{applied:?}");
-    let mut counts = twins.counts.clone();
-    tokio::time::timeout(WAIT, counts.wait_for(|c| c.devices == 2))
-        .await
-        .expect("both devices at the edge")
-        .expect("devicetwin");
+    apply_devices(&cloud, &twins).await;
 
     // The modbus mapper registers: it gets its device (not the opcua one)
     // with the model, the configuration values as KubeEdge sends them.
@@ -487,12 +492,7 @@ async fn a_mapper_that_hangs_or_dies_mid_call_delays_no_other_and_loses_nothing(
     let socket = dir.path().join("dmi.sock");
     let _dmi = twin::dmi::server::start(&edge.hive, twin::dmi::DmiConfig::new(&socket))
         .expect("DMI server");
-    cloud.apply(manifests()).await;
-    let mut counts = twins.counts.clone();
-    tokio::time::timeout(WAIT, counts.wait_for(|c| c.devices == 2))
-        .await
-        .expect("both devices at the edge")
-        .expect("devicetwin");
+    apply_devices(&cloud, &twins).await;
     let mut client = dial(&socket).await;
 
     // The modbus mapper registers without data, takes its first call (the
