@@ -820,10 +820,10 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         // the API server (TokenReview, then SubjectAccessReview), with
         // cloudcore's credentials. Elsewhere no token is anyone.
         token_access: match &desired {
-            Desired::Kubernetes(store) => Some(TokenAccess {
-                authenticator: Arc::new(TokenReviews::new(store.client().clone())),
-                authorizer: Arc::new(SubjectAccessReviews::new(store.client().clone())),
-            }),
+            Desired::Kubernetes(store) => Some(TokenAccess::new(
+                Arc::new(TokenReviews::new(store.client().clone())),
+                Arc::new(SubjectAccessReviews::new(store.client().clone())),
+            )),
             _ => None,
         },
         ..ControllerConfig::default()

@@ -71,6 +71,9 @@ pub struct FrontProxy {
     pub username_headers: Vec<String>,
     /// The headers naming its groups, every value of each.
     pub group_headers: Vec<String>,
+    /// The prefixes of headers carrying the user's extra (`X-Remote-Extra-`:
+    /// `X-Remote-Extra-Scopes: a` is extra `scopes` = `a`).
+    pub extra_prefixes: Vec<String>,
 }
 
 impl FrontProxy {
@@ -93,6 +96,7 @@ impl FrontProxy {
             allowed_names: names("requestheader-allowed-names")?,
             username_headers: names("requestheader-username-headers")?,
             group_headers: names("requestheader-group-headers")?,
+            extra_prefixes: names("requestheader-extra-headers-prefix")?,
         };
         if front_proxy.username_headers.is_empty() {
             return Err("no requestheader-username-headers".to_owned());
@@ -124,7 +128,37 @@ impl FrontProxy {
             .filter_map(|value| value.to_str().ok())
             .map(str::to_owned)
             .collect();
-        Ok(Caller { user, groups })
+        Ok(Caller {
+            user,
+            groups,
+            extra: self.extra(headers),
+        })
+    }
+
+    /// The user's extra, as kube-apiserver reads it: each header under a
+    /// prefix names a key (the rest of its name, lower case, %-escapes
+    /// undone), every value of it a value.
+    fn extra(&self, headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for prefix in &self.extra_prefixes {
+            let prefix = prefix.to_ascii_lowercase();
+            for (name, value) in headers {
+                // Header names are lower case here (hyper's HeaderName).
+                let Some(key) = name.as_str().strip_prefix(prefix.as_str()) else {
+                    continue;
+                };
+                let Ok(key) = percent_encoding::percent_decode_str(key).decode_utf8() else {
+                    continue;
+                };
+                if let (false, Ok(value)) = (key.is_empty(), value.to_str()) {
+                    extra
+                        .entry(key.to_lowercase())
+                        .or_default()
+                        .push(value.to_owned());
+                }
+            }
+        }
+        extra
     }
 }
 
@@ -430,10 +464,7 @@ mod tests {
     }
 
     fn proxy(name: &str) -> Caller {
-        Caller {
-            user: name.to_owned(),
-            groups: Vec::new(),
-        }
+        Caller::new(name, Vec::new())
     }
 
     #[test]
@@ -453,6 +484,27 @@ mod tests {
             .expect("a caller");
         assert_eq!(caller.user, "alice");
         assert_eq!(caller.groups, ["devs", "system:authenticated"]);
+        assert!(caller.extra.is_empty());
+        // Extra headers: the key lower case and unescaped, every value.
+        headers.append("x-remote-extra-scopes", "view".parse().expect("value"));
+        headers.append("x-remote-extra-scopes", "edit".parse().expect("value"));
+        headers.append(
+            "x-remote-extra-example.org%2fteam",
+            "edge".parse().expect("value"),
+        );
+        let caller = front_proxy
+            .caller(Some(&proxy("front-proxy-client")), &headers)
+            .expect("a caller");
+        assert_eq!(
+            caller.extra,
+            BTreeMap::from([
+                ("example.org/team".to_owned(), vec!["edge".to_owned()]),
+                (
+                    "scopes".to_owned(),
+                    vec!["view".to_owned(), "edit".to_owned()]
+                ),
+            ])
+        );
         // Another certificate of the CA is no front proxy; none is none.
         let refused = front_proxy.caller(Some(&proxy("mallory")), &headers);
         assert!(

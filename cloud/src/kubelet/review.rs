@@ -7,7 +7,7 @@
 //! `metrics.k8s.io` pods or nodes). Decisions are kept a while (allowed 5
 //! minutes, denied 30 seconds, as the kubelet's defaults).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -15,16 +15,33 @@ use std::time::{Duration, Instant};
 
 use super::route::Attributes;
 
-/// A caller, from its verified client certificate.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A caller, from its verified client certificate (or a token's review,
+/// or the front proxy's headers).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Caller {
     /// The subject's common name.
     pub user: String,
     /// The subject's organizations.
     pub groups: Vec<String>,
+    /// What its authenticator adds (a TokenReview's `extra`, the front
+    /// proxy's `X-Remote-Extra-*`), passed on to SubjectAccessReviews.
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
+/// The extra a bound service account token carries: the node its pod
+/// runs on.
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+
 impl Caller {
+    /// `user` in `groups`, with no extra.
+    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Caller {
+        Caller {
+            user: user.into(),
+            groups,
+            extra: BTreeMap::new(),
+        }
+    }
+
     /// The caller a DER certificate names, if it reads.
     pub fn from_certificate(der: &[u8]) -> Option<Caller> {
         let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
@@ -34,7 +51,7 @@ impl Caller {
             .iter_organization()
             .filter_map(|o| o.as_str().ok().map(str::to_owned))
             .collect();
-        Some(Caller { user, groups })
+        Some(Caller::new(user, groups))
     }
 }
 
@@ -139,6 +156,82 @@ pub struct TokenAccess {
     pub authenticator: std::sync::Arc<dyn TokenAuthenticator>,
     /// What its caller may do.
     pub authorizer: std::sync::Arc<dyn Authorizer>,
+    /// How many reviews each node may ask for.
+    pub limits: std::sync::Arc<ReviewLimits>,
+}
+
+impl TokenAccess {
+    /// Reviews by `authenticator` and `authorizer`, each node held to
+    /// [`ReviewLimits::default`].
+    pub fn new(
+        authenticator: std::sync::Arc<dyn TokenAuthenticator>,
+        authorizer: std::sync::Arc<dyn Authorizer>,
+    ) -> TokenAccess {
+        TokenAccess {
+            authenticator,
+            authorizer,
+            limits: std::sync::Arc::new(ReviewLimits::default()),
+        }
+    }
+}
+
+/// How many reviews a node may ask the API server for: a bucket per node
+/// of `burst` reviews, refilled at `per_second` (plain code: time is
+/// passed in). An edge keeps its decisions, so a node asking more than
+/// this is asked about tokens it has not seen: random ones, a peer beyond
+/// its loopback trying its luck. Over the limit the node gets no decision
+/// (its MetaServer answers 503) and the API server is not asked.
+pub struct ReviewLimits {
+    per_second: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+/// Reviews a node may ask for each second, on average.
+pub const REVIEWS_PER_SECOND: f64 = 20.0;
+/// Reviews a node may ask for at once.
+pub const REVIEW_BURST: f64 = 100.0;
+/// The most nodes whose buckets are kept (full ones are dropped first).
+const MAX_BUCKETS: usize = 100_000;
+
+impl Default for ReviewLimits {
+    fn default() -> Self {
+        ReviewLimits::new(REVIEWS_PER_SECOND, REVIEW_BURST)
+    }
+}
+
+impl ReviewLimits {
+    /// `burst` reviews at once per node, refilled at `per_second`.
+    pub fn new(per_second: f64, burst: f64) -> ReviewLimits {
+        ReviewLimits {
+            per_second,
+            burst,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `node` may ask for one more review at `now` (taken if so).
+    pub fn take(&self, node: &str, now: Instant) -> bool {
+        let Ok(mut buckets) = self.buckets.lock() else {
+            return false;
+        };
+        let refill = |(left, at): (f64, Instant)| {
+            let earned = now.saturating_duration_since(at).as_secs_f64() * self.per_second;
+            (self.burst.min(left + earned), now)
+        };
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(node) {
+            let burst = self.burst;
+            buckets.retain(|_, bucket| refill(*bucket).0 < burst);
+        }
+        let bucket = buckets
+            .get(node)
+            .copied()
+            .map_or((self.burst, now), refill);
+        let taken = bucket.0 >= 1.0;
+        let left = if taken { bucket.0 - 1.0 } else { bucket.0 };
+        buckets.insert(node.to_owned(), (left, bucket.1));
+        taken
+    }
 }
 
 impl std::fmt::Debug for TokenAccess {
@@ -172,11 +265,14 @@ pub fn metaserver_access(request: &apis::access::RequestAttributes) -> Option<Ac
     })
 }
 
-/// The cloud's answer to an edge's review of an application's request
+/// The cloud's answer to `node`'s review of an application's request
 /// (`Err`: no decision could be had). Without `access` (no API server
-/// issues tokens: the embedded store), every token is unauthenticated.
+/// issues tokens: the embedded store), every token is unauthenticated. A
+/// token bound to a pod on another node is not valid here: a token taken
+/// from one node's pod opens nothing on another.
 pub async fn review_edge_request(
     access: Option<&TokenAccess>,
+    node: &str,
     review: &apis::access::AccessReview,
 ) -> Result<apis::access::ReviewAnswer, String> {
     use apis::access::ReviewAnswer;
@@ -185,11 +281,26 @@ pub async fn review_edge_request(
             reason: "service account tokens need Kubernetes mode (no API server issues or reviews them here)".to_owned(),
         });
     };
+    if !access.limits.take(node, Instant::now()) {
+        return Err(format!(
+            "node {node} asks for more than {REVIEWS_PER_SECOND} token reviews a second; try again"
+        ));
+    }
     let Some(caller) = access.authenticator.authenticate(&review.token).await? else {
         return Ok(ReviewAnswer::Unauthenticated {
             reason: "invalid bearer token".to_owned(),
         });
     };
+    if let Some(bound) = caller.extra.get(NODE_NAME_EXTRA)
+        && !bound.iter().any(|bound| bound == node)
+    {
+        return Ok(ReviewAnswer::Unauthenticated {
+            reason: format!(
+                "the token is bound to a pod on node {}, not on {node}",
+                bound.join(", ")
+            ),
+        });
+    }
     let Some(asked) = metaserver_access(&review.attributes) else {
         return Ok(ReviewAnswer::Denied {
             user: caller.user,
@@ -247,6 +358,7 @@ impl TokenAuthenticator for TokenReviews {
             Ok(Some(Caller {
                 user: user.username.unwrap_or_default(),
                 groups: user.groups.unwrap_or_default(),
+                extra: user.extra.unwrap_or_default().into_iter().collect(),
             }))
         })
     }
@@ -284,6 +396,8 @@ impl Authorizer for SubjectAccessReviews {
                 spec: SubjectAccessReviewSpec {
                     user: Some(caller.user.clone()),
                     groups: Some(caller.groups.clone()),
+                    extra: (!caller.extra.is_empty())
+                        .then(|| caller.extra.clone().into_iter().collect()),
                     resource_attributes: Some(ResourceAttributes {
                         verb: Some(access.verb.to_owned()),
                         group: Some(access.group.to_owned()),
@@ -321,10 +435,22 @@ mod tests {
     impl TokenAuthenticator for Fake {
         fn authenticate<'a>(&'a self, token: &'a str) -> Authentication<'a> {
             Box::pin(async move {
-                Ok((token == "reader").then(|| Caller {
-                    user: "system:serviceaccount:apps:reader".to_owned(),
-                    groups: vec!["system:serviceaccounts".to_owned()],
-                }))
+                let caller = |node: &str| Caller {
+                    extra: BTreeMap::from([(NODE_NAME_EXTRA.to_owned(), vec![node.to_owned()])]),
+                    ..Caller::new(
+                        "system:serviceaccount:apps:reader",
+                        vec!["system:serviceaccounts".to_owned()],
+                    )
+                };
+                Ok(match token {
+                    "reader" => Some(Caller::new(
+                        "system:serviceaccount:apps:reader",
+                        vec!["system:serviceaccounts".to_owned()],
+                    )),
+                    "bound-to-edge-1" => Some(caller("edge-1")),
+                    "bound-to-edge-2" => Some(caller("edge-2")),
+                    _ => None,
+                })
             })
         }
     }
@@ -345,13 +471,10 @@ mod tests {
 
     #[actix::test]
     async fn an_edge_request_is_reviewed_as_the_token_s_user() {
-        let access = TokenAccess {
-            authenticator: Arc::new(Fake),
-            authorizer: Arc::new(Fake),
-        };
+        let access = TokenAccess::new(Arc::new(Fake), Arc::new(Fake));
         let ask = |token, method, path| {
             let (access, review) = (access.clone(), review(token, method, path));
-            async move { review_edge_request(Some(&access), &review).await }
+            async move { review_edge_request(Some(&access), "edge-1", &review).await }
         };
         let user = "system:serviceaccount:apps:reader".to_owned();
         assert_eq!(
@@ -386,21 +509,69 @@ mod tests {
             ask("forged", "GET", "/api/v1/namespaces/apps/configmaps").await,
             Ok(ReviewAnswer::Unauthenticated { .. })
         ));
+        // A token bound to a pod on this node is its user's; one bound to
+        // a pod on another node is no one's here.
+        let settings = "/api/v1/namespaces/apps/configmaps/settings";
+        assert_eq!(
+            ask("bound-to-edge-1", "GET", settings).await,
+            Ok(ReviewAnswer::Allowed { user: user.clone() })
+        );
+        assert!(matches!(
+            ask("bound-to-edge-2", "GET", settings).await,
+            Ok(ReviewAnswer::Unauthenticated { reason }) if reason.contains("node edge-2, not on edge-1")
+        ));
         // No API server: no token is anyone.
-        let embedded = review_edge_request(None, &review("reader", "GET", "/api/v1/pods")).await;
+        let embedded =
+            review_edge_request(None, "edge-1", &review("reader", "GET", "/api/v1/pods")).await;
         assert!(matches!(
             embedded,
             Ok(ReviewAnswer::Unauthenticated { reason }) if reason.contains("Kubernetes mode")
         ));
     }
 
+    #[actix::test]
+    async fn a_node_asking_too_many_reviews_gets_no_decision_and_others_are_not_held() {
+        let access = TokenAccess {
+            limits: Arc::new(ReviewLimits::new(1.0, 3.0)),
+            ..TokenAccess::new(Arc::new(Fake), Arc::new(Fake))
+        };
+        let asked = review("forged", "GET", "/api/v1/namespaces/apps/configmaps");
+        for _ in 0..3 {
+            assert!(matches!(
+                review_edge_request(Some(&access), "edge-1", &asked).await,
+                Ok(ReviewAnswer::Unauthenticated { .. })
+            ));
+        }
+        let held = review_edge_request(Some(&access), "edge-1", &asked).await;
+        assert!(
+            matches!(&held, Err(reason) if reason.contains("node edge-1 asks for more")),
+            "{held:?}"
+        );
+        // Another node has its own bucket.
+        assert!(review_edge_request(Some(&access), "edge-2", &asked).await.is_ok());
+    }
+
+    #[test]
+    fn a_node_s_bucket_refills_with_time_up_to_its_burst() {
+        let limits = ReviewLimits::new(2.0, 4.0);
+        let t0 = Instant::now();
+        assert_eq!((0..6).filter(|_| limits.take("n", t0)).count(), 4);
+        // Half a second earns one at 2 a second.
+        let t1 = t0 + Duration::from_millis(500);
+        assert!(limits.take("n", t1));
+        assert!(!limits.take("n", t1));
+        // An hour earns no more than the burst.
+        let t2 = t1 + Duration::from_secs(3600);
+        assert_eq!((0..10).filter(|_| limits.take("n", t2)).count(), 4);
+    }
+
     #[test]
     fn decisions_are_kept_for_their_time() {
         let cache = DecisionCache::default();
-        let caller = Caller {
-            user: "kube-apiserver-kubelet-client".to_owned(),
-            groups: vec!["system:masters".to_owned()],
-        };
+        let caller = Caller::new(
+            "kube-apiserver-kubelet-client",
+            vec!["system:masters".to_owned()],
+        );
         let logs = Access::node(
             &Attributes {
                 verb: "get",
@@ -434,10 +605,7 @@ mod tests {
         assert_eq!(cache.get(&caller, &stats, t0 + DENIED_FOR), None);
         // Another node, another caller: no decision.
         assert_eq!(cache.get(&caller, &elsewhere, t0), None);
-        let other = Caller {
-            user: "someone".to_owned(),
-            groups: Vec::new(),
-        };
+        let other = Caller::new("someone", Vec::new());
         assert_eq!(cache.get(&other, &logs, t0), None);
     }
 }
