@@ -1,5 +1,5 @@
 //! Label selectors as Kubernetes writes them in a list's `labelSelector`
-//! (`app=web,tier!=cache,env in (prod,staging),!legacy`): parsed once,
+//! (`app=web,tier!=cache,env in (prod,staging),!legacy,replicas>2`): parsed once,
 //! then matched against objects' labels. The MetaServer, the admin API and
 //! the metrics API filter with it.
 
@@ -32,6 +32,10 @@ enum Requirement {
     Exists(String),
     /// `!key`.
     DoesNotExist(String),
+    /// `key>n`: the value is an integer above `n`.
+    GreaterThan(String, i64),
+    /// `key<n`: the value is an integer below `n`.
+    LessThan(String, i64),
 }
 
 impl Requirement {
@@ -43,8 +47,15 @@ impl Requirement {
             Requirement::NotIn(key, values) => !labels(key).is_some_and(|v| values.contains(&v)),
             Requirement::Exists(key) => labels(key).is_some(),
             Requirement::DoesNotExist(key) => labels(key).is_none(),
+            Requirement::GreaterThan(key, n) => integer(labels(key)).is_some_and(|v| v > *n),
+            Requirement::LessThan(key, n) => integer(labels(key)).is_some_and(|v| v < *n),
         }
     }
+}
+
+/// A label's value as an integer, if it is one.
+fn integer(value: Option<String>) -> Option<i64> {
+    value?.parse().ok()
 }
 
 /// A parsed label selector: every requirement must be met. The empty
@@ -133,6 +144,18 @@ fn requirement(part: &str) -> Result<Requirement, String> {
             return Ok(build(key_of(key.trim())?, value_of(value.trim())?));
         }
     }
+    for (operator, build) in [
+        (">", Requirement::GreaterThan as fn(String, i64) -> Requirement),
+        ("<", Requirement::LessThan),
+    ] {
+        if let Some((key, value)) = part.split_once(operator) {
+            let value = value.trim();
+            let n = value
+                .parse()
+                .map_err(|_| format!("{value:?} is not an integer (for {operator})"))?;
+            return Ok(build(key_of(key.trim())?, n));
+        }
+    }
     let key_end = part.find(char::is_whitespace).unwrap_or(part.len());
     let key = key_of(&part[..key_end])?;
     let rest = part[key_end..].trim();
@@ -155,35 +178,57 @@ fn requirement(part: &str) -> Result<Requirement, String> {
         "in" => Ok(Requirement::In(key, values)),
         "notin" => Ok(Requirement::NotIn(key, values)),
         other => Err(format!(
-            "{other:?} is not an operator (in, notin, =, ==, !=)"
+            "{other:?} is not an operator (in, notin, =, ==, !=, >, <)"
         )),
     }
 }
 
-/// A label key: an optional DNS prefix and `/`, then a name.
+/// A label key: an optional DNS subdomain prefix and `/`, then a name.
 fn key_of(key: &str) -> Result<String, String> {
-    let name = key.rsplit_once('/').map_or(
-        key,
-        |(prefix, name)| {
-            if prefix.is_empty() { "" } else { name }
-        },
-    );
-    if name.is_empty() || name.len() > 63 || !name.chars().all(label_char) {
-        return Err(format!("{key:?} is not a label key"));
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_reads = prefix.is_none_or(|prefix| {
+        prefix.len() <= 253
+            && prefix.split('.').all(|part| {
+                part.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && starts_and_ends_alphanumeric(part)
+            })
+    });
+    if !prefix_reads || !is_name(name) {
+        return Err(format!(
+            "{key:?} is not a label key (an optional DNS subdomain and '/', then up to 63 of a-z, A-Z, 0-9, '-', '_', '.' beginning and ending with a letter or digit)"
+        ));
     }
     Ok(key.to_owned())
 }
 
-/// A label value: empty, or up to 63 name characters.
+/// A label value: empty, or a name.
 fn value_of(value: &str) -> Result<String, String> {
-    if value.len() > 63 || !value.chars().all(label_char) {
-        return Err(format!("{value:?} is not a label value"));
+    if !value.is_empty() && !is_name(value) {
+        return Err(format!(
+            "{value:?} is not a label value (up to 63 of a-z, A-Z, 0-9, '-', '_', '.' beginning and ending with a letter or digit)"
+        ));
     }
     Ok(value.to_owned())
 }
 
-fn label_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+/// A label's name or value: 1 to 63 letters, digits, `-`, `_`, `.`,
+/// beginning and ending with a letter or digit.
+fn is_name(text: &str) -> bool {
+    text.len() <= 63
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && starts_and_ends_alphanumeric(text)
+}
+
+fn starts_and_ends_alphanumeric(text: &str) -> bool {
+    let ends = [text.chars().next(), text.chars().next_back()];
+    ends.iter()
+        .all(|c| c.is_some_and(|c| c.is_ascii_alphanumeric()))
 }
 
 #[cfg(test)]
@@ -222,6 +267,23 @@ mod tests {
             assert_eq!(parsed.matches(&web), on_web, "{selector} on web");
             assert_eq!(parsed.matches(&cache), on_cache, "{selector} on cache");
         }
+        // Greater and less than: integer values only; absent or not an
+        // integer is not met.
+        let web = labels(&[("replicas", "3"), ("app", "web")]);
+        let cache = labels(&[("replicas", "-1"), ("app", "cache")]);
+        for (selector, on_web, on_cache) in [
+            ("replicas>2", true, false),
+            ("replicas > 3", false, false),
+            ("replicas<0", false, true),
+            ("replicas>-2", true, true),
+            ("app>1", false, false),
+            ("absent<100", false, false),
+            ("app=web,replicas<4", true, false),
+        ] {
+            let parsed = LabelSelector::parse(selector).expect(selector);
+            assert_eq!(parsed.matches(&web), on_web, "{selector} on web");
+            assert_eq!(parsed.matches(&cache), on_cache, "{selector} on cache");
+        }
     }
 
     #[test]
@@ -251,6 +313,18 @@ mod tests {
             "!",
             "bad key=1",
             "app=toolongtoolongtoolongtoolongtoolongtoolongtoolongtoolongtoolongtoolong",
+            "replicas>two",
+            "replicas<",
+            "replicas>1.5",
+            "Example.com/tier",
+            "example..com/tier",
+            "-example.com/tier",
+            "/tier",
+            "example.com/",
+            "a/b/c",
+            "app=-web",
+            "app=web-",
+            "_app",
         ] {
             let err = LabelSelector::parse(bad).expect_err(bad);
             assert_eq!(err.selector, bad);
