@@ -60,6 +60,15 @@ impl Codec {
         }
     }
 
+    /// Whether a frame payload carries nothing and is passed over (a
+    /// KubeEdge peer's Go zero message, [`crate::kubeedge::is_zero_message`]).
+    pub fn is_nothing(self, payload: &[u8]) -> bool {
+        match self {
+            Codec::MessagePack => false,
+            Codec::KubeEdgeJson => crate::kubeedge::is_zero_message(payload),
+        }
+    }
+
     /// Decodes a frame payload (already within the frame limit).
     pub fn decode(self, payload: &[u8]) -> Result<Message, FrameError> {
         match self {

@@ -104,6 +104,29 @@ pub fn encode(msg: &Message) -> Vec<u8> {
     serde_json::to_vec(&wire).unwrap_or_default()
 }
 
+/// Whether `frame` is a Go zero message: no id, no route, no content. A
+/// KubeEdge edgecore sends one as it shuts down (its module's channel
+/// closed under it); it carries nothing, so it is passed over rather than
+/// taken as a garbled frame.
+pub fn is_zero_message(frame: &[u8]) -> bool {
+    let Ok(wire) = serde_json::from_slice::<WireMessage>(frame) else {
+        return false;
+    };
+    let route = &wire.route;
+    wire.header.msg_id.is_empty()
+        && wire.header.parent_msg_id.is_empty()
+        && [
+            &route.source,
+            &route.destination,
+            &route.group,
+            &route.operation,
+            &route.resource,
+        ]
+        .iter()
+        .all(|field| field.is_empty())
+        && wire.content.is_null()
+}
+
 /// Reads a KubeEdge message from one frame of at most `max` bytes.
 pub fn decode(frame: &[u8], max: usize) -> Result<Message, KubeEdgeError> {
     if frame.len() > max {
@@ -165,6 +188,25 @@ fn unwrap_bytes(content: Value) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_go_zero_message_is_told_from_a_garbled_one() {
+        let zero = json!({
+            "header": {"msg_id": "", "parent_msg_id": "", "timestamp": 0, "sync": false},
+            "route": {"source": "", "group": "", "operation": "", "resource": ""},
+            "content": null
+        });
+        assert!(is_zero_message(zero.to_string().as_bytes()));
+        assert!(is_zero_message(br#"{"header":{"msg_id":""}}"#));
+        // Anything with a route or content is a message, and an id that
+        // is not a UUID still refuses it.
+        let routed = json!({"header": {"msg_id": ""}, "route": {"operation": "keepalive"}});
+        assert!(!is_zero_message(routed.to_string().as_bytes()));
+        assert!(decode(routed.to_string().as_bytes(), 1 << 20).is_err());
+        let content = json!({"header": {"msg_id": ""}, "content": "x"});
+        assert!(!is_zero_message(content.to_string().as_bytes()));
+        assert!(!is_zero_message(b"not json"));
+    }
 
     /// A pod insert as KubeEdge's cloudhub sends it (written from the
     /// message model, not copied from a capture).

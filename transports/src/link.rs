@@ -445,7 +445,7 @@ impl LinkReceiver {
     /// The next message; `Some(Err(..))` once when the peer sent something
     /// unacceptable (the link is then closed); `None` once the link is closed.
     pub async fn recv(&mut self) -> Option<Result<Message, TransportError>> {
-        let frame = match self.recv_frame().await? {
+        let frame = match self.recv_message_frame().await? {
             Ok(frame) => frame,
             Err(err) => return Some(Err(err)),
         };
@@ -462,7 +462,7 @@ impl LinkReceiver {
     /// The next message or raw frame (see [`RAW_FRAME_MARKER`]); the same
     /// end-of-link rules as [`Self::recv`].
     pub async fn recv_item(&mut self) -> Option<Result<Received, TransportError>> {
-        let frame = match self.recv_frame().await? {
+        let frame = match self.recv_message_frame().await? {
             Ok(frame) => frame,
             Err(err) => return Some(Err(err)),
         };
@@ -475,6 +475,18 @@ impl LinkReceiver {
                 warn!(peer = %self.peer, error = %err, "closing link");
                 self.end();
                 Some(Err(err.into()))
+            }
+        }
+    }
+
+    /// The next frame that carries something ([`Codec::is_nothing`]).
+    async fn recv_message_frame(&mut self) -> Option<Result<Bytes, TransportError>> {
+        loop {
+            match self.recv_frame().await? {
+                Ok(frame) if self.codec.is_nothing(&frame) => {
+                    debug!(peer = %self.peer, "an empty message passed over (a KubeEdge peer shutting down sends one)");
+                }
+                other => return Some(other),
             }
         }
     }

@@ -772,6 +772,10 @@ async fn a_kubeedge_endpoint_takes_and_sends_text_messages() {
         .expect("upgrade");
     let mut server = within(listener.accept()).await.expect("accepted link");
     let keepalive = r#"{"header":{"msg_id":"00000000-0000-4000-8000-000000000001","timestamp":1},"route":{"source":"websocket","group":"resource","operation":"keepalive","resource":"node"},"content":"ping"}"#;
+    // A Go zero message (what an edgecore shutting down writes) is passed
+    // over: the link goes on to the next message.
+    let zero = r#"{"header":{"msg_id":"","parent_msg_id":"","timestamp":0,"sync":false},"route":{"source":"","group":"","operation":"","resource":""},"content":null}"#;
+    client.send(WsMessage::text(zero)).await.expect("sent");
     client.send(WsMessage::text(keepalive)).await.expect("sent");
     let got = within(server.receiver.recv())
         .await
