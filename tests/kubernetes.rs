@@ -1554,10 +1554,14 @@ metadata:
 spec:
   nodeName: {}
   terminationGracePeriodSeconds: 1
+  # The edge's containers outlive the test's edgecore (as an edge's pods
+  # outlive edgecore): the burner stops itself after 3 minutes, so none is
+  # left to slow the tests after it.
+  restartPolicy: Never
   containers:
   - name: burner
     image: 127.0.0.1:5000/busybox:latest
-    command: [sh, -c, \"while true; do :; done\"]
+    command: [timeout, \"180\", sh, -c, \"while true; do :; done\"]
   - name: idle
     image: 127.0.0.1:5000/busybox:latest
     command: [sleep, \"3600\"]
