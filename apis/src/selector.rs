@@ -145,7 +145,10 @@ fn requirement(part: &str) -> Result<Requirement, String> {
         }
     }
     for (operator, build) in [
-        (">", Requirement::GreaterThan as fn(String, i64) -> Requirement),
+        (
+            ">",
+            Requirement::GreaterThan as fn(String, i64) -> Requirement,
+        ),
         ("<", Requirement::LessThan),
     ] {
         if let Some((key, value)) = part.split_once(operator) {

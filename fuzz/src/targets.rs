@@ -1,4 +1,4 @@
-//! The five fuzz targets. Each takes untrusted bytes the way the project
+//! The six fuzz targets. Each takes untrusted bytes the way the project
 //! takes them from the network or from a user, and must never panic,
 //! overflow or allocate without bound: an error is the right answer to bad
 //! input. A target that finds a property broken (a decoded value that does
@@ -30,7 +30,7 @@ pub struct Target {
 }
 
 /// All of them.
-pub const ALL: [Target; 5] = [
+pub const ALL: [Target; 6] = [
     Target {
         name: "frame",
         run: frame,
@@ -55,6 +55,11 @@ pub const ALL: [Target; 5] = [
         name: "join",
         run: join,
         prepare: prepare_join,
+    },
+    Target {
+        name: "authority",
+        run: authority,
+        prepare: nothing,
     },
 ];
 
@@ -195,6 +200,41 @@ fn join(data: &[u8]) {
     {
         assert_eq!(signed, node, "the signed node is the CSR's");
         assert!(hub::certs::issued_at(cert.as_ref()).is_some());
+    }
+}
+
+/// A gRPC client's bytes to an edge's DMI socket, through the HTTP/2
+/// authority rewriter (`twin::dmi::authority`): the first byte is the size
+/// of each socket read (0: one read), the rest the bytes. What reaches the
+/// server is whole frames after the preface, none over the rewriter's
+/// limits, or the bytes as they came when they are not HTTP/2.
+fn authority(data: &[u8]) {
+    let Some((&read, bytes)) = data.split_first() else {
+        return;
+    };
+    let read = if read == 0 {
+        bytes.len().max(1)
+    } else {
+        usize::from(read)
+    };
+    let Ok(output) = twin::dmi::authority::rewrite_reads(bytes.chunks(read)) else {
+        return;
+    };
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let Some(mut rest) = output.strip_prefix(PREFACE) else {
+        assert!(
+            bytes.starts_with(&output) || output.is_empty(),
+            "bytes that are not HTTP/2 pass as they came"
+        );
+        return;
+    };
+    while !rest.is_empty() {
+        assert!(rest.len() >= 9, "a frame header cut short");
+        let length =
+            (usize::from(rest[0]) << 16) | (usize::from(rest[1]) << 8) | usize::from(rest[2]);
+        assert!(length <= 64 * 1024, "a frame of {length} bytes passed");
+        assert!(rest.len() >= 9 + length, "a frame cut short");
+        rest = &rest[9 + length..];
     }
 }
 
@@ -457,6 +497,72 @@ pub mod seeds {
             "wrong-node",
             &join(&bound, "edge-9", csr.der()),
         )?;
+
+        // gRPC requests as grpc-go writes them on a Unix socket (its path
+        // as the authority): the preface, SETTINGS, HEADERS, DATA.
+        let grpc = |authority: &[u8], read: u8, continued: bool| {
+            let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+            for (indexing, name, value) in [
+                (
+                    0x00,
+                    &b":path"[..],
+                    &b"/v1beta1.DeviceManagerService/MapperRegister"[..],
+                ),
+                (0x40, b":authority", authority), // indexed: the next request refers to it
+                (0x00, b"content-type", b"application/grpc"),
+                (0x00, b"te", b"trailers"),
+            ] {
+                block.extend_from_slice(&[indexing, name.len() as u8]);
+                block.extend_from_slice(name);
+                block.push(value.len() as u8);
+                block.extend_from_slice(value);
+            }
+            let frame = |kind: u8, flags: u8, stream: u8, payload: &[u8]| {
+                let mut out = vec![
+                    0,
+                    (payload.len() >> 8) as u8,
+                    payload.len() as u8,
+                    kind,
+                    flags,
+                ];
+                out.extend_from_slice(&[0, 0, 0, stream]);
+                out.extend_from_slice(payload);
+                out
+            };
+            let mut out = vec![read];
+            out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+            out.extend(frame(0x4, 0, 0, &[]));
+            if continued {
+                let (first, rest) = block.split_at(block.len() / 2);
+                out.extend(frame(0x1, 0, 1, first));
+                out.extend(frame(0x9, 0x4, 1, rest));
+            } else {
+                out.extend(frame(0x1, 0x4, 1, &block));
+            }
+            out.extend(frame(0x0, 0x1, 1, b"\0\0\0\0\0"));
+            // A second request naming the authority from the table (62).
+            out.extend(frame(0x1, 0x4, 3, &[0x83, 0x86, 0x84, 0xbe]));
+            out
+        };
+        write(
+            dir,
+            "authority",
+            "grpc-go",
+            &grpc(b"/etc/kubeedge/dmi.sock", 0, false),
+        )?;
+        write(
+            dir,
+            "authority",
+            "grpc-go-reads",
+            &grpc(b"/etc/kubeedge/dmi.sock", 7, true),
+        )?;
+        write(dir, "authority", "localhost", &grpc(b"localhost", 0, false))?;
+        write(
+            dir,
+            "authority",
+            "http1",
+            b"\0GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        )?;
         check(dir)
     }
 
@@ -487,6 +593,15 @@ pub mod seeds {
             let token = ca().verify_bearer(parts.next());
             let node = CloudCa::csr_node(parts.nth(1).unwrap_or_default());
             if let Err(err) = token.as_ref().map(drop).and(node.as_ref().map(drop)) {
+                return failed(format!("{}: {err}", path.display()));
+            }
+        }
+        for entry in std::fs::read_dir(dir.join("authority"))? {
+            let path = entry?.path();
+            let data = std::fs::read(&path)?;
+            let read = usize::from(data.first().copied().unwrap_or_default()).max(1);
+            let bytes = data.get(1..).unwrap_or_default();
+            if let Err(err) = twin::dmi::authority::rewrite_reads(bytes.chunks(read)) {
                 return failed(format!("{}: {err}", path.display()));
             }
         }

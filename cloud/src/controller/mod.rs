@@ -1358,8 +1358,7 @@ impl Controller {
         );
         actix::spawn(async move {
             let answer =
-                crate::kubelet::review::review_edge_request(access.as_ref(), &node, &review)
-                    .await;
+                crate::kubelet::review::review_edge_request(access.as_ref(), &node, &review).await;
             let answer = match answer
                 .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string()))
             {

@@ -223,10 +223,7 @@ impl ReviewLimits {
             let burst = self.burst;
             buckets.retain(|_, bucket| refill(*bucket).0 < burst);
         }
-        let bucket = buckets
-            .get(node)
-            .copied()
-            .map_or((self.burst, now), refill);
+        let bucket = buckets.get(node).copied().map_or((self.burst, now), refill);
         let taken = bucket.0 >= 1.0;
         let left = if taken { bucket.0 - 1.0 } else { bucket.0 };
         buckets.insert(node.to_owned(), (left, bucket.1));
@@ -548,7 +545,11 @@ mod tests {
             "{held:?}"
         );
         // Another node has its own bucket.
-        assert!(review_edge_request(Some(&access), "edge-2", &asked).await.is_ok());
+        assert!(
+            review_edge_request(Some(&access), "edge-2", &asked)
+                .await
+                .is_ok()
+        );
     }
 
     #[test]

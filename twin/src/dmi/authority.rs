@@ -149,6 +149,19 @@ impl tonic::transport::server::Connected for LenientAuthority {
     }
 }
 
+/// What the server is given for a client's bytes, read as `reads` (each
+/// one socket read), or why the connection ends: the rewriting alone,
+/// without a socket (the fuzz target's entry).
+pub fn rewrite_reads<'a>(reads: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<u8>, String> {
+    let mut rewriter = Rewriter::default();
+    let (mut input, mut output) = (BytesMut::new(), BytesMut::new());
+    for read in reads {
+        input.extend_from_slice(read);
+        rewriter.take(&mut input, &mut output)?;
+    }
+    Ok(output.to_vec())
+}
+
 /// The client-to-server byte stream's rewriting, as plain code: whole
 /// frames in, frames out.
 #[derive(Default)]
@@ -235,7 +248,7 @@ impl Rewriter {
                 (CONTINUATION, Some(pending)) if pending.stream == stream => {
                     pending.block.extend_from_slice(payload);
                     if pending.block.len() > MAX_BLOCK {
-                        return Err("a header block over 1 MiB".to_owned());
+                        return Err(format!("a header block over {MAX_BLOCK} bytes"));
                     }
                     if flags & END_HEADERS != 0
                         && let Some(done) = self.pending.take()

@@ -416,7 +416,7 @@ pub async fn run(
     }
     dispatch.publish_names(&names);
     // One lane per protocol; failures come back here.
-    let mut lanes: HashMap<String, mpsc::UnboundedSender<Planned>> = HashMap::new();
+    let mut lanes: HashMap<String, Lane> = HashMap::new();
     let (failures, mut failed) = mpsc::unbounded_channel::<Planned>();
     loop {
         let input = tokio::select! {
@@ -434,7 +434,15 @@ pub async fn run(
                 protocol,
                 socket,
                 listed,
-            } => dispatch.registered(&protocol, socket, listed.as_ref()),
+            } => {
+                // What the mapper's old lane still holds (a call it hangs
+                // in, calls behind it) was planned for the mapper before
+                // it registered again: its registration plans afresh.
+                if let Some(old) = lanes.remove(&protocol) {
+                    old.task.abort();
+                }
+                dispatch.registered(&protocol, socket, listed.as_ref())
+            }
             Input::Hive(msg) => {
                 let Ok(resource) = msg.resource().parse::<EdgeResource>() else {
                     continue;
@@ -469,7 +477,7 @@ pub async fn run(
             let lane = lanes
                 .entry(planned.protocol.clone())
                 .or_insert_with(|| call_lane(failures.clone()));
-            if let Err(mpsc::error::SendError(planned)) = lane.send(planned) {
+            if let Err(mpsc::error::SendError(planned)) = lane.calls.send(planned) {
                 // A lane ends only with this task; taken as failed.
                 dispatch.failed(&planned);
             }
@@ -477,25 +485,39 @@ pub async fn run(
     }
 }
 
-/// A task making one mapper's calls in order; each failed call goes back
-/// to `failures`.
-fn call_lane(failures: mpsc::UnboundedSender<Planned>) -> mpsc::UnboundedSender<Planned> {
+/// One mapper's calls, made in order by a task of their own.
+struct Lane {
+    calls: mpsc::UnboundedSender<Planned>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A task making one mapper's calls in order. A failed call goes back to
+/// `failures`, and so do the calls queued behind it, unmade: the mapper
+/// is down, and what they carry is sent again on the next change or
+/// registration.
+fn call_lane(failures: mpsc::UnboundedSender<Planned>) -> Lane {
     let (lane, mut calls) = mpsc::unbounded_channel::<Planned>();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         while let Some(planned) = calls.recv().await {
             let what = call_name(&planned.call);
             match call(planned.socket.clone(), planned.call.clone()).await {
                 Ok(()) => info!(protocol = %planned.protocol, call = %what, "mapper called"),
                 Err(reason) => {
                     warn!(protocol = %planned.protocol, call = %what, %reason, "mapper call failed; sent again on the next change");
-                    if failures.send(planned).is_err() {
-                        return;
+                    let mut failed = vec![planned];
+                    while let Ok(queued) = calls.try_recv() {
+                        failed.push(queued);
+                    }
+                    for planned in failed {
+                        if failures.send(planned).is_err() {
+                            return;
+                        }
                     }
                 }
             }
         }
     });
-    lane
+    Lane { calls: lane, task }
 }
 
 fn call_name(call: &Call) -> &'static str {
