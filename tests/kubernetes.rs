@@ -1954,6 +1954,57 @@ spec:
     assert_eq!(code, 401, "{status}");
     assert_eq!(status["reason"], "Unauthorized");
     println!("allowed 200, secret 403 ({message}), bad token 401, no token on loopback 200");
+
+    // Tokens bound to a pod (as the kubelet projects them into pods) name
+    // the pod's node: valid on this node, refused on another's.
+    let other = format!("{node}-other");
+    cluster.apply(&format!(
+        "apiVersion: v1
+kind: Node
+metadata:
+  name: {other}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: elsewhere-app
+spec:
+  nodeName: {other}
+  serviceAccountName: reader
+  automountServiceAccountToken: false
+  containers:
+  - name: app
+    image: 127.0.0.1:5000/busybox:latest
+"
+    ));
+    let bound_token = |pod: &str| {
+        let (ok, token) = kubectl(
+            &kc,
+            &[
+                "create",
+                "token",
+                "reader",
+                "-n",
+                &ns,
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                pod,
+            ],
+        );
+        assert!(ok, "{token}");
+        token.trim().to_owned()
+    };
+    let here = bound_token("reader-app");
+    let (code, object) = metaserver_get(&cluster.metaserver, &configmap, Some(&here));
+    assert_eq!(code, 200, "{object}");
+    let elsewhere = bound_token("elsewhere-app");
+    let (code, status) = metaserver_get(&cluster.metaserver, &configmap, Some(&elsewhere));
+    let _ = kubectl(&kc, &["delete", "node", &other, "--wait=false"]);
+    assert_eq!(code, 401, "{status}");
+    let reason = status["message"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains(&other), "{reason}");
+    println!("a token bound to a pod here 200, to a pod on another node 401 ({reason})");
     // Tokens are never logged, at the edge or in the cloud.
     let logged = |process: &Option<Process>| {
         process
