@@ -1,0 +1,215 @@
+//! Streams and resource metrics through either replica: two cloudcore
+//! processes on a real etcd (one CA, admin APIs with authentication), an
+//! edgecore linked to replica b running a busybox pod on containerd
+//! (`scripts/setup-containerd`). Replica a does not hold the node: it
+//! forwards logs, exec and metrics to b and relays the answers; a viewer
+//! is refused exec at a (authorization stays at the first replica). Once
+//! b is SIGKILLed and a takes the node over, a answers directly.
+#![cfg(feature = "cli")]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use etcd::testing::Cluster;
+use serde_json::Value;
+use support::{
+    Process, free_address, join_node, share_ca, start_cloudcore, start_edgecore, tempfile_dir,
+    until,
+};
+
+mod support;
+
+const NODE: &str = "edge-peers";
+
+fn cri_socket() -> PathBuf {
+    std::env::var_os("EDGEHIVE_CRI_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
+}
+
+/// A replica with its admin API over HTTPS (its kubeconfig in its data
+/// dir): the process, cloudhub's and the admin API's addresses, the
+/// certificate endpoints.
+fn replica(dir: &str, etcd: &str, name: &str) -> (Process, String, String, String) {
+    let (hub, certs, admin) = (free_address(), free_address(), free_address());
+    let process = start_cloudcore(
+        dir,
+        &hub,
+        &certs,
+        &[
+            "--admin",
+            &admin,
+            "--keepalive-secs",
+            "2",
+            "--etcd",
+            etcd,
+            "--replica",
+            name,
+            "--claim-ttl-secs",
+            "3",
+        ],
+    );
+    process.wait_for("certificate endpoints ready", Duration::from_secs(30));
+    (process, hub, format!("https://{admin}"), certs)
+}
+
+/// edgehivectl with `kubeconfig` against `server`: its exit code, stdout,
+/// stderr.
+fn ctl(kubeconfig: &str, server: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--kubeconfig", kubeconfig, "--server", server])
+        .args(args)
+        .output()
+        .expect("edgehivectl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Through `server`: the pod's log, an exec's output and exit code, the
+/// pod in `top pods` and the node in `top nodes`.
+fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
+    let (code, out, err) = ctl(kubeconfig, server, &["logs", "talker", "--tail", "5"]);
+    assert_eq!(code, 0, "logs through {server}: {err}");
+    assert!(out.lines().any(|l| l.starts_with("line ")), "{out}");
+    let (code, out, err) = ctl(
+        kubeconfig,
+        server,
+        &["exec", "talker", "--", "sh", "-c", "echo hi; exit 3"],
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (3, "hi\n"),
+        "exec through {server}: {err}"
+    );
+    let pods = until("the pod in top pods", || {
+        let (code, out, _) = ctl(kubeconfig, server, &["top", "pods"]);
+        (code == 0 && out.contains("talker")).then_some(out)
+    });
+    println!("top pods through {server}:\n{pods}");
+    let nodes = until("the node in top nodes", || {
+        let (code, out, _) = ctl(kubeconfig, server, &["top", "nodes"]);
+        (code == 0 && out.contains(NODE)).then_some(out)
+    });
+    println!("top nodes through {server}:\n{nodes}");
+    let (code, out, err) = ctl(kubeconfig, server, &["top", "pod", "talker"]);
+    assert_eq!(code, 0, "top pod through {server}: {err}");
+    assert!(out.contains("talker"), "{out}");
+}
+
+#[test]
+fn a_replica_forwards_streams_and_metrics_to_the_one_holding_the_node() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = runtime.block_on(Cluster::start(1));
+    let etcd = cluster.endpoints().join(",");
+    let dir = tempfile_dir("replica-streams");
+    let (a_dir, b_dir, edge_dir) = (
+        format!("{dir}/a"),
+        format!("{dir}/b"),
+        format!("{dir}/edge"),
+    );
+    let (a, a_hub, a_admin, certs) = replica(&a_dir, &etcd, "a");
+    share_ca(&a_dir, &b_dir);
+    let (b, b_hub, b_admin, _) = replica(&b_dir, &etcd, "b");
+    let kubeconfig = format!("{a_dir}/admin.kubeconfig");
+
+    // The edge dials b first: b holds the node.
+    join_node(&a_dir, &certs, NODE, &edge_dir);
+    let socket = cri_socket().display().to_string();
+    let edge = start_edgecore(
+        &edge_dir,
+        &format!("{b_hub},{a_hub}"),
+        &[
+            "--transport",
+            "ws",
+            "--node-ip",
+            "127.0.0.1",
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            &socket,
+        ],
+    );
+    b.wait_for(
+        &format!("node connected node={NODE}"),
+        Duration::from_secs(30),
+    );
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: talker
+spec:
+  nodeName: {NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: talker
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"i=0; while true; do echo line $i; i=$((i+1)); sleep 0.1; done\"]
+"
+    );
+    let file = format!("{dir}/pod.yaml");
+    std::fs::write(&file, manifest).expect("manifest");
+    let (code, _, err) = ctl(&kubeconfig, &a_admin, &["apply", "-f", &file]);
+    assert_eq!(code, 0, "{err}");
+    until("the pod Running", || {
+        let (code, out, _) = ctl(
+            &kubeconfig,
+            &a_admin,
+            &["get", "pod", "talker", "-o", "json"],
+        );
+        let pod: Value = (code == 0)
+            .then(|| serde_json::from_str(&out).ok())
+            .flatten()?;
+        (pod["status"]["phase"] == "Running").then_some(())
+    });
+
+    // Through a, which does not hold the node (forwarded to b), and
+    // through b.
+    streams_and_metrics_through(&kubeconfig, &a_admin);
+    streams_and_metrics_through(&kubeconfig, &b_admin);
+
+    // A viewer is refused exec at a: a forwards only what it authorized.
+    let viewer = format!("{dir}/bob.kubeconfig");
+    let printed = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .args(["--data-dir", &a_dir, "kubeconfig", "--user", "bob"])
+        .args(["--role", "view", "--server", &a_admin])
+        .output()
+        .expect("cloudcore kubeconfig");
+    assert!(printed.status.success());
+    std::fs::write(&viewer, &printed.stdout).expect("viewer kubeconfig");
+    let (code, _, err) = ctl(&viewer, &a_admin, &["exec", "talker", "--", "true"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("Forbidden") && err.contains("pods/exec"),
+        "{err}"
+    );
+    let (code, out, err) = ctl(&viewer, &a_admin, &["logs", "talker", "--tail", "1"]);
+    assert_eq!(code, 0, "a viewer's logs through a: {err}");
+    assert!(out.starts_with("line "), "{out}");
+
+    // b dies; a takes the node over and answers directly.
+    b.signal("-KILL");
+    let killed = Instant::now();
+    a.wait_for(
+        &format!("node connected node={NODE}"),
+        Duration::from_secs(60),
+    );
+    println!(
+        "a serves the node {:?} after b was killed",
+        killed.elapsed()
+    );
+    streams_and_metrics_through(&kubeconfig, &a_admin);
+
+    drop(edge);
+    a.stop();
+    drop(b);
+    drop(cluster);
+}
