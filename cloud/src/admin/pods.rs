@@ -339,25 +339,28 @@ async fn relay(
     use tokio_tungstenite::tungstenite::Message as Frame;
     let (mut to_peer, mut from_peer) = socket.split();
     let mut replies = session.clone();
+    // Input the peer no longer takes ends nothing: the exchange ends when
+    // the peer's side does (its outcome still to come) or the client's.
     let from_client = async {
+        let mut open = true;
         while let Some(Ok(message)) = messages.recv().await {
-            let sent = match message {
-                actix_ws::Message::Binary(bytes) => to_peer.send(Frame::Binary(bytes)).await,
-                actix_ws::Message::Text(text) => to_peer.send(Frame::text(text.to_string())).await,
+            match message {
+                actix_ws::Message::Binary(bytes) if open => {
+                    open = to_peer.send(Frame::Binary(bytes)).await.is_ok();
+                }
+                actix_ws::Message::Text(text) if open => {
+                    open = to_peer.send(Frame::text(text.to_string())).await.is_ok();
+                }
                 actix_ws::Message::Ping(bytes) => {
                     if replies.pong(&bytes).await.is_err() {
                         break;
                     }
-                    continue;
                 }
                 actix_ws::Message::Close(reason) => {
                     let _ = to_peer.send(Frame::Close(reason.map(close_to_peer))).await;
                     break;
                 }
-                _ => continue,
-            };
-            if sent.is_err() {
-                break;
+                _ => {}
             }
         }
     };
@@ -408,17 +411,24 @@ async fn carry(
 ) {
     let writer = stream.writer();
     let mut replies = session.clone();
+    // Input the node no longer takes (the command ended while the client
+    // still wrote, or closed its stdin) ends nothing: the exchange ends
+    // when the node's stream does, its outcome sent, or the client's.
     let from_client = async {
+        let mut open = true;
         while let Some(Ok(message)) = messages.recv().await {
             let going_on = match message {
-                actix_ws::Message::Binary(frame) if !frame.is_empty() => match frame[0] {
-                    channel::STDIN | channel::RESIZE => {
-                        writer.send(frame[0], frame.slice(1..)).await.is_ok()
-                    }
-                    // v5: the client closes an input channel.
-                    CLOSE_CHANNEL if frame.len() > 1 => writer.end(frame[1]).await.is_ok(),
-                    _ => true,
-                },
+                actix_ws::Message::Binary(frame) if open && !frame.is_empty() => {
+                    open = match frame[0] {
+                        channel::STDIN | channel::RESIZE => {
+                            writer.send(frame[0], frame.slice(1..)).await.is_ok()
+                        }
+                        // v5: the client closes an input channel.
+                        CLOSE_CHANNEL if frame.len() > 1 => writer.end(frame[1]).await.is_ok(),
+                        _ => true,
+                    };
+                    true
+                }
                 actix_ws::Message::Ping(bytes) => replies.pong(&bytes).await.is_ok(),
                 actix_ws::Message::Close(_) => false,
                 _ => true,
@@ -539,10 +549,14 @@ async fn carry_port(
     let writer = stream.writer();
     let mut replies = session.clone();
     let from_client = async {
+        let mut open = true;
         while let Some(Ok(message)) = messages.recv().await {
             let going_on = match message {
-                actix_ws::Message::Binary(frame) if frame.first() == Some(&0) => {
-                    writer.send(channel::STDIN, frame.slice(1..)).await.is_ok()
+                // Bytes the pod no longer takes end nothing: its answer
+                // may still be on its way.
+                actix_ws::Message::Binary(frame) if open && frame.first() == Some(&0) => {
+                    open = writer.send(channel::STDIN, frame.slice(1..)).await.is_ok();
+                    true
                 }
                 actix_ws::Message::Ping(bytes) => replies.pong(&bytes).await.is_ok(),
                 actix_ws::Message::Close(_) => false,
