@@ -7,8 +7,9 @@
 //! b is SIGKILLed and a takes the node over, a answers directly.
 #![cfg(feature = "cli")]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd::testing::Cluster;
@@ -69,6 +70,66 @@ fn ctl(kubeconfig: &str, server: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// edgehivectl with `kubeconfig` against `server`, `input` on its stdin.
+fn ctl_input(kubeconfig: &str, server: &str, args: &[&str], input: &str) -> (i32, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--kubeconfig", kubeconfig, "--server", server])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("edgehivectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("input");
+    drop(stdin);
+    let out = child.wait_with_output().expect("edgehivectl ends");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `GET /` over HTTP/1.0 from 127.0.0.1:`port`: the whole answer.
+fn fetch(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the forwarded port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    tcp.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer);
+    answer
+}
+
+/// Through `server`: the web pod's page through a forwarded port, twice.
+fn port_forward_through(kubeconfig: &str, server: &str) {
+    let port: u16 = free_address()
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .expect("a port");
+    let mut forward = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--kubeconfig", kubeconfig, "--server", server])
+        .args(["port-forward", "web", &format!("{port}:8080")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("edgehivectl port-forward");
+    let mut lines = BufReader::new(forward.stdout.take().expect("stdout")).lines();
+    let line = lines.next().expect("a line").expect("stdout");
+    assert!(line.starts_with("Forwarding from"), "{line}");
+    for _ in 0..2 {
+        let answer = fetch(port);
+        assert!(
+            answer.contains("hello-from-the-edge"),
+            "through {server}: {answer}"
+        );
+    }
+    let _ = forward.kill();
+    let _ = forward.wait();
+}
+
 /// Through `server`: the pod's log, an exec's output and exit code, the
 /// pod in `top pods` and the node in `top nodes`.
 fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
@@ -85,6 +146,19 @@ fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
         (3, "hi\n"),
         "exec through {server}: {err}"
     );
+    // Standard input goes through too.
+    let (code, out) = ctl_input(
+        kubeconfig,
+        server,
+        &["exec", "-i", "talker", "--", "sh"],
+        "echo from-stdin; exit 4\n",
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (4, "from-stdin\n"),
+        "exec -i through {server}"
+    );
+    port_forward_through(kubeconfig, server);
     let pods = until("the pod in top pods", || {
         let (code, out, _) = ctl(kubeconfig, server, &["top", "pods"]);
         (code == 0 && out.contains("talker")).then_some(out)
@@ -153,6 +227,18 @@ spec:
   - name: talker
     image: 127.0.0.1:5000/busybox:latest
     command: [sh, -c, \"i=0; while true; do echo line $i; i=$((i+1)); sleep 0.1; done\"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  nodeName: {NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: 127.0.0.1:5000/busybox:latest
+    command: [sh, -c, \"mkdir -p /www && echo hello-from-the-edge > /www/index.html && exec httpd -f -p 8080 -h /www\"]
 "
     );
     let file = format!("{dir}/pod.yaml");
@@ -176,6 +262,32 @@ spec:
     streams_and_metrics_through(&kubeconfig, &a_admin);
     streams_and_metrics_through(&kubeconfig, &b_admin);
 
+    // What the hop costs: `exec true` through a (forwarded) and through b
+    // (direct), edgehivectl's start and TLS handshakes included, and a
+    // log read whole.
+    let median = |server: &str, args: &[&str]| {
+        let mut took: Vec<Duration> = (0..15)
+            .map(|_| {
+                let started = Instant::now();
+                let (code, _, err) = ctl(&kubeconfig, server, args);
+                assert_eq!(code, 0, "{err}");
+                started.elapsed()
+            })
+            .collect();
+        took.sort();
+        took[took.len() / 2]
+    };
+    let exec = ["exec", "talker", "--", "true"];
+    let (through_a, through_b) = (median(&a_admin, &exec), median(&b_admin, &exec));
+    println!(
+        "exec true, median of 15: through a (forwarded) {through_a:?}, through b (direct) {through_b:?}"
+    );
+    let logs = ["logs", "talker"];
+    let (through_a, through_b) = (median(&a_admin, &logs), median(&b_admin, &logs));
+    println!(
+        "logs (whole), median of 15: through a (forwarded) {through_a:?}, through b (direct) {through_b:?}"
+    );
+
     // A viewer is refused exec at a: a forwards only what it authorized.
     let viewer = format!("{dir}/bob.kubeconfig");
     let printed = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
@@ -198,6 +310,19 @@ spec:
     // b dies; a takes the node over and answers directly.
     b.signal("-KILL");
     let killed = Instant::now();
+    // Until its claim ends, a finds b holding the node but not answering:
+    // a 503 naming the node and the replica.
+    let (code, _, err) = ctl(&kubeconfig, &a_admin, &["logs", "talker", "--tail", "1"]);
+    if killed.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(code, 1);
+        assert!(
+            err.contains("ServiceUnavailable")
+                && err.contains("node edge-peers is linked to replica b")
+                && err.contains("did not answer"),
+            "{err}"
+        );
+    }
+    println!("through a, b just killed: {}", err.trim());
     a.wait_for(
         &format!("node connected node={NODE}"),
         Duration::from_secs(60),
