@@ -351,11 +351,7 @@ async fn relay(
                 actix_ws::Message::Text(text) if open => {
                     open = to_peer.send(Frame::text(text.to_string())).await.is_ok();
                 }
-                actix_ws::Message::Ping(bytes) => {
-                    if replies.pong(&bytes).await.is_err() {
-                        break;
-                    }
-                }
+                actix_ws::Message::Ping(bytes) if replies.pong(&bytes).await.is_err() => break,
                 actix_ws::Message::Close(reason) => {
                     let _ = to_peer.send(Frame::Close(reason.map(close_to_peer))).await;
                     break;

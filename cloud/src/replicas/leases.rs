@@ -259,6 +259,25 @@ fn annotation<'a>(lease: &'a DynamicObject, name: &str) -> Option<&'a str> {
         .filter(|value| !value.is_empty())
 }
 
+/// Whether `lease` was last renewed more than twice its duration before
+/// `now` (a clock comparison: good enough for choosing which replicas to
+/// ask for a list, never used for claims).
+fn long_unrenewed(lease: &DynamicObject, now: jiff::Timestamp) -> bool {
+    let renewed = lease
+        .data
+        .pointer("/spec/renewTime")
+        .and_then(Value::as_str)
+        .and_then(|time| time.parse::<jiff::Timestamp>().ok());
+    let duration = declared_duration(lease);
+    match (renewed, duration) {
+        (Some(renewed), Some(duration)) => {
+            let age = now.duration_since(renewed);
+            age.as_secs() > 0 && age.unsigned_abs() > duration * 2
+        }
+        _ => false,
+    }
+}
+
 /// The holder a claim Lease names and the URL its replica Lease publishes
 /// (`crate::peers`). A claim whose replica Lease is gone or another
 /// incarnation is held by nobody.
@@ -324,6 +343,10 @@ impl crate::peers::PeerDirectory for LeaseClaims {
                         .as_deref()
                         .is_some_and(|name| name.starts_with(REPLICA_LEASE_PREFIX))
                 })
+                // Only whom to ask (never who holds what): a Lease left by
+                // a replica that died is skipped once it is well past its
+                // duration by this machine's clock.
+                .filter(|lease| !long_unrenewed(lease, jiff::Timestamp::now()))
                 .filter_map(|lease| {
                     let replica = lease.data.pointer("/spec/holderIdentity")?.as_str()?;
                     Some(crate::peers::Peer {
@@ -1299,6 +1322,24 @@ async fn rebalance(inner: Weak<Inner>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_lease_long_unrenewed_is_not_asked() {
+        let lease = |renewed: &str| {
+            dynamic(&json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "edgehive-replica-b"},
+                "spec": {"holderIdentity": "b", "leaseDurationSeconds": 10, "renewTime": renewed},
+            }))
+            .expect("a Lease")
+        };
+        let now: jiff::Timestamp = "2026-11-26T10:00:30Z".parse().expect("time");
+        assert!(!long_unrenewed(&lease("2026-11-26T10:00:25.000000Z"), now));
+        assert!(!long_unrenewed(&lease("2026-11-26T10:00:11.000000Z"), now));
+        assert!(long_unrenewed(&lease("2026-11-26T10:00:05.000000Z"), now));
+        // A clock behind the writer's: never skipped for that.
+        assert!(!long_unrenewed(&lease("2026-11-26T10:01:30.000000Z"), now));
+    }
 
     #[test]
     fn names_are_dns_subdomains() {
