@@ -2,7 +2,9 @@
 //! processes on a real etcd (one CA, admin APIs with authentication), an
 //! edgecore linked to replica b running a busybox pod on containerd
 //! (`scripts/setup-containerd`). Replica a does not hold the node: it
-//! forwards logs, exec and metrics to b and relays the answers; a viewer
+//! forwards logs, exec and metrics to b and relays the answers (a second
+//! edge linked to a: metrics lists through either replica hold both
+//! nodes); a viewer
 //! is refused exec at a (authorization stays at the first replica). Once
 //! b is SIGKILLed and a takes the node over, a answers directly.
 #![cfg(feature = "cli")]
@@ -22,6 +24,8 @@ use support::{
 mod support;
 
 const NODE: &str = "edge-peers";
+/// A second node, linked to replica a (no pods): lists cover both.
+const NODE2: &str = "edge-peers-2";
 
 fn cri_socket() -> PathBuf {
     std::env::var_os("EDGEHIVE_CRI_SOCKET")
@@ -166,7 +170,7 @@ fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
     println!("top pods through {server}:\n{pods}");
     let nodes = until("the node in top nodes", || {
         let (code, out, _) = ctl(kubeconfig, server, &["top", "nodes"]);
-        (code == 0 && out.contains(NODE)).then_some(out)
+        (code == 0 && out.contains(&format!("{NODE} ")) && out.contains(NODE2)).then_some(out)
     });
     println!("top nodes through {server}:\n{nodes}");
     let (code, out, err) = ctl(kubeconfig, server, &["top", "pod", "talker"]);
@@ -213,6 +217,27 @@ fn a_replica_forwards_streams_and_metrics_to_the_one_holding_the_node() {
     );
     b.wait_for(
         &format!("node connected node={NODE}"),
+        Duration::from_secs(30),
+    );
+    // A second edge, dialing a first: each replica holds one node.
+    let edge2_dir = format!("{dir}/edge2");
+    join_node(&a_dir, &certs, NODE2, &edge2_dir);
+    let edge2 = start_edgecore(
+        &edge2_dir,
+        &format!("{a_hub},{b_hub}"),
+        &[
+            "--transport",
+            "ws",
+            "--node-ip",
+            "127.0.0.1",
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            &socket,
+        ],
+    );
+    a.wait_for(
+        &format!("node connected node={NODE2}"),
         Duration::from_secs(30),
     );
     let manifest = format!(
@@ -334,6 +359,7 @@ spec:
     streams_and_metrics_through(&kubeconfig, &a_admin);
 
     drop(edge);
+    drop(edge2);
     a.stop();
     drop(b);
     drop(cluster);
