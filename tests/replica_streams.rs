@@ -333,8 +333,31 @@ spec:
     assert!(out.starts_with("line "), "{out}");
 
     // b dies; a takes the node over and answers directly.
+    // An exec through a in flight when b dies ends with a failure
+    // naming the lost replica, not with a silent success.
+    let mut in_flight = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+        .args(["--kubeconfig", &kubeconfig, "--server", &a_admin])
+        .args(["exec", "talker", "--", "sh", "-c", "echo started; sleep 30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgehivectl exec");
+    let mut in_flight_out = BufReader::new(in_flight.stdout.take().expect("stdout"));
+    let mut started = String::new();
+    in_flight_out
+        .read_line(&mut started)
+        .expect("the command started");
+    assert_eq!(started, "started\n");
     b.signal("-KILL");
     let killed = Instant::now();
+    let ended = in_flight.wait_with_output().expect("edgehivectl ends");
+    let err = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("replica b") && err.contains("was lost"),
+        "{err}"
+    );
+    println!("an exec in flight through a when b died: {}", err.trim());
     // Until its claim ends, a finds b holding the node but not answering:
     // a 503 naming the node and the replica.
     let (code, _, err) = ctl(&kubeconfig, &a_admin, &["logs", "talker", "--tail", "1"]);

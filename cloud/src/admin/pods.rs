@@ -324,16 +324,46 @@ async fn relay_upgrade(
         None => protocols.to_vec(),
     };
     let (response, session, messages) = actix_ws::handle_with_protocols(request, body, &chosen)?;
-    actix_web::rt::spawn(relay(socket, session, messages));
+    // Port-forward reports on channel 1, exec and attach on channel 3.
+    let lost = match protocols == PORT_FORWARD_PROTOCOLS.as_slice() {
+        true => port_forward_error,
+        false => failure_status,
+    };
+    let lost = lost(&format!(
+        "the connection to replica {replica}, which holds node {node}, was lost"
+    ));
+    actix_web::rt::spawn(relay(socket, session, messages, lost));
     Ok(response)
 }
 
+/// A port-forward's error frame (channel 1).
+fn port_forward_error(message: &str) -> Vec<u8> {
+    let mut frame = vec![1];
+    frame.extend_from_slice(message.as_bytes());
+    frame
+}
+
+/// An exec's or attach's outcome frame (channel 3): a Failure `Status`.
+fn failure_status(message: &str) -> Vec<u8> {
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message,
+        "reason": "InternalError",
+    });
+    let mut frame = vec![channel::ERROR];
+    frame.extend_from_slice(status.to_string().as_bytes());
+    frame
+}
+
 /// Carries a client's WebSocket to a peer's and back, frame by frame; a
-/// close from either side is passed on with its code and reason.
+/// close from either side is passed on with its code and reason. A peer
+/// connection that ends without one sends the client `lost` first (a
+/// failure, not a silent end: as a node's link lost does).
 async fn relay(
     socket: PeerSocket,
     session: actix_ws::Session,
     mut messages: actix_ws::MessageStream,
+    lost: Vec<u8>,
 ) {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message as Frame;
@@ -373,6 +403,7 @@ async fn relay(
                 return None;
             }
         }
+        let _ = session.binary(lost).await;
         None
     };
     let close = tokio::select! {
@@ -449,14 +480,7 @@ async fn carry(
                 Ok(Chunk::End(_)) => {}
                 Err(err) => {
                     // The outcome the client reads: a failure, not a hang.
-                    let status = serde_json::json!({
-                        "kind": "Status", "apiVersion": "v1", "metadata": {},
-                        "status": "Failure", "message": err.to_string(),
-                        "reason": "InternalError",
-                    });
-                    let mut frame = vec![channel::ERROR];
-                    frame.extend_from_slice(status.to_string().as_bytes());
-                    let _ = session.binary(frame).await;
+                    let _ = session.binary(failure_status(&err.to_string())).await;
                     return;
                 }
             }
@@ -574,9 +598,7 @@ async fn carry_port(
                 }
                 Ok(_) => continue,
                 Err(err) => {
-                    let mut frame = vec![1];
-                    frame.extend_from_slice(err.to_string().as_bytes());
-                    let _ = session.binary(frame).await;
+                    let _ = session.binary(port_forward_error(&err.to_string())).await;
                     return;
                 }
             };
