@@ -230,6 +230,10 @@ struct Run {
     /// (replicas.claimTtlSeconds).
     #[arg(long)]
     claim_ttl_secs: Option<u64>,
+    /// The URL the other replicas reach this one's admin API at
+    /// (replicas.advertiseAddress).
+    #[arg(long)]
+    replica_address: Option<String>,
 }
 
 impl Run {
@@ -273,6 +277,9 @@ impl Run {
         }
         if let Some(ttl) = self.claim_ttl_secs {
             config.replicas.claim_ttl_seconds = ttl;
+        }
+        if let Some(address) = self.replica_address {
+            config.replicas.advertise_address = address;
         }
         let stream = &mut config.modules.cloud_stream;
         match self.stream.as_deref() {
@@ -423,6 +430,18 @@ async fn metrics_server_config(
 /// names and the host it listens on (unless that is every address).
 fn admin_names(settings: &CloudCoreConfig) -> Vec<String> {
     let mut names = settings.modules.cloud_hub.advertise_address.clone();
+    // The address the other replicas reach it at.
+    if let Some(url) = replica_url(settings) {
+        let host = url.split("://").nth(1).unwrap_or(&url);
+        let host = match host.rsplit_once(':') {
+            Some((host, port)) if port.parse::<u16>().is_ok() => host,
+            _ => host,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if !host.is_empty() && !names.iter().any(|n| n == host) {
+            names.push(host.to_owned());
+        }
+    }
     if let Some((host, _)) = settings.modules.admin.address.rsplit_once(':') {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let every = host
@@ -433,6 +452,43 @@ fn admin_names(settings: &CloudCoreConfig) -> Vec<String> {
         }
     }
     names
+}
+
+/// The URL the other replicas reach this one's admin API at
+/// (`replicas.advertiseAddress`; by default `$POD_IP`, else the admin
+/// API's listen host, else the first advertised name, at its port). `None`
+/// without an admin API.
+fn replica_url(settings: &CloudCoreConfig) -> Option<String> {
+    let admin = &settings.modules.admin;
+    let address = admin.enabled()?;
+    let given = &settings.replicas.advertise_address;
+    if !given.is_empty() {
+        return Some(given.clone());
+    }
+    let scheme = if admin.authentication {
+        "https"
+    } else {
+        "http"
+    };
+    let (host, port) = address.rsplit_once(':').unwrap_or((address, "10003"));
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
+    let host = match (pod_ip, bare.parse::<std::net::IpAddr>()) {
+        (Some(ip), _) => ip,
+        (None, Ok(ip)) if ip.is_unspecified() => settings
+            .modules
+            .cloud_hub
+            .advertise_address
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1".to_owned()),
+        (None, _) => bare.to_owned(),
+    };
+    Some(if host.contains(':') {
+        format!("{scheme}://[{host}]:{port}")
+    } else {
+        format!("{scheme}://{host}:{port}")
+    })
 }
 
 /// The admin API's URL as a kubeconfig names it: its listen address, or
@@ -840,7 +896,22 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     // Streams to edge pods (logs, exec, port-forward, stats) go through
     // the nodes' links, kept by cloudhub.
     let tunnels = hub::tunnel::NodeTunnels::default();
-    let pod_streams = cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
+    let mut pod_streams =
+        cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
+    // Replicas: what is asked of a node another replica holds is asked of
+    // that replica's admin API, as this replica (its own certificate).
+    if let Some(claims) = &claims {
+        let replica = replica_name(&settings.replicas);
+        let identity = ca.issue_client(
+            &format!("{}{replica}", cloud::peers::REPLICA_USER_PREFIX),
+            cloud::admin::auth::REPLICAS,
+            Duration::from_secs(365 * 24 * 3600),
+        )?;
+        tracing::info!(url = ?replica_url(&settings), "forwarding to the replica holding a node; peers reach this one at that URL");
+        let peers =
+            cloud::peers::Peers::new(replica, claims.directory(), vec![ca.root()], Some(identity));
+        pod_streams = pod_streams.with_peers(peers);
+    }
     let _kubelet_api = match kubelet_api {
         Some((_, config)) => match cloud::kubelet::start(config, pod_streams.clone()).await {
             Ok(handle) => {
@@ -1107,6 +1178,13 @@ impl Claims {
         }
     }
 
+    fn directory(&self) -> Arc<dyn cloud::peers::PeerDirectory> {
+        match self {
+            Claims::Etcd(claims) => Arc::new(claims.clone()),
+            Claims::Leases(claims) => Arc::new(claims.clone()),
+        }
+    }
+
     fn holders(&self) -> Arc<dyn NodeHolders> {
         match self {
             Claims::Etcd(claims) => Arc::new(claims.clone()),
@@ -1149,6 +1227,7 @@ async fn start_claims(settings: &CloudCoreConfig, desired: &Desired) -> Result<O
             let mut config = ClaimsConfig::new(settings.etcd.endpoints.clone(), replica);
             config.prefix = settings.etcd.prefix.clone();
             config.ttl = ttl;
+            config.advertise = replica_url(settings).unwrap_or_default();
             let claims = EtcdClaims::start(config).context("etcd claims")?;
             Ok(Some(Claims::Etcd(claims)))
         }
@@ -1158,6 +1237,7 @@ async fn start_claims(settings: &CloudCoreConfig, desired: &Desired) -> Result<O
             let mut config = LeaseClaimsConfig::new(replica);
             config.namespace = settings.kube_api_config.namespace.clone();
             config.ttl = ttl;
+            config.advertise = replica_url(settings).unwrap_or_default();
             // The Lease keeper: its own thread and connection.
             if let Some(access) = Desired::kube_access(settings) {
                 config.keeper_client = Some(access.config().await.context("the Lease keeper")?);

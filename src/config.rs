@@ -296,6 +296,12 @@ pub struct ReplicasSection {
     /// How long a replica's claims on its nodes outlive its last renewal:
     /// the longest a dead replica's nodes wait for another, in seconds.
     pub claim_ttl_seconds: u64,
+    /// The URL the other replicas reach this one's admin API at, to
+    /// forward what is asked of the nodes it holds (logs, exec, metrics):
+    /// `https://host:port` ("": `$POD_IP`, else the admin API's listen
+    /// host, else the first `cloudHub.advertiseAddress`, at the admin
+    /// API's port; `http://` when the admin API has no authentication).
+    pub advertise_address: String,
 }
 
 impl Default for ReplicasSection {
@@ -304,6 +310,7 @@ impl Default for ReplicasSection {
             enable: false,
             name: String::new(),
             claim_ttl_seconds: 10,
+            advertise_address: String::new(),
         }
     }
 }

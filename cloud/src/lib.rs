@@ -26,6 +26,7 @@ pub mod controller;
 pub mod desired;
 pub mod kubelet;
 pub mod ledger;
+pub mod peers;
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod replicas;
 pub mod streams;

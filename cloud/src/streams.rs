@@ -27,16 +27,44 @@ const MAX_STATS: usize = 16 << 20;
 pub struct PodStreams {
     tunnels: NodeTunnels,
     store: Arc<dyn DesiredState>,
+    /// The other replicas, to forward to the one holding a node.
+    peers: Option<crate::peers::Peers>,
 }
 
 impl PodStreams {
     /// Streams over `tunnels`, to pods found in `store`.
     pub fn new(tunnels: NodeTunnels, store: Arc<dyn DesiredState>) -> PodStreams {
-        PodStreams { tunnels, store }
+        PodStreams {
+            tunnels,
+            store,
+            peers: None,
+        }
+    }
+
+    /// The streams, forwarding what is asked of a node another replica
+    /// holds to that replica ([`crate::peers`]).
+    pub fn with_peers(mut self, peers: crate::peers::Peers) -> PodStreams {
+        self.peers = Some(peers);
+        self
+    }
+
+    /// The other replicas, if there are any.
+    pub fn peers(&self) -> Option<&crate::peers::Peers> {
+        self.peers.as_ref()
+    }
+
+    /// Where a request for `node` is answered: here, or forwarded to the
+    /// replica holding it (never when `forwarded` already).
+    pub async fn route(&self, node: &str, forwarded: bool) -> crate::peers::Route {
+        let linked = self.is_linked(node);
+        match &self.peers {
+            Some(peers) => peers.route(node, linked, forwarded).await,
+            None => crate::peers::Route::Here,
+        }
     }
 
     /// The node `request`'s pod is bound to.
-    fn node_of(&self, request: &StreamRequest) -> Result<String, ApiError> {
+    pub fn node_of(&self, request: &StreamRequest) -> Result<String, ApiError> {
         match request.pod() {
             Some(pod) => self.node_of_pod(pod),
             None => Err(ApiError::BadRequest("a stream for no pod".to_owned())),

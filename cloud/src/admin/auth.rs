@@ -31,6 +31,12 @@ pub const ADMINS: &str = "edgehive:admins";
 /// The group whose members may read (not secrets), follow logs and read
 /// resource metrics.
 pub const VIEWERS: &str = "edgehive:viewers";
+/// The group of the cloud's replicas forwarding to each other
+/// ([`crate::peers`]): pods' logs, exec, attach, port-forward and
+/// resource metrics, and only for a user named
+/// [`crate::peers::REPLICA_USER_PREFIX`]`<replica>` (a name no node
+/// certificate can carry: the join endpoint signs node names only).
+pub const REPLICAS: &str = "edgehive:replicas";
 
 /// Why the authentication settings cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +123,36 @@ pub fn authorize(method: &str, path_and_query: &str, user: &User) -> Decision {
     if user.member_of(VIEWERS) && reads && request.resource != "secrets" {
         return Decision::Allow;
     }
+    if user.member_of(REPLICAS)
+        && user.name.starts_with(crate::peers::REPLICA_USER_PREFIX)
+        && forwarded_by_replicas(&request)
+    {
+        return Decision::Allow;
+    }
     Decision::Forbidden(forbidden_message(&request, user))
+}
+
+/// What a replica forwards to another: a pod's log and streams, and
+/// resource metrics.
+fn forwarded_by_replicas(request: &RequestAttributes) -> bool {
+    if !request.resource_request {
+        return false;
+    }
+    match (
+        request.verb.as_str(),
+        request.group.as_str(),
+        request.resource.as_str(),
+    ) {
+        ("get", "", "pods") => request.subresource == "log",
+        ("create", "", "pods") => {
+            matches!(
+                request.subresource.as_str(),
+                "exec" | "attach" | "portforward"
+            )
+        }
+        ("get" | "list", "metrics.k8s.io", "pods" | "nodes") => true,
+        _ => false,
+    }
 }
 
 /// kube-apiserver's words for a refusal.
@@ -330,6 +365,58 @@ mod tests {
     }
     fn viewer() -> User {
         User::new("bob", &[VIEWERS])
+    }
+    fn replica() -> User {
+        User::new("system:edgehive:replica:b", &[REPLICAS])
+    }
+    #[test]
+    fn a_replica_may_forward_streams_and_metrics_and_nothing_else() {
+        let forbidden = |d: &Decision| matches!(d, Decision::Forbidden(_));
+        for allowed in [
+            ("GET", "/api/v1/namespaces/default/pods/web/log?follow=true"),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/exec?command=sh&stdin=true",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/attach?stdout=true",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods/web/portforward?ports=80",
+            ),
+            ("GET", "/apis/metrics.k8s.io/v1beta1/nodes"),
+            (
+                "GET",
+                "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/web",
+            ),
+        ] {
+            assert_eq!(
+                authorize(allowed.0, allowed.1, &replica()),
+                Decision::Allow,
+                "{allowed:?}"
+            );
+        }
+        for refused in [
+            ("GET", "/api/v1/namespaces/default/pods/web"),
+            ("GET", "/api/v1/namespaces/default/secrets"),
+            ("POST", "/apis/edgehive.io/v1/apply"),
+            ("DELETE", "/api/v1/namespaces/default/pods/web"),
+            ("GET", "/apis/edgehive.io/v1/jointokens"),
+        ] {
+            assert!(
+                forbidden(&authorize(refused.0, refused.1, &replica())),
+                "{refused:?}"
+            );
+        }
+        // The group alone is not enough: the name must be a replica's.
+        let impostor = User::new("edge-1", &[REPLICAS]);
+        assert!(forbidden(&authorize(
+            "GET",
+            "/api/v1/namespaces/default/pods/web/exec?command=sh&stdout=true",
+            &impostor
+        )));
     }
     fn nobody() -> User {
         User::new("edge-1", &["system:nodes"])

@@ -73,6 +73,8 @@ pub struct AdminClient {
     address: String,
     tls: Option<Tls>,
     token: Option<String>,
+    /// Headers sent with every request (and WebSocket opened).
+    headers: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for AdminClient {
@@ -97,6 +99,7 @@ impl AdminClient {
             address,
             tls: None,
             token: None,
+            headers: Vec::new(),
         }
     }
 
@@ -135,7 +138,21 @@ impl AdminClient {
             address,
             tls: Some(Tls { config, name }),
             token: credentials.token.clone(),
+            headers: Vec::new(),
         })
+    }
+
+    /// The client, sending header `name: value` with every request (a
+    /// replica marking what it forwards, `crate::peers`).
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The headers sent with every request besides `Authorization`, for
+    /// the WebSockets opened on [`AdminClient::connect`].
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))
     }
 
     /// `host:port` of the server.
@@ -355,6 +372,9 @@ impl AdminClient {
             .header(CONTENT_TYPE, "application/yaml");
         if let Some(authorization) = self.authorization() {
             request = request.header(AUTHORIZATION, authorization);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name.as_str(), value.as_str());
         }
         let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))

@@ -14,6 +14,13 @@
 //! HorizontalPodAutoscaler's selector): the pods' and nodes' labels come
 //! from the desired state, and for the cluster's own pods and nodes from
 //! [`OtherKubelets::labels`].
+//!
+//! With replicas, the nodes another replica holds are asked of it
+//! ([`crate::peers`]): a list is this replica's items and every other
+//! replica's, each object once (selected here, by the shared desired
+//! state's labels); one node or pod is answered by its holder. A request
+//! a replica forwarded is answered from the nodes linked to the replica
+//! it reaches only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +35,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::kubelet::review::Access;
+use crate::peers::{ForwardError, Route};
 use crate::streams::PodStreams;
 
 /// The API's group and version.
@@ -158,6 +166,22 @@ impl MetricsQuery {
         })
     }
 
+    /// The path asking this query (what [`MetricsQuery::from_path`] reads).
+    pub fn path(&self) -> String {
+        let base = "/apis/metrics.k8s.io/v1beta1";
+        match self {
+            MetricsQuery::Nodes => format!("{base}/nodes"),
+            MetricsQuery::Node(name) => format!("{base}/nodes/{name}"),
+            MetricsQuery::Pods { namespace: None } => format!("{base}/pods"),
+            MetricsQuery::Pods {
+                namespace: Some(namespace),
+            } => format!("{base}/namespaces/{namespace}/pods"),
+            MetricsQuery::Pod { namespace, name } => {
+                format!("{base}/namespaces/{namespace}/pods/{name}")
+            }
+        }
+    }
+
     /// What the caller needs to be allowed, as an aggregated API server
     /// asks: `get` or `list` on `metrics.k8s.io` `nodes` or `pods`.
     pub fn access(&self) -> Access {
@@ -223,14 +247,34 @@ impl ResourceMetrics {
         query: &MetricsQuery,
         selector: Option<&LabelSelector>,
     ) -> Result<Value, ApiError> {
+        self.answer_as(query, selector, false).await
+    }
+
+    /// [`ResourceMetrics::answer`]; `forwarded`: another replica asks, for
+    /// the nodes linked here only (never forwarded again).
+    pub async fn answer_as(
+        &self,
+        query: &MetricsQuery,
+        selector: Option<&LabelSelector>,
+        forwarded: bool,
+    ) -> Result<Value, ApiError> {
         match query {
             MetricsQuery::Nodes => {
-                let items = self.all().await?.iter().filter_map(node_metrics).collect();
+                let own = match forwarded {
+                    true => linked(&self.streams, None).await?,
+                    false => self.all().await?,
+                };
+                let items = own.iter().filter_map(node_metrics).collect();
+                let items = self.with_peers(query, items, forwarded).await;
                 let items = self.selected(Kind::Node, items, selector).await;
                 Ok(list("NodeMetricsList", items))
             }
             MetricsQuery::Node(name) => {
-                let not_found = || ApiError::NotFound(ObjectKey::new(Kind::Node, "", name));
+                let key = ObjectKey::new(Kind::Node, "", name);
+                if let Some(answer) = self.at_holder(name, query, &key, forwarded).await {
+                    return answer;
+                }
+                let not_found = || ApiError::NotFound(key.clone());
                 let summaries = if self.streams.is_linked(name) {
                     linked(&self.streams, Some(name)).await?
                 } else if let Some(others) = &self.others {
@@ -245,12 +289,12 @@ impl ResourceMetrics {
             }
             MetricsQuery::Pods { namespace } => {
                 let keep = |ns: &str, _: &str| namespace.as_deref().is_none_or(|n| n == ns);
-                let items = self
-                    .all()
-                    .await?
-                    .iter()
-                    .flat_map(|s| pod_metrics(s, &keep))
-                    .collect();
+                let own = match forwarded {
+                    true => linked(&self.streams, None).await?,
+                    false => self.all().await?,
+                };
+                let items = own.iter().flat_map(|s| pod_metrics(s, &keep)).collect();
+                let items = self.with_peers(query, items, forwarded).await;
                 let items = self.selected(Kind::Pod, items, selector).await;
                 Ok(list("PodMetricsList", items))
             }
@@ -261,6 +305,11 @@ impl ResourceMetrics {
                     name: name.clone(),
                 };
                 // An edge pod's node is known; another's is found by asking.
+                if let Ok(node) = self.streams.node_of_pod(&pod)
+                    && let Some(answer) = self.at_holder(&node, query, &key, forwarded).await
+                {
+                    return answer;
+                }
                 let summaries = match self.streams.node_of_pod(&pod) {
                     // Linked here, or no other kubelets to ask: that node's
                     // answer (or why there is none: "not linked here").
@@ -280,6 +329,62 @@ impl ResourceMetrics {
                     .ok_or(ApiError::NotFound(key))
             }
         }
+    }
+
+    /// The answer of the replica holding `node`, when another one does
+    /// (`None`: answered here). Its refusal is this answer's (`key`: the
+    /// object asked for, when it says not found).
+    async fn at_holder(
+        &self,
+        node: &str,
+        query: &MetricsQuery,
+        key: &ObjectKey,
+        forwarded: bool,
+    ) -> Option<Result<Value, ApiError>> {
+        let peers = self.streams.peers()?;
+        match self.streams.route(node, forwarded).await {
+            Route::Here => None,
+            Route::Refuse(err) => Some(Err(err)),
+            Route::Forward { replica, url } => Some(
+                peers
+                    .get(node, &replica, &url, &query.path())
+                    .await
+                    .map_err(|err| api_error(err, key)),
+            ),
+        }
+    }
+
+    /// `items` and every other replica's answer to `query` (unless this
+    /// is a forwarded request), each object once. A replica that does not
+    /// answer is left out.
+    async fn with_peers(
+        &self,
+        query: &MetricsQuery,
+        items: Vec<Value>,
+        forwarded: bool,
+    ) -> Vec<Value> {
+        let Some(peers) = self.streams.peers().filter(|_| !forwarded) else {
+            return items;
+        };
+        let path = query.path();
+        let others = peers.others().await;
+        let asked = others.iter().map(|(replica, url)| {
+            let path = &path;
+            async move {
+                match peers.get(replica, replica, url, path).await {
+                    Ok(answer) => match answer.get("items") {
+                        Some(Value::Array(items)) => items.clone(),
+                        _ => Vec::new(),
+                    },
+                    Err(err) => {
+                        tracing::warn!(%replica, error = %err, "a replica's metrics left out");
+                        Vec::new()
+                    }
+                }
+            }
+        });
+        let theirs = futures_util::future::join_all(asked).await;
+        crate::peers::merge_items(items, theirs)
     }
 
     /// `items` (metrics of objects of `kind`) with their objects' labels,
@@ -343,6 +448,20 @@ impl ResourceMetrics {
     }
 }
 
+/// A peer's refusal as this API's: not found stays not found.
+fn api_error(err: ForwardError, key: &ObjectKey) -> ApiError {
+    match err {
+        ForwardError::Refused { code: 404, .. } => ApiError::NotFound(key.clone()),
+        ForwardError::Refused {
+            code: 400, message, ..
+        } => ApiError::BadRequest(message),
+        ForwardError::Refused {
+            code: 403, message, ..
+        } => ApiError::Forbidden(message),
+        other => ApiError::Unavailable(other.to_string()),
+    }
+}
+
 fn list(kind: &str, items: Vec<Value>) -> Value {
     json!({
         "kind": kind,
@@ -397,7 +516,12 @@ async fn answer(
     let query = MetricsQuery::from_path(request.path())
         .ok_or_else(|| ApiError::BadRequest(format!("no such metrics: {}", request.path())))?;
     let selector = label_selector(request.query_string())?;
-    Ok(HttpResponse::Ok().json(metrics.answer(&query, selector.as_ref()).await?))
+    let forwarded = super::pods::forwarded(&request);
+    Ok(HttpResponse::Ok().json(
+        metrics
+            .answer_as(&query, selector.as_ref(), forwarded)
+            .await?,
+    ))
 }
 
 /// The `labelSelector` of a query string, if there is one.
@@ -469,6 +593,25 @@ mod tests {
             "/api/v1/nodes",
         ] {
             assert_eq!(MetricsQuery::from_path(refused), None, "{refused}");
+        }
+    }
+
+    /// A query asked of a peer is the query the peer reads.
+    #[test]
+    fn a_querys_path_reads_back_as_the_query() {
+        for query in [
+            MetricsQuery::Nodes,
+            MetricsQuery::Node("edge-1".to_owned()),
+            MetricsQuery::Pods { namespace: None },
+            MetricsQuery::Pods {
+                namespace: Some("prod".to_owned()),
+            },
+            MetricsQuery::Pod {
+                namespace: "prod".to_owned(),
+                name: "db".to_owned(),
+            },
+        ] {
+            assert_eq!(MetricsQuery::from_path(&query.path()), Some(query));
         }
     }
 

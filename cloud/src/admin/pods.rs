@@ -13,6 +13,10 @@
 //!   port-forward does for one port: channel 0 its bytes both ways,
 //!   channel 1 an error; the server's first message on each channel is
 //!   the port (two bytes, little-endian).
+//!
+//! With replicas, a pod whose node another replica holds is asked of
+//! that replica ([`crate::peers`]): its log relayed as it comes, its
+//! WebSocket relayed frame by frame both ways, close included.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use apis::api::ApiError;
@@ -22,6 +26,7 @@ use futures_util::stream;
 use hub::tunnel::{Chunk, TunnelStream};
 use serde_json::Value;
 
+use crate::peers::{FORWARDED_HEADER, PeerSocket, Peers, Route};
 use crate::streams::PodStreams;
 
 /// The WebSocket subprotocols of exec and attach, the preferred first.
@@ -121,11 +126,33 @@ pub(crate) fn body_of(
     })
 }
 
+/// Whether another replica forwarded this request: it is answered here,
+/// never forwarded again.
+pub(crate) fn forwarded(request: &HttpRequest) -> bool {
+    request.headers().contains_key(FORWARDED_HEADER)
+}
+
+/// The request's path and query, as a peer is asked it.
+pub(crate) fn path_and_query(request: &HttpRequest) -> String {
+    request
+        .uri()
+        .path_and_query()
+        .map_or_else(|| request.path().to_owned(), |p| p.as_str().to_owned())
+}
+
+/// The peers, when `route` says to forward (it only does with peers).
+fn peers_of(streams: &PodStreams) -> Result<&Peers, ApiError> {
+    streams
+        .peers()
+        .ok_or_else(|| ApiError::Unavailable("no peers to forward to".to_owned()))
+}
+
 async fn log(
     request: HttpRequest,
     streams: web::Data<PodStreams>,
     path: web::Path<(String, String)>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, actix_web::Error> {
+    let http = request.clone();
     let (namespace, name) = path.into_inner();
     let pairs = query_pairs(&request);
     let options = LogOptions::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -141,7 +168,25 @@ async fn log(
         container,
         options,
     };
-    let stream = streams.open(&request).await?;
+    let to_node = request;
+    let node = streams.node_of(&to_node)?;
+    match streams.route(&node, forwarded(&http)).await {
+        Route::Here => {}
+        Route::Refuse(err) => return Err(err.into()),
+        Route::Forward { replica, url } => {
+            let peers = peers_of(&streams)?;
+            let body = peers
+                .stream(&node, &replica, &url, &path_and_query(&http))
+                .await?;
+            let body = futures_util::StreamExt::map(body, |chunk| {
+                chunk.map_err(|err| actix_web::error::ErrorBadGateway(err.to_string()))
+            });
+            return Ok(HttpResponse::Ok()
+                .content_type("text/plain")
+                .streaming(body));
+        }
+    }
+    let stream = streams.open_on(&node, &to_node).await?;
     Ok(HttpResponse::Ok()
         .content_type("text/plain")
         .streaming(body_of(stream, channel::STDOUT)))
@@ -234,11 +279,156 @@ async fn upgrade(
     streams: &PodStreams,
     to_node: &StreamRequest,
 ) -> Result<HttpResponse, actix_web::Error> {
-    let stream = streams.open(to_node).await?;
+    let node = streams.node_of(to_node)?;
+    match streams.route(&node, forwarded(request)).await {
+        Route::Here => {}
+        Route::Refuse(err) => return Err(err.into()),
+        Route::Forward { replica, url } => {
+            let peers = peers_of(streams)?;
+            return relay_upgrade(
+                request,
+                body,
+                peers,
+                [&node, &replica, &url],
+                &CHANNEL_PROTOCOLS,
+            )
+            .await;
+        }
+    }
+    let stream = streams.open_on(&node, to_node).await?;
     let (response, session, messages) =
         actix_ws::handle_with_protocols(request, body, &CHANNEL_PROTOCOLS)?;
     actix_web::rt::spawn(carry(stream, session, messages));
     Ok(response)
+}
+
+/// Opens the peer's WebSocket for the same request (its refusal is the
+/// answer, as it gave it), then takes the client's with the protocol the
+/// peer chose and relays every frame both ways until either side closes.
+async fn relay_upgrade(
+    request: &HttpRequest,
+    body: web::Payload,
+    peers: &Peers,
+    [node, replica, url]: [&str; 3],
+    protocols: &[&str],
+) -> Result<HttpResponse, actix_web::Error> {
+    let offered = request
+        .headers()
+        .get(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|value| value.to_str().ok());
+    let (socket, chosen) = peers
+        .websocket(node, replica, url, &path_and_query(request), offered)
+        .await?;
+    let chosen: Vec<&str> = match chosen.as_deref() {
+        Some(chosen) => protocols.iter().copied().filter(|p| *p == chosen).collect(),
+        None => protocols.to_vec(),
+    };
+    let (response, session, messages) = actix_ws::handle_with_protocols(request, body, &chosen)?;
+    // Port-forward reports on channel 1, exec and attach on channel 3.
+    let lost = match protocols == PORT_FORWARD_PROTOCOLS.as_slice() {
+        true => port_forward_error,
+        false => failure_status,
+    };
+    let lost = lost(&format!(
+        "the connection to replica {replica}, which holds node {node}, was lost"
+    ));
+    actix_web::rt::spawn(relay(socket, session, messages, lost));
+    Ok(response)
+}
+
+/// A port-forward's error frame (channel 1).
+fn port_forward_error(message: &str) -> Vec<u8> {
+    let mut frame = vec![1];
+    frame.extend_from_slice(message.as_bytes());
+    frame
+}
+
+/// An exec's or attach's outcome frame (channel 3): a Failure `Status`.
+fn failure_status(message: &str) -> Vec<u8> {
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message,
+        "reason": "InternalError",
+    });
+    let mut frame = vec![channel::ERROR];
+    frame.extend_from_slice(status.to_string().as_bytes());
+    frame
+}
+
+/// Carries a client's WebSocket to a peer's and back, frame by frame; a
+/// close from either side is passed on with its code and reason. A peer
+/// connection that ends without one sends the client `lost` first (a
+/// failure, not a silent end: as a node's link lost does).
+async fn relay(
+    socket: PeerSocket,
+    session: actix_ws::Session,
+    mut messages: actix_ws::MessageStream,
+    lost: Vec<u8>,
+) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as Frame;
+    let (mut to_peer, mut from_peer) = socket.split();
+    let mut replies = session.clone();
+    // Input the peer no longer takes ends nothing: the exchange ends when
+    // the peer's side does (its outcome still to come) or the client's.
+    let from_client = async {
+        let mut open = true;
+        while let Some(Ok(message)) = messages.recv().await {
+            match message {
+                actix_ws::Message::Binary(bytes) if open => {
+                    open = to_peer.send(Frame::Binary(bytes)).await.is_ok();
+                }
+                actix_ws::Message::Text(text) if open => {
+                    open = to_peer.send(Frame::text(text.to_string())).await.is_ok();
+                }
+                actix_ws::Message::Ping(bytes) if replies.pong(&bytes).await.is_err() => break,
+                actix_ws::Message::Close(reason) => {
+                    let _ = to_peer.send(Frame::Close(reason.map(close_to_peer))).await;
+                    break;
+                }
+                _ => {}
+            }
+        }
+    };
+    let mut session = session;
+    let to_client = async {
+        while let Some(Ok(message)) = from_peer.next().await {
+            let sent = match message {
+                Frame::Binary(bytes) => session.binary(bytes).await,
+                Frame::Text(text) => session.text(text.to_string()).await,
+                Frame::Close(frame) => return frame.map(close_to_client),
+                _ => continue,
+            };
+            if sent.is_err() {
+                return None;
+            }
+        }
+        let _ = session.binary(lost).await;
+        None
+    };
+    let close = tokio::select! {
+        () = from_client => None,
+        close = to_client => close,
+    };
+    let _ = replies.close(close).await;
+}
+
+fn close_to_peer(
+    reason: actix_ws::CloseReason,
+) -> tokio_tungstenite::tungstenite::protocol::CloseFrame {
+    tokio_tungstenite::tungstenite::protocol::CloseFrame {
+        code: u16::from(reason.code).into(),
+        reason: reason.description.unwrap_or_default().into(),
+    }
+}
+
+fn close_to_client(
+    frame: tokio_tungstenite::tungstenite::protocol::CloseFrame,
+) -> actix_ws::CloseReason {
+    actix_ws::CloseReason {
+        code: u16::from(frame.code).into(),
+        description: (!frame.reason.is_empty()).then(|| frame.reason.to_string()),
+    }
 }
 
 async fn carry(
@@ -248,17 +438,24 @@ async fn carry(
 ) {
     let writer = stream.writer();
     let mut replies = session.clone();
+    // Input the node no longer takes (the command ended while the client
+    // still wrote, or closed its stdin) ends nothing: the exchange ends
+    // when the node's stream does, its outcome sent, or the client's.
     let from_client = async {
+        let mut open = true;
         while let Some(Ok(message)) = messages.recv().await {
             let going_on = match message {
-                actix_ws::Message::Binary(frame) if !frame.is_empty() => match frame[0] {
-                    channel::STDIN | channel::RESIZE => {
-                        writer.send(frame[0], frame.slice(1..)).await.is_ok()
-                    }
-                    // v5: the client closes an input channel.
-                    CLOSE_CHANNEL if frame.len() > 1 => writer.end(frame[1]).await.is_ok(),
-                    _ => true,
-                },
+                actix_ws::Message::Binary(frame) if open && !frame.is_empty() => {
+                    open = match frame[0] {
+                        channel::STDIN | channel::RESIZE => {
+                            writer.send(frame[0], frame.slice(1..)).await.is_ok()
+                        }
+                        // v5: the client closes an input channel.
+                        CLOSE_CHANNEL if frame.len() > 1 => writer.end(frame[1]).await.is_ok(),
+                        _ => true,
+                    };
+                    true
+                }
                 actix_ws::Message::Ping(bytes) => replies.pong(&bytes).await.is_ok(),
                 actix_ws::Message::Close(_) => false,
                 _ => true,
@@ -283,14 +480,7 @@ async fn carry(
                 Ok(Chunk::End(_)) => {}
                 Err(err) => {
                     // The outcome the client reads: a failure, not a hang.
-                    let status = serde_json::json!({
-                        "kind": "Status", "apiVersion": "v1", "metadata": {},
-                        "status": "Failure", "message": err.to_string(),
-                        "reason": "InternalError",
-                    });
-                    let mut frame = vec![channel::ERROR];
-                    frame.extend_from_slice(status.to_string().as_bytes());
-                    let _ = session.binary(frame).await;
+                    let _ = session.binary(failure_status(&err.to_string())).await;
                     return;
                 }
             }
@@ -336,7 +526,23 @@ async fn port_forward(
         pod: PodRef { namespace, name },
         port,
     };
-    let stream = streams.open(&to_node).await?;
+    let node = streams.node_of(&to_node)?;
+    match streams.route(&node, forwarded(&request)).await {
+        Route::Here => {}
+        Route::Refuse(err) => return Err(err.into()),
+        Route::Forward { replica, url } => {
+            let peers = peers_of(&streams)?;
+            return relay_upgrade(
+                &request,
+                body,
+                peers,
+                [&node, &replica, &url],
+                &PORT_FORWARD_PROTOCOLS,
+            )
+            .await;
+        }
+    }
+    let stream = streams.open_on(&node, &to_node).await?;
     let (response, session, messages) =
         actix_ws::handle_with_protocols(&request, body, &PORT_FORWARD_PROTOCOLS)?;
     actix_web::rt::spawn(carry_port(stream, port, session, messages));
@@ -363,10 +569,14 @@ async fn carry_port(
     let writer = stream.writer();
     let mut replies = session.clone();
     let from_client = async {
+        let mut open = true;
         while let Some(Ok(message)) = messages.recv().await {
             let going_on = match message {
-                actix_ws::Message::Binary(frame) if frame.first() == Some(&0) => {
-                    writer.send(channel::STDIN, frame.slice(1..)).await.is_ok()
+                // Bytes the pod no longer takes end nothing: its answer
+                // may still be on its way.
+                actix_ws::Message::Binary(frame) if open && frame.first() == Some(&0) => {
+                    open = writer.send(channel::STDIN, frame.slice(1..)).await.is_ok();
+                    true
                 }
                 actix_ws::Message::Ping(bytes) => replies.pong(&bytes).await.is_ok(),
                 actix_ws::Message::Close(_) => false,
@@ -388,9 +598,7 @@ async fn carry_port(
                 }
                 Ok(_) => continue,
                 Err(err) => {
-                    let mut frame = vec![1];
-                    frame.extend_from_slice(err.to_string().as_bytes());
-                    let _ = session.binary(frame).await;
+                    let _ = session.binary(port_forward_error(&err.to_string())).await;
                     return;
                 }
             };

@@ -109,6 +109,9 @@ pub struct LeaseClaimsConfig {
     /// past the Lease's trust. `None`: the keeper shares the client given
     /// to [`LeaseClaims::start`] and its runtime.
     pub keeper_client: Option<kube::Config>,
+    /// The URL its peers reach its admin API at (`crate::peers`), kept as
+    /// the replica Lease's annotation `edgehive.io/admin-url`; empty: none.
+    pub advertise: String,
 }
 
 impl LeaseClaimsConfig {
@@ -119,6 +122,7 @@ impl LeaseClaimsConfig {
             replica: replica.into(),
             ttl: Duration::from_secs(10),
             keeper_client: None,
+            advertise: String::new(),
         }
     }
 }
@@ -222,6 +226,8 @@ pub struct LeaseClaims {
 struct Inner {
     leases: Api<DynamicObject>,
     replica: String,
+    /// This replica's admin API URL, for its peers.
+    advertise: String,
     /// The replica Lease's name.
     lease_name: String,
     ttl: Duration,
@@ -240,6 +246,117 @@ struct Inner {
     /// How the replicas even out their nodes, as on etcd.
     share: Mutex<Share>,
     rebalancer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// An annotation of `lease`.
+fn annotation<'a>(lease: &'a DynamicObject, name: &str) -> Option<&'a str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(name)
+        .map(String::as_str)
+        .filter(|value| !value.is_empty())
+}
+
+/// Whether `lease` was last renewed more than twice its duration before
+/// `now` (a clock comparison: good enough for choosing which replicas to
+/// ask for a list, never used for claims).
+fn long_unrenewed(lease: &DynamicObject, now: jiff::Timestamp) -> bool {
+    let renewed = lease
+        .data
+        .pointer("/spec/renewTime")
+        .and_then(Value::as_str)
+        .and_then(|time| time.parse::<jiff::Timestamp>().ok());
+    let duration = declared_duration(lease);
+    match (renewed, duration) {
+        (Some(renewed), Some(duration)) => {
+            let age = now.duration_since(renewed);
+            age.as_secs() > 0 && age.unsigned_abs() > duration * 2
+        }
+        _ => false,
+    }
+}
+
+/// The holder a claim Lease names and the URL its replica Lease publishes
+/// (`crate::peers`). A claim whose replica Lease is gone or another
+/// incarnation is held by nobody.
+impl crate::peers::PeerDirectory for LeaseClaims {
+    fn holder(&self, node: &str) -> BoxFuture<'static, Result<Option<crate::peers::Peer>, String>> {
+        let (inner, node) = (self.inner.clone(), node.to_owned());
+        Box::pin(async move {
+            let Ok(claim_name) = claim_lease_name(&node) else {
+                return Ok(None);
+            };
+            let api = |name: &str, err| format!("the API server: {}", refused(err, name));
+            let Some(claim) = inner
+                .leases
+                .get_opt(&claim_name)
+                .await
+                .map_err(|err| api(&claim_name, err))?
+            else {
+                return Ok(None);
+            };
+            let holder = claim
+                .data
+                .pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let Ok(lease_name) = replica_lease_name(&holder) else {
+                return Ok(None);
+            };
+            let Some(lease) = inner
+                .leases
+                .get_opt(&lease_name)
+                .await
+                .map_err(|err| api(&lease_name, err))?
+            else {
+                return Ok(None);
+            };
+            let named = annotation(&claim, REPLICA_UID_ANNOTATION);
+            if named.is_none() || named != lease.metadata.uid.as_deref() {
+                return Ok(None);
+            }
+            Ok(Some(crate::peers::Peer {
+                replica: holder,
+                url: annotation(&lease, crate::peers::ADDRESS_ANNOTATION).map(str::to_owned),
+            }))
+        })
+    }
+
+    fn replicas(&self) -> BoxFuture<'static, Result<Vec<crate::peers::Peer>, String>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let listed = inner
+                .leases
+                .list(&ListParams::default())
+                .await
+                .map_err(|err| format!("the API server: {err}"))?;
+            Ok(listed
+                .items
+                .iter()
+                .filter(|lease| {
+                    lease
+                        .metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|name| name.starts_with(REPLICA_LEASE_PREFIX))
+                })
+                // Only whom to ask (never who holds what): a Lease left by
+                // a replica that died is skipped once it is well past its
+                // duration by this machine's clock.
+                .filter(|lease| !long_unrenewed(lease, jiff::Timestamp::now()))
+                .filter_map(|lease| {
+                    let replica = lease.data.pointer("/spec/holderIdentity")?.as_str()?;
+                    Some(crate::peers::Peer {
+                        replica: replica.to_owned(),
+                        url: annotation(lease, crate::peers::ADDRESS_ANNOTATION).map(str::to_owned),
+                    })
+                })
+                .collect())
+        })
+    }
 }
 
 /// Whether `name` is a DNS subdomain (RFC 1123), as object names are.
@@ -575,7 +692,9 @@ impl Inner {
             self.state().observed.forget(name);
         }
         let asked = Instant::now();
-        let lease = dynamic(&new_lease(name, &self.replica, self.ttl, None))?;
+        let annotations = (!self.advertise.is_empty())
+            .then(|| json!({ crate::peers::ADDRESS_ANNOTATION: self.advertise }));
+        let lease = dynamic(&new_lease(name, &self.replica, self.ttl, annotations))?;
         let created = leases
             .create(&PostParams::default(), &lease)
             .await
@@ -610,6 +729,7 @@ impl LeaseClaims {
         let inner = Arc::new(Inner {
             leases,
             replica: config.replica,
+            advertise: config.advertise,
             lease_name,
             ttl: config.ttl,
             state: Mutex::new(State {
@@ -1202,6 +1322,24 @@ async fn rebalance(inner: Weak<Inner>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_lease_long_unrenewed_is_not_asked() {
+        let lease = |renewed: &str| {
+            dynamic(&json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "edgehive-replica-b"},
+                "spec": {"holderIdentity": "b", "leaseDurationSeconds": 10, "renewTime": renewed},
+            }))
+            .expect("a Lease")
+        };
+        let now: jiff::Timestamp = "2026-11-26T10:00:30Z".parse().expect("time");
+        assert!(!long_unrenewed(&lease("2026-11-26T10:00:25.000000Z"), now));
+        assert!(!long_unrenewed(&lease("2026-11-26T10:00:11.000000Z"), now));
+        assert!(long_unrenewed(&lease("2026-11-26T10:00:05.000000Z"), now));
+        // A clock behind the writer's: never skipped for that.
+        assert!(!long_unrenewed(&lease("2026-11-26T10:01:30.000000Z"), now));
+    }
 
     #[test]
     fn names_are_dns_subdomains() {

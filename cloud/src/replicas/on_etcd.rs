@@ -50,6 +50,9 @@ pub struct ClaimsConfig {
     /// Whether this replica hands nodes over when it holds more than its
     /// share (a round every `ttl`).
     pub rebalance: bool,
+    /// The URL its peers reach its admin API at (`crate::peers`),
+    /// written as the value of `<prefix>/replicas/<replica>`; empty: none.
+    pub advertise: String,
 }
 
 impl ClaimsConfig {
@@ -61,6 +64,7 @@ impl ClaimsConfig {
             replica: replica.into(),
             ttl: Duration::from_secs(10),
             rebalance: true,
+            advertise: String::new(),
         }
     }
 }
@@ -77,6 +81,8 @@ struct Inner {
     /// `<prefix>/replicas/`: a key per replica up, under its lease.
     replicas: String,
     replica: String,
+    /// This replica's admin API URL, for its peers.
+    advertise: String,
     ttl: Duration,
     book: Mutex<ClaimBook>,
     share: Mutex<Share>,
@@ -158,6 +164,7 @@ impl EtcdClaims {
             claims: format!("{prefix}/claims/"),
             replicas: format!("{prefix}/replicas/"),
             replica: config.replica,
+            advertise: config.advertise,
             ttl: config.ttl,
             book: Mutex::new(ClaimBook::new(config.ttl, config.ttl / 5)),
             // A node handed over is refused here for two rounds; a quarter
@@ -450,12 +457,65 @@ impl hub::NodeClaims for EtcdClaims {
     }
 }
 
+/// The replica a claim's value names and the URL its record publishes
+/// (`crate::peers`): who holds a node, and where it is asked.
+impl crate::peers::PeerDirectory for EtcdClaims {
+    fn holder(&self, node: &str) -> BoxFuture<'static, Result<Option<crate::peers::Peer>, String>> {
+        let (inner, node) = (self.inner.clone(), node.to_owned());
+        Box::pin(async move {
+            let (claim, _) = inner
+                .etcd
+                .get(inner.key(&node).as_bytes())
+                .await
+                .map_err(|e| format!("etcd: {e}"))?;
+            let Some(claim) = claim else { return Ok(None) };
+            let replica = String::from_utf8_lossy(&claim.value).into_owned();
+            let record = format!("{}{replica}", inner.replicas);
+            let (record, _) = inner
+                .etcd
+                .get(record.as_bytes())
+                .await
+                .map_err(|e| format!("etcd: {e}"))?;
+            let url = record
+                .map(|entry| String::from_utf8_lossy(&entry.value).into_owned())
+                .filter(|url| !url.is_empty());
+            Ok(Some(crate::peers::Peer { replica, url }))
+        })
+    }
+
+    fn replicas(&self) -> BoxFuture<'static, Result<Vec<crate::peers::Peer>, String>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let (entries, _) = inner
+                .etcd
+                .list(inner.replicas.as_bytes())
+                .await
+                .map_err(|e| format!("etcd: {e}"))?;
+            Ok(entries
+                .into_iter()
+                .map(|entry| crate::peers::Peer {
+                    replica: String::from_utf8_lossy(
+                        entry
+                            .key
+                            .strip_prefix(inner.replicas.as_bytes())
+                            .unwrap_or(&entry.key),
+                    )
+                    .into_owned(),
+                    url: Some(String::from_utf8_lossy(&entry.value).into_owned())
+                        .filter(|url| !url.is_empty()),
+                })
+                .collect())
+        })
+    }
+}
+
 /// Names this replica under `<prefix>/replicas/`, under `lease`: counted
-/// among the replicas up while the lease lives. Whether it was written.
+/// among the replicas up while the lease lives; its value is the URL its
+/// peers reach it at. Whether it was written.
 async fn register(inner: &Inner, etcd: &Etcd, lease: i64) -> bool {
     let key = format!("{}{}", inner.replicas, inner.replica);
-    let written =
-        tokio::time::timeout(inner.ttl / 3, etcd.put(key.as_bytes(), Vec::new(), lease)).await;
+    let value = inner.advertise.clone().into_bytes();
+    let written = tokio::time::timeout(inner.ttl / 3, etcd.put(key.as_bytes(), value, lease)).await;
     match written {
         Ok(Ok(_)) => true,
         Ok(Err(err)) => {

@@ -826,4 +826,56 @@ mod tests {
         ));
         assert!(ca.sign_csr(b"not a csr", until, None, None).is_err());
     }
+
+    /// A node cannot get a certificate naming anything but itself: the
+    /// signer writes the subject anew (no organization of the CSR's kept),
+    /// so no node becomes an admin or a cloud replica (the admin API's
+    /// `edgehive:replicas`, user `system:edgehive:replica:<name>`).
+    #[test]
+    fn a_csr_asking_for_groups_or_a_replicas_name_gets_neither() {
+        let (_dir, ca) = ca();
+        let until = SystemTime::now() + Duration::from_secs(3600);
+        let asking = |common_name: &str, groups: &[&str]| {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+            for group in groups {
+                params
+                    .distinguished_name
+                    .push(DnType::OrganizationName, *group);
+            }
+            params
+                .distinguished_name
+                .push(DnType::CommonName, common_name);
+            params.serialize_request(&key).expect("csr").der().to_vec()
+        };
+        let organizations = |der: &[u8]| -> Vec<String> {
+            let (_, cert) = x509_parser::parse_x509_certificate(der).expect("certificate");
+            cert.subject()
+                .iter_organization()
+                .filter_map(|o| o.as_str().ok().map(str::to_owned))
+                .collect()
+        };
+        let groups = ["edgehive:replicas", "edgehive:admins"];
+        assert!(matches!(
+            ca.sign_csr(
+                &asking("system:edgehive:replica:a", &groups),
+                until,
+                None,
+                None
+            ),
+            Err(CertError::BadNodeName(_))
+        ));
+        let (_, cert) = ca
+            .sign_csr(&asking("edge-1", &groups), until, None, None)
+            .expect("issued");
+        assert!(organizations(cert.as_ref()).is_empty());
+        assert_eq!(
+            transports::tls::common_name(cert.as_ref()).as_deref(),
+            Some("edge-1")
+        );
+        let (_, cert) = ca
+            .sign_csr(&asking("system:node:edge-1", &groups), until, None, None)
+            .expect("issued");
+        assert_eq!(organizations(cert.as_ref()), ["system:nodes"]);
+    }
 }
