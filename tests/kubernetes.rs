@@ -1085,6 +1085,188 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
     );
 }
 
+/// Two replicas on the API server (Lease claims), their admin APIs over
+/// HTTPS; an edge linked to b alone runs a pod on containerd. Through a,
+/// which does not hold the node, edgehivectl reads the pod's log, runs a
+/// command in it and sees it in `top pods`: a finds b in b's replica Lease
+/// (`edgehive.io/admin-url`) and forwards to it.
+#[test]
+fn a_replica_on_the_api_server_forwards_streams_and_metrics_to_the_holder() {
+    let test = "a_replica_on_the_api_server_forwards_streams_and_metrics_to_the_holder";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    let id = std::process::id();
+    let node = format!("eh-forward-{id}");
+    let namespace = format!("edgehive-forward-{id}");
+    let dir = tempfile_dir(&node);
+    let (a_dir, b_dir, edge_dir) = (
+        format!("{dir}/a"),
+        format!("{dir}/b"),
+        format!("{dir}/edge"),
+    );
+    let (a_name, b_name) = (format!("fa-{id}"), format!("fb-{id}"));
+    let replica = |dir: &str, name: &str| {
+        let (hub, certs, admin) = (free_address(), free_address(), free_address());
+        let process = Process::start(
+            env!("CARGO_BIN_EXE_cloudcore"),
+            &[
+                "--data-dir",
+                dir,
+                "run",
+                "--kubeconfig",
+                &kubeconfig,
+                "--ws",
+                &hub,
+                "--certs",
+                &certs,
+                "--admin",
+                &admin,
+                "--metrics",
+                "off",
+                "--stream",
+                "off",
+                "--keepalive-secs",
+                "2",
+                "--replica",
+                name,
+                "--claim-ttl-secs",
+                "3",
+            ],
+        );
+        process.wait_for("certificate endpoints ready", Duration::from_secs(90));
+        (process, hub, certs, format!("https://{admin}"))
+    };
+    let (a, _a_hub, certs, a_admin) = replica(&a_dir, &a_name);
+    std::fs::create_dir_all(&b_dir).expect("b's data dir");
+    let copied = Command::new("cp")
+        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let (b, b_hub, _, b_admin) = replica(&b_dir, &b_name);
+    join_node(&a_dir, &certs, &node, &edge_dir);
+    let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
+    assert!(ok || out.contains("AlreadyExists"), "{out}");
+    let edge = Process::start(
+        env!("CARGO_BIN_EXE_edgecore"),
+        &[
+            "--data-dir",
+            &edge_dir,
+            "run",
+            "--cloud",
+            &b_hub,
+            "--metaserver",
+            &free_address(),
+            "--edged-server",
+            &free_address(),
+            "--mqtt-broker",
+            &free_address(),
+            "--metrics",
+            "off",
+            "--node-ip",
+            "127.0.0.1",
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            &cri_socket(),
+        ],
+    );
+    b.wait_for(
+        &format!("node connected node={node}"),
+        Duration::from_secs(30),
+    );
+    let manifest = format!("{dir}/talker.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: talker
+  namespace: {namespace}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers:
+  - name: talker
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"i=0; while true; do echo line $i; i=$((i+1)); sleep 1; done\"]
+"
+        ),
+    )
+    .expect("manifest");
+    let (ok, out) = kubectl(&kubeconfig, &["apply", "-f", &manifest]);
+    assert!(ok, "{out}");
+
+    // edgehivectl with a's admin kubeconfig, through a.
+    let ns = namespace.as_str();
+    let admin_kubeconfig = format!("{a_dir}/admin.kubeconfig");
+    let ctl = |server: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_edgehivectl"))
+            .args(["--kubeconfig", &admin_kubeconfig, "--server", server])
+            .args(args)
+            .output()
+            .expect("edgehivectl");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let log = until("the talker's log through replica a", || {
+        let (code, out, _) = ctl(&a_admin, &["logs", "talker", "-n", ns, "--tail", "2"]);
+        (code == 0 && out.contains("line 2")).then_some(out)
+    });
+    println!("{test}: edgehivectl logs through a:\n{log}");
+    let (code, out, err) = ctl(
+        &a_admin,
+        &[
+            "exec",
+            "talker",
+            "-n",
+            ns,
+            "--",
+            "sh",
+            "-c",
+            "echo hi; exit 3",
+        ],
+    );
+    assert_eq!((code, out.as_str()), (3, "hi\n"), "{err}");
+    let top = until("the talker in top pods through replica a", || {
+        let (code, out, _) = ctl(&a_admin, &["top", "pods", "-n", ns]);
+        (code == 0 && out.lines().any(|l| l.starts_with("talker "))).then_some(out)
+    });
+    println!("{test}: edgehivectl top pods through a:\n{top}");
+    // b, holding the node, answers the same directly.
+    let (code, out, err) = ctl(&b_admin, &["logs", "talker", "-n", ns, "--tail", "1"]);
+    assert!(code == 0 && out.starts_with("line "), "{out}{err}");
+    println!("{test}: exec through a: hi, exit 3; b answers directly");
+
+    drop(edge);
+    a.stop();
+    b.stop();
+    let _ = kubectl(
+        &kubeconfig,
+        &["delete", "namespace", &namespace, "--wait=false"],
+    );
+    let _ = kubectl(&kubeconfig, &["delete", "node", &node, "--wait=false"]);
+    let _ = kubectl(
+        &kubeconfig,
+        &[
+            "delete",
+            "lease",
+            "-n",
+            "kubeedge",
+            &format!("edgehive-claim-{node}"),
+            &format!("edgehive-replica-{a_name}"),
+            &format!("edgehive-replica-{b_name}"),
+            "--wait=false",
+        ],
+    );
+}
+
 /// A pod with a web server and a container that keeps writing lines.
 fn chatty(node: &str) -> String {
     format!(
