@@ -14,7 +14,7 @@ use serde::Serialize;
 use tracing::debug;
 
 use crate::cri::{Cri, CriError, api};
-use crate::spec::{CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID};
+use crate::spec::{CONTAINER_NAME, NODE, POD_NAME, POD_NAMESPACE, POD_UID};
 
 /// How often the figures are sampled (CPU rates are over this window).
 pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -218,8 +218,14 @@ impl StatsCollector {
     /// The Summary now.
     pub async fn summary(&self) -> Result<Summary, StatsError> {
         let mut runtime = self.cri.runtime.clone();
+        // This node's containers only: a runtime may run another edged's
+        // too (several nodes on one host share containerd).
+        let ours = api::ContainerStatsFilter {
+            label_selector: HashMap::from([(NODE.to_owned(), self.node.clone())]),
+            ..api::ContainerStatsFilter::default()
+        };
         let stats = runtime
-            .list_container_stats(api::ListContainerStatsRequest { filter: None })
+            .list_container_stats(api::ListContainerStatsRequest { filter: Some(ours) })
             .await
             .map_err(CriError::call("ListContainerStats"))?
             .into_inner()
@@ -246,8 +252,8 @@ impl StatsCollector {
             };
             let label = |name: &str| attributes.labels.get(name).cloned().unwrap_or_default();
             let (namespace, pod, uid) = (label(POD_NAMESPACE), label(POD_NAME), label(POD_UID));
-            if pod.is_empty() {
-                continue; // not edged's
+            if pod.is_empty() || label(NODE) != self.node {
+                continue; // not this edged's
             }
             live.insert(attributes.id.clone());
             let cpu = stat.cpu.map(|cpu| {
