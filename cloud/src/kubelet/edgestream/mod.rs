@@ -3,7 +3,8 @@
 //! reach the kubelet API through it, since their links carry no streams.
 //!
 //! A KubeEdge edgecore with `modules.edgeStream.enable: true` dials the
-//! tunnel port (`modules.cloudStream.tunnelPort`, 10004 as KubeEdge's)
+//! tunnel port (`modules.cloudStream.tunnelPort`, 10014; KubeEdge's is
+//! 10004, where cloudcore's metrics are by default)
 //! with its node certificate and keeps one WebSocket there
 //! ([`server`]). For each kubelet API request for one of its pods the
 //! cloud opens a connection on that tunnel ([`session`]): a `XConnect`
@@ -30,8 +31,10 @@ pub use session::{EdgeConnection, EdgeStreamError, EdgeTunnels, EdgeWriter, Tunn
 
 use super::{Handler, KubeletApiHandle};
 
-/// KubeEdge's default tunnel port.
-pub const DEFAULT_TUNNEL_PORT: u16 = 10004;
+/// The tunnel port by default: KubeEdge's 10004 plus 10, as the KubeEdge
+/// dialect's link listener is KubeEdge's 10000 plus 10 (cloudcore's
+/// metrics take 10004).
+pub const DEFAULT_TUNNEL_PORT: u16 = 10014;
 
 /// How a kubelet API request reaches a node's pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
