@@ -563,3 +563,173 @@ async fn an_exec_cut_mid_stream_ends_the_callers_connection() {
     assert!(text.starts_with("HTTP/1.1 101"), "{text}");
     assert!(text.ends_with("some"), "{text}");
 }
+
+/// A local kubelet for a real KubeEdge edge to call (on 127.0.0.1:10350,
+/// where the cloud tells the edge its kubelet is): a log of `log`, an
+/// exec upgrade that echoes, a stats summary.
+async fn fake_local_kubelet(log: Vec<u8>) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:10350")
+        .await
+        .expect("127.0.0.1:10350 free for the edge's local kubelet");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    match socket.read_u8().await {
+                        Ok(byte) => head.push(byte),
+                        Err(_) => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                eprintln!("local kubelet asked:\n{head}");
+                if head.starts_with("GET /containerLogs/") {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+                        .await;
+                    let _ = socket.write_all(&log).await;
+                } else if head.starts_with("GET /stats/summary") {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"node\":{\"nodeName\":\"real\"}}\n")
+                        .await;
+                } else if head.contains("/exec/") {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
+                        .await;
+                    let (mut from, mut to) = socket.split();
+                    let _ = tokio::io::copy(&mut from, &mut to).await;
+                }
+            });
+        }
+    })
+}
+
+/// A real KubeEdge edgecore (built outside the repository) with
+/// `modules.edgeStream.enable: true` and `server` naming
+/// `EDGEHIVE_TUNNEL_ADDRESS` (default 127.0.0.1:20014), its certificate
+/// signed by the CA at `EDGEHIVE_KUBEEDGE_CA` (PEM), node
+/// `EDGEHIVE_KUBEEDGE_NODE` (default go-edge-1): started by hand within
+/// two minutes of this test. Needs 127.0.0.1:10350 free (the edge's
+/// local kubelet is faked there).
+#[tokio::test]
+#[ignore = "needs a real KubeEdge edgecore started by hand"]
+async fn a_real_kubeedge_edgecore_serves_logs_exec_and_stats() {
+    let ca = std::env::var("EDGEHIVE_KUBEEDGE_CA").expect("EDGEHIVE_KUBEEDGE_CA");
+    let node = std::env::var("EDGEHIVE_KUBEEDGE_NODE").unwrap_or_else(|_| "go-edge-1".into());
+    let address =
+        std::env::var("EDGEHIVE_TUNNEL_ADDRESS").unwrap_or_else(|_| "127.0.0.1:20014".into());
+    let edge_roots = tls::certs_from_pem(&std::fs::read(ca).expect("CA")).expect("CA PEM");
+    let log: Vec<u8> = (0..200)
+        .flat_map(|i| format!("log line {i:04} of a real edge\n").into_bytes())
+        .collect();
+    let _kubelet = fake_local_kubelet(log.clone()).await;
+
+    let cloud = Cloud::start().await;
+    let store = EmbeddedStore::open(&cloud._dir.path().join("real.redb")).expect("store");
+    store
+        .create(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "real", "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}
+        }))
+        .await
+        .expect("pod");
+    let streams = cloud::streams::PodStreams::new(NodeTunnels::default(), Arc::new(store));
+    let (chain, key) = cloud.pki.server("cloud").expect("server certificate");
+    let kubelet = cloud::kubelet::start(
+        KubeletApiConfig {
+            address: "127.0.0.1:0".to_owned(),
+            tls: tls::server_config(chain.clone(), key.clone_key(), Some(&[cloud.pki.root()]))
+                .expect("TLS"),
+            authorizer: Arc::new(AllowAll),
+            edge_tunnels: cloud.tunnels.clone(),
+        },
+        streams,
+    )
+    .await
+    .expect("kubelet API");
+    let _tunnel_port = edgestream::start(
+        TunnelConfig {
+            address: address.clone(),
+            tls: tls::server_config(chain, key, Some(&edge_roots)).expect("TLS"),
+        },
+        cloud.tunnels.clone(),
+    )
+    .await
+    .expect("tunnel port");
+    eprintln!("waiting for {node}'s edgestream at {address}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !cloud.tunnels.has(&node) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no tunnel from {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("{node}'s tunnel is up");
+    let port = kubelet.address.port();
+
+    // Logs: exactly the local kubelet's body.
+    let mut caller = cloud.tls_to(port, "kube-apiserver-kubelet-client").await;
+    caller
+        .write_all(b"GET /containerLogs/default/real/main?tailLines=200 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let (head, body, complete) = read_chunked(&mut caller).await;
+    eprintln!("logs: {head:?}, {} bytes, complete: {complete}", body.len());
+    assert!(head.starts_with("HTTP/1.1 200"));
+    assert_eq!(body, log);
+    assert!(complete);
+
+    // Exec: the 101, then an echo both ways.
+    let mut caller = cloud.tls_to(port, "kube-apiserver-kubelet-client").await;
+    caller
+        .write_all(b"POST /exec/default/real/main?command=sh&input=1&output=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
+        .await
+        .expect("request");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(
+            tokio::time::timeout(WAIT, caller.read_u8())
+                .await
+                .expect("in time")
+                .expect("head"),
+        );
+    }
+    eprintln!("exec: {}", String::from_utf8_lossy(&head));
+    assert!(head.starts_with(b"HTTP/1.1 101"));
+    let sent: Vec<u8> = (0..5_000u32).map(|i| (i % 256) as u8).collect();
+    caller.write_all(&sent).await.expect("write");
+    let mut echoed = vec![0u8; sent.len()];
+    tokio::time::timeout(WAIT, caller.read_exact(&mut echoed))
+        .await
+        .expect("in time")
+        .expect("echo");
+    assert_eq!(echoed, sent);
+    eprintln!("exec: {} bytes echoed", echoed.len());
+    drop(caller);
+
+    // Stats: the node named by Host.
+    let mut caller = cloud.tls_to(port, "kube-apiserver-kubelet-client").await;
+    caller
+        .write_all(
+            format!(
+                "GET /stats/summary HTTP/1.1\r\nHost: {node}:10352\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, caller.read_to_end(&mut answer))
+        .await
+        .expect("in time")
+        .expect("answer");
+    let answer = String::from_utf8_lossy(&answer);
+    eprintln!("stats: {answer}");
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"nodeName\":\"real\""));
+}
