@@ -265,7 +265,7 @@ async fn a_kubelet_api_log_request_is_answered_through_the_tunnel() {
     let mut caller = cloud.caller().await;
     caller
         .write_all(
-            b"GET /containerLogs/default/web/main?tailLines=3&timestamps=true HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+            b"GET /containerLogs/default/web/main?tailLines=3&timestamps=true HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: */*\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
         )
         .await
         .expect("request");
@@ -277,6 +277,11 @@ async fn a_kubelet_api_log_request_is_answered_through_the_tunnel() {
     assert_eq!(json["url"]["Path"], "/containerLogs/default/web/main");
     assert_eq!(json["url"]["RawQuery"], "tailLines=3&timestamps=true");
     assert_eq!(json["header"]["Accept"], serde_json::json!(["*/*"]));
+    assert_eq!(
+        json["header"]["Accept-Encoding"],
+        serde_json::json!(["identity"]),
+        "asked uncompressed, whatever the caller accepts"
+    );
     assert!(json["header"].get("Host").is_none());
     assert!(json.get("method").is_none());
     // Three pieces, one of them not UTF-8, in text messages as KubeEdge's

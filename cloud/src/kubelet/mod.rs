@@ -667,11 +667,19 @@ fn edged_request(
     request: &Request<Incoming>,
     method: Option<&str>,
 ) -> edgestream::codec::EdgedRequest {
-    let headers: Vec<(&str, &str)> = request
+    // A body (logs, stats) is relayed as it comes, under this server's
+    // own headers: asked uncompressed, whatever the caller accepts (an
+    // explicit Accept-Encoding also turns off Go's transparent gzip on
+    // the edge).
+    let mut headers: Vec<(&str, &str)> = request
         .headers()
         .iter()
+        .filter(|(name, _)| *name != hyper::header::ACCEPT_ENCODING)
         .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
         .collect();
+    if method.is_none() {
+        headers.push(("accept-encoding", "identity"));
+    }
     edgestream::codec::EdgedRequest::new(
         0,
         request.uri().path(),
