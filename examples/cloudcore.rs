@@ -209,6 +209,11 @@ struct Run {
     /// (modules.cloudStream.tlsStreamCAFile; default: the cluster's CA).
     #[arg(long)]
     stream_client_ca: Option<PathBuf>,
+    /// The port KubeEdge edgecores' edgestream dials for their logs, exec
+    /// and attach, on the kubelet API's host; 0 for none
+    /// (modules.cloudStream.tunnelPort).
+    #[arg(long)]
+    tunnel_port: Option<u16>,
     /// The resource metrics API (metrics.k8s.io, kubectl top) for
     /// kube-apiserver's aggregation layer, Kubernetes mode only: listen
     /// address, or "off" (modules.metricsServer).
@@ -292,6 +297,9 @@ impl Run {
         }
         if let Some(file) = self.stream_client_ca {
             stream.tls_stream_ca_file = file.to_string_lossy().into_owned();
+        }
+        if let Some(port) = self.tunnel_port {
+            stream.tunnel_port = port;
         }
         let metrics_server = &mut config.modules.metrics_server;
         match self.metrics_server.as_deref() {
@@ -385,6 +393,7 @@ async fn kubelet_api_config(
         address: section.address.clone(),
         tls: tls::server_config(chain, key, Some(&client_roots))?,
         authorizer: Arc::new(SubjectAccessReviews::new(store.client().clone())),
+        edge_tunnels: cloud::kubelet::edgestream::EdgeTunnels::default(),
     };
     let endpoint = KubeletEndpoint {
         address: advertise,
@@ -912,6 +921,31 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             cloud::peers::Peers::new(replica, claims.directory(), vec![ca.root()], Some(identity));
         pod_streams = pod_streams.with_peers(peers);
     }
+    // KubeEdge edgecores' edgestream tunnels, for their logs, exec,
+    // attach and stats through the kubelet API: on the kubelet API's host,
+    // with cloudhub's certificate and node certificates required.
+    let _tunnel_port = match (&kubelet_api, settings.modules.cloud_stream.tunnel_port) {
+        (Some((_, config)), port) if port != 0 => {
+            let host = settings
+                .modules
+                .cloud_stream
+                .address
+                .rsplit_once(':')
+                .map_or("0.0.0.0", |(host, _)| host);
+            let tunnel = cloud::kubelet::edgestream::TunnelConfig {
+                address: format!("{host}:{port}"),
+                tls: server_tls.clone(),
+            };
+            match cloud::kubelet::edgestream::start(tunnel, config.edge_tunnels.clone()).await {
+                Ok(handle) => Some(handle),
+                Err(err) => {
+                    tracing::warn!(error = %err, port, "no edgestream tunnel port (modules.cloudStream.tunnelPort): KubeEdge edgecores get no logs or exec");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let _kubelet_api = match kubelet_api {
         Some((_, config)) => match cloud::kubelet::start(config, pod_streams.clone()).await {
             Ok(handle) => {

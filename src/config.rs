@@ -433,6 +433,10 @@ pub struct CloudStreamSection {
     /// `kube-root-ca.crt` ConfigMap in cloudcore's namespace).
     #[serde(rename = "tlsStreamCAFile")]
     pub tls_stream_ca_file: String,
+    /// The port KubeEdge edgecores' edgestream dials (their
+    /// `modules.edgeStream.server`), on the host of `address`: their logs,
+    /// exec, attach and stats come through it (0: off).
+    pub tunnel_port: u16,
 }
 
 impl Default for CloudStreamSection {
@@ -442,6 +446,7 @@ impl Default for CloudStreamSection {
             address: cloud::kubelet::DEFAULT_ADDRESS.to_owned(),
             advertise_address: String::new(),
             tls_stream_ca_file: String::new(),
+            tunnel_port: cloud::kubelet::edgestream::DEFAULT_TUNNEL_PORT,
         }
     }
 }
@@ -651,6 +656,39 @@ impl Check for CloudCoreConfig {
         ] {
             if listener.enable {
                 check_host_port(key, &listener.address)?;
+            }
+        }
+        let stream = &self.modules.cloud_stream;
+        if stream.enable && stream.tunnel_port != 0 {
+            let admin = Listener {
+                enable: self.modules.admin.enable,
+                address: self.modules.admin.address.clone(),
+            };
+            let taken = [
+                (&hub.websocket, "modules.cloudHub.websocket"),
+                (
+                    &hub.kubeedge_websocket,
+                    "modules.cloudHub.kubeedgeWebsocket",
+                ),
+                (&hub.quic, "modules.cloudHub.quic"),
+                (&hub.https, "modules.cloudHub.https"),
+                (&self.modules.metrics, "modules.metrics"),
+                (&admin, "modules.admin"),
+            ]
+            .into_iter()
+            .filter(|(listener, _)| listener.enable)
+            .map(|(listener, key)| (listener.address.as_str(), key))
+            .chain([(stream.address.as_str(), "modules.cloudStream.address")]);
+            for (address, key) in taken {
+                let port = address
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| p.parse::<u16>().ok());
+                if port == Some(stream.tunnel_port) {
+                    return Err(format!(
+                        "modules.cloudStream.tunnelPort: {} is taken by {key} ({address})",
+                        stream.tunnel_port
+                    ));
+                }
             }
         }
         let admin = &self.modules.admin;
@@ -1044,6 +1082,26 @@ mod tests {
         let edge = EdgeCoreConfig::default();
         assert_eq!(parse::<EdgeCoreConfig>(&to_yaml(&edge)), Ok(edge));
         assert_eq!(parse::<EdgeCoreConfig>(""), Ok(EdgeCoreConfig::default()));
+    }
+
+    #[test]
+    fn the_edgestream_tunnel_port_is_kubeedge_s_name_and_not_taken() {
+        let cloud = CloudCoreConfig::default();
+        assert_eq!(cloud.modules.cloud_stream.tunnel_port, 10014);
+        let moved: CloudCoreConfig = parse(
+            "modules:\n  cloudStream:\n    tunnelPort: 10004\n  metrics:\n    address: 127.0.0.1:10005\n",
+        )
+        .expect("KubeEdge's port, metrics moved");
+        assert_eq!(moved.modules.cloud_stream.tunnel_port, 10004);
+        let taken = parse::<CloudCoreConfig>("modules:\n  cloudStream:\n    tunnelPort: 10004\n")
+            .expect_err("metrics are on 10004");
+        assert!(
+            taken.contains("modules.cloudStream.tunnelPort") && taken.contains("modules.metrics"),
+            "{taken}"
+        );
+        let off: CloudCoreConfig =
+            parse("modules:\n  cloudStream:\n    tunnelPort: 0\n").expect("off");
+        assert_eq!(off.modules.cloud_stream.tunnel_port, 0);
     }
 
     #[test]

@@ -142,6 +142,12 @@ impl PodStreams {
     pub fn is_linked(&self, node: &str) -> bool {
         self.tunnels.is_linked(node)
     }
+
+    /// Whether `node` is linked to this cloud in KubeEdge's dialect (its
+    /// link carries no streams).
+    pub fn is_linked_kubeedge(&self, node: &str) -> bool {
+        self.tunnels.is_linked_kubeedge(node)
+    }
 }
 
 /// A stream's failure as the API reports it.

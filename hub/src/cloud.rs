@@ -711,6 +711,8 @@ impl Handler<SessionUp> for CloudHub {
         }
         if up.dialect == Dialect::Native {
             self.tunnels.linked(&up.node, up.id, up.tunnel);
+        } else {
+            self.tunnels.linked_kubeedge(&up.node, up.id);
         }
         // Counted once the session is in place (streams may be opened).
         self.stats.count(&self.stats.sessions_opened);

@@ -17,7 +17,11 @@
 //!   host. The path names the pod, and the pod its node; the node stats
 //!   paths name no node, so the request's `Host` must (a Node address that
 //!   is the node's own name, resolving here).
+//! - KubeEdge edgecores (linked in KubeEdge's dialect, whose links carry
+//!   no streams) are reached through their own edgestream tunnel to this
+//!   cloud instead ([`edgestream`]).
 
+pub mod edgestream;
 pub mod metrics_api;
 pub mod review;
 pub mod route;
@@ -32,7 +36,7 @@ use apis::streams::{PodRef, StreamRequest, UpgradeTarget, channel, is_upgrade_he
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
-use hub::tunnel::{Chunk, TunnelStream};
+use hub::tunnel::{Chunk, StreamError, StreamWriter, TunnelStream};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -74,6 +78,9 @@ pub struct KubeletApiConfig {
     pub tls: Arc<rustls::ServerConfig>,
     /// Who may do what.
     pub authorizer: Arc<dyn Authorizer>,
+    /// KubeEdge edgecores' edgestream tunnels (served by
+    /// [`edgestream::start`]), which their requests go through.
+    pub edge_tunnels: edgestream::EdgeTunnels,
 }
 
 /// A running kubelet API.
@@ -104,6 +111,7 @@ pub async fn start(
     let served = Arc::new(Served {
         streams,
         authorizer: config.authorizer,
+        edge_tunnels: config.edge_tunnels,
     });
     let handler: Handler = Arc::new(move |request, caller, permit| {
         let served = served.clone();
@@ -117,6 +125,7 @@ pub async fn start(
 struct Served {
     streams: PodStreams,
     authorizer: Arc<dyn Authorizer>,
+    edge_tunnels: edgestream::EdgeTunnels,
 }
 
 /// What answers a request: the request, the caller its client
@@ -302,7 +311,7 @@ async fn serve(
                 Err(err) => return api_error(&err),
             }
         }
-        KubeletRequest::Stats(_) => match node_of_host(&request, &served.streams) {
+        KubeletRequest::Stats(_) => match node_of_host(&request, served) {
             Some(node) => node,
             None => {
                 return status(
@@ -326,6 +335,29 @@ async fn serve(
         Err(reason) => return status(StatusCode::SERVICE_UNAVAILABLE, &reason),
     }
     debug!(user = %caller.user, %node, %path, "kubelet API request");
+    let route = edgestream::stream_path(
+        served.edge_tunnels.has(&node),
+        served.streams.is_linked_kubeedge(&node),
+    );
+    match route {
+        edgestream::StreamPath::Link => {}
+        edgestream::StreamPath::KubeEdgeWithoutEdgeStream => {
+            return status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &edgestream::without_edgestream(&node),
+            );
+        }
+        edgestream::StreamPath::EdgeStream => {
+            return match served.edge_tunnels.get(&node) {
+                Some(session) => through_edgestream(request, asked, &session, permit).await,
+                // Gone in between.
+                None => status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("node {node}'s edgestream tunnel was lost"),
+                ),
+            };
+        }
+    }
     match asked {
         KubeletRequest::Healthz => Response::new(full("ok")),
         KubeletRequest::Logs {
@@ -339,7 +371,7 @@ async fn serve(
                 options,
             };
             match served.streams.open_on(&node, &asked).await {
-                Ok(stream) => streamed(stream),
+                Ok(stream) => streamed(Opened::Link(stream)),
                 Err(err) => api_error(&err),
             }
         }
@@ -359,7 +391,8 @@ async fn serve(
             Err(err) => api_error(&err),
         },
         KubeletRequest::Upgrade { pod, target } => {
-            upgrade(request, &node, (pod, target), &served.streams, permit).await
+            let route = UpgradeRoute::Link(pod, target, &served.streams);
+            upgrade(request, &node, route, permit).await
         }
     }
 }
@@ -376,19 +409,20 @@ async fn decide(
         .unwrap_or_else(|_| Err("no authorization decision in time".to_owned()))
 }
 
-/// The node a request's `Host` names, if one is linked here.
-fn node_of_host(request: &Request<Incoming>, streams: &PodStreams) -> Option<String> {
+/// The node a request's `Host` names, if one is linked here (or keeps
+/// an edgestream tunnel here).
+fn node_of_host(request: &Request<Incoming>, served: &Served) -> Option<String> {
     let host = request
         .headers()
         .get(hyper::header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().host())?;
     let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
-    streams.is_linked(name).then(|| name.to_owned())
+    (served.streams.is_linked(name) || served.edge_tunnels.has(name)).then(|| name.to_owned())
 }
 
 /// A stream's stdout as a response body.
-fn streamed(stream: TunnelStream) -> Response<Body> {
+fn streamed(stream: Opened) -> Response<Body> {
     let frames = futures_util::stream::unfold(Some(stream), |stream| async move {
         let mut stream = stream?;
         loop {
@@ -421,8 +455,7 @@ fn streamed(stream: TunnelStream) -> Response<Body> {
 async fn upgrade(
     mut request: Request<Incoming>,
     node: &str,
-    (pod, target): (PodRef, UpgradeTarget),
-    streams: &PodStreams,
+    route: UpgradeRoute<'_>,
     permit: Permit,
 ) -> Response<Body> {
     if !request.headers().contains_key(hyper::header::UPGRADE) {
@@ -431,23 +464,35 @@ async fn upgrade(
             "a streaming request must upgrade the connection (SPDY/3.1 or WebSocket)",
         );
     }
-    let headers: Vec<(String, String)> = request
-        .headers()
-        .iter()
-        .filter(|(name, _)| is_upgrade_header(name.as_str()))
-        .filter_map(|(name, value)| {
-            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-        })
-        .collect();
-    let asked = StreamRequest::Upgrade {
-        pod,
-        target,
-        method: request.method().as_str().to_owned(),
-        headers,
-    };
-    let mut stream = match streams.open_on(node, &asked).await {
-        Ok(stream) => stream,
-        Err(err) => return api_error(&err),
+    let mut stream = match route {
+        UpgradeRoute::Link(pod, target, streams) => {
+            let headers: Vec<(String, String)> = request
+                .headers()
+                .iter()
+                .filter(|(name, _)| is_upgrade_header(name.as_str()))
+                .filter_map(|(name, value)| {
+                    Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                })
+                .collect();
+            let asked = StreamRequest::Upgrade {
+                pod,
+                target,
+                method: request.method().as_str().to_owned(),
+                headers,
+            };
+            match streams.open_on(node, &asked).await {
+                Ok(stream) => Opened::Link(stream),
+                Err(err) => return api_error(&err),
+            }
+        }
+        UpgradeRoute::EdgeStream(session, kind) => {
+            // As KubeEdge's cloud does: the request as made, every header.
+            let edged = edged_request(&request, Some(request.method().as_str()));
+            match session.connect(kind, edged).await {
+                Ok(connection) => Opened::Edge(connection),
+                Err(err) => return status(StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+            }
+        }
     };
     let head = tokio::time::timeout(ANSWER_TIMEOUT, response_head(&mut stream)).await;
     let (code, reply_headers, rest) = match head {
@@ -524,7 +569,7 @@ async fn upgrade(
 
 /// The runtime's response head: status, headers, and what came after it.
 async fn response_head(
-    stream: &mut TunnelStream,
+    stream: &mut Opened,
 ) -> Result<(StatusCode, Vec<(String, Vec<u8>)>, Bytes), String> {
     let mut head = BytesMut::new();
     loop {
@@ -561,7 +606,7 @@ async fn response_head(
 
 /// Bytes both ways between the caller's upgraded connection and the
 /// stream, `first` (what followed the runtime's head) to the caller first.
-async fn carry(caller: TokioIo<hyper::upgrade::Upgraded>, mut stream: TunnelStream, first: Bytes) {
+async fn carry(caller: TokioIo<hyper::upgrade::Upgraded>, mut stream: Opened, first: Bytes) {
     let (mut from_caller, mut to_caller) = tokio::io::split(caller);
     let writer = stream.writer();
     let down = async {
@@ -601,5 +646,180 @@ async fn carry(caller: TokioIo<hyper::upgrade::Upgraded>, mut stream: TunnelStre
     tokio::select! {
         () = down => {}
         () = up => {}
+    }
+}
+
+/// Where an upgrade goes.
+enum UpgradeRoute<'a> {
+    /// Through the node's link: the pod, what of it, the streams.
+    Link(PodRef, UpgradeTarget, &'a PodStreams),
+    /// Through a KubeEdge edgecore's tunnel, as `ExecConnect` or
+    /// `AttachConnect`.
+    EdgeStream(
+        Arc<edgestream::TunnelSession>,
+        edgestream::codec::MessageType,
+    ),
+}
+
+/// The request the edge is asked to make for `request`: its path and
+/// query as sent, every header (as KubeEdge's cloud passes them).
+fn edged_request(
+    request: &Request<Incoming>,
+    method: Option<&str>,
+) -> edgestream::codec::EdgedRequest {
+    // A body (logs, stats) is relayed as it comes, under this server's
+    // own headers: asked uncompressed, whatever the caller accepts (an
+    // explicit Accept-Encoding also turns off Go's transparent gzip on
+    // the edge).
+    let mut headers: Vec<(&str, &str)> = request
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != hyper::header::ACCEPT_ENCODING)
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    if method.is_none() {
+        headers.push(("accept-encoding", "identity"));
+    }
+    edgestream::codec::EdgedRequest::new(
+        0,
+        request.uri().path(),
+        request.uri().query().unwrap_or(""),
+        headers,
+        method,
+    )
+}
+
+/// A request for a KubeEdge edgecore's pod or node, through its tunnel.
+async fn through_edgestream(
+    request: Request<Incoming>,
+    asked: KubeletRequest,
+    session: &Arc<edgestream::TunnelSession>,
+    permit: Permit,
+) -> Response<Body> {
+    use edgestream::codec::MessageType;
+    let node = session.node().to_owned();
+    match asked {
+        KubeletRequest::Healthz => Response::new(full("ok")),
+        KubeletRequest::Logs { .. } => {
+            let edged = edged_request(&request, None);
+            match session.connect(MessageType::LogsConnect, edged).await {
+                Ok(connection) => streamed(Opened::Edge(connection)),
+                Err(err) => status(StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+            }
+        }
+        KubeletRequest::Stats(what) => {
+            let headers = edged_request(&request, None)
+                .header
+                .into_iter()
+                .flat_map(|(name, values)| values.into_iter().map(move |v| (name.clone(), v)))
+                .collect();
+            match edgestream::fetch(session, request.uri().path(), headers, MAX_STATS).await {
+                Ok(bytes) => {
+                    let mut response = Response::new(full(bytes));
+                    let kind = match what {
+                        apis::streams::StatsKind::Summary => "application/json",
+                        apis::streams::StatsKind::ResourceMetrics => "text/plain; version=0.0.4",
+                    };
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static(kind),
+                    );
+                    response
+                }
+                Err(reason) => status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("node {node}: {reason}"),
+                ),
+            }
+        }
+        KubeletRequest::Upgrade { target, .. } => {
+            let kind = match target {
+                UpgradeTarget::Exec { .. } => MessageType::ExecConnect,
+                UpgradeTarget::Attach { .. } => MessageType::AttachConnect,
+                _ => {
+                    return status(
+                        StatusCode::NOT_IMPLEMENTED,
+                        &format!(
+                            "node {node} is a KubeEdge edgecore: its edgestream tunnel carries logs, exec, attach and stats, not port-forward"
+                        ),
+                    );
+                }
+            };
+            let route = UpgradeRoute::EdgeStream(session.clone(), kind);
+            upgrade(request, &node, route, permit).await
+        }
+    }
+}
+
+/// The most bytes of one stats answer through a tunnel.
+const MAX_STATS: usize = 16 << 20;
+
+/// A stream to a node: inside its link, or through its edgestream tunnel.
+enum Opened {
+    Link(TunnelStream),
+    Edge(edgestream::EdgeConnection),
+}
+
+/// Why a stream to a node failed.
+#[derive(Debug, thiserror::Error)]
+enum OpenedError {
+    #[error(transparent)]
+    Link(#[from] StreamError),
+    #[error(transparent)]
+    Edge(#[from] edgestream::EdgeStreamError),
+}
+
+impl Opened {
+    /// What comes next: an edge's bytes are stdout.
+    async fn recv(&mut self) -> Option<Result<Chunk, OpenedError>> {
+        match self {
+            Opened::Link(stream) => Some(stream.recv().await?.map_err(OpenedError::from)),
+            Opened::Edge(connection) => Some(
+                connection
+                    .recv()
+                    .await?
+                    .map(|bytes| Chunk::Data(channel::STDOUT, bytes))
+                    .map_err(OpenedError::from),
+            ),
+        }
+    }
+
+    fn writer(&self) -> OpenedWriter {
+        match self {
+            Opened::Link(stream) => OpenedWriter::Link(stream.writer()),
+            Opened::Edge(connection) => OpenedWriter::Edge(connection.writer()),
+        }
+    }
+
+    fn close(self) {
+        match self {
+            Opened::Link(stream) => stream.close(),
+            Opened::Edge(connection) => connection.close(),
+        }
+    }
+}
+
+/// Where the caller's bytes go.
+enum OpenedWriter {
+    Link(StreamWriter),
+    Edge(edgestream::EdgeWriter),
+}
+
+impl OpenedWriter {
+    async fn send(&self, channel: u8, bytes: Bytes) -> Result<(), OpenedError> {
+        match self {
+            OpenedWriter::Link(writer) => Ok(writer.send(channel, bytes).await?),
+            OpenedWriter::Edge(writer) => Ok(writer.send(bytes).await?),
+        }
+    }
+
+    /// The caller sends no more: over a link the channel ends; KubeEdge
+    /// has no half close, so the edge's connection is ended (it answers
+    /// with its own end).
+    async fn end(&self, channel: u8) -> Result<(), OpenedError> {
+        match self {
+            OpenedWriter::Link(writer) => Ok(writer.end(channel).await?),
+            OpenedWriter::Edge(writer) => Ok(writer.end().await?),
+        }
     }
 }

@@ -603,6 +603,9 @@ impl Drop for TunnelStream {
 #[derive(Clone, Default)]
 pub struct NodeTunnels {
     by_node: Arc<Mutex<HashMap<String, (u64, Tunnel)>>>,
+    /// Nodes linked in KubeEdge's dialect (no tunnel inside their link),
+    /// by session.
+    kubeedge: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl NodeTunnels {
@@ -615,9 +618,31 @@ impl NodeTunnels {
         self.nodes().insert(node.to_owned(), (session, tunnel));
     }
 
+    /// `node`'s session `session` is up in KubeEdge's dialect: its link
+    /// carries no streams (a KubeEdge edgecore's streams come through its
+    /// own edgestream tunnel, if it has one).
+    pub(crate) fn linked_kubeedge(&self, node: &str, session: u64) {
+        self.kubeedge_nodes().insert(node.to_owned(), session);
+    }
+
+    fn kubeedge_nodes(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.kubeedge.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `node` is linked here in KubeEdge's dialect.
+    pub fn is_linked_kubeedge(&self, node: &str) -> bool {
+        self.kubeedge_nodes().contains_key(node)
+    }
+
     /// `node`'s session `session` ended (a newer one stays): its streams
     /// end with it.
     pub(crate) fn unlinked(&self, node: &str, session: u64) {
+        {
+            let mut kubeedge = self.kubeedge_nodes();
+            if kubeedge.get(node) == Some(&session) {
+                kubeedge.remove(node);
+            }
+        }
         let ended = {
             let mut nodes = self.nodes();
             match nodes
