@@ -62,7 +62,7 @@ pub fn stream_path(has_tunnel: bool, linked_in_kubeedge_dialect: bool) -> Stream
 /// What a node linked in KubeEdge's dialect without a tunnel is told.
 pub fn without_edgestream(node: &str) -> String {
     format!(
-        "node {node} is a KubeEdge edgecore without edgestream enabled: set modules.edgeStream.enable: true (and modules.edgeStream.server: this cloudcore's tunnel port) in its edgecore.yaml"
+        "node {node} is a KubeEdge edgecore with no edgestream tunnel to this cloudcore: if it has just connected, its tunnel follows its link within seconds; else set modules.edgeStream.enable: true (and modules.edgeStream.server: this cloudcore's tunnel port) in its edgecore.yaml"
     )
 }
 

@@ -122,10 +122,14 @@ impl TunnelSession {
         let (sender, receiver) = mpsc::channel(CONNECTION_QUEUE);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
+            // Checked with the connections held: `lose` takes the same lock
+            // to clear them, so a connection is never added after a loss
+            // (its opening would sit behind the close, its caller waiting).
+            let mut connections = self.connections();
             if self.lost_reason().is_some() {
+                drop(connections);
                 return Err(self.lost_error("closed"));
             }
-            let mut connections = self.connections();
             if connections.len() >= MAX_CONNECTIONS {
                 return Err(EdgeStreamError::TooManyConnections(self.node.clone()));
             }
@@ -200,13 +204,14 @@ impl TunnelSession {
 
     /// The tunnel ended: every connection on it ends with an error.
     pub(crate) fn lose(&self, reason: &str) {
+        let mut connections = self.connections();
         {
             let mut lost = self.lost.lock().unwrap_or_else(PoisonError::into_inner);
             if lost.is_none() {
                 *lost = Some(reason.to_owned());
             }
         }
-        self.connections().clear();
+        connections.clear();
     }
 
     /// Closes the tunnel (its connections end with `reason`).
