@@ -194,6 +194,13 @@ fn u32_at(bytes: &[u8], at: usize) -> Result<u32, SpdyError> {
         .ok_or(SpdyError::Garbled("a control frame too short for its type"))
 }
 
+/// The whole length of the frame at the front of `buffer` (header and
+/// payload), once its header is there.
+fn frame_len(buffer: &[u8]) -> Option<usize> {
+    let head = buffer.get(..8)?;
+    Some(8 + ((usize::from(head[5]) << 16) | (usize::from(head[6]) << 8) | usize::from(head[7])))
+}
+
 /// The next whole frame at the front of `buffer`, taken off it; `None`
 /// while the frame is not all there yet. A frame's length is checked
 /// against [`MAX_FRAME`] as soon as its 8-byte header is in.
@@ -203,7 +210,7 @@ pub fn decode(buffer: &mut BytesMut) -> Result<Option<Frame>, SpdyError> {
     };
     let first = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
     let flags = head[4];
-    let length = (usize::from(head[5]) << 16) | (usize::from(head[6]) << 8) | usize::from(head[7]);
+    let length = frame_len(head).unwrap_or(8) - 8;
     if length > MAX_FRAME {
         return Err(SpdyError::TooLong(length));
     }
@@ -696,6 +703,11 @@ impl SpdyReader {
             if let Some(frame) = decode(&mut self.buffer)? {
                 return Ok(Some(frame));
             }
+            // Room for the frame under way (its length already checked
+            // against MAX_FRAME by decode), or for a header and more.
+            let wanted = frame_len(&self.buffer).unwrap_or(8);
+            self.buffer
+                .reserve(wanted.saturating_sub(self.buffer.len()).max(16 * 1024));
             if self.io.read_buf(&mut self.buffer).await? == 0 {
                 return match self.buffer.is_empty() {
                     true => Ok(None),
@@ -715,13 +727,28 @@ impl SpdyReader {
                 Some(Frame::RstStream { stream, status }) if waiting.contains(&stream) => {
                     return Err(SpdyError::Refused(self.ids.name(stream), status));
                 }
-                Some(Frame::Ping { id }) => self.writer.write(&[Frame::Ping { id }]).await?,
+                Some(Frame::Ping { id }) => self.echo(id),
                 Some(Frame::GoAway { .. }) | None => return Err(SpdyError::GoneAway),
                 Some(frame @ Frame::Data { .. }) => self.pending.push_back(frame),
                 Some(_) => {}
             }
         }
         Ok(())
+    }
+
+    /// Echoes the server's PING `id`, from a task of its own: the writer
+    /// may be waiting on a full connection (stdin the command does not
+    /// read), and the reader must go on reading meanwhile.
+    fn echo(&self, id: u32) {
+        let writer = self.writer.clone();
+        tokio::spawn(
+            async move {
+                if let Err(err) = writer.write(&[Frame::Ping { id }]).await {
+                    debug!(error = %err, "a PING not echoed");
+                }
+            }
+            .in_current_span(),
+        );
     }
 
     /// The outcome, once, if the error stream said anything.
@@ -768,7 +795,7 @@ impl SpdyReader {
                         return Ok(Some(status));
                     }
                 }
-                Some(Frame::Ping { id }) => self.writer.write(&[Frame::Ping { id }]).await?,
+                Some(Frame::Ping { id }) => self.echo(id),
                 Some(Frame::GoAway { .. }) | None => self.done = true,
                 // Replies, settings, window updates, headers: nothing to
                 // act on (no flow control on either side).
@@ -1010,6 +1037,150 @@ mod tests {
         );
         assert_eq!(terminal.stream(channel::STDERR), None);
         assert_eq!(terminal.channel(5), Some(channel::STDOUT));
+    }
+
+    /// The next frame a fake server reads from `tcp`.
+    async fn server_reads(tcp: &mut TcpStream, buffer: &mut BytesMut) -> Frame {
+        loop {
+            if let Some(frame) = decode(buffer).expect("a frame") {
+                return frame;
+            }
+            assert_ne!(tcp.read_buf(buffer).await.expect("read"), 0, "cut");
+        }
+    }
+
+    /// A session against a fake server speaking as spdystream does: it
+    /// pings first, answers each stream, reads stdin to its FIN, then
+    /// writes stdout and the outcome (in two pieces) and goes away.
+    #[tokio::test]
+    async fn a_session_carries_stdin_to_its_end_and_the_outcome_whole() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let address = listener.local_addr().expect("address");
+        let server = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.expect("accepted");
+            let mut buffer = BytesMut::new();
+            while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
+                tcp.read_buf(&mut buffer).await.expect("head");
+            }
+            let head = String::from_utf8_lossy(&buffer).into_owned();
+            assert!(head.starts_with("POST /exec/token HTTP/1.1\r\n"), "{head}");
+            assert!(head.contains("Upgrade: SPDY/3.1\r\n"), "{head}");
+            buffer.clear();
+            let mut out = BytesMut::from(
+                &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                   Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n"[..],
+            );
+            Frame::Ping { id: 2 }.encode(&mut out);
+            tcp.write_all(&out).await.expect("answer");
+            let mut zlib = flate2::Decompress::new(true);
+            let mut types = Vec::new();
+            let mut stdin = Vec::new();
+            let mut pinged = false;
+            loop {
+                match server_reads(&mut tcp, &mut buffer).await {
+                    Frame::SynStream { stream, block, .. } => {
+                        let mut plain = Vec::with_capacity(1024);
+                        zlib.decompress_vec(&block, &mut plain, flate2::FlushDecompress::Sync)
+                            .expect("headers");
+                        types.push((stream, headers_of(&plain)[0].1.clone()));
+                        let mut reply = BytesMut::new();
+                        Frame::SynReply {
+                            stream,
+                            fin: false,
+                            block: Bytes::new(),
+                        }
+                        .encode(&mut reply);
+                        tcp.write_all(&reply).await.expect("reply");
+                    }
+                    Frame::Ping { id } => pinged = id == 2,
+                    Frame::Data {
+                        stream: 3,
+                        fin,
+                        data,
+                    } => {
+                        stdin.extend_from_slice(&data);
+                        if fin {
+                            break;
+                        }
+                    }
+                    other => panic!("the client sent {other:?}"),
+                }
+            }
+            let status = br#"{"kind":"Status","status":"Success"}"#;
+            let mut out = BytesMut::new();
+            for frame in [
+                Frame::Data {
+                    stream: 5,
+                    fin: false,
+                    data: Bytes::from_static(b"out"),
+                },
+                Frame::Data {
+                    stream: 1,
+                    fin: false,
+                    data: Bytes::copy_from_slice(&status[..10]),
+                },
+                Frame::Data {
+                    stream: 1,
+                    fin: true,
+                    data: Bytes::copy_from_slice(&status[10..]),
+                },
+                Frame::RstStream {
+                    stream: 5,
+                    status: CANCEL,
+                },
+                Frame::GoAway {
+                    last_good: 0,
+                    status: 0,
+                },
+            ] {
+                frame.encode(&mut out);
+            }
+            tcp.write_all(&out).await.expect("output");
+            (types, stdin, pinged)
+        });
+        let url = format!("http://{address}/exec/token");
+        let wanted = Wanted {
+            stdin: true,
+            stdout: true,
+            ..Wanted::default()
+        };
+        let (mut reader, writer) = connect(&url, wanted, Duration::from_secs(10))
+            .await
+            .expect("connected");
+        let input = Bytes::from(vec![b'x'; 100_000]);
+        writer.send(channel::STDIN, input).await.expect("stdin");
+        writer.end(channel::STDIN).await.expect("stdin's end");
+        writer
+            .end(channel::STDIN)
+            .await
+            .expect("a second end sends nothing");
+        let mut got = Vec::new();
+        while let Some(chunk) = reader.next().await.expect("read") {
+            got.push(chunk);
+        }
+        assert_eq!(
+            got,
+            [
+                (channel::STDOUT, Bytes::from_static(b"out")),
+                (
+                    channel::ERROR,
+                    Bytes::from_static(br#"{"kind":"Status","status":"Success"}"#)
+                ),
+            ]
+        );
+        let (types, stdin, pinged) = server.await.expect("server");
+        assert_eq!(
+            types,
+            [
+                (1, "error".to_owned()),
+                (3, "stdin".to_owned()),
+                (5, "stdout".to_owned())
+            ]
+        );
+        assert_eq!(stdin.len(), 100_000);
+        assert!(pinged, "the server's PING echoed");
     }
 
     #[test]
