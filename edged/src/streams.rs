@@ -282,8 +282,13 @@ async fn remote_command(url: &str, wanted: spdy::Wanted, pending: PendingStream)
         }
     };
     let downstream = async {
+        // Once the runtime takes no more input (the command ended while
+        // its input still came), the cloud's input is dropped: the
+        // runtime's last words (the outcome) still come, upstream.
+        let mut runtime_gone = false;
         while let Some(chunk) = stream.recv().await {
             let sent = match chunk {
+                Ok(_) if runtime_gone => Ok(()),
                 Ok(Chunk::Data(channel, bytes)) => to_runtime.send(channel, bytes).await,
                 Ok(Chunk::End(channel)) if !wanted.tty => to_runtime.end(channel).await,
                 Ok(Chunk::End(_)) => Ok(()),
@@ -293,8 +298,8 @@ async fn remote_command(url: &str, wanted: spdy::Wanted, pending: PendingStream)
                 }
             };
             if let Err(err) = sent {
-                debug!(error = %err, "the runtime's session ended");
-                break;
+                debug!(error = %err, "the runtime takes no more input");
+                runtime_gone = true;
             }
         }
     };
