@@ -10,7 +10,8 @@
 //!   hostPath, configMap and secret volumes; [`probes`]: startup, liveness
 //!   and readiness; [`gc`]: container and image garbage collection;
 //!   [`server`]: `/healthz`, `/pods`, container logs and [`stats`] over
-//!   HTTP.
+//!   HTTP; [`streams`]: the cloud's logs, exec, attach and port-forward
+//!   ([`spdy`]: the runtime's SPDY side for exec and attach).
 
 pub mod config;
 pub mod cri;
@@ -20,6 +21,7 @@ pub mod module;
 pub mod node;
 pub mod probes;
 pub mod server;
+pub mod spdy;
 pub mod spec;
 pub mod stats;
 pub mod streams;

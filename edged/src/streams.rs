@@ -1,8 +1,10 @@
 //! The cloud's streams to the pods edged runs (`hub::tunnel`), served as a
 //! kubelet serves its streaming API: a command run in a container and an
 //! attach through CRI `Exec` / `Attach` and containerd's streaming server
-//! (its WebSocket side, protocol `v4.channel.k8s.io`), a container's log
-//! from its log file ([`crate::logs`]).
+//! (its SPDY side, protocol `v4.channel.k8s.io`, [`crate::spdy`]: the
+//! caller's end of stdin reaches the command), a forwarded port through
+//! CRI `PortForward` and the streaming server's WebSocket side, a
+//! container's log from its log file ([`crate::logs`]).
 //!
 //! Every stream names a pod: one edged does not run is refused, so a
 //! stream never reaches another node's pod, whatever the cloud asks.
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use apis::streams::{
-    LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
+    Io, LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
 };
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -21,6 +23,8 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tracing::{Instrument, debug, info_span};
 
+use crate::spdy;
+
 use crate::cri::{Cri, api};
 use crate::server::PodsView;
 use crate::stats::StatsCollector;
@@ -29,7 +33,8 @@ use crate::stats::StatsCollector;
 /// take.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The WebSocket subprotocol spoken to the runtime's streaming server.
+/// The WebSocket subprotocol spoken to the runtime's streaming server
+/// for a forwarded port.
 const CHANNEL_PROTOCOL: &str = "v4.channel.k8s.io";
 
 /// Serves the streams the cloud opens to this node's pods.
@@ -176,11 +181,23 @@ fn kind_of(request: &StreamRequest) -> &'static str {
     }
 }
 
-/// A command run in a container, or an attach, over the runtime's
-/// WebSocket: CRI's streaming URL ([`streaming_url`]), then [`bridge`].
+/// A command run in a container, or an attach, over the runtime's SPDY
+/// side: CRI's streaming URL ([`streaming_url`]), then [`remote_command`].
 async fn in_container(cri: &Cri, pod: &Pod, target: UpgradeTarget, pending: PendingStream) {
+    let io = match &target {
+        UpgradeTarget::Exec { io, .. } | UpgradeTarget::Attach { io, .. } => *io,
+        UpgradeTarget::PortForward { .. } => Io::default(),
+    };
+    // The streams the CRI request asks for (stderr merged into a
+    // terminal's output), as the runtime will wait for them.
+    let wanted = spdy::Wanted {
+        stdin: io.stdin,
+        stdout: io.stdout,
+        stderr: io.stderr && !io.tty,
+        tty: io.tty,
+    };
     match streaming_url(cri, pod, target).await {
-        Ok(url) => bridge(&url, pending).await,
+        Ok(url) => remote_command(&url, wanted, pending).await,
         Err(reason) => pending.refuse(&reason),
     }
 }
@@ -230,63 +247,73 @@ async fn connect_runtime(url: &str) -> Result<RuntimeSocket, String> {
         .unwrap_or_else(|_| Err("the runtime's streaming server did not answer".to_owned()))
 }
 
-/// Connects to the runtime's streaming server at `url` (WebSocket, one
-/// byte of channel before each message) and carries the channels both
-/// ways until either side ends.
-async fn bridge(url: &str, pending: PendingStream) {
-    let ws = match connect_runtime(url).await {
-        Ok(ws) => ws,
-        Err(reason) => return pending.refuse(&reason),
+/// Speaks the remote command protocol over SPDY to the runtime's
+/// streaming server at `url` and carries the channels both ways: the
+/// runtime's stdout, stderr and outcome (channel 3, a `Status`) to the
+/// cloud; the cloud's stdin and resizes to the runtime, the end of its
+/// stdin as the end of the command's. The runtime ending the session
+/// ends the stream; so does the cloud's side going.
+///
+/// With a terminal the end of stdin is not passed on: containerd's shim
+/// shuts the whole console when a terminal's input ends, and the output
+/// still on its way is lost (a terminal's end of input is its ^D, a byte
+/// like the others).
+async fn remote_command(url: &str, wanted: spdy::Wanted, pending: PendingStream) {
+    let (mut from_runtime, to_runtime) = match spdy::connect(url, wanted, CONNECT_TIMEOUT).await {
+        Ok(session) => session,
+        Err(err) => return pending.refuse(&err.to_string()),
     };
     let Ok(mut stream) = pending.accept() else {
-        return;
+        return to_runtime.cancel().await;
     };
-    let (mut to_runtime, mut from_runtime) = ws.split();
     let writer = stream.writer();
     let upstream = async {
-        // The runtime's output to the cloud.
-        while let Some(message) = from_runtime.next().await {
-            match message {
-                Ok(WsMessage::Binary(frame)) if frame.len() > 1 => {
-                    let channel = frame[0];
-                    writer.send(channel, frame.slice(1..)).await?;
-                }
-                Ok(WsMessage::Close(_)) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-        Ok::<_, hub::tunnel::StreamError>(())
-    };
-    let downstream = async {
-        // The cloud's input to the runtime.
-        while let Some(chunk) = stream.recv().await {
-            match chunk {
-                Ok(Chunk::Data(channel @ (channel::STDIN | channel::RESIZE), bytes)) => {
-                    if to_runtime
-                        .send(channel_message(channel, &bytes))
-                        .await
-                        .is_err()
-                    {
-                        break;
+        loop {
+            match from_runtime.next().await {
+                Ok(Some((channel, bytes))) => {
+                    if let Err(err) = writer.send(channel, bytes).await {
+                        debug!(error = %err, "stream to the cloud ended");
+                        return None;
                     }
                 }
-                // v4 has no end of input short of closing everything.
-                Ok(_) => {}
+                Ok(None) => return None,
+                Err(err) => return Some(err.to_string()),
+            }
+        }
+    };
+    let downstream = async {
+        // Once the runtime takes no more input (the command ended while
+        // its input still came), the cloud's input is dropped: the
+        // runtime's last words (the outcome) still come, upstream.
+        let mut runtime_gone = false;
+        while let Some(chunk) = stream.recv().await {
+            let sent = match chunk {
+                Ok(_) if runtime_gone => Ok(()),
+                Ok(Chunk::Data(channel, bytes)) => to_runtime.send(channel, bytes).await,
+                Ok(Chunk::End(channel)) if !wanted.tty => to_runtime.end(channel).await,
+                Ok(Chunk::End(_)) => Ok(()),
                 Err(err) => {
                     debug!(error = %err, "the cloud's side of the stream ended");
                     break;
                 }
+            };
+            if let Err(err) = sent {
+                debug!(error = %err, "the runtime takes no more input");
+                runtime_gone = true;
             }
         }
-        let _ = to_runtime.close().await;
     };
-    tokio::select! {
-        sent = upstream => if let Err(err) = sent {
-            debug!(error = %err, "stream to the cloud ended");
-        },
-        () = downstream => {}
+    let failed = tokio::select! {
+        failed = upstream => failed,
+        () = downstream => None,
+    };
+    match failed {
+        Some(reason) => {
+            to_runtime.cancel().await;
+            stream.fail(&reason);
+        }
+        None => stream.close(),
     }
-    stream.close();
 }
 
 /// One connection to `port` of the pod, at its address on the node's pod
