@@ -350,7 +350,16 @@ spec:
     assert_eq!(started, "started\n");
     b.signal("-KILL");
     let killed = Instant::now();
-    let ended = in_flight.wait_with_output().expect("edgehivectl ends");
+    // Bounded: a relay that never notices the lost replica fails here
+    // rather than hanging the run.
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(in_flight.wait_with_output());
+    });
+    let ended = ended
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the exec in flight ended within 60 s of b's death")
+        .expect("edgehivectl ends");
     let err = String::from_utf8_lossy(&ended.stderr);
     assert_eq!(ended.status.code(), Some(1), "{err}");
     assert!(
@@ -360,17 +369,24 @@ spec:
     println!("an exec in flight through a when b died: {}", err.trim());
     // Until its claim ends, a finds b holding the node but not answering:
     // a 503 naming the node and the replica.
-    let (code, _, err) = ctl(&kubeconfig, &a_admin, &["logs", "talker", "--tail", "1"]);
-    if killed.elapsed() < Duration::from_millis(1500) {
-        assert_eq!(code, 1);
-        assert!(
-            err.contains("ServiceUnavailable")
-                && err.contains("node edge-peers is linked to replica b")
-                && err.contains("did not answer"),
-            "{err}"
-        );
-    }
-    println!("through a, b just killed: {}", err.trim());
+    // (Or, on a slow machine, a has taken the node over already and
+    // answers.)
+    let (code, out, err) = ctl(&kubeconfig, &a_admin, &["logs", "talker", "--tail", "1"]);
+    let refused = code == 1
+        && err.contains("ServiceUnavailable")
+        && err.contains("node edge-peers is linked to replica b")
+        && err.contains("did not answer");
+    let answered = code == 0 && out.starts_with("line ");
+    assert!(refused || answered, "code {code}: {out}{err}");
+    println!(
+        "through a, b just killed ({:?} after): {}",
+        killed.elapsed(),
+        if refused {
+            err.trim()
+        } else {
+            "taken over already"
+        }
+    );
     a.wait_for(
         &format!("node connected node={NODE}"),
         Duration::from_secs(60),

@@ -323,6 +323,17 @@ impl Peers {
                     reason: err.to_string(),
                 }
             })?
+        } else if self.identity.is_some() {
+            // This replica authenticates to its peers, so they serve HTTPS:
+            // a plain URL is not one of them (it could name anyone able to
+            // write a Lease or the replica record), and users' streams are
+            // not sent to it.
+            return Err(ForwardError::Settings {
+                replica: replica.to_owned(),
+                reason: format!(
+                    "its published address {url} is not https:// (replicas with authentication reach each other over TLS only)"
+                ),
+            });
         } else {
             AdminClient::new(url)
         };
@@ -446,6 +457,42 @@ mod tests {
             replica: replica.to_owned(),
             url: url.map(str::to_owned),
         }
+    }
+
+    struct NoDirectory;
+
+    impl PeerDirectory for NoDirectory {
+        fn holder(&self, _: &str) -> BoxFuture<'static, Result<Option<Peer>, String>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn replicas(&self) -> BoxFuture<'static, Result<Vec<Peer>, String>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    #[test]
+    fn a_replica_with_an_identity_reaches_peers_over_https_only() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = hub::certs::CloudCa::load_or_create(dir.path()).expect("CA");
+        let identity = ca
+            .issue_client(
+                "system:edgehive:replica:a",
+                crate::admin::auth::REPLICAS,
+                std::time::Duration::from_secs(60),
+            )
+            .expect("identity");
+        let peers = Peers::new("a", Arc::new(NoDirectory), vec![ca.root()], Some(identity));
+        let refused = peers.client("b", "http://10.0.0.2:10003");
+        assert!(
+            matches!(&refused, Err(ForwardError::Settings { reason, .. }) if reason.contains("not https://")),
+            "{:?}",
+            refused.err()
+        );
+        assert!(peers.client("b", "https://10.0.0.2:10003").is_ok());
+        // Without authentication (loopback only) plain HTTP is what peers
+        // serve.
+        let plain = Peers::new("a", Arc::new(NoDirectory), Vec::new(), None);
+        assert!(plain.client("b", "http://127.0.0.1:10003").is_ok());
     }
 
     #[test]

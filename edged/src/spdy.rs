@@ -674,10 +674,20 @@ impl SpdyWriter {
                 status: CANCEL,
             })
             .collect();
-        let _ = self.write(&frames).await;
-        let _ = self.inner.lock().await.io.shutdown().await;
+        // A runtime that reads nothing more (its buffer full of stdin) must
+        // not hold the caller: bounded; the socket closes as it is dropped.
+        let leave = async {
+            let _ = self.write(&frames).await;
+            let _ = self.inner.lock().await.io.shutdown().await;
+        };
+        if tokio::time::timeout(CANCEL_PATIENCE, leave).await.is_err() {
+            debug!("the runtime took no reset in time; the session is dropped");
+        }
     }
 }
+
+/// How long resetting the streams may take on giving up.
+const CANCEL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The runtime's side of the session, by channel: stdout and stderr as
 /// they come, the error stream's outcome (a `metav1.Status` as JSON)

@@ -45,6 +45,15 @@ pub enum LinkRefusal {
     /// No client certificate, where the link's own word is not trusted.
     #[error("no client certificate")]
     NoCertificate,
+    /// A certificate of the cloud's CA that is not a node's (an admin API
+    /// user's, a replica's): its common name may be any name.
+    #[error("the certificate of {user:?} (group {group:?}) is not a node's")]
+    NotANodeCertificate {
+        /// Its common name.
+        user: String,
+        /// The group that makes it a person's or a program's.
+        group: String,
+    },
 }
 
 impl LinkRefusal {
@@ -57,21 +66,34 @@ impl LinkRefusal {
         match self {
             LinkRefusal::NoNodeId | LinkRefusal::NoHello | LinkRefusal::InvalidNodeName(_) => 400,
             LinkRefusal::NoCertificate => 401,
-            LinkRefusal::OtherNodesCertificate { .. } => 403,
+            LinkRefusal::OtherNodesCertificate { .. } | LinkRefusal::NotANodeCertificate { .. } => {
+                403
+            }
         }
     }
 }
 
 /// Whether a link naming node `named` (from its hello or its `node_id`
 /// header) may speak for it, with `common_name` the common name of its
-/// verified certificate; `trust_hello`: the endpoint takes the link's own
+/// verified certificate and `groups` its organizations (a node's has none
+/// but `system:nodes`); `trust_hello`: the endpoint takes the link's own
 /// word when it has no certificate (a Unix socket).
 pub fn check_identity(
     dialect: Dialect,
     trust_hello: bool,
     named: Option<&str>,
     common_name: Option<&str>,
+    groups: &[String],
 ) -> Result<(), LinkRefusal> {
+    if let (Some(user), Some(group)) = (
+        common_name,
+        groups.iter().find(|g| *g != crate::certs::NODES_GROUP),
+    ) {
+        return Err(LinkRefusal::NotANodeCertificate {
+            user: user.to_owned(),
+            group: group.clone(),
+        });
+    }
     let certified = common_name.map(node_of_common_name);
     match (named, certified) {
         (None, _) if dialect == Dialect::KubeEdge => Err(LinkRefusal::NoNodeId),
@@ -88,6 +110,14 @@ pub fn check_identity(
         (Some(_), None) if !trust_hello => Err(LinkRefusal::NoCertificate),
         _ => Ok(()),
     }
+}
+
+/// The groups (organizations) of a link's verified certificate.
+pub fn groups_of(peer: &PeerIdentity) -> Vec<String> {
+    peer.certificates
+        .first()
+        .map(|leaf| crate::certs::organizations(leaf))
+        .unwrap_or_default()
 }
 
 /// The node a KubeEdge link names in its upgrade request.
@@ -109,6 +139,7 @@ pub fn admit_upgrade(dialect: Dialect, trust_hello: bool, peer: &PeerIdentity) -
             trust_hello,
             node_id(peer),
             peer.common_name.as_deref(),
+            &groups_of(peer),
         ),
         Dialect::Native if peer.common_name.is_none() && !trust_hello => {
             Err(LinkRefusal::NoCertificate)
@@ -197,7 +228,7 @@ mod tests {
     #[test]
     fn the_hello_is_checked_against_the_certificate_after_the_upgrade() {
         let check = |named, common_name, trust_hello| {
-            check_identity(Dialect::Native, trust_hello, named, common_name)
+            check_identity(Dialect::Native, trust_hello, named, common_name, &[])
         };
         assert_eq!(check(Some("n1"), Some("n1"), false), Ok(()));
         assert_eq!(check(None, Some("n1"), false), Err(LinkRefusal::NoHello));
@@ -210,5 +241,26 @@ mod tests {
             check(Some("n1"), None, false),
             Err(LinkRefusal::NoCertificate)
         );
+        // A certificate of the cloud's CA with a group other than the
+        // nodes' is a person's or a program's: never a node's, whatever
+        // its name (an admin API user called n1).
+        let nodes = ["system:nodes".to_owned()];
+        let viewer = ["edgehive:viewers".to_owned()];
+        assert_eq!(
+            check_identity(
+                Dialect::KubeEdge,
+                false,
+                Some("n1"),
+                Some("system:node:n1"),
+                &nodes
+            ),
+            Ok(())
+        );
+        let refused = check_identity(Dialect::Native, false, Some("n1"), Some("n1"), &viewer);
+        assert!(
+            matches!(&refused, Err(LinkRefusal::NotANodeCertificate { group, .. }) if group == "edgehive:viewers"),
+            "{refused:?}"
+        );
+        assert_eq!(refused.map_err(|r| r.status()), Err(403));
     }
 }

@@ -1002,6 +1002,7 @@ async fn open_session(
         trust_hello,
         named.as_deref(),
         link.peer.common_name.as_deref(),
+        &crate::admission::groups_of(&link.peer),
     );
     let refusal = match (checked, &named) {
         (Err(reason), _) => Some(reason.to_string()),

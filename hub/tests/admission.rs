@@ -110,6 +110,57 @@ async fn raw_upgrade(world: &World, address: &str, node_id: &str, certified: &st
     String::from_utf8(received).expect("an HTTP answer is text")
 }
 
+/// A certificate of the cloud's CA naming a group (an admin API user's,
+/// a replica's) speaks for no node, even with a node's name as its common
+/// name: over KubeEdge's WebSocket (refused before the upgrade) and in a
+/// native link's hello.
+#[actix::test]
+async fn a_users_certificate_named_as_a_node_speaks_for_no_node() {
+    for dialect in [Dialect::KubeEdge, Dialect::Native] {
+        let world = World::new(TransportKind::WebSocket);
+        let (_hive, handle) = cloud(&world, dialect, true).await;
+        let address = handle.addresses[0].1.clone();
+        let identity = world
+            .pki
+            .client_in_group("kube-2", "edgehive:viewers")
+            .expect("a user's certificate");
+        let tls = tls::client_config(&[world.pki.root()], Some(identity)).expect("tls");
+        let options = dialect.dial_options(
+            "kube-2",
+            DialOptions::new(&address, "localhost").with_tls(tls),
+        );
+        let dialed = TransportKind::WebSocket
+            .transport()
+            .expect("ws")
+            .dial(&options)
+            .await;
+        match (dialect, dialed) {
+            (Dialect::KubeEdge, Err(TransportError::Refused { status, reason })) => {
+                assert_eq!(status, 403);
+                assert!(reason.contains("is not a node's"), "{reason}");
+            }
+            (Dialect::Native, Ok(mut link)) => {
+                // The hello names kube-2; the cloud closes the link.
+                link.sender
+                    .send(&hub::protocol::hello("kube-2"))
+                    .await
+                    .expect("hello sent");
+                let ended = tokio::time::timeout(Duration::from_secs(30), async {
+                    while let Some(Ok(_)) = link.receiver.recv().await {}
+                })
+                .await;
+                assert!(ended.is_ok(), "the link was not closed");
+            }
+            (dialect, other) => panic!("{dialect:?}: {:?}", other.map(|_| "a link")),
+        }
+        eventually(&handle.stats.changes, "the refusal counted", || {
+            get(&handle.stats.refused_links) == 1
+        })
+        .await;
+        assert_eq!(get(&handle.stats.sessions_opened), 0);
+    }
+}
+
 #[actix::test]
 async fn a_kubeedge_link_naming_another_node_gets_403_and_no_upgrade() {
     let world = World::new(TransportKind::WebSocket);

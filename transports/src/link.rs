@@ -445,48 +445,53 @@ impl LinkReceiver {
     /// The next message; `Some(Err(..))` once when the peer sent something
     /// unacceptable (the link is then closed); `None` once the link is closed.
     pub async fn recv(&mut self) -> Option<Result<Message, TransportError>> {
-        let frame = match self.recv_message_frame().await? {
-            Ok(frame) => frame,
-            Err(err) => return Some(Err(err)),
-        };
-        match self.codec.decode(&frame) {
-            Ok(msg) => Some(Ok(msg)),
-            Err(err) => {
-                warn!(peer = %self.peer, error = %err, "closing link");
-                self.end();
-                Some(Err(err.into()))
+        loop {
+            let frame = match self.recv_frame().await? {
+                Ok(frame) => frame,
+                Err(err) => return Some(Err(err)),
+            };
+            match self.codec.decode(&frame) {
+                Ok(msg) => return Some(Ok(msg)),
+                Err(err) => {
+                    if let Some(ended) = self.refuse(&frame, err) {
+                        return Some(Err(ended));
+                    }
+                }
             }
         }
+    }
+
+    /// A frame that does not decode: passed over if it carries nothing
+    /// ([`Codec::is_nothing`], judged only then, so a message is parsed
+    /// once), else the link ends with `err`.
+    fn refuse(&mut self, frame: &[u8], err: FrameError) -> Option<TransportError> {
+        if self.codec.is_nothing(frame) {
+            debug!(peer = %self.peer, "an empty message passed over (a KubeEdge peer shutting down sends one)");
+            return None;
+        }
+        warn!(peer = %self.peer, error = %err, "closing link");
+        self.end();
+        Some(err.into())
     }
 
     /// The next message or raw frame (see [`RAW_FRAME_MARKER`]); the same
     /// end-of-link rules as [`Self::recv`].
     pub async fn recv_item(&mut self) -> Option<Result<Received, TransportError>> {
-        let frame = match self.recv_message_frame().await? {
-            Ok(frame) => frame,
-            Err(err) => return Some(Err(err)),
-        };
-        if frame.first() == Some(&RAW_FRAME_MARKER) {
-            return Some(Ok(Received::Raw(frame)));
-        }
-        match self.codec.decode(&frame) {
-            Ok(msg) => Some(Ok(Received::Message(msg))),
-            Err(err) => {
-                warn!(peer = %self.peer, error = %err, "closing link");
-                self.end();
-                Some(Err(err.into()))
-            }
-        }
-    }
-
-    /// The next frame that carries something ([`Codec::is_nothing`]).
-    async fn recv_message_frame(&mut self) -> Option<Result<Bytes, TransportError>> {
         loop {
-            match self.recv_frame().await? {
-                Ok(frame) if self.codec.is_nothing(&frame) => {
-                    debug!(peer = %self.peer, "an empty message passed over (a KubeEdge peer shutting down sends one)");
+            let frame = match self.recv_frame().await? {
+                Ok(frame) => frame,
+                Err(err) => return Some(Err(err)),
+            };
+            if frame.first() == Some(&RAW_FRAME_MARKER) {
+                return Some(Ok(Received::Raw(frame)));
+            }
+            match self.codec.decode(&frame) {
+                Ok(msg) => return Some(Ok(Received::Message(msg))),
+                Err(err) => {
+                    if let Some(ended) = self.refuse(&frame, err) {
+                        return Some(Err(ended));
+                    }
                 }
-                other => return Some(other),
             }
         }
     }

@@ -336,12 +336,18 @@ impl DevPki {
     fn leaf(
         &self,
         common_name: &str,
+        organization: Option<&str>,
         purpose: rcgen::ExtendedKeyUsagePurpose,
     ) -> Result<Identity, TransportError> {
         use rcgen::{CertificateParams, DnType, KeyPair};
         let mut params =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
                 .map_err(|e| tls_error("certificate", e))?;
+        if let Some(organization) = organization {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, organization);
+        }
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
@@ -358,11 +364,21 @@ impl DevPki {
 
     /// A server certificate for `localhost` and 127.0.0.1, common name `name`.
     pub fn server(&self, name: &str) -> Result<Identity, TransportError> {
-        self.leaf(name, rcgen::ExtendedKeyUsagePurpose::ServerAuth)
+        self.leaf(name, None, rcgen::ExtendedKeyUsagePurpose::ServerAuth)
     }
 
     /// A client certificate with common name `node`.
     pub fn client(&self, node: &str) -> Result<Identity, TransportError> {
-        self.leaf(node, rcgen::ExtendedKeyUsagePurpose::ClientAuth)
+        self.leaf(node, None, rcgen::ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    /// A client certificate with common name `user` and organization
+    /// `group` (a person's or a program's, as the admin API's users have).
+    pub fn client_in_group(&self, user: &str, group: &str) -> Result<Identity, TransportError> {
+        self.leaf(
+            user,
+            Some(group),
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        )
     }
 }

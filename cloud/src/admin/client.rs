@@ -23,6 +23,14 @@ use transports::tls::ServerName;
 use super::kubeconfig::AdminCredentials;
 use super::{APPLY_PATH, DELETE_PATH, ManifestResults};
 
+/// TCP keepalive of connections to an admin API: probes after this long
+/// without traffic,
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// every this long,
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// and the connection is given up after this many unanswered.
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// Time to connect and get an answer (a watch's stream is not limited).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -182,6 +190,17 @@ impl AdminClient {
         let tcp = tokio::net::TcpStream::connect(&self.address)
             .await
             .map_err(|e| self.unreachable(e))?;
+        // A peer whose host vanishes (a partition, not a closed process)
+        // is noticed in about a minute, also by a stream that is quiet
+        // for a while (a followed log, a terminal): without this such a
+        // stream, relayed by a replica, would wait forever.
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_PROBES);
+        if let Err(err) = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive) {
+            tracing::debug!(error = %err, "no TCP keepalive on a connection to the admin API");
+        }
         match &self.tls {
             None => Ok(Box::pin(tcp)),
             Some(tls) => {

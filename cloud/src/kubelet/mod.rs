@@ -713,7 +713,19 @@ async fn through_edgestream(
                 .into_iter()
                 .flat_map(|(name, values)| values.into_iter().map(move |v| (name.clone(), v)))
                 .collect();
-            match edgestream::fetch(session, request.uri().path(), headers, MAX_STATS).await {
+            // The edge says nothing when its kubelet refuses: bounded.
+            let fetched = tokio::time::timeout(
+                ANSWER_TIMEOUT,
+                edgestream::fetch(session, request.uri().path(), headers, MAX_STATS),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no whole answer from the edge in {}s",
+                    ANSWER_TIMEOUT.as_secs()
+                ))
+            });
+            match fetched {
                 Ok(bytes) => {
                     let mut response = Response::new(full(bytes));
                     let kind = match what {

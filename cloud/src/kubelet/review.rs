@@ -212,9 +212,10 @@ impl ReviewLimits {
 
     /// Whether `node` may ask for one more review at `now` (taken if so).
     pub fn take(&self, node: &str, now: Instant) -> bool {
-        let Ok(mut buckets) = self.buckets.lock() else {
-            return false;
-        };
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let refill = |(left, at): (f64, Instant)| {
             let earned = now.saturating_duration_since(at).as_secs_f64() * self.per_second;
             (self.burst.min(left + earned), now)

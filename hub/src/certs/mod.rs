@@ -41,6 +41,24 @@ pub fn issued_at(cert: &[u8]) -> Option<u64> {
     Some(not_before + BACKDATE.as_secs())
 }
 
+/// The organizations (what Kubernetes reads as groups) a DER certificate's
+/// subject names; none for one that does not read.
+pub fn organizations(cert: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(cert) else {
+        return Vec::new();
+    };
+    cert.subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect()
+}
+
+/// The only organization a node's certificate carries (KubeEdge's form;
+/// edgehive's own has none). A certificate of the cloud's CA naming any
+/// other is a person's or a program's (the admin API's users, replicas),
+/// and never speaks for a node, whatever its common name.
+pub const NODES_GROUP: &str = "system:nodes";
+
 /// What a new join token is restricted to.
 #[derive(Debug, Clone, Default)]
 pub struct TokenSpec {

@@ -100,7 +100,7 @@ impl Dispatch {
         socket: PathBuf,
         listed: Option<&Listed>,
     ) -> Vec<Planned> {
-        self.mappers.insert(protocol.to_owned(), socket);
+        self.mappers.insert(protocol.to_owned(), socket.clone());
         *self.registrations.entry(protocol.to_owned()).or_default() += 1;
         self.sent.retain(|(p, _)| p != protocol);
         self.sent_models.retain(|(p, _)| p != protocol);
@@ -124,6 +124,20 @@ impl Dispatch {
                 self.sent.insert((protocol.to_owned(), key));
             } else {
                 calls.extend(self.send_device(&key));
+            }
+        }
+        // What it lists and should not have (deleted, or moved to another
+        // protocol, while it was away or its removal was still queued):
+        // removed.
+        for (key, _) in listed.into_iter().flatten() {
+            let wanted = self.devices.get(key).is_some_and(|(p, _)| p == protocol);
+            if !wanted {
+                calls.push(Planned {
+                    registration: self.registration_of(protocol),
+                    protocol: protocol.to_owned(),
+                    socket: socket.clone(),
+                    call: Call::Remove(key.clone()),
+                });
             }
         }
         calls
@@ -666,6 +680,35 @@ mod tests {
             calls(&dispatch.device_changed(device("a", "modbus", "2"))),
             [("modbus", "UpdateDevice")]
         );
+    }
+
+    #[test]
+    fn a_listed_device_no_longer_its_is_removed_at_registration() {
+        let mut dispatch = Dispatch::default();
+        dispatch.model_changed(model());
+        dispatch.device_changed(device("a", "modbus", "1"));
+        dispatch.device_changed(device("moved", "opcua", "1"));
+        // The mapper lists "a" (its), "gone" (deleted while its removal
+        // was queued) and "moved" (another protocol's now).
+        let listed: Listed = ["a", "gone", "moved"]
+            .iter()
+            .map(|name| {
+                (
+                    ("default".to_owned(), (*name).to_owned()),
+                    device(name, "modbus", "1").spec,
+                )
+            })
+            .collect();
+        let planned = dispatch.registered("modbus", "/m.sock".into(), Some(&listed));
+        let removed: Vec<&str> = planned
+            .iter()
+            .filter_map(|p| match &p.call {
+                Call::Remove((_, name)) => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(removed, ["gone", "moved"]);
+        assert_eq!(planned.len(), 2, "nothing else: \"a\" is as listed");
     }
 
     #[test]

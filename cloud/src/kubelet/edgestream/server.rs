@@ -72,7 +72,14 @@ pub fn admit(
         ));
     };
     let common_name = caller.map(|c| c.user.as_str());
-    match hub::admission::check_identity(hub::Dialect::KubeEdge, false, Some(named), common_name) {
+    let groups = caller.map(|c| c.groups.as_slice()).unwrap_or_default();
+    match hub::admission::check_identity(
+        hub::Dialect::KubeEdge,
+        false,
+        Some(named),
+        common_name,
+        groups,
+    ) {
         Ok(()) => Ok(named.to_owned()),
         Err(refusal) => Err((
             StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN),

@@ -65,12 +65,17 @@ enum Incoming {
     Removed,
 }
 
+/// An open connection as the tunnel keeps it: its way in, and whether its
+/// RemoveConnect went (KubeEdge's edge must get one only).
+type OpenConnection = (mpsc::Sender<Incoming>, Arc<AtomicBool>);
+
 /// One node's tunnel (the edge's WebSocket to the tunnel port).
 pub struct TunnelSession {
     node: String,
     id: u64,
     outgoing: mpsc::Sender<Outgoing>,
-    connections: Mutex<HashMap<u64, mpsc::Sender<Incoming>>>,
+    /// Each open connection's way in, and whether its RemoveConnect went.
+    connections: Mutex<HashMap<u64, OpenConnection>>,
     next_id: AtomicU64,
     lost: Mutex<Option<String>>,
 }
@@ -92,7 +97,7 @@ impl TunnelSession {
         &self.node
     }
 
-    fn connections(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::Sender<Incoming>>> {
+    fn connections(&self) -> std::sync::MutexGuard<'_, HashMap<u64, OpenConnection>> {
         self.connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -120,6 +125,7 @@ impl TunnelSession {
         mut request: EdgedRequest,
     ) -> Result<EdgeConnection, EdgeStreamError> {
         let (sender, receiver) = mpsc::channel(CONNECTION_QUEUE);
+        let removed = Arc::new(AtomicBool::new(false));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
             // Checked with the connections held: `lose` takes the same lock
@@ -133,14 +139,14 @@ impl TunnelSession {
             if connections.len() >= MAX_CONNECTIONS {
                 return Err(EdgeStreamError::TooManyConnections(self.node.clone()));
             }
-            connections.insert(id, sender);
+            connections.insert(id, (sender, removed.clone()));
         }
         request.id = id;
         let connection = EdgeConnection {
             session: self.clone(),
             id,
             incoming: receiver,
-            removed: Arc::new(AtomicBool::new(false)),
+            removed,
             ended: false,
         };
         let opening = Message::new(id, kind, request.to_json());
@@ -159,8 +165,8 @@ impl TunnelSession {
 
     /// Hands a message from the edge to its connection.
     pub(crate) async fn dispatch(&self, message: Message) {
-        let sender = self.connections().get(&message.connect_id).cloned();
-        let Some(sender) = sender else {
+        let open = self.connections().get(&message.connect_id).cloned();
+        let Some((sender, removed)) = open else {
             // A connection already ended here: what was in flight is dropped.
             debug!(node = %self.node, connection = message.connect_id, kind = ?message.kind, "a message for no open connection");
             return;
@@ -179,14 +185,17 @@ impl TunnelSession {
                     Err(_) => {
                         warn!(node = %self.node, connection = message.connect_id, "a caller did not read for {READER_PATIENCE:?}: its connection is cut");
                         self.connections().remove(&message.connect_id);
-                        let remove = Message::new(
-                            message.connect_id,
-                            MessageType::RemoveConnect,
-                            Bytes::new(),
-                        );
-                        let _ = self
-                            .outgoing
-                            .try_send(Outgoing::Message(codec::encode(&remove)));
+                        // Once only: KubeEdge's edge waits on a second.
+                        if !removed.swap(true, Ordering::AcqRel) {
+                            let remove = Message::new(
+                                message.connect_id,
+                                MessageType::RemoveConnect,
+                                Bytes::new(),
+                            );
+                            let _ = self
+                                .outgoing
+                                .try_send(Outgoing::Message(codec::encode(&remove)));
+                        }
                     }
                 }
             }
