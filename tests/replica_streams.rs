@@ -150,12 +150,14 @@ fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
         (3, "hi\n"),
         "exec through {server}: {err}"
     );
-    // Standard input goes through too.
+    // Standard input goes through too, its end included. (The command
+    // reads to the end: one that exits while the end of its input is on
+    // its way can lose its exit code, docs/streams.md "Not yet".)
     let (code, out) = ctl_input(
         kubeconfig,
         server,
-        &["exec", "-i", "talker", "--", "sh"],
-        "echo from-stdin; exit 4\n",
+        &["exec", "-i", "talker", "--", "sh", "-c", "cat; exit 4"],
+        "from-stdin\n",
     );
     assert_eq!(
         (code, out.as_str()),

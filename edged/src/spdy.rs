@@ -612,26 +612,41 @@ impl SpdyWriter {
     /// Sends `bytes` on `channel`'s stream (stdin, resize); nothing for a
     /// channel the command does not have, or has ended.
     pub async fn send(&self, channel: u8, bytes: Bytes) -> Result<(), SpdyError> {
+        self.send_data(channel, bytes, false).await
+    }
+
+    /// Sends `bytes` on `channel` as its last: its stream ends with them
+    /// (FIN on the last frame), so the runtime reads the data and its end
+    /// together. A separate end, arriving as the command exits on the
+    /// data, can sit unread when the runtime closes the connection, and
+    /// its kernel then resets it, the outcome not yet sent with it.
+    pub async fn send_last(&self, channel: u8, bytes: Bytes) -> Result<(), SpdyError> {
+        self.send_data(channel, bytes, true).await
+    }
+
+    async fn send_data(&self, channel: u8, bytes: Bytes, last: bool) -> Result<(), SpdyError> {
         let Some(stream) = self.ids.stream(channel) else {
             return Ok(());
         };
-        if !matches!(channel, channel::STDIN | channel::RESIZE) || bytes.is_empty() {
+        if !matches!(channel, channel::STDIN | channel::RESIZE) || (bytes.is_empty() && !last) {
             return Ok(());
         }
         let mut out = BytesMut::with_capacity(bytes.len() + 16);
         let mut rest = bytes;
-        while !rest.is_empty() {
+        loop {
             let data = rest.split_to(rest.len().min(MAX_DATA_OUT));
-            Frame::Data {
-                stream,
-                fin: false,
-                data,
+            let fin = last && rest.is_empty();
+            Frame::Data { stream, fin, data }.encode(&mut out);
+            if rest.is_empty() {
+                break;
             }
-            .encode(&mut out);
         }
         let mut state = self.inner.lock().await;
         if state.ended.contains(&stream) {
             return Ok(());
+        }
+        if last {
+            state.ended.push(stream);
         }
         state.io.write_all(&out).await?;
         Ok(())
@@ -781,7 +796,25 @@ impl SpdyReader {
             }
             let frame = match self.pending.pop_front() {
                 Some(frame) => Some(frame),
-                None => self.frame().await?,
+                None => match self.frame().await {
+                    Ok(frame) => frame,
+                    // The runtime closes the connection once the outcome
+                    // is written; with input of ours still unread there
+                    // (the end of stdin, sent as the command exited) its
+                    // kernel resets the connection, which may come before
+                    // the outcome's stream end: the outcome read so far
+                    // is the outcome.
+                    Err(err) => {
+                        self.done = true;
+                        match self.take_status() {
+                            Some(status) => {
+                                debug!(error = %err, "the runtime's connection ended after its outcome");
+                                return Ok(Some(status));
+                            }
+                            None => return Err(err),
+                        }
+                    }
+                },
             };
             match frame {
                 Some(Frame::Data { stream, fin, data }) => {

@@ -16,7 +16,7 @@ use apis::streams::{
     Io, LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
 };
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use hub::tunnel::{Chunk, PendingStream, StreamHandler};
 use k8s_openapi::api::core::v1::Pod;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -286,9 +286,38 @@ async fn remote_command(url: &str, wanted: spdy::Wanted, pending: PendingStream)
         // its input still came), the cloud's input is dropped: the
         // runtime's last words (the outcome) still come, upstream.
         let mut runtime_gone = false;
-        while let Some(chunk) = stream.recv().await {
+        let mut ahead = None;
+        loop {
+            let chunk = match ahead.take() {
+                Some(chunk) => chunk,
+                None => match stream.recv().await {
+                    Some(chunk) => chunk,
+                    None => break,
+                },
+            };
             let sent = match chunk {
                 Ok(_) if runtime_gone => Ok(()),
+                // Input followed at once by its end (piped input): sent
+                // together, as one last frame (see `SpdyWriter::send_last`).
+                Ok(Chunk::Data(channel, bytes)) if channel == channel::STDIN && !wanted.tty => {
+                    match stream.recv().now_or_never() {
+                        Some(Some(Ok(Chunk::End(end)))) if end == channel => {
+                            to_runtime.send_last(channel, bytes).await
+                        }
+                        Some(Some(next)) => {
+                            ahead = Some(next);
+                            to_runtime.send(channel, bytes).await
+                        }
+                        Some(None) => {
+                            let sent = to_runtime.send(channel, bytes).await;
+                            if sent.is_ok() {
+                                break;
+                            }
+                            sent
+                        }
+                        None => to_runtime.send(channel, bytes).await,
+                    }
+                }
                 Ok(Chunk::Data(channel, bytes)) => to_runtime.send(channel, bytes).await,
                 Ok(Chunk::End(channel)) if !wanted.tty => to_runtime.end(channel).await,
                 Ok(Chunk::End(_)) => Ok(()),
