@@ -241,6 +241,21 @@ fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
+/// A node's resource figures as the kubelet serves them: the Summary as
+/// JSON, the resource metrics as Prometheus text.
+fn stats_response(what: apis::streams::StatsKind, bytes: Bytes) -> Response<Body> {
+    let kind = match what {
+        apis::streams::StatsKind::Summary => "application/json",
+        apis::streams::StatsKind::ResourceMetrics => "text/plain; version=0.0.4",
+    };
+    let mut response = Response::new(full(bytes));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(kind),
+    );
+    response
+}
+
 fn status(code: StatusCode, message: &str) -> Response<Body> {
     let reason = code
         .canonical_reason()
@@ -376,18 +391,7 @@ async fn serve(
             }
         }
         KubeletRequest::Stats(what) => match served.streams.stats(&node, what).await {
-            Ok(bytes) => {
-                let mut response = Response::new(full(bytes));
-                let kind = match what {
-                    apis::streams::StatsKind::Summary => "application/json",
-                    apis::streams::StatsKind::ResourceMetrics => "text/plain; version=0.0.4",
-                };
-                response.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static(kind),
-                );
-                response
-            }
+            Ok(bytes) => stats_response(what, bytes),
             Err(err) => api_error(&err),
         },
         KubeletRequest::Upgrade { pod, target } => {
@@ -726,18 +730,7 @@ async fn through_edgestream(
                 ))
             });
             match fetched {
-                Ok(bytes) => {
-                    let mut response = Response::new(full(bytes));
-                    let kind = match what {
-                        apis::streams::StatsKind::Summary => "application/json",
-                        apis::streams::StatsKind::ResourceMetrics => "text/plain; version=0.0.4",
-                    };
-                    response.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static(kind),
-                    );
-                    response
-                }
+                Ok(bytes) => stats_response(what, bytes),
                 Err(reason) => status(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &format!("node {node}: {reason}"),
