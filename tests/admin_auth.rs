@@ -5,22 +5,17 @@
 //! containerd through CRI at an edge for the logs and exec.
 #![cfg(feature = "cli")]
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use cloud::AdminClient;
 use cloud::admin::kubeconfig::{AuthInfo, Kubeconfig, NamedUser};
 use serde_json::Value;
-use support::{free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, until};
+use support::{
+    cri_socket, free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, until,
+};
 
 mod support;
-
-fn cri_socket() -> PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
-}
 
 /// Runs edgehivectl with `kubeconfig`; its exit status, stdout, stderr.
 fn ctl(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use edged::Cri;
 use edged::cri::api;
 use serde_json::Value;
-use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
+use support::{Process, cri_socket, ctl, free_address, join_node, tempfile_dir, until};
 
 mod support;
 
@@ -43,12 +43,6 @@ fn over_a_unix_socket() {
 #[test]
 fn in_kubeedges_dialect() {
     the_system_end_to_end("kubeedge");
-}
-
-fn cri_socket() -> PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
 }
 
 fn manifest(node: &str, greeting: &str) -> String {

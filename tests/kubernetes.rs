@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Process, free_address, join_node, tempfile_dir, until};
+use support::{Process, free_address, join_node, share_ca, tempfile_dir, until};
 
 mod support;
 
@@ -860,6 +860,16 @@ fn a_device_reports_through_the_api_server() {
 
 /// A cloudcore replica on the cluster: its process and hub address.
 fn k8s_replica(kubeconfig: &str, dir: &str, name: &str) -> (Process, String, String) {
+    k8s_replica_with_admin(kubeconfig, dir, name, "off")
+}
+
+/// [`k8s_replica`] with its admin API at `admin` (`off`: none).
+fn k8s_replica_with_admin(
+    kubeconfig: &str,
+    dir: &str,
+    name: &str,
+    admin: &str,
+) -> (Process, String, String) {
     let (hub, certs) = (free_address(), free_address());
     let process = Process::start(
         env!("CARGO_BIN_EXE_cloudcore"),
@@ -874,7 +884,7 @@ fn k8s_replica(kubeconfig: &str, dir: &str, name: &str) -> (Process, String, Str
             "--certs",
             &certs,
             "--admin",
-            "off",
+            admin,
             "--metrics",
             &free_address(),
             "--stream",
@@ -918,12 +928,7 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
     );
     let (a, a_hub, certs) = k8s_replica(&kubeconfig, &a_dir, &a_name);
     // One CA for the cloud: b is given a's.
-    std::fs::create_dir_all(&b_dir).expect("b's data dir");
-    let copied = Command::new("cp")
-        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
-        .status()
-        .expect("cp");
-    assert!(copied.success());
+    share_ca(&a_dir, &b_dir);
     let (b, b_hub, _) = k8s_replica(&kubeconfig, &b_dir, &b_name);
     join_node(&a_dir, &certs, &node, &edge_dir);
     let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
@@ -1034,12 +1039,7 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
     // could link to c: no replica serves the node, and c marks it
     // unreachable once b's Lease is seen unrenewed.
     let c_dir = format!("{dir}/c");
-    std::fs::create_dir_all(&c_dir).expect("c's data dir");
-    let copied = Command::new("cp")
-        .args(["-r", &format!("{a_dir}/ca"), &format!("{c_dir}/ca")])
-        .status()
-        .expect("cp");
-    assert!(copied.success());
+    share_ca(&a_dir, &c_dir);
     let c_name = format!("c-{}", std::process::id());
     let (c, _, _) = k8s_replica(&kubeconfig, &c_dir, &c_name);
     b.signal("-KILL");
@@ -1107,43 +1107,12 @@ fn a_replica_on_the_api_server_forwards_streams_and_metrics_to_the_holder() {
     );
     let (a_name, b_name) = (format!("fa-{id}"), format!("fb-{id}"));
     let replica = |dir: &str, name: &str| {
-        let (hub, certs, admin) = (free_address(), free_address(), free_address());
-        let process = Process::start(
-            env!("CARGO_BIN_EXE_cloudcore"),
-            &[
-                "--data-dir",
-                dir,
-                "run",
-                "--kubeconfig",
-                &kubeconfig,
-                "--ws",
-                &hub,
-                "--certs",
-                &certs,
-                "--admin",
-                &admin,
-                "--metrics",
-                "off",
-                "--stream",
-                "off",
-                "--keepalive-secs",
-                "2",
-                "--replica",
-                name,
-                "--claim-ttl-secs",
-                "3",
-            ],
-        );
-        process.wait_for("certificate endpoints ready", Duration::from_secs(90));
+        let admin = free_address();
+        let (process, hub, certs) = k8s_replica_with_admin(&kubeconfig, dir, name, &admin);
         (process, hub, certs, format!("https://{admin}"))
     };
     let (a, _a_hub, certs, a_admin) = replica(&a_dir, &a_name);
-    std::fs::create_dir_all(&b_dir).expect("b's data dir");
-    let copied = Command::new("cp")
-        .args(["-r", &format!("{a_dir}/ca"), &format!("{b_dir}/ca")])
-        .status()
-        .expect("cp");
-    assert!(copied.success());
+    share_ca(&a_dir, &b_dir);
     let (b, b_hub, _, b_admin) = replica(&b_dir, &b_name);
     join_node(&a_dir, &certs, &node, &edge_dir);
     let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);

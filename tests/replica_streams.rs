@@ -10,15 +10,14 @@
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd::testing::Cluster;
 use serde_json::Value;
 use support::{
-    Process, free_address, join_node, share_ca, start_cloudcore, start_edgecore, tempfile_dir,
-    until,
+    Process, cri_socket, fetch, free_address, join_node, share_ca, start_cloudcore, start_edgecore,
+    tempfile_dir, until,
 };
 
 mod support;
@@ -26,12 +25,6 @@ mod support;
 const NODE: &str = "edge-peers";
 /// A second node, linked to replica a (no pods): lists cover both.
 const NODE2: &str = "edge-peers-2";
-
-fn cri_socket() -> PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
-}
 
 /// A replica with its admin API over HTTPS (its kubeconfig in its data
 /// dir): the process, cloudhub's and the admin API's addresses, the
@@ -93,18 +86,6 @@ fn ctl_input(kubeconfig: &str, server: &str, args: &[&str], input: &str) -> (i32
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
-}
-
-/// `GET /` over HTTP/1.0 from 127.0.0.1:`port`: the whole answer.
-fn fetch(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the forwarded port");
-    tcp.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    tcp.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
-    let mut answer = String::new();
-    let _ = tcp.read_to_string(&mut answer);
-    answer
 }
 
 /// Through `server`: the web pod's page through a forwarded port, twice.

@@ -5,22 +5,16 @@
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::{
-    Process, ctl, free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, until,
+    Process, cri_socket, ctl, fetch, free_address, join_node, start_cloudcore, start_edgecore,
+    tempfile_dir, until,
 };
 
 mod support;
-
-fn cri_socket() -> PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
-}
 
 /// A cloud, an edge linked to it over WebSocket, and a pod `talker` on
 /// the edge writing a numbered line every 50 ms.
@@ -387,18 +381,6 @@ fn exec_with_stdin_sees_its_end() {
     );
     assert_eq!(code, 5);
     let _ = (&rig.dir, &rig.node, &rig.cloud);
-}
-
-/// Fetches `/` over HTTP/1.0 from 127.0.0.1:`port`: the whole answer.
-fn fetch(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the forwarded port");
-    tcp.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    tcp.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
-    let mut answer = String::new();
-    let _ = tcp.read_to_string(&mut answer);
-    answer
 }
 
 #[test]

@@ -234,3 +234,24 @@ pub fn share_ca(from_dir: &str, to_dir: &str) {
         .expect("cp");
     assert!(copied.success(), "the CA copied");
 }
+
+/// The containerd socket edged's tests use (`EDGEHIVE_CRI_SOCKET`, else
+/// the one `scripts/setup-containerd` starts).
+pub fn cri_socket() -> std::path::PathBuf {
+    std::env::var_os("EDGEHIVE_CRI_SOCKET")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/run/edgehive/containerd/containerd.sock"))
+}
+
+/// `GET /` over HTTP/1.0 from 127.0.0.1:`port` (a forwarded port): the
+/// whole answer.
+pub fn fetch(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the forwarded port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    tcp.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer);
+    answer
+}
