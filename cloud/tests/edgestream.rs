@@ -110,6 +110,17 @@ impl Cloud {
     }
 
     /// A KubeEdge edge's tunnel: certificate `common_name`, naming `node`.
+    /// A cloud, and node edge-1's tunnel to it, registered.
+    async fn with_edge_1() -> (Cloud, Edge) {
+        let cloud = Cloud::start().await;
+        let edge = cloud
+            .dial("system:node:edge-1", "edge-1")
+            .await
+            .expect("tunnel");
+        cloud.wait_for_tunnel("edge-1", true).await;
+        (cloud, edge)
+    }
+
     async fn dial(&self, common_name: &str, node: &str) -> Result<Edge, tungstenite::Error> {
         let tls = self
             .tls_to(self.tunnel_port.address.port(), common_name)
@@ -246,12 +257,7 @@ async fn read_chunked_after(
 
 #[tokio::test]
 async fn a_kubelet_api_log_request_is_answered_through_the_tunnel() {
-    let cloud = Cloud::start().await;
-    let mut edge = cloud
-        .dial("system:node:edge-1", "edge-1")
-        .await
-        .expect("tunnel");
-    cloud.wait_for_tunnel("edge-1", true).await;
+    let (cloud, mut edge) = Cloud::with_edge_1().await;
     // The edge pings; the cloud answers.
     edge.ws
         .send(WsMessage::Ping(Bytes::from_static(b"ping you")))
@@ -329,12 +335,7 @@ async fn a_kubelet_api_log_request_is_answered_through_the_tunnel() {
 
 #[tokio::test]
 async fn an_exec_upgrade_is_relayed_both_ways() {
-    let cloud = Cloud::start().await;
-    let mut edge = cloud
-        .dial("system:node:edge-1", "edge-1")
-        .await
-        .expect("tunnel");
-    cloud.wait_for_tunnel("edge-1", true).await;
+    let (cloud, mut edge) = Cloud::with_edge_1().await;
     let mut caller = cloud.caller().await;
     caller
         .write_all(
@@ -541,12 +542,7 @@ async fn a_tunnel_cut_or_garbled_mid_stream_ends_the_callers_request() {
 
 #[tokio::test]
 async fn an_exec_cut_mid_stream_ends_the_callers_connection() {
-    let cloud = Cloud::start().await;
-    let mut edge = cloud
-        .dial("system:node:edge-1", "edge-1")
-        .await
-        .expect("tunnel");
-    cloud.wait_for_tunnel("edge-1", true).await;
+    let (cloud, mut edge) = Cloud::with_edge_1().await;
     let mut caller = cloud.caller().await;
     caller
         .write_all(b"POST /attach/default/web/main?output=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
