@@ -410,7 +410,7 @@ pub struct Wanted {
     pub stdin: bool,
     /// Output.
     pub stdout: bool,
-    /// Errors (never with a terminal).
+    /// Errors (asked for; no stream with a terminal, whose output holds them).
     pub stderr: bool,
     /// A terminal: a resize stream.
     pub tty: bool,

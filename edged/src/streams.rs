@@ -188,12 +188,13 @@ async fn in_container(cri: &Cri, pod: &Pod, target: UpgradeTarget, pending: Pend
         UpgradeTarget::Exec { io, .. } | UpgradeTarget::Attach { io, .. } => *io,
         UpgradeTarget::PortForward { .. } => Io::default(),
     };
-    // The streams the CRI request asks for (stderr merged into a
-    // terminal's output), as the runtime will wait for them.
+    // The streams the CRI request asks for, as the runtime will wait for
+    // them (`spdy` leaves stderr out with a terminal: merged into its
+    // output).
     let wanted = spdy::Wanted {
         stdin: io.stdin,
         stdout: io.stdout,
-        stderr: io.stderr && !io.tty,
+        stderr: io.stderr,
         tty: io.tty,
     };
     match streaming_url(cri, pod, target).await {
