@@ -349,10 +349,7 @@ impl Peers {
         path: &str,
     ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ForwardError> {
         let client = self.client(replica, url)?;
-        tokio::time::timeout(PEER_TIMEOUT, client.stream(path))
-            .await
-            .unwrap_or_else(|_| Err(ClientError::Unexpected("no answer in time".to_owned())))
-            .map_err(|err| ForwardError::of(err, node, replica, url))
+        answered_in_time(client.stream(path), node, replica, url).await
     }
 
     /// `GET path` of the peer as JSON (`node`: what it is asked for, for
@@ -365,10 +362,7 @@ impl Peers {
         path: &str,
     ) -> Result<Value, ForwardError> {
         let client = self.client(replica, url)?;
-        tokio::time::timeout(PEER_TIMEOUT, client.get(path))
-            .await
-            .unwrap_or_else(|_| Err(ClientError::Unexpected("no answer in time".to_owned())))
-            .map_err(|err| ForwardError::of(err, node, replica, url))
+        answered_in_time(client.get(path), node, replica, url).await
     }
 
     /// The peer's WebSocket at `path`, offering `protocols` (the
@@ -446,6 +440,20 @@ impl Peers {
         .await;
         opened.unwrap_or_else(|_| Err(failed("no answer in time".to_owned())))
     }
+}
+
+/// A peer's answer to `asked` within [`PEER_TIMEOUT`], its failure in the
+/// words of `node` and `replica`.
+async fn answered_in_time<T>(
+    asked: impl std::future::Future<Output = Result<T, ClientError>>,
+    node: &str,
+    replica: &str,
+    url: &str,
+) -> Result<T, ForwardError> {
+    tokio::time::timeout(PEER_TIMEOUT, asked)
+        .await
+        .unwrap_or_else(|_| Err(ClientError::Unexpected("no answer in time".to_owned())))
+        .map_err(|err| ForwardError::of(err, node, replica, url))
 }
 
 #[cfg(test)]
