@@ -257,10 +257,14 @@ async fn a_stalled_reader_stops_its_sender_and_nothing_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_cut_ends_every_stream_on_both_sides() {
     let (ends_tx, mut ends) = mpsc::unbounded_channel::<Option<Result<Chunk, StreamError>>>();
+    // The edge's handlers read nothing until the link is cut: a chunk read
+    // before would give the writer credit, and it could finish unstuck.
+    let (cut_tx, cut) = tokio::sync::watch::channel(false);
     let handler = Arc::new(Serve(move |_request: Bytes, mut stream: TunnelStream| {
         let ends_tx = ends_tx.clone();
+        let mut cut = cut.clone();
         async move {
-            // Never reads data; waits for the end.
+            let _ = cut.wait_for(|cut| *cut).await;
             let _ = ends_tx.send(loop {
                 match stream.recv().await {
                     Some(Ok(_)) => continue,
@@ -286,6 +290,7 @@ async fn a_link_cut_ends_every_stream_on_both_sides() {
             .await
     });
     pair.edge_link.close().await;
+    let _ = cut_tx.send(true);
     let error = tokio::time::timeout(TIMEOUT, stuck)
         .await
         .expect("no hang")
