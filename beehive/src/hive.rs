@@ -143,12 +143,12 @@ pub struct ShutdownReport {
 }
 
 /// Removes a pending request when its requester stops waiting, whatever the reason.
-struct PendingGuard<'a> {
-    hive: &'a Hive,
+struct PendingGuard {
+    hive: Hive,
     id: Uuid,
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
         self.hive.pending().remove(&self.id);
     }
@@ -358,35 +358,53 @@ impl Hive {
     pub async fn send_sync(
         &self,
         destination: &str,
-        mut msg: Message,
+        msg: Message,
         timeout: Duration,
     ) -> Result<Message, Error> {
+        self.send_sync_queued(destination, msg, timeout)
+            .await?
+            .await
+    }
+
+    /// [`Hive::send_sync`] in two steps: returns once `msg` is in
+    /// `destination`'s mailbox, with a future that waits for its response
+    /// (within the same `timeout`, counted from now). Requests queued one
+    /// after another arrive in that order, and their answers can be
+    /// awaited together: a module that sends many requests to another does
+    /// not wait a round trip for each.
+    pub async fn send_sync_queued(
+        &self,
+        destination: &str,
+        mut msg: Message,
+        timeout: Duration,
+    ) -> Result<impl Future<Output = Result<Message, Error>> + Send + 'static, Error> {
         let deadline = Instant::now() + timeout;
         msg.header.sync = true;
         let (response, guard) = self.expect_response(&mut msg);
-        let timed_out = || {
-            self.inner.sync_timeouts.fetch_add(1, Ordering::Relaxed);
+        let hive = self.clone();
+        let timed_out = move |destination: String| {
+            hive.inner.sync_timeouts.fetch_add(1, Ordering::Relaxed);
             Error::Timeout {
-                destination: destination.to_owned(),
+                destination,
                 timeout,
             }
         };
         match timeout_at(deadline, self.send(destination, msg)).await {
             Ok(sent) => sent?,
-            Err(_) => return Err(timed_out()),
+            Err(_) => return Err(timed_out(destination.to_owned())),
         }
-        await_response(response, guard, deadline)
-            .await
-            .unwrap_or_else(|| Err(timed_out()))
+        let destination = destination.to_owned();
+        Ok(async move {
+            await_response(response, guard, deadline)
+                .await
+                .unwrap_or_else(|| Err(timed_out(destination)))
+        })
     }
 
     /// Registers interest in the response to `request`, before it leaves.
     /// A request whose id is already waiting (a message sent twice) gets a
     /// fresh id, so the two cannot take each other's response.
-    fn expect_response(
-        &self,
-        request: &mut Message,
-    ) -> (oneshot::Receiver<Reply>, PendingGuard<'_>) {
+    fn expect_response(&self, request: &mut Message) -> (oneshot::Receiver<Reply>, PendingGuard) {
         let (tx, rx) = oneshot::channel();
         let mut pending = self.pending();
         while pending.contains_key(&request.header.id) {
@@ -396,7 +414,7 @@ impl Hive {
         (
             rx,
             PendingGuard {
-                hive: self,
+                hive: self.clone(),
                 id: request.header.id,
             },
         )
@@ -645,7 +663,7 @@ impl Hive {
 /// taken, so a response is either returned here or counted as late.
 async fn await_response(
     mut response: oneshot::Receiver<Reply>,
-    guard: PendingGuard<'_>,
+    guard: PendingGuard,
     deadline: Instant,
 ) -> Option<Reply> {
     match timeout_at(deadline, &mut response).await {
