@@ -31,6 +31,7 @@ pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
 pub mod tokens;
+mod toleration_writer;
 pub mod twin_reports;
 pub mod twin_sync;
 
@@ -61,6 +62,7 @@ pub use endpoint::KubeletEndpoint;
 use kubeedge::Refusal;
 pub use reconciler::Acked;
 use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
+use toleration_writer::TolerationWriter;
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -204,6 +206,15 @@ pub struct ControllerCounts {
     /// KubeEdge nodes' device reports (`twin/edge_updated`,
     /// `state/update`) stored and confirmed.
     pub device_reports: u64,
+    /// Batches of messages queued at cloudhub and awaited together.
+    pub send_batches: u64,
+    /// Messages in those batches (over `send_batches`: the mean size).
+    pub batched_sends: u64,
+    /// The largest batch so far.
+    pub largest_send_batch: u64,
+    /// Pods whose offline tolerations the controller wrote (admission had
+    /// not lengthened them), off the delivery path.
+    pub tolerations_written: u64,
 }
 
 /// What an apply did.
@@ -416,6 +427,8 @@ impl EdgeController {
     ) -> Result<ControllerHandle, beehive::Error> {
         let (inbox, requests) = mpsc::channel(config.inbox.max(1));
         let (counts_tx, counts) = watch::channel(ControllerCounts::default());
+        let counts_tx = Arc::new(counts_tx);
+        let tolerations = TolerationWriter::start(store.clone(), &config, counts_tx.clone());
         let (handled_tx, handled) = watch::channel(Handled::new());
         let wait = config.send_timeout * 2;
         let reconciler = Reconciler::new().with_cursors(config.cursors.is_some());
@@ -427,9 +440,9 @@ impl EdgeController {
             reconciler,
             leases: HashMap::new(),
             watches: Watches::default(),
-            tokens: tokens::TokenSchedule::default(),
+            tolerations,
             renewing: Arc::default(),
-            counts: Arc::new(counts_tx),
+            counts: counts_tx,
             handled: handled_tx,
             twin_syncs: HashMap::new(),
         };
@@ -455,6 +468,26 @@ impl EdgeController {
             counts,
         })
     }
+}
+
+/// The most watch events handled before what they call for is carried out.
+const WATCH_BATCH: usize = 1024;
+
+/// The most sends queued at cloudhub before their commits are awaited.
+const SEND_BATCH: usize = 512;
+
+/// Sends queued at cloudhub whose answers are awaited together: per send,
+/// the node, operation, object and version, and its answer to come
+/// (`None`: it never reached cloudhub).
+#[derive(Default)]
+struct SendBatch {
+    sends: Vec<(
+        String,
+        Op,
+        ObjectKey,
+        u64,
+        Option<futures_util::future::BoxFuture<'static, bool>>,
+    )>,
 }
 
 /// Name of the module that relays cloudhub's node events to the controller.
@@ -505,8 +538,9 @@ struct Controller {
     /// few seconds).
     leases: HashMap<String, Value>,
     watches: Watches,
-    /// Pods whose service account tokens are kept fresh.
-    tokens: tokens::TokenSchedule,
+    /// Lengthens offline tolerations of pods admission did not, off the
+    /// delivery path.
+    tolerations: TolerationWriter,
     /// Whether a round of lease renewals is under way.
     renewing: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<watch::Sender<ControllerCounts>>,
@@ -560,12 +594,6 @@ fn version_of(object: &Value) -> Option<String> {
     (!version.is_empty()).then(|| version.to_owned())
 }
 
-/// The version of a token object: the time in microseconds, so each
-/// renewal supersedes the last at the edge.
-fn token_version() -> u64 {
-    crate::desired::clock_revision()
-}
-
 fn now() -> Time {
     let now = jiff::Timestamp::now();
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
@@ -615,7 +643,6 @@ impl Controller {
                         }
                         let actions = self.reconciler.retry(&self.store);
                         self.act(actions).await;
-                        self.renew_tokens(None).await;
                         continue;
                     }
                 },
@@ -685,18 +712,6 @@ impl Controller {
         });
         match listed {
             Ok((objects, revision, watch)) => {
-                if kind == Kind::Pod && !self.reconciler.loaded() {
-                    // Tokens issued before a restart are renewed at once
-                    // (on the first list only: a relist changes no token).
-                    let now = std::time::Instant::now();
-                    for pod in &objects {
-                        if let (Some(key), Some(node)) = (ObjectKey::of(pod), node_name(pod))
-                            && !tokens::sources(pod).is_empty()
-                        {
-                            self.tokens.follow(key, &node, pod.clone(), now);
-                        }
-                    }
-                }
                 let actions = self.reconciler.listed(kind, objects, revision, &self.store);
                 self.act(actions).await;
                 self.watches.streams.retain(|(k, _)| *k != kind);
@@ -715,21 +730,45 @@ impl Controller {
         }
     }
 
+    /// Handles a watch event and every other one already waiting (up to
+    /// [`WATCH_BATCH`]), then carries out what they call for at once: a
+    /// burst of changes goes to cloudhub as one batch of sends.
     async fn on_watch(&mut self, kind: Kind, event: Result<WatchEvent, DesiredError>) {
-        match event {
-            Ok(event) => {
-                self.count(|c| c.watch_events += 1);
-                let revision = event.revision();
-                let actions = self.reconciler.observe(kind, &event, &self.store);
-                self.act(actions).await;
-                self.mark_handled(kind, revision);
+        use futures_util::FutureExt;
+        let mut next = Some((kind, event));
+        let mut actions = Vec::new();
+        let mut handled: Vec<(Kind, u64)> = Vec::new();
+        let mut taken = 0;
+        while let Some((kind, event)) = next.take() {
+            match event {
+                Ok(event) => {
+                    taken += 1;
+                    let revision = event.revision();
+                    actions.extend(self.reconciler.observe(kind, &event, &self.store));
+                    match handled.iter_mut().find(|(k, _)| *k == kind) {
+                        Some((_, at)) => *at = (*at).max(revision),
+                        None => handled.push((kind, revision)),
+                    }
+                }
+                Err(err) => {
+                    self.act(std::mem::take(&mut actions)).await;
+                    for (kind, revision) in handled.drain(..) {
+                        self.mark_handled(kind, revision);
+                    }
+                    debug!(kind = kind.name(), error = %err, "watch ended; listing again");
+                    self.count(|c| c.relists += 1);
+                    self.watches.streams.retain(|(k, _)| *k != kind);
+                    self.list_and_watch(kind).await;
+                }
             }
-            Err(err) => {
-                debug!(kind = kind.name(), error = %err, "watch ended; listing again");
-                self.count(|c| c.relists += 1);
-                self.watches.streams.retain(|(k, _)| *k != kind);
-                self.list_and_watch(kind).await;
+            if taken < WATCH_BATCH {
+                next = self.watches.next().now_or_never().flatten();
             }
+        }
+        self.count(|c| c.watch_events += taken as u64);
+        self.act(actions).await;
+        for (kind, revision) in handled {
+            self.mark_handled(kind, revision);
         }
     }
 
@@ -781,86 +820,112 @@ impl Controller {
     }
 
     /// Carries out the reconciler's actions, in order; a fresh revision is
-    /// taken once, when the first action needs one.
+    /// taken once, when the first action needs one. Consecutive sends are
+    /// queued at cloudhub one after another and their commits awaited
+    /// together: a burst of changes becomes few queue transactions, and no
+    /// send waits a commit for the one before it. Nothing on this path asks
+    /// the API server anything per object (tokens are asked by the edge
+    /// when it starts a pod; tolerations are lengthened at admission, or
+    /// by the paced [`TolerationWriter`] off this path).
     async fn act(&mut self, actions: Vec<Action>) {
         let mut fresh = None;
+        let mut batch = SendBatch::default();
         for action in actions {
-            match action {
-                Action::Send {
-                    node,
-                    op,
-                    key,
-                    object,
-                    version,
-                } => {
-                    if self.config.send_to_linked_only && !self.reconciler.is_connected(&node) {
-                        // Another replica serves it, or none: it is brought
-                        // in step when it links here.
-                        continue;
-                    }
-                    let version = match version {
-                        Version::Of(version) => version,
-                        Version::Fresh => match fresh {
-                            Some(version) => version,
-                            None => match self.store.next_revision().await {
-                                Ok(version) => *fresh.insert(version),
-                                Err(err) => {
-                                    warn!(error = %err, "no revision; the node is brought in step later");
-                                    self.reconciler.sent(&node, op, &key, 0, false);
-                                    continue;
-                                }
-                            },
-                        },
-                    };
-                    let (mut object, mut version) = (object, version);
-                    if key.kind == Kind::Pod && op != Op::Delete {
-                        if let Some(stored) = self.keep_offline(&key, &object).await {
-                            // The pod as written goes instead, once: its
-                            // echo from the watch is nothing new.
-                            self.reconciler.rewritten(&key, &stored);
-                            version = version.max(crate::desired::spec_revision(&stored));
-                            object = Arc::new(stored);
-                        }
-                        // Its tokens first, so its volumes find them.
-                        self.issue_tokens(&key, &node, &object).await;
-                    }
-                    let queued = self.send(&node, op, &key, &object, version).await;
-                    self.reconciler.sent(&node, op, &key, version, queued);
-                    if key.kind == Kind::Pod && op == Op::Delete {
-                        self.withdraw_tokens(&key).await;
-                    }
-                }
-                Action::Membership {
-                    node,
-                    device,
-                    object,
-                    joined,
-                } => self.send_membership(&node, &device, &object, joined).await,
-                Action::AskInventory { node } => self.ask_inventory(&node),
-                Action::ReadCursor { node, session } => self.read_cursor(&node, session),
-                Action::UpdateNode { node } => self.update_node(&node, None).await,
-                Action::FinishDeletion { key, uid } => {
-                    match self.store.finish_deletion(&key, uid.as_deref()).await {
-                        Ok(()) => info!(%key, "deletion finished: its node holds it"),
-                        Err(err) => warn!(%key, error = %err, "deletion not finished"),
-                    }
-                }
+            let Action::Send {
+                node,
+                op,
+                key,
+                object,
+                version,
+            } = action
+            else {
+                self.settle(std::mem::take(&mut batch)).await;
+                self.act_on(action).await;
+                continue;
+            };
+            if self.config.send_to_linked_only && !self.reconciler.is_connected(&node) {
+                // Another replica serves it, or none: it is brought in
+                // step when it links here.
+                continue;
             }
+            let version = match version {
+                Version::Of(version) => version,
+                Version::Fresh => match fresh {
+                    Some(version) => version,
+                    None => match self.store.next_revision().await {
+                        Ok(version) => *fresh.insert(version),
+                        Err(err) => {
+                            warn!(error = %err, "no revision; the node is brought in step later");
+                            self.reconciler.sent(&node, op, &key, 0, false);
+                            continue;
+                        }
+                    },
+                },
+            };
+            if key.kind == Kind::Pod && op != Op::Delete {
+                self.tolerations.lengthen_if_needed(&key, &object);
+            }
+            let queued = self
+                .queue_resource(&node, op, &key.edge_resource(), &object, version)
+                .await;
+            batch.sends.push((node, op, key, version, queued));
+            if batch.sends.len() >= SEND_BATCH {
+                self.settle(std::mem::take(&mut batch)).await;
+            }
+        }
+        self.settle(batch).await;
+    }
+
+    /// Awaits the commits of a batch of sends and tells the reconciler
+    /// what became of each, in order.
+    async fn settle(&mut self, batch: SendBatch) {
+        if batch.sends.is_empty() {
+            return;
+        }
+        let size = batch.sends.len() as u64;
+        let outcomes = futures_util::future::join_all(batch.sends.into_iter().map(
+            |(node, op, key, version, queued)| async move {
+                let taken = match queued {
+                    Some(answer) => answer.await,
+                    None => false,
+                };
+                (node, op, key, version, taken)
+            },
+        ))
+        .await;
+        self.count(|c| {
+            c.send_batches += 1;
+            c.batched_sends += size;
+            c.largest_send_batch = c.largest_send_batch.max(size);
+        });
+        for (node, op, key, version, taken) in outcomes {
+            self.reconciler.sent(&node, op, &key, version, taken);
         }
     }
 
-    /// Queues `object` for `node` through cloudhub, which answers once the
-    /// message is persisted in the node's queue; whether it was queued.
-    async fn send(
-        &self,
-        node: &str,
-        op: Op,
-        key: &ObjectKey,
-        object: &Value,
-        version: u64,
-    ) -> bool {
-        self.send_resource(node, op, &key.edge_resource(), object, version)
-            .await
+    /// Carries out one action that is not a send.
+    async fn act_on(&mut self, action: Action) {
+        match action {
+            Action::Send { .. } => {
+                // Sends are batched by `act`.
+                Box::pin(self.act(vec![action])).await;
+            }
+            Action::Membership {
+                node,
+                device,
+                object,
+                joined,
+            } => self.send_membership(&node, &device, &object, joined).await,
+            Action::AskInventory { node } => self.ask_inventory(&node),
+            Action::ReadCursor { node, session } => self.read_cursor(&node, session),
+            Action::UpdateNode { node } => self.update_node(&node, None).await,
+            Action::FinishDeletion { key, uid } => {
+                match self.store.finish_deletion(&key, uid.as_deref()).await {
+                    Ok(()) => info!(%key, "deletion finished: its node holds it"),
+                    Err(err) => warn!(%key, error = %err, "deletion not finished"),
+                }
+            }
+        }
     }
 
     /// Tells KubeEdge node `node` that `device` joined or left its
@@ -896,15 +961,18 @@ impl Controller {
         }
     }
 
-    /// Like [`Controller::send`], for any resource at the edge.
-    async fn send_resource(
+    /// Queues `object` for `node` through cloudhub (in the order of the
+    /// calls); the answer, once cloudhub has persisted it or refused, is
+    /// awaited apart: whether the node's queue took it. `None`: it never
+    /// reached cloudhub.
+    async fn queue_resource(
         &self,
         node: &str,
         op: Op,
         key: &EdgeResource,
         object: &Value,
         version: u64,
-    ) -> bool {
+    ) -> Option<futures_util::future::BoxFuture<'static, bool>> {
         let resource = key.on_node(node).to_string();
         // Devices and models come from the devicecontroller, as in
         // KubeEdge: a KubeEdge edge's metamanager hands an object to its
@@ -917,118 +985,40 @@ impl Controller {
             .build_router(source, group::RESOURCE, resource, op.operation())
             .with_resource_version(version.to_string())
             .with_content(object.clone());
-        let refused = match self
+        let report = {
+            let (node, key, counts) = (node.to_owned(), key.clone(), self.counts.clone());
+            move |refused: Option<String>| match refused {
+                None => {
+                    debug!(%node, %key, ?op, version, "sent to the node");
+                    counts.send_modify(|c| c.sent += 1);
+                    true
+                }
+                Some(reason) => {
+                    warn!(%node, %key, ?op, %reason, "cloudhub did not take a message for a node");
+                    counts.send_modify(|c| c.send_failures += 1);
+                    false
+                }
+            }
+        };
+        match self
             .hive
-            .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
+            .send_sync_queued(module::CLOUDHUB, msg, self.config.send_timeout)
             .await
         {
-            Ok(reply) if reply.operation() == operation::ERROR => Some(reply.content().to_string()),
-            Ok(_) => None,
-            Err(err) => Some(err.to_string()),
-        };
-        match refused {
-            None => {
-                debug!(%node, %key, ?op, version, "sent to the node");
-                self.count(|c| c.sent += 1);
-                true
-            }
-            Some(reason) => {
-                warn!(%node, %key, ?op, %reason, "cloudhub did not take a message for a node");
-                self.count(|c| c.send_failures += 1);
-                false
-            }
-        }
-    }
-
-    /// Lengthens a pod's default tolerations of an offline node to the
-    /// configured window, where the desired state evicts; the pod as
-    /// stored, if it was written.
-    async fn keep_offline(&self, key: &ObjectKey, pod: &Value) -> Option<Value> {
-        if !self.store.evicts() {
-            return None;
-        }
-        let lengthened = eviction::lengthened(pod, self.config.offline_grace)?;
-        match self.store.replace(lengthened).await {
-            Ok(stored) => {
-                debug!(pod = %key, "offline tolerations lengthened");
-                Some(stored)
-            }
-            // Changed meanwhile: its next change comes here again.
+            Ok(answer) => Some(Box::pin(async move {
+                let refused = match answer.await {
+                    Ok(reply) if reply.operation() == operation::ERROR => {
+                        Some(reply.content().to_string())
+                    }
+                    Ok(_) => None,
+                    Err(err) => Some(err.to_string()),
+                };
+                report(refused)
+            })),
             Err(err) => {
-                debug!(pod = %key, error = %err, "offline tolerations not lengthened");
+                report(Some(err.to_string()));
                 None
             }
-        }
-    }
-
-    /// Issues the service account tokens `pod` needs and sends each to
-    /// `node`, then keeps them fresh.
-    async fn issue_tokens(&mut self, key: &ObjectKey, node: &str, pod: &Value) {
-        let sources = tokens::sources(pod);
-        let now = std::time::Instant::now();
-        if sources.is_empty() || self.tokens.fresh(key, node, pod, now) {
-            return;
-        }
-        let mut due = None::<std::time::Instant>;
-        for source in sources {
-            let renew = match self.store.request_token(source.request.clone()).await {
-                Ok(status) => {
-                    let object = tokens::token_object(&source, status);
-                    let resource = EdgeResource::new(
-                        source.request.namespace.as_str(),
-                        resource_type::SERVICE_ACCOUNT_TOKEN,
-                        source.name.as_str(),
-                    );
-                    match self
-                        .send_resource(node, Op::Update, &resource, &object, token_version())
-                        .await
-                    {
-                        true => tokens::renew_at(now, source.request.expiration_seconds),
-                        false => now + tokens::RETRY,
-                    }
-                }
-                Err(DesiredError::Unsupported(what)) => {
-                    // Never to be had here: not asked for again.
-                    warn!(pod = %key, %what, "the pod's service account token cannot be issued");
-                    return;
-                }
-                Err(err) => {
-                    warn!(pod = %key, error = %err, "service account token not issued; trying again");
-                    now + tokens::RETRY
-                }
-            };
-            due = Some(due.map_or(renew, |due| due.min(renew)));
-        }
-        if let Some(due) = due {
-            self.tokens.follow(key.clone(), node, pod.clone(), due);
-        }
-    }
-
-    /// Renews the tokens that are due (of `node`'s pods only, if given).
-    async fn renew_tokens(&mut self, node: Option<&str>) {
-        let due = self.tokens.due(std::time::Instant::now());
-        for (key, bound, pod) in due {
-            if node.is_some_and(|node| node != bound) || !self.reconciler.is_connected(&bound) {
-                continue;
-            }
-            self.issue_tokens(&key, &bound, &pod).await;
-        }
-    }
-
-    /// Withdraws a deleted pod's tokens from its node.
-    async fn withdraw_tokens(&mut self, key: &ObjectKey) {
-        let Some((node, sources)) = self.tokens.forget(key) else {
-            return;
-        };
-        for source in sources {
-            let resource = EdgeResource::new(
-                source.request.namespace.as_str(),
-                resource_type::SERVICE_ACCOUNT_TOKEN,
-                source.name.as_str(),
-            );
-            let object = tokens::token_object(&source, Value::Null);
-            self.send_resource(&node, Op::Delete, &resource, &object, token_version())
-                .await;
         }
     }
 
@@ -1128,7 +1118,6 @@ impl Controller {
                     };
                     let actions = self.reconciler.connected(&node, dialect, &self.store);
                     self.act(actions).await;
-                    self.renew_tokens(Some(&node)).await;
                     return;
                 }
                 // Served by another replica now: nothing to say of it here.
@@ -1738,6 +1727,14 @@ impl Controller {
         };
         if let (Some(endpoint), None) = (&self.config.kubelet_endpoint, at) {
             endpoint.apply(&mut status);
+        }
+        if !self.reconciler.is_kubeedge(node) {
+            // Before its edged reports (or with edged off), kubectl still
+            // shows which edgehive serves the node.
+            let info = status.node_info.get_or_insert_with(Default::default);
+            if info.kubelet_version.is_empty() {
+                info.kubelet_version = apis::KUBELET_VERSION.to_owned();
+            }
         }
         let ready = self.reconciler.ready_condition(node, now());
         let conditions = status.conditions.get_or_insert_with(Vec::new);
