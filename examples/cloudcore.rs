@@ -1046,10 +1046,19 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                 (hive.clone(), hub.stats.clone(), controller.store().clone());
             let claim_counts = claims.as_ref().map(Claims::counts);
             let cursor_counts = cursors.as_ref().map(CursorWriter::counts);
+            let controller_counts = controller.counts.clone();
+            let api_requests = match &desired {
+                Desired::Kubernetes(store) => Some(store.api_requests().clone()),
+                _ => None,
+            };
             let render: metrics::Render = Arc::new(move || {
                 let mut page = metrics::Exposition::default();
                 page.hive(&hive);
                 page.cloudhub(&stats);
+                page.controller(&controller_counts.borrow());
+                if let Some(requests) = &api_requests {
+                    page.api_requests(requests);
+                }
                 if let Some(counts) = &claim_counts {
                     let c = counts.borrow().clone();
                     page.gauge(

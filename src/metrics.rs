@@ -101,6 +101,78 @@ impl Exposition {
         );
     }
 
+    /// The edgecontroller's counters: messages queued for nodes, and how
+    /// they were batched at cloudhub.
+    pub fn controller(&mut self, counts: &cloud::controller::ControllerCounts) {
+        self.counter(
+            "edgehive_controller_sent_total",
+            "Messages the edgecontroller queued for nodes.",
+            &[],
+            counts.sent,
+        );
+        self.counter(
+            "edgehive_controller_send_failures_total",
+            "Messages cloudhub did not take.",
+            &[],
+            counts.send_failures,
+        );
+        self.counter(
+            "edgehive_controller_send_batches_total",
+            "Batches of messages queued at cloudhub and awaited together.",
+            &[],
+            counts.send_batches,
+        );
+        self.counter(
+            "edgehive_controller_batched_sends_total",
+            "Messages in those batches (over the batches: the mean batch size).",
+            &[],
+            counts.batched_sends,
+        );
+        self.gauge(
+            "edgehive_controller_largest_send_batch",
+            "The largest batch of sends so far.",
+            &[],
+            counts.largest_send_batch,
+        );
+        self.counter(
+            "edgehive_controller_watch_events_total",
+            "Watch events of the desired state handled.",
+            &[],
+            counts.watch_events,
+        );
+        self.counter(
+            "edgehive_controller_tolerations_written_total",
+            "Pods whose offline tolerations the controller wrote (admission had not lengthened them).",
+            &[],
+            counts.tolerations_written,
+        );
+        self.counter(
+            "edgehive_controller_leases_renewed_total",
+            "Node heartbeat Leases renewed.",
+            &[],
+            counts.leases_renewed,
+        );
+    }
+
+    /// What cloudcore asked of the API server, by verb and resource, and
+    /// the answers that told it to slow down.
+    pub fn api_requests(&mut self, requests: &cloud::desired::api_requests::ApiRequests) {
+        for (verb, resource, count) in requests.snapshot() {
+            self.counter(
+                "edgehive_apiserver_requests_total",
+                "Requests to the Kubernetes API server, by verb and resource.",
+                &[("verb", verb), ("resource", &resource)],
+                count,
+            );
+        }
+        self.counter(
+            "edgehive_apiserver_throttled_total",
+            "Answers 429 Too Many Requests from the API server.",
+            &[],
+            requests.throttled(),
+        );
+    }
+
     /// cloudhub's counters: nodes connected, acks pending, traffic.
     pub fn cloudhub(&mut self, stats: &HubStats) {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);

@@ -31,3 +31,9 @@ pub mod streams;
 pub mod twin;
 
 pub use kinds::{Kind, ObjectKey};
+
+/// The kubelet version an edgehive edge reports in its Node's
+/// `nodeInfo.kubeletVersion` (kubectl's VERSION column): the Kubernetes
+/// API it serves, then edgehive's own version, as KubeEdge reports
+/// `v1.31.12-kubeedge-v1.23.0`.
+pub const KUBELET_VERSION: &str = concat!("v1.34.0-edgehive-v", env!("CARGO_PKG_VERSION"));

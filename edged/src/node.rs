@@ -137,7 +137,7 @@ impl NodeReporter {
                 container_runtime_version: runtime_version,
                 kernel_version: read("/proc/sys/kernel/osrelease"),
                 kube_proxy_version: String::new(),
-                kubelet_version: format!("edgehive-{}", env!("CARGO_PKG_VERSION")),
+                kubelet_version: apis::KUBELET_VERSION.to_owned(),
                 machine_id: read("/etc/machine-id"),
                 operating_system: "linux".to_owned(),
                 os_image: os_image(),

@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use apis::kinds::{Kind, ObjectKey};
 
+use super::api_requests::ApiRequests;
 use super::feed::Feed;
 use super::{DesiredError, DesiredState, StoreFuture, WatchStream, revision_of, stub};
 
@@ -84,6 +85,17 @@ impl KubeAccess {
     /// An API client with this access.
     pub async fn client(&self) -> Result<Client, DesiredError> {
         Client::try_from(self.config().await?).map_err(backend)
+    }
+
+    /// An API client with this access whose requests are counted in
+    /// `requests`.
+    pub async fn counted_client(
+        &self,
+        requests: &Arc<ApiRequests>,
+    ) -> Result<Client, DesiredError> {
+        let builder =
+            kube::client::ClientBuilder::try_from(self.config().await?).map_err(backend)?;
+        Ok(builder.with_layer(&requests.layer()).build())
     }
 
     /// Whether this process runs in a Kubernetes pod with a service
@@ -171,6 +183,8 @@ pub struct KubernetesStore {
     mirror: Arc<Mirror>,
     namespace: String,
     tasks: Vec<JoinHandle<()>>,
+    /// Requests the client made, by verb and resource.
+    requests: Arc<ApiRequests>,
 }
 
 impl Drop for KubernetesStore {
@@ -252,12 +266,18 @@ pub(crate) fn dynamic(object: &Value) -> Result<DynamicObject, DesiredError> {
 impl KubernetesStore {
     /// Connects to the API server, starts the watches and waits for their
     /// first lists.
+    /// Every request to the API server is counted (see
+    /// [`KubernetesStore::api_requests`]).
     pub async fn connect(config: KubernetesConfig) -> Result<Self, DesiredError> {
-        let client = config.access.client().await?;
-        Self::start(client, config).await
+        let requests = Arc::new(ApiRequests::default());
+        let client = config.access.counted_client(&requests).await?;
+        let mut store = Self::start(client, config).await?;
+        store.requests = requests;
+        Ok(store)
     }
 
-    /// Starts the backend on `client`.
+    /// Starts the backend on `client` (its requests are counted only if
+    /// the client was made to: see [`KubeAccess::counted_client`]).
     pub async fn start(client: Client, config: KubernetesConfig) -> Result<Self, DesiredError> {
         ensure_namespace(&client, &config.namespace).await?;
         let mirror = Arc::new(Mirror {
@@ -276,6 +296,7 @@ impl KubernetesStore {
             mirror,
             namespace: config.namespace,
             tasks,
+            requests: Arc::default(),
         };
         let synced = async {
             loop {
@@ -312,6 +333,12 @@ impl KubernetesStore {
     /// The API client.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// What this store's client asked of the API server, by verb and
+    /// resource (every module that uses [`KubernetesStore::client`]).
+    pub fn api_requests(&self) -> &Arc<ApiRequests> {
+        &self.requests
     }
 
     fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {

@@ -28,6 +28,8 @@
 //! kube-apiserver for everything an edge sees, filling in the API server's
 //! defaults ([`apis::defaults`]).
 
+#[cfg(feature = "kubernetes")]
+pub mod api_requests;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
