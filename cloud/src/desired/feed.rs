@@ -6,14 +6,22 @@
 //! Both backends serve their watches from one: the embedded store
 //! publishes each committed write, the Kubernetes backend what its own
 //! watches of the API server bring.
+//!
+//! The window is compacted by object: a change supersedes the one before
+//! it of the same object, unless that was a deletion (a watcher resuming
+//! from an older revision sees each object's newest state, and every
+//! deletion). Watchers here act on the newest state only (the
+//! edgecontroller's reconciler), and churn on the same objects does not
+//! grow the window: it holds at most one change per object changed since
+//! the oldest it covers, and at most `capacity` in all.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::StreamExt;
 use tokio::sync::broadcast;
 
-use apis::kinds::Kind;
+use apis::kinds::{Kind, ObjectKey};
 
 use super::{DesiredError, WatchEvent, WatchStream};
 
@@ -30,10 +38,47 @@ const LIVE: usize = 4096;
 
 /// One kind's recent changes.
 struct Window {
-    /// Every change after this revision is in `changes`.
+    /// Every object's newest change after this revision is in `changes`.
     complete_after: u64,
-    changes: VecDeque<Arc<WatchEvent>>,
+    /// By revision, then by arrival (revisions of one kind are unique in
+    /// every backend; the count keeps two apart if not).
+    changes: BTreeMap<(u64, u64), Arc<WatchEvent>>,
+    /// Where each object's newest change that is not a deletion sits in
+    /// `changes` (the one a newer change supersedes).
+    newest: HashMap<ObjectKey, (u64, u64)>,
+    arrivals: u64,
     live: broadcast::Sender<Arc<Change>>,
+}
+
+impl Window {
+    fn push(&mut self, event: Arc<WatchEvent>, capacity: usize) {
+        let key = ObjectKey::of(event.object());
+        if let Some(superseded) = key.as_ref().and_then(|key| self.newest.remove(key)) {
+            self.changes.remove(&superseded);
+        }
+        self.arrivals += 1;
+        let at = (event.revision(), self.arrivals);
+        if let (Some(key), false) = (key, matches!(*event, WatchEvent::Deleted(_))) {
+            self.newest.insert(key, at);
+        }
+        self.changes.insert(at, event);
+        while self.changes.len() > capacity {
+            let Some((_, oldest)) = self.changes.pop_first() else {
+                break;
+            };
+            self.complete_after = oldest.revision();
+            if let Some(key) = ObjectKey::of(oldest.object())
+                && self.newest.get(&key).is_some_and(|(revision, _)| *revision == oldest.revision())
+            {
+                self.newest.remove(&key);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.changes.clear();
+        self.newest.clear();
+    }
 }
 
 /// Recent changes per kind, for watches.
@@ -52,7 +97,9 @@ impl Feed {
             .map(|kind| {
                 let window = Window {
                     complete_after: revision,
-                    changes: VecDeque::new(),
+                    changes: BTreeMap::new(),
+                    newest: HashMap::new(),
+                    arrivals: 0,
                     // A watcher that falls this far behind lists again.
                     live: broadcast::channel(capacity.min(LIVE)).0,
                 };
@@ -73,12 +120,7 @@ impl Feed {
                 continue;
             };
             let event = Arc::new(event);
-            if window.changes.len() == self.capacity
-                && let Some(oldest) = window.changes.pop_front()
-            {
-                window.complete_after = oldest.revision();
-            }
-            window.changes.push_back(event.clone());
+            window.push(event.clone(), self.capacity);
             // Sent while the window is locked, so a watch that subscribed
             // and then read the window sees each change once.
             let _ = window.live.send(Arc::new(Change::Event(event)));
@@ -90,7 +132,7 @@ impl Feed {
     pub fn reset(&self, kind: Kind, revision: u64) {
         let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(window) = windows.get_mut(&kind) {
-            window.changes.clear();
+            window.clear();
             window.complete_after = revision;
             let _ = window.live.send(Arc::new(Change::Reset));
         }
@@ -108,9 +150,8 @@ impl Feed {
             }
             let replay: Vec<WatchEvent> = window
                 .changes
-                .iter()
-                .filter(|event| event.revision() > since)
-                .map(|event| WatchEvent::clone(event))
+                .range((since.saturating_add(1), 0)..)
+                .map(|(_, event)| WatchEvent::clone(event))
                 .collect();
             (window.live.subscribe(), replay)
         };
@@ -139,5 +180,79 @@ impl Feed {
             }
         });
         Ok(replayed.chain(following).boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(name: &str, revision: u64) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "a", "resourceVersion": revision.to_string()}})
+    }
+
+    async fn replayed(feed: &Feed, since: u64) -> Vec<(String, u64)> {
+        let mut watch = feed.watch(Kind::ConfigMap, since).expect("watch");
+        let mut seen = Vec::new();
+        while let Some(Some(Ok(event))) =
+            futures_util::FutureExt::now_or_never(watch.next())
+        {
+            let kind = match &event {
+                WatchEvent::Added(_) => "added",
+                WatchEvent::Modified(_) => "modified",
+                WatchEvent::Deleted(_) => "deleted",
+            };
+            let name = event.object()["metadata"]["name"].as_str().unwrap_or_default();
+            seen.push((format!("{kind} {name}"), event.revision()));
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_change_supersedes_the_one_before_of_the_same_object_but_not_a_deletion() {
+        let feed = Feed::new(100, 0);
+        feed.publish([
+            (Kind::ConfigMap, WatchEvent::Added(cm("x", 1))),
+            (Kind::ConfigMap, WatchEvent::Added(cm("y", 2))),
+            (Kind::ConfigMap, WatchEvent::Modified(cm("x", 3))),
+            (Kind::ConfigMap, WatchEvent::Deleted(cm("y", 4))),
+            (Kind::ConfigMap, WatchEvent::Added(cm("y", 5))),
+            (Kind::ConfigMap, WatchEvent::Modified(cm("x", 6))),
+        ]);
+        assert_eq!(
+            replayed(&feed, 0).await,
+            vec![
+                ("deleted y".to_owned(), 4),
+                ("added y".to_owned(), 5),
+                ("modified x".to_owned(), 6)
+            ]
+        );
+        assert_eq!(replayed(&feed, 5).await, vec![("modified x".to_owned(), 6)]);
+    }
+
+    #[tokio::test]
+    async fn churn_on_the_same_objects_keeps_the_window_small_and_complete() {
+        let feed = Feed::new(10, 0);
+        for round in 0..100u64 {
+            for (i, name) in ["a", "b", "c"].iter().enumerate() {
+                let revision = round * 3 + i as u64 + 1;
+                feed.publish([(Kind::ConfigMap, WatchEvent::Modified(cm(name, revision)))]);
+            }
+        }
+        // Three objects: three changes held, and a watch from the start
+        // is still served (nothing it needs was dropped).
+        assert_eq!(replayed(&feed, 0).await.len(), 3);
+        // Past the capacity of distinct objects, the oldest go, and a
+        // watch from before them must list again.
+        for i in 0..20u64 {
+            feed.publish([(Kind::ConfigMap, WatchEvent::Added(cm(&format!("n{i}"), 1_000 + i)))]);
+        }
+        assert!(matches!(
+            feed.watch(Kind::ConfigMap, 0),
+            Err(DesiredError::Gone { .. })
+        ));
+        assert_eq!(replayed(&feed, 1_009).await.len(), 10);
     }
 }
