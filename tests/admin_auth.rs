@@ -2,7 +2,8 @@
 //! HTTPS writing its admin's kubeconfig at first start, edgehivectl
 //! reading kubeconfigs (client certificates, bearer tokens), a viewer
 //! refused what it may not do (403), strangers refused (401), a pod on
-//! containerd through CRI at an edge for the logs and exec.
+//! containerd through CRI at an edge for the logs and exec (removed from
+//! containerd when the test ends, passed or failed: its test node).
 #![cfg(feature = "cli")]
 
 use std::process::Command;
@@ -12,7 +13,8 @@ use cloud::AdminClient;
 use cloud::admin::kubeconfig::{AuthInfo, Kubeconfig, NamedUser};
 use serde_json::Value;
 use support::{
-    cri_socket, free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, until,
+    cri_socket, free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, test_node,
+    until,
 };
 
 mod support;
@@ -83,7 +85,9 @@ fn token(token: &str) -> Option<AuthInfo> {
 
 #[test]
 fn the_admin_api_knows_its_callers_and_their_roles() {
-    let node = "adminauth-1".to_owned();
+    // Declared first, dropped last: after the edge, its pods are removed.
+    let node_guard = test_node("adminauth");
+    let node = node_guard.name().to_owned();
     let dir = tempfile_dir("adminauth");
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));

@@ -10,7 +10,8 @@
 //! inside the container; a device's desired value reaches the mapper and its
 //! reported value the cloud, through MQTT; the pod's deletion leaves nothing
 //! in containerd; an edge presenting another node's name is refused. The
-//! same again with edgecore speaking KubeEdge's dialect.
+//! same again with edgecore speaking KubeEdge's dialect. A failed run's
+//! pod is removed from containerd when the test ends (its test node).
 #![cfg(feature = "cli")]
 
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use edged::Cri;
 use edged::cri::api;
 use serde_json::Value;
-use support::{Process, cri_socket, ctl, free_address, join_node, tempfile_dir, until};
+use support::{Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until};
 
 mod support;
 
@@ -163,7 +164,9 @@ fn the_system_end_to_end(transport: &str) {
     let cloudcore = env!("CARGO_BIN_EXE_cloudcore");
     let edgecore = env!("CARGO_BIN_EXE_edgecore");
     let mapper = env!("CARGO_BIN_EXE_edgehive-mapper");
-    let node = format!("e2e-{transport}");
+    // Declared first, dropped last: after the edge, its pods are removed.
+    let node_guard = test_node(&format!("e2e-{transport}"));
+    let node = node_guard.name().to_owned();
     let dir = tempfile_dir(&node);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -14,6 +14,8 @@
 //! on containerd and reports Running with its IP, a killed edgecore turns
 //! the node NotReady with its pods kept, and a `kubectl delete` made while
 //! the edge is away is finished when it returns, once the edge holds it.
+//! A test whose edge runs pods names its node with a test node: its pods
+//! are removed from containerd when the test ends, passed or failed.
 #![cfg(feature = "cli")]
 
 use std::collections::BTreeMap;
@@ -21,8 +23,9 @@ use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
 
+use edged::testing::TestNode;
 use serde_json::Value;
-use support::{Process, free_address, join_node, share_ca, tempfile_dir, until};
+use support::{Process, free_address, join_node, share_ca, tempfile_dir, test_node, until};
 
 mod support;
 
@@ -68,8 +71,7 @@ fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
 }
 
 fn cri_socket() -> String {
-    std::env::var("EDGEHIVE_CRI_SOCKET")
-        .unwrap_or_else(|_| "/run/edgehive/containerd/containerd.sock".to_owned())
+    support::cri_socket().display().to_string()
 }
 
 /// A cloudcore on the cluster and a joined edgecore.
@@ -88,6 +90,9 @@ struct Cluster {
     stream: String,
     /// cloudcore's resource metrics API (metrics.k8s.io).
     metrics_server: String,
+    /// With pods, the node's test node. Last: dropped after the edge, it
+    /// removes the node's pods.
+    _node_pods: Option<TestNode>,
 }
 
 impl Cluster {
@@ -98,7 +103,12 @@ impl Cluster {
     /// With `pods` false the edge runs no pods (no edged): it only holds
     /// what it is sent, which its MetaServer shows.
     fn start_with(kubeconfig: String, name: &str, dialect: &str, pods: bool) -> Cluster {
-        let node = format!("{name}-{}", std::process::id());
+        // Declared first: if the start fails, dropped after the edge.
+        let node_pods = pods.then(|| test_node(name));
+        let node = match &node_pods {
+            Some(test_node) => test_node.name().to_owned(),
+            None => format!("{name}-{}", std::process::id()),
+        };
         let namespace = format!("edgehive-test-{}", std::process::id());
         let dir = tempfile_dir(&node);
         let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
@@ -188,6 +198,7 @@ impl Cluster {
             namespace,
             stream,
             metrics_server,
+            _node_pods: node_pods,
         };
         cluster.start_edge();
         cluster
@@ -1097,7 +1108,9 @@ fn a_replica_on_the_api_server_forwards_streams_and_metrics_to_the_holder() {
         return;
     };
     let id = std::process::id();
-    let node = format!("eh-forward-{id}");
+    // Declared first, dropped last: after the edge, its pods are removed.
+    let node_guard = test_node("eh-forward");
+    let node = node_guard.name().to_owned();
     let namespace = format!("edgehive-forward-{id}");
     let dir = tempfile_dir(&node);
     let (a_dir, b_dir, edge_dir) = (

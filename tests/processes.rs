@@ -2,12 +2,13 @@
 //! token, connect with mutual TLS, a frozen edgecore (SIGSTOP) dropped by
 //! the cloud within two keepalive intervals, reconnect after SIGCONT, clean
 //! SIGTERM; a manifest applied with edgehivectl reaching the edge's
-//! MetaServer, and its deletion too.
+//! MetaServer, and its deletion too (the pod removed from containerd when
+//! the test ends, passed or failed: its test node).
 #![cfg(feature = "cli")]
 
 use std::time::{Duration, Instant};
 
-use support::{Process, ctl, free_address, join_node, tempfile_dir, until};
+use support::{Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until};
 
 mod support;
 
@@ -43,6 +44,7 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     let cloud_metrics = free_address();
     let edge_metrics = free_address();
     let keepalive = keepalive_secs.to_string();
+    let socket = cri_socket().display().to_string();
 
     let cloud_args: Vec<String> = [
         "--data-dir",
@@ -86,6 +88,8 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
             &edge_metrics,
             "--keepalive-secs",
             &keepalive,
+            "--cri-socket",
+            &socket,
         ],
     );
     cloud.wait_for(
@@ -132,7 +136,10 @@ fn join_connect_and_a_frozen_edge_is_dropped_then_returns() {
 #[test]
 fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     use futures_util::StreamExt;
-    let pair = start_pair("ctl", "edge-ctl", CALM_KEEPALIVE_SECS);
+    // Declared first, dropped last: after the edge, its pods are removed.
+    let node_guard = test_node("ctl");
+    let node = node_guard.name();
+    let pair = start_pair("ctl", node, CALM_KEEPALIVE_SECS);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -146,7 +153,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     let manifest = format!("{}/web.yaml", pair.dir);
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-conf\ndata:\n  greeting: hello\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: edge-ctl\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: web\n    image: 127.0.0.1:5000/busybox:latest\n    command: [sh, -c, \"echo $greeting from the pod; trap 'exit 0' TERM; while true; do sleep 1; done\"]\n    envFrom:\n    - configMapRef:\n        name: web-conf\n",
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-conf\ndata:\n  greeting: hello\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: web\n    image: 127.0.0.1:5000/busybox:latest\n    command: [sh, -c, \"echo $greeting from the pod; trap 'exit 0' TERM; while true; do sleep 1; done\"]\n    envFrom:\n    - configMapRef:\n        name: web-conf\n"),
     )
     .expect("manifest");
     let (ok, out, err) = ctl(&pair.admin, &["apply", "-f", &manifest]);
@@ -161,7 +168,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     };
     let event: serde_json::Value = next(&mut events).expect("json");
     assert_eq!(event["type"], "ADDED");
-    assert_eq!(event["object"]["spec"]["nodeName"], "edge-ctl");
+    assert_eq!(event["object"]["spec"]["nodeName"], node);
     let cm = runtime
         .block_on(metaserver.get("/api/v1/namespaces/default/configmaps/web-conf"))
         .expect("the configmap came with the pod");
@@ -196,7 +203,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
             && row.starts_with("web ")
             && row.contains("1/1")
             && row.contains("Running")
-            && row.ends_with("edge-ctl"),
+            && row.ends_with(node),
         "{out}"
     );
     // Both sides' metrics say so.
@@ -233,7 +240,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
 
     let (ok, out, _) = ctl(&pair.admin, &["get", "nodes"]);
     assert!(
-        ok && out.contains("edge-ctl") && out.contains("Ready") && out.contains("edgehive-"),
+        ok && out.contains(node) && out.contains("Ready") && out.contains("edgehive-"),
         "{out}"
     );
     let (ok, out, _) = ctl(&pair.admin, &["get", "cm", "-o", "yaml"]);
@@ -244,7 +251,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
     let (ok, out, _) = ctl(&pair.admin, &["describe", "pod", "web"]);
     assert!(
         ok && out.contains("Node:")
-            && out.contains("edge-ctl")
+            && out.contains(node)
             && out.contains("State:")
             && out.contains("running"),
         "{out}"

@@ -6,7 +6,9 @@
 //! edge linked to a: metrics lists through either replica hold both
 //! nodes); a viewer
 //! is refused exec at a (authorization stays at the first replica). Once
-//! b is SIGKILLed and a takes the node over, a answers directly.
+//! b is SIGKILLed and a takes the node over, a answers directly. The
+//! edge's pods are removed from containerd when the test ends, passed or
+//! failed (its test node).
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
@@ -17,14 +19,10 @@ use etcd::testing::Cluster;
 use serde_json::Value;
 use support::{
     Process, cri_socket, fetch, free_address, join_node, share_ca, start_cloudcore, start_edgecore,
-    tempfile_dir, until,
+    tempfile_dir, test_node, until,
 };
 
 mod support;
-
-const NODE: &str = "edge-peers";
-/// A second node, linked to replica a (no pods): lists cover both.
-const NODE2: &str = "edge-peers-2";
 
 /// A replica with its admin API over HTTPS (its kubeconfig in its data
 /// dir): the process, cloudhub's and the admin API's addresses, the
@@ -116,8 +114,10 @@ fn port_forward_through(kubeconfig: &str, server: &str) {
 }
 
 /// Through `server`: the pod's log, an exec's output and exit code, the
-/// pod in `top pods` and the node in `top nodes`.
-fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
+/// pod in `top pods` and both nodes (the pod's, then the other) in `top
+/// nodes`.
+fn streams_and_metrics_through(kubeconfig: &str, server: &str, nodes: [&str; 2]) {
+    let [node, node2] = nodes;
     let (code, out, err) = ctl(kubeconfig, server, &["logs", "talker", "--tail", "5"]);
     assert_eq!(code, 0, "logs through {server}: {err}");
     assert!(out.lines().any(|l| l.starts_with("line ")), "{out}");
@@ -153,7 +153,7 @@ fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
     println!("top pods through {server}:\n{pods}");
     let nodes = until("the node in top nodes", || {
         let (code, out, _) = ctl(kubeconfig, server, &["top", "nodes"]);
-        (code == 0 && out.contains(&format!("{NODE} ")) && out.contains(NODE2)).then_some(out)
+        (code == 0 && out.contains(&format!("{node} ")) && out.contains(node2)).then_some(out)
     });
     println!("top nodes through {server}:\n{nodes}");
     let (code, out, err) = ctl(kubeconfig, server, &["top", "pod", "talker"]);
@@ -163,6 +163,12 @@ fn streams_and_metrics_through(kubeconfig: &str, server: &str) {
 
 #[test]
 fn a_replica_forwards_streams_and_metrics_to_the_one_holding_the_node() {
+    // Declared first, dropped last: after the edges, their pods are removed.
+    // The node with the pods, and a second one linked to replica a (no
+    // pods): lists cover both.
+    let (node_guard, node2_guard) = (test_node("peers"), test_node("peers-2"));
+    let nodes = [node_guard.name(), node2_guard.name()];
+    let [node, node2] = nodes;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -182,7 +188,7 @@ fn a_replica_forwards_streams_and_metrics_to_the_one_holding_the_node() {
     let kubeconfig = format!("{a_dir}/admin.kubeconfig");
 
     // The edge dials b first: b holds the node.
-    join_node(&a_dir, &certs, NODE, &edge_dir);
+    join_node(&a_dir, &certs, node, &edge_dir);
     let socket = cri_socket().display().to_string();
     let edge = start_edgecore(
         &edge_dir,
@@ -199,12 +205,12 @@ fn a_replica_forwards_streams_and_metrics_to_the_one_holding_the_node() {
         ],
     );
     b.wait_for(
-        &format!("node connected node={NODE}"),
+        &format!("node connected node={node}"),
         Duration::from_secs(30),
     );
     // A second edge, dialing a first: each replica holds one node.
     let edge2_dir = format!("{dir}/edge2");
-    join_node(&a_dir, &certs, NODE2, &edge2_dir);
+    join_node(&a_dir, &certs, node2, &edge2_dir);
     let edge2 = start_edgecore(
         &edge2_dir,
         &format!("{a_hub},{b_hub}"),
@@ -220,7 +226,7 @@ fn a_replica_forwards_streams_and_metrics_to_the_one_holding_the_node() {
         ],
     );
     a.wait_for(
-        &format!("node connected node={NODE2}"),
+        &format!("node connected node={node2}"),
         Duration::from_secs(30),
     );
     let manifest = format!(
@@ -229,7 +235,7 @@ kind: Pod
 metadata:
   name: talker
 spec:
-  nodeName: {NODE}
+  nodeName: {node}
   terminationGracePeriodSeconds: 1
   containers:
   - name: talker
@@ -241,7 +247,7 @@ kind: Pod
 metadata:
   name: web
 spec:
-  nodeName: {NODE}
+  nodeName: {node}
   terminationGracePeriodSeconds: 1
   containers:
   - name: web
@@ -267,8 +273,8 @@ spec:
 
     // Through a, which does not hold the node (forwarded to b), and
     // through b.
-    streams_and_metrics_through(&kubeconfig, &a_admin);
-    streams_and_metrics_through(&kubeconfig, &b_admin);
+    streams_and_metrics_through(&kubeconfig, &a_admin, nodes);
+    streams_and_metrics_through(&kubeconfig, &b_admin, nodes);
 
     // What the hop costs: `exec true` through a (forwarded) and through b
     // (direct), edgehivectl's start and TLS handshakes included, and a
@@ -357,7 +363,7 @@ spec:
     let (code, out, err) = ctl(&kubeconfig, &a_admin, &["logs", "talker", "--tail", "1"]);
     let refused = code == 1
         && err.contains("ServiceUnavailable")
-        && err.contains("node edge-peers is linked to replica b")
+        && err.contains(&format!("node {node} is linked to replica b"))
         && err.contains("did not answer");
     let answered = code == 0 && out.starts_with("line ");
     assert!(refused || answered, "code {code}: {out}{err}");
@@ -371,14 +377,14 @@ spec:
         }
     );
     a.wait_for(
-        &format!("node connected node={NODE}"),
+        &format!("node connected node={node}"),
         Duration::from_secs(60),
     );
     println!(
         "a serves the node {:?} after b was killed",
         killed.elapsed()
     );
-    streams_and_metrics_through(&kubeconfig, &a_admin);
+    streams_and_metrics_through(&kubeconfig, &a_admin, nodes);
 
     drop(edge);
     drop(edge2);

@@ -5,15 +5,17 @@
 //! replica it is linked to is SIGKILLed, the edge goes on with the other
 //! once the claim ends, keeping everything it acknowledged; a replica
 //! frozen past its claim (SIGSTOP) gives the node up when it wakes and
-//! writes nothing of it.
+//! writes nothing of it. The edge's pods are removed from containerd when
+//! a test ends, passed or failed (its test node).
 #![cfg(feature = "cli")]
 
 use std::time::Duration;
 
+use edged::testing::TestNode;
 use etcd::testing::Cluster;
 use support::{
-    Process, cloudcore_token, ctl, edgecore_join, free_address, join_node, share_ca,
-    start_cloudcore, start_edgecore, tempfile_dir, until,
+    Process, cloudcore_token, cri_socket, ctl, edgecore_join, free_address, join_node, share_ca,
+    start_cloudcore, start_edgecore, tempfile_dir, test_node, until,
 };
 
 mod support;
@@ -90,9 +92,11 @@ struct Ha {
     edge: Process,
     metaserver: String,
     dir: String,
+    /// The edge's node, its own to each test (edged removes pods of its
+    /// node it does not know). Last: dropped after the edge, it removes
+    /// the node's pods.
+    node: TestNode,
 }
-
-const NODE: &str = "edge-ha";
 
 fn start_ha(name: &str) -> Ha {
     start_ha_with(name, CLAIM_TTL_SECS)
@@ -100,6 +104,8 @@ fn start_ha(name: &str) -> Ha {
 
 /// [`start_ha`] with claims that last `ttl_secs` when not given up.
 fn start_ha_with(name: &str, ttl_secs: u64) -> Ha {
+    // Declared first: if the start fails, dropped after the edge.
+    let node = test_node(name);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -119,15 +125,23 @@ fn start_ha_with(name: &str, ttl_secs: u64) -> Ha {
     share_ca(&a_dir, &b_dir);
     let (b, _) = replica(&b_dir, &etcd, "b", ttl_secs);
 
-    join_node(&a_dir, &certs, NODE, &edge_dir);
+    join_node(&a_dir, &certs, node.name(), &edge_dir);
     let metaserver = free_address();
+    let socket = cri_socket().display().to_string();
     let edge = start_edgecore(
         &edge_dir,
         &format!("{},{}", a.hub, b.hub),
-        &["--metaserver", &metaserver, "--keepalive-secs", "2"],
+        &[
+            "--metaserver",
+            &metaserver,
+            "--keepalive-secs",
+            "2",
+            "--cri-socket",
+            &socket,
+        ],
     );
     a.process.wait_for(
-        &format!("node connected node={NODE}"),
+        &format!("node connected node={node}"),
         Duration::from_secs(30),
     );
     edge.wait_for("metaserver ready", Duration::from_secs(30));
@@ -139,6 +153,7 @@ fn start_ha_with(name: &str, ttl_secs: u64) -> Ha {
         edge,
         metaserver,
         dir,
+        node,
     }
 }
 
@@ -215,13 +230,13 @@ impl Ha {
 
     /// The Ready condition of the node as the shared desired state has it.
     fn ready(&self, admin: &str) -> Option<String> {
-        node_ready(admin)
+        node_ready(admin, self.node.name())
     }
 }
 
-/// The Ready condition of the node, read through `admin`.
-fn node_ready(admin: &str) -> Option<String> {
-    let (ok, out, _) = ctl(admin, &["get", "node", NODE, "-o", "json"]);
+/// The Ready condition of `node`, read through `admin`.
+fn node_ready(admin: &str, node: &str) -> Option<String> {
+    let (ok, out, _) = ctl(admin, &["get", "node", node, "-o", "json"]);
     let node: serde_json::Value = ok.then(|| serde_json::from_str(&out).ok()).flatten()?;
     node["status"]["conditions"]
         .as_array()?
@@ -234,10 +249,11 @@ fn node_ready(admin: &str) -> Option<String> {
 #[test]
 fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
     let ha = start_ha("replicas-kill");
+    let node = ha.node.name().to_owned();
     let mut events = ha.watch_edge();
 
     // Applied through a, read through b: one desired state.
-    apply(&ha.a.admin, &ha.dir, "before", &pod("before", NODE));
+    apply(&ha.a.admin, &ha.dir, "before", &pod("before", &node));
     ha.arrives(&mut events, "before");
     let (ok, out, _) = ctl(&ha.b.admin, &["get", "pods"]);
     assert!(
@@ -249,7 +265,7 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
     ha.a.process.signal("-KILL");
     let killed = std::time::Instant::now();
     ha.b.process.wait_for(
-        &format!("node connected node={NODE}"),
+        &format!("node connected node={node}"),
         Duration::from_secs(60),
     );
     let failover = killed.elapsed();
@@ -260,7 +276,7 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
         failover < Duration::from_secs(CLAIM_TTL_SECS + 15),
         "{failover:?}"
     );
-    apply(&ha.b.admin, &ha.dir, "after", &pod("after", NODE));
+    apply(&ha.b.admin, &ha.dir, "after", &pod("after", &node));
     ha.arrives(&mut events, "after");
     // Nothing the edge acknowledged from a is gone.
     assert_eq!(ha.held(), ["after", "before"]);
@@ -304,7 +320,7 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
     // that no replica holds one).
     edge.stop();
     until("the node's link down in the shared state", || {
-        (node_ready(&b.admin).as_deref() == Some("Unknown")).then_some(())
+        (node_ready(&b.admin, &node).as_deref() == Some("Unknown")).then_some(())
     });
     b.process.stop();
     drop(cluster);
@@ -315,29 +331,35 @@ fn replicas_share_the_desired_state_and_an_edge_fails_over_to_the_survivor() {
 #[test]
 fn a_frozen_replica_loses_its_node_and_says_nothing_of_it_after() {
     let ha = start_ha("replicas-stop");
+    let node = ha.node.name().to_owned();
     let mut events = ha.watch_edge();
     ha.a.process.signal("-STOP");
     ha.b.process.wait_for(
-        &format!("node connected node={NODE}"),
+        &format!("node connected node={node}"),
         Duration::from_secs(60),
     );
     apply(
         &ha.b.admin,
         &ha.dir,
         "served-by-b",
-        &pod("served-by-b", NODE),
+        &pod("served-by-b", &node),
     );
     ha.arrives(&mut events, "served-by-b");
 
     ha.a.process.signal("-CONT");
     // a lets the node go: its lease is no longer trusted (claims lost),
     // or its dead link to the node ended first (the claim given up).
-    let disconnected = format!("node disconnected node={NODE}");
+    let disconnected = format!("node disconnected node={node}");
     ha.a.process
         .wait_for_any(&["claims lost", &disconnected], Duration::from_secs(30));
     // What a's controller does next comes after its node events: a pod
     // applied through a reaches the edge (through b) only after them.
-    apply(&ha.a.admin, &ha.dir, "after-wake", &pod("after-wake", NODE));
+    apply(
+        &ha.a.admin,
+        &ha.dir,
+        "after-wake",
+        &pod("after-wake", &node),
+    );
     ha.arrives(&mut events, "after-wake");
     assert_eq!(
         ha.ready(&ha.b.admin).as_deref(),
@@ -353,14 +375,15 @@ fn a_frozen_replica_loses_its_node_and_says_nothing_of_it_after() {
 #[test]
 fn without_etcds_quorum_applies_fail_and_the_edge_keeps_what_it_has() {
     let mut ha = start_ha("replicas-quorum");
+    let node = ha.node.name().to_owned();
     let mut events = ha.watch_edge();
-    apply(&ha.a.admin, &ha.dir, "kept", &pod("kept", NODE));
+    apply(&ha.a.admin, &ha.dir, "kept", &pod("kept", &node));
     ha.arrives(&mut events, "kept");
 
     ha.cluster.kill(1);
     ha.cluster.kill(2);
     let path = format!("{}/refused.yaml", ha.dir);
-    std::fs::write(&path, pod("refused", NODE)).expect("manifest");
+    std::fs::write(&path, pod("refused", &node)).expect("manifest");
     let (ok, out, err) = ctl(&ha.a.admin, &["apply", "-f", &path]);
     assert!(!ok, "no apply without a quorum: {out}");
     assert!(err.contains("etcd"), "the error names etcd: {err}");
@@ -374,7 +397,7 @@ fn without_etcds_quorum_applies_fail_and_the_edge_keeps_what_it_has() {
     ha.cluster.restart(1);
     ha.cluster.restart(2);
     ha.runtime.block_on(ha.cluster.wait_ready());
-    apply(&ha.a.admin, &ha.dir, "resumed", &pod("resumed", NODE));
+    apply(&ha.a.admin, &ha.dir, "resumed", &pod("resumed", &node));
     ha.arrives(&mut events, "resumed");
     // The refused apply timed out in etcd: its outcome was unknown, and it
     // may have taken effect once the quorum returned (as with any etcd
@@ -393,22 +416,23 @@ fn without_etcds_quorum_applies_fail_and_the_edge_keeps_what_it_has() {
 fn a_replica_told_to_stop_hands_its_node_over() {
     // Only a hand-over lets b serve the node within a minute.
     let mut ha = start_ha_with("replicas-term", 60);
+    let node = ha.node.name().to_owned();
     let mut events = ha.watch_edge();
-    apply(&ha.a.admin, &ha.dir, "before", &pod("before", NODE));
+    apply(&ha.a.admin, &ha.dir, "before", &pod("before", &node));
     ha.arrives(&mut events, "before");
     let stopping = std::time::Instant::now();
     ha.a.process.terminate();
     ha.a.process
         .wait_for("handing every node over", Duration::from_secs(5));
     ha.b.process.wait_for(
-        &format!("node connected node={NODE}"),
+        &format!("node connected node={node}"),
         Duration::from_secs(30),
     );
     println!(
         "hand-over: the edge linked to replica b {:?} after a was told to stop",
         stopping.elapsed()
     );
-    apply(&ha.b.admin, &ha.dir, "after", &pod("after", NODE));
+    apply(&ha.b.admin, &ha.dir, "after", &pod("after", &node));
     ha.arrives(&mut events, "after");
     assert_eq!(ha.held(), ["after", "before"]);
     ha.stop();
@@ -434,9 +458,10 @@ fn metric(ha: &Ha, replica: &Replica, name: &str) -> u64 {
 #[test]
 fn an_etcd_member_killed_interrupts_nothing() {
     let mut ha = start_ha("replicas-member");
+    let node = ha.node.name().to_owned();
     let mut events = ha.watch_edge();
     ha.cluster.kill(0);
-    apply(&ha.a.admin, &ha.dir, "during", &pod("during", NODE));
+    apply(&ha.a.admin, &ha.dir, "during", &pod("during", &node));
     ha.arrives(&mut events, "during");
     let renewed = metric(&ha, &ha.a, "edgehive_replica_engine_renewals_total");
     until("three more renewals of a's lease", || {
@@ -456,8 +481,9 @@ fn an_etcd_member_killed_interrupts_nothing() {
 #[test]
 fn a_node_left_by_a_dead_replica_that_never_links_again_is_marked_unreachable() {
     let ha = start_ha("replicas-orphan");
+    let node = ha.node.name().to_owned();
     let mut events = ha.watch_edge();
-    apply(&ha.a.admin, &ha.dir, "before", &pod("before", NODE));
+    apply(&ha.a.admin, &ha.dir, "before", &pod("before", &node));
     ha.arrives(&mut events, "before");
     until("b sees the node Ready", || {
         (ha.ready(&ha.b.admin).as_deref() == Some("True")).then_some(())
@@ -476,14 +502,14 @@ fn a_node_left_by_a_dead_replica_that_never_links_again_is_marked_unreachable() 
     edge.signal("-KILL");
     let killed = std::time::Instant::now();
     b.process.wait_for(
-        &format!("node served by no replica marked unreachable node={NODE}"),
+        &format!("node served by no replica marked unreachable node={node}"),
         Duration::from_secs(60),
     );
     println!(
         "orphan: node marked unreachable {:?} after its replica and edge were killed",
         killed.elapsed()
     );
-    let (ok, out, err) = ctl(&b.admin, &["get", "node", NODE, "-o", "json"]);
+    let (ok, out, err) = ctl(&b.admin, &["get", "node", &node, "-o", "json"]);
     assert!(ok, "{err}");
     let node: serde_json::Value = serde_json::from_str(&out).expect("json");
     let status_of = |kind: &str| {

@@ -1,17 +1,19 @@
 //! Streams to edge pods from the cloud, as a user runs them: cloudcore and
 //! edgecore as separate processes, a busybox pod on containerd through CRI
 //! (`scripts/setup-containerd`), edgehivectl talking to cloudcore's admin
-//! API, the bytes going through the node's link.
+//! API, the bytes going through the node's link. The rig's pods are removed
+//! from containerd when the test ends, passed or failed (its test node).
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use edged::testing::TestNode;
 use serde_json::Value;
 use support::{
     Process, cri_socket, ctl, fetch, free_address, join_node, start_cloudcore, start_edgecore,
-    tempfile_dir, until,
+    tempfile_dir, test_node, until,
 };
 
 mod support;
@@ -26,6 +28,8 @@ struct Rig {
     node: String,
     /// edged's local server (its kubelet read-only port).
     edged: String,
+    /// Last: dropped after the edge, it removes the node's pods.
+    _node: TestNode,
 }
 
 fn start(name: &str) -> Rig {
@@ -34,7 +38,9 @@ fn start(name: &str) -> Rig {
 
 /// [`start`] with more edgecore flags.
 fn start_with(name: &str, edge_flags: &[&str]) -> Rig {
-    let node = format!("streams-{name}");
+    // Declared first: if the rig fails to start, dropped after the edge.
+    let node_guard = test_node(&format!("streams-{name}"));
+    let node = node_guard.name().to_owned();
     let dir = tempfile_dir(&node);
     let (hub, certs, admin) = (free_address(), free_address(), free_address());
     let (cloud_dir, edge_dir) = (format!("{dir}/cloud"), format!("{dir}/edge"));
@@ -130,6 +136,7 @@ spec:
         dir,
         node,
         edged,
+        _node: node_guard,
     }
 }
 

@@ -12,6 +12,8 @@
 //!   [`server`]: `/healthz`, `/pods`, container logs and [`stats`] over
 //!   HTTP; [`streams`]: the cloud's logs, exec, attach and port-forward
 //!   ([`spdy`]: the runtime's SPDY side for exec and attach).
+//! - `testing` (feature `testing`): test node names whose pods are removed
+//!   when a test ends, and what tests left in containerd.
 
 pub mod config;
 pub mod cri;
@@ -25,6 +27,8 @@ pub mod spdy;
 pub mod spec;
 pub mod stats;
 pub mod streams;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod volumes;
 pub mod worker;
 

@@ -1,23 +1,18 @@
 //! The CRI client against the real containerd that `scripts/setup-containerd`
 //! runs (socket from `EDGEHIVE_CRI_SOCKET`, else edgehive's default): a pod
 //! sandbox and a container, pulled from the local registry, run, logged and
-//! removed, with nothing left behind.
+//! removed, with nothing left behind (also when the test fails: its
+//! sandbox carries a test node's label, removed on drop).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use edged::Cri;
 use edged::cri::api;
-
-fn socket() -> PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
-}
+use edged::testing::{TestNode, cri_socket};
 
 async fn cri() -> Cri {
-    Cri::connect(&socket())
+    Cri::connect(&cri_socket())
         .await
         .unwrap_or_else(|err| panic!("{err}; run ./scripts/setup-containerd first"))
 }
@@ -40,6 +35,7 @@ async fn pull(cri: &Cri, image: &str) -> String {
 
 #[tokio::test]
 async fn a_container_runs_logs_and_leaves_nothing_behind() {
+    let node = TestNode::new(cri_socket(), "cri");
     let cri = cri().await;
     let version = cri.version().await.expect("version");
     assert_eq!(version.runtime_name, "containerd");
@@ -71,7 +67,10 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
             }),
             ..Default::default()
         }),
-        labels: HashMap::from([("edgehive.io/test".to_owned(), uid.clone())]),
+        labels: HashMap::from([
+            ("edgehive.io/test".to_owned(), uid.clone()),
+            (edged::spec::NODE.to_owned(), node.name().to_owned()),
+        ]),
         ..Default::default()
     };
     let mut runtime = cri.runtime.clone();
@@ -102,6 +101,7 @@ async fn a_container_runs_logs_and_leaves_nothing_behind() {
                     "echo hello from edgehive".to_owned(),
                 ],
                 log_path: "hello.log".to_owned(),
+                labels: HashMap::from([(edged::spec::NODE.to_owned(), node.name().to_owned())]),
                 ..Default::default()
             }),
             sandbox_config: Some(config),

@@ -1,7 +1,9 @@
 //! edged against the real containerd that `scripts/setup-containerd` runs:
 //! pods arrive through a real metamanager on redb, run on containerd over
 //! CRI, and their status is read back from what edged reported (the edge
-//! store) and from containerd itself.
+//! store) and from containerd itself. Each test's node is a
+//! [`TestNode`]: whatever the test leaves of its pods, also when it fails,
+//! is removed when it ends.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +12,7 @@ use std::time::Duration;
 use beehive::constants::{group, module, operation};
 use beehive::{Hive, HiveConfig, Message};
 use edged::cri::api;
+use edged::testing::{TestNode, cri_socket};
 use edged::{Cri, Edged, EdgedConfig};
 use meta::{EdgeStore, MetaManager, StoreChange};
 use serde_json::{Value, json};
@@ -17,10 +20,10 @@ use tokio::sync::broadcast;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn socket() -> PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/edgehive/containerd/containerd.sock"))
+/// Test `what`'s node; declared before its edge, it is dropped (and the
+/// node's pods removed) after the edge.
+fn test_node(what: &str) -> TestNode {
+    TestNode::new(cri_socket(), what)
 }
 
 /// An edge: metamanager on a store in `dir`, and edged.
@@ -47,7 +50,7 @@ impl Edge {
             backoff_max: Duration::from_secs(2),
             node_ip: "127.0.0.1".to_owned(),
             server_address: Some("127.0.0.1:0".to_owned()),
-            ..EdgedConfig::new(node, socket(), &root)
+            ..EdgedConfig::new(node, cri_socket(), &root)
         };
         let handle = Edged::start(&hive, config)
             .await
@@ -190,7 +193,7 @@ where
 
 /// What containerd holds for a pod uid: sandboxes and containers.
 async fn in_containerd(uid: &str) -> (usize, usize) {
-    let cri = Cri::connect(&socket()).await.expect("cri");
+    let cri = Cri::connect(&cri_socket()).await.expect("cri");
     let mut runtime = cri.runtime.clone();
     let selector = HashMap::from([(edged::spec::POD_UID.to_owned(), uid.to_owned())]);
     let sandboxes = runtime
@@ -222,8 +225,9 @@ async fn in_containerd(uid: &str) -> (usize, usize) {
 
 #[actix::test]
 async fn a_pod_runs_on_its_network_logs_and_is_removed_without_a_trace() {
+    let node = test_node("pods-web");
     let dir = tempfile::tempdir().expect("dir");
-    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let uid = unique("uid-web");
     let web = pod(
         "web",
@@ -297,8 +301,9 @@ async fn a_pod_runs_on_its_network_logs_and_is_removed_without_a_trace() {
 
 #[actix::test]
 async fn a_crashing_container_backs_off_and_its_restarts_count() {
+    let node = test_node("pods-crash");
     let dir = tempfile::tempdir().expect("dir");
-    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let uid = unique("uid-crash");
     let crash = pod(
         "crash",
@@ -353,9 +358,9 @@ async fn a_crashing_container_backs_off_and_its_restarts_count() {
 
 #[actix::test]
 async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
+    let node = test_node("pods-adopt");
     let dir = tempfile::tempdir().expect("dir");
-    let node = unique("node");
-    let mut edge = Edge::start(dir.path(), &node).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let uid = unique("uid-keep");
     let keep = pod("keep", &uid, "sleep 3600", json!({"hostNetwork": true}));
     edge.send(operation::INSERT, &keep, 1).await;
@@ -371,7 +376,7 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
     // A pod of this node's that runs in containerd but that the store no
     // longer has (deleted while edged was down).
     let stray_uid = unique("uid-stray");
-    let cri = Cri::connect(&socket()).await.expect("cri");
+    let cri = Cri::connect(&cri_socket()).await.expect("cri");
     let mut runtime = cri.runtime.clone();
     runtime
         .run_pod_sandbox(api::RunPodSandboxRequest {
@@ -383,7 +388,7 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
                     attempt: 0,
                 }),
                 labels: HashMap::from([
-                    (edged::spec::NODE.to_owned(), node.clone()),
+                    (edged::spec::NODE.to_owned(), node.name().to_owned()),
                     (edged::spec::POD_UID.to_owned(), stray_uid.clone()),
                 ]),
                 linux: Some(api::LinuxPodSandboxConfig {
@@ -405,7 +410,7 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
     assert_eq!(in_containerd(&stray_uid).await, (1, 0));
 
     // edged comes back with no cloud: its pods come from the store.
-    let mut edge = Edge::start(dir.path(), &node).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let after = edge
         .changed_status("keep", "reported again", |s| {
             running(s) && main_container(s)["containerID"] == container
@@ -425,7 +430,7 @@ async fn a_restarted_edged_adopts_running_pods_and_removes_unknown_ones() {
 
 /// Runs `cmd` in a container and returns its stdout.
 async fn exec(container_id: &str, cmd: &[&str]) -> String {
-    let cri = Cri::connect(&socket()).await.expect("cri");
+    let cri = Cri::connect(&cri_socket()).await.expect("cri");
     let mut runtime = cri.runtime.clone();
     let answer = runtime
         .exec_sync(api::ExecSyncRequest {
@@ -456,8 +461,9 @@ fn condition(status: &Value, kind: &str) -> String {
 
 #[actix::test]
 async fn configmap_and_secret_volumes_are_read_inside_the_container() {
+    let node = test_node("pods-volumes");
     let dir = tempfile::tempdir().expect("dir");
-    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "settings", "namespace": "default"}, "data": {"greeting": "hello from a volume"}});
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
@@ -530,8 +536,9 @@ async fn configmap_and_secret_volumes_are_read_inside_the_container() {
 
 #[actix::test]
 async fn probes_restart_a_dead_container_and_decide_readiness() {
+    let node = test_node("pods-probes");
     let dir = tempfile::tempdir().expect("dir");
-    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     // Liveness: healthy for a moment, then not.
     let uid = unique("uid-live");
     let mut live = pod(
@@ -641,8 +648,9 @@ async fn registry(request: String, body: &[u8]) -> (u16, Vec<u8>) {
 
 #[actix::test]
 async fn a_missing_image_reports_errimagepull_and_recovers_once_it_appears() {
+    let node = test_node("pods-late");
     let dir = tempfile::tempdir().expect("dir");
-    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let tag = unique("late");
     let uid = unique("uid-late");
     let mut late = pod("late", &uid, "sleep 3600", json!({"hostNetwork": true}));
@@ -796,7 +804,7 @@ async fn registry_head(request: String) -> (u16, String) {
 async fn unused_images_are_collected_and_pinned_ones_kept() {
     let tag = unique("gc");
     push_distinct_image(&tag).await;
-    let cri = Cri::connect(&socket()).await.expect("cri");
+    let cri = Cri::connect(&cri_socket()).await.expect("cri");
     let reference = format!("127.0.0.1:5000/edgehive/busybox:{tag}");
     let mut images = cri.images.clone();
     let status = |image: &str| api::ImageStatusRequest {
@@ -872,8 +880,9 @@ async fn unused_images_are_collected_and_pinned_ones_kept() {
 
 #[actix::test]
 async fn init_containers_run_in_order_before_the_containers_and_startup_gates_readiness() {
+    let node = test_node("pods-init");
     let dir = tempfile::tempdir().expect("dir");
-    let mut edge = Edge::start(dir.path(), &unique("node")).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let uid = unique("uid-init");
     let mut staged = pod(
         "staged",
@@ -933,9 +942,9 @@ async fn init_containers_run_in_order_before_the_containers_and_startup_gates_re
 
 #[actix::test]
 async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
+    let node = test_node("pods-done");
     let dir = tempfile::tempdir().expect("dir");
-    let node = unique("node");
-    let mut edge = Edge::start(dir.path(), &node).await;
+    let mut edge = Edge::start(dir.path(), node.name()).await;
     let uid = unique("uid-done");
     let done = pod(
         "done",
@@ -948,7 +957,7 @@ async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
         .await;
     edge.stop().await;
     // As after a reboot: the sandbox is stopped, its record kept.
-    let cri = Cri::connect(&socket()).await.expect("cri");
+    let cri = Cri::connect(&cri_socket()).await.expect("cri");
     for sandbox in cri
         .sandboxes(edged::spec::POD_UID, &uid)
         .await
@@ -964,7 +973,7 @@ async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
     }
     let before = in_containerd(&uid).await;
 
-    let edge = Edge::start(dir.path(), &node).await;
+    let edge = Edge::start(dir.path(), node.name()).await;
     // Another pod on the same edged is a marker: once it runs, edged has
     // long since synced "done".
     let mut edge = edge;

@@ -1,5 +1,6 @@
 //! What the process tests share: child processes with their log lines,
-//! free ports, polling, and edgehivectl.
+//! free ports, polling, edgehivectl, and test nodes whose pods are removed
+//! when the test ends.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -237,10 +238,16 @@ pub fn share_ca(from_dir: &str, to_dir: &str) {
 
 /// The containerd socket edged's tests use (`EDGEHIVE_CRI_SOCKET`, else
 /// the one `scripts/setup-containerd` starts).
-pub fn cri_socket() -> std::path::PathBuf {
-    std::env::var_os("EDGEHIVE_CRI_SOCKET")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("/run/edgehive/containerd/containerd.sock"))
+pub use edged::testing::cri_socket;
+
+/// A node for a test that runs pods (`test-<what>-<pid>`, `what` its own
+/// among the tests of its file): when it is dropped, also while a failed
+/// test unwinds, every pod sandbox of the node is removed from containerd
+/// with its containers. Declare it before the edgecore that runs the
+/// node's pods: locals are dropped in reverse, so the edge is killed
+/// first and cannot start them again.
+pub fn test_node(what: &str) -> edged::testing::TestNode {
+    edged::testing::TestNode::new(cri_socket(), what)
 }
 
 /// `GET /` over HTTP/1.0 from 127.0.0.1:`port` (a forwarded port): the
