@@ -18,7 +18,7 @@
 //! are removed from containerd when the test ends, passed or failed.
 #![cfg(feature = "cli")]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
@@ -230,6 +230,24 @@ impl Cluster {
             &format!("node connected node={}", self.node),
             Duration::from_secs(90),
         );
+    }
+
+    /// cloudcore's `/metrics` page.
+    fn cloud_metrics(&self) -> String {
+        let at = self
+            .cloud_args
+            .iter()
+            .position(|arg| arg == "--metrics")
+            .and_then(|at| self.cloud_args.get(at + 1))
+            .expect("cloudcore runs with --metrics");
+        let mut tcp = std::net::TcpStream::connect(at.as_str()).expect("cloudcore's metrics");
+        tcp.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        tcp.write_all(b"GET /metrics HTTP/1.0\r\nHost: cloudcore\r\n\r\n")
+            .expect("request");
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).expect("metrics");
+        answer
     }
 
     /// The pods the edge holds (its MetaServer's answer): name and version.
@@ -652,16 +670,17 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
     };
     let mut cluster =
         Cluster::start_with(kubeconfig, &format!("eh-kill-{dialect}"), dialect, false);
-    const PODS: usize = 500;
+    // Stock pods, admitted as usual (a service account token volume, the
+    // default tolerations).
+    const PODS: usize = 1_000;
     let items: Vec<Value> = (0..PODS)
         .map(|n| {
             serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": format!("p-{n:03}")},
+                "metadata": {"name": format!("p-{n:04}")},
                 "spec": {
                     "nodeName": cluster.node,
-                    "automountServiceAccountToken": false,
                     "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
                 },
             })
@@ -679,7 +698,15 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
     });
     let (ok, out) = kubectl(
         &cluster.kubeconfig,
-        &["get", "pods", "-n", &cluster.namespace, "-o", "json"],
+        &[
+            "get",
+            "pods",
+            "-n",
+            &cluster.namespace,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
     );
     assert!(ok, "{out}");
     let listed: Value = serde_json::from_str(&out).expect("pods");
@@ -695,9 +722,51 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
             "{name}: edge holds {at_edge}, API server {version}"
         );
     }
+    // No pod was written by cloudcore, before the kill or after: the only
+    // manager of each pod's fields is kubectl, which created it.
+    let mut managers = BTreeSet::new();
+    for pod in listed["items"].as_array().into_iter().flatten() {
+        for field in pod["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            managers.insert(format!(
+                "{} {}",
+                field["manager"].as_str().unwrap_or("?"),
+                field["operation"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    assert!(
+        managers.iter().all(|m| m.starts_with("kubectl")),
+        "pods written by others than kubectl: {managers:?}"
+    );
+    // And the restarted cloudcore's own count: no pod written, no token
+    // asked for while delivering.
+    let metrics = cluster.cloud_metrics();
+    let pod_writes: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("edgehive_apiserver_requests_total"))
+        .filter(|line| {
+            (line.contains("resource=\"pods\"")
+                && !line.contains("verb=\"list\"")
+                && !line.contains("verb=\"watch\"")
+                && !line.contains("verb=\"get\""))
+                || line.contains("resource=\"serviceaccounts/token\"")
+        })
+        .collect();
+    assert!(
+        pod_writes.is_empty(),
+        "cloudcore wrote pods: {pod_writes:?}"
+    );
     println!(
-        "{test}: {} of {PODS} pods held after the restart",
-        held.len()
+        "{test}: {} of {PODS} pods held after the restart; their fields' managers: {managers:?}; cloudcore's requests after it: {:?}",
+        held.len(),
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("edgehive_apiserver_requests_total"))
+            .collect::<Vec<_>>()
     );
 }
 

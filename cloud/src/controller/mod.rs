@@ -476,18 +476,15 @@ const WATCH_BATCH: usize = 1024;
 /// The most sends queued at cloudhub before their commits are awaited.
 const SEND_BATCH: usize = 512;
 
+/// Whether cloudhub took a message, once it has answered.
+type Taken = futures_util::future::BoxFuture<'static, bool>;
+
 /// Sends queued at cloudhub whose answers are awaited together: per send,
 /// the node, operation, object and version, and its answer to come
 /// (`None`: it never reached cloudhub).
 #[derive(Default)]
 struct SendBatch {
-    sends: Vec<(
-        String,
-        Op,
-        ObjectKey,
-        u64,
-        Option<futures_util::future::BoxFuture<'static, bool>>,
-    )>,
+    sends: Vec<(String, Op, ObjectKey, u64, Option<Taken>)>,
 }
 
 /// Name of the module that relays cloudhub's node events to the controller.
@@ -972,7 +969,7 @@ impl Controller {
         key: &EdgeResource,
         object: &Value,
         version: u64,
-    ) -> Option<futures_util::future::BoxFuture<'static, bool>> {
+    ) -> Option<Taken> {
         let resource = key.on_node(node).to_string();
         // Devices and models come from the devicecontroller, as in
         // KubeEdge: a KubeEdge edge's metamanager hands an object to its

@@ -68,7 +68,10 @@ impl Window {
             };
             self.complete_after = oldest.revision();
             if let Some(key) = ObjectKey::of(oldest.object())
-                && self.newest.get(&key).is_some_and(|(revision, _)| *revision == oldest.revision())
+                && self
+                    .newest
+                    .get(&key)
+                    .is_some_and(|(revision, _)| *revision == oldest.revision())
             {
                 self.newest.remove(&key);
             }
@@ -196,15 +199,15 @@ mod tests {
     async fn replayed(feed: &Feed, since: u64) -> Vec<(String, u64)> {
         let mut watch = feed.watch(Kind::ConfigMap, since).expect("watch");
         let mut seen = Vec::new();
-        while let Some(Some(Ok(event))) =
-            futures_util::FutureExt::now_or_never(watch.next())
-        {
+        while let Some(Some(Ok(event))) = futures_util::FutureExt::now_or_never(watch.next()) {
             let kind = match &event {
                 WatchEvent::Added(_) => "added",
                 WatchEvent::Modified(_) => "modified",
                 WatchEvent::Deleted(_) => "deleted",
             };
-            let name = event.object()["metadata"]["name"].as_str().unwrap_or_default();
+            let name = event.object()["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
             seen.push((format!("{kind} {name}"), event.revision()));
         }
         seen
@@ -247,7 +250,10 @@ mod tests {
         // Past the capacity of distinct objects, the oldest go, and a
         // watch from before them must list again.
         for i in 0..20u64 {
-            feed.publish([(Kind::ConfigMap, WatchEvent::Added(cm(&format!("n{i}"), 1_000 + i)))]);
+            feed.publish([(
+                Kind::ConfigMap,
+                WatchEvent::Added(cm(&format!("n{i}"), 1_000 + i)),
+            )]);
         }
         assert!(matches!(
             feed.watch(Kind::ConfigMap, 0),
