@@ -402,10 +402,28 @@ impl Core {
                     }
                 }
                 // Pods of that namespace write their volume files again
-                // (only what changed is rewritten).
+                // (only what changed is rewritten); a token concerns its
+                // own pod only (the one it is bound to, or else whose name
+                // starts its own).
                 let prefix = format!("{}/", resource.namespace);
+                let token_of = (kind == resource_type::SERVICE_ACCOUNT_TOKEN).then(|| {
+                    msg.content()
+                        .pointer("/spec/boundObjectRef/name")
+                        .and_then(Value::as_str)
+                });
                 for (pod, worker) in &self.workers {
-                    if pod.starts_with(&prefix) {
+                    let Some(name) = pod.strip_prefix(&prefix) else {
+                        continue;
+                    };
+                    let concerned = match token_of {
+                        None => true,
+                        Some(Some(bound)) => name == bound,
+                        Some(None) => resource
+                            .name
+                            .strip_prefix(name)
+                            .is_some_and(|rest| rest.starts_with('.')),
+                    };
+                    if concerned {
                         let signals = worker.signals.clone();
                         actix::spawn(async move {
                             let _ = signals.send(Signal::Objects).await;
