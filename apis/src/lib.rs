@@ -16,6 +16,9 @@
 //! - [`manifest`]: reading Kubernetes manifests (YAML or JSON, one object,
 //!   several documents or a `List`), every object checked before any is
 //!   used (the cloud's admin API applies them);
+//! - [`tokens`]: service account tokens for pods' projected volumes:
+//!   which a pod needs, the question an edge asks its cloud for one, the
+//!   object the edge keeps it in, and when it is due again;
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike.
@@ -28,6 +31,7 @@ pub mod kinds;
 pub mod manifest;
 pub mod selector;
 pub mod streams;
+pub mod tokens;
 pub mod twin;
 
 pub use kinds::{Kind, ObjectKey};

@@ -41,6 +41,8 @@ pub struct EdgedConfig {
     /// Container logs rotate by size and count (the kubelet's
     /// containerLogMaxSize and containerLogMaxFiles).
     pub log_rotation: crate::logs::Rotation,
+    /// How pods' service account tokens are asked of the cloud.
+    pub tokens: crate::tokens::TokenPolicy,
 }
 
 impl EdgedConfig {
@@ -66,6 +68,7 @@ impl EdgedConfig {
             image_gc: ImageGcPolicy::default(),
             max_dead_per_container: 1,
             log_rotation: crate::logs::Rotation::default(),
+            tokens: crate::tokens::TokenPolicy::default(),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod stats;
 pub mod streams;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tokens;
 pub mod volumes;
 pub mod worker;
 

@@ -6,18 +6,24 @@
 //! On start it loads its pods from metamanager (so it needs no cloud) and
 //! reconciles with what containerd already runs: containers of known pods
 //! are adopted by their workers, pods the store no longer has are removed.
+//!
+//! Pods' service account tokens are asked of the cloud here, as a kubelet
+//! asks for them: the decisions are [`crate::tokens::TokenBook`]'s; the
+//! core asks through edgehub, writes each token through metamanager (from
+//! where it comes back to the pod's volume), and deletes it with its pod.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::config::EdgedConfig;
 use crate::cri::{Cri, CriError};
@@ -25,6 +31,7 @@ use crate::gc::{ImageCollector, ImageGcPolicy};
 use crate::node::NodeReporter;
 use crate::server::{self, EdgedServerHandle, PodsView};
 use crate::spec::{self, NODE, Objects, POD_UID};
+use crate::tokens::{AskId, Outcome, TokenBook, Verdict};
 use crate::worker::{PodWorker, Signal, Terminating, teardown};
 
 /// A failure to start edged.
@@ -118,6 +125,9 @@ impl Edged {
         let (inbox, messages) = mpsc::channel(1024);
         let core = Core {
             hive: hive.clone(),
+            inbox: inbox.clone(),
+            tokens: TokenBook::new(config.tokens),
+            token_version: 0,
             cri,
             config: Arc::new(config),
             objects: Arc::new(RwLock::new(Objects::new())),
@@ -150,7 +160,23 @@ enum Input {
     Message(HiveMessage),
     /// Stop the workers (containers keep running) and end; then answer.
     Stop(oneshot::Sender<()>),
+    /// The cloud's answer to token question `id` for `key`: the token's
+    /// status, or why there is none.
+    Token {
+        key: String,
+        id: AskId,
+        answer: Result<Value, String>,
+    },
+    /// The token question `id` brought for `key` could not be written.
+    TokenNotKept {
+        key: String,
+        id: AskId,
+        reason: String,
+    },
 }
+
+/// How long a write of a token to metamanager may take.
+const STORE_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct WorkerHandle {
     uid: String,
@@ -159,6 +185,12 @@ struct WorkerHandle {
 
 struct Core {
     hive: Hive,
+    /// The core's own inbox, for what its tasks bring back.
+    inbox: mpsc::Sender<Input>,
+    /// Pods' service account tokens: needed, held, asked for, due.
+    tokens: TokenBook,
+    /// The last version a token was written or deleted at.
+    token_version: u64,
     cri: Cri,
     config: Arc<EdgedConfig>,
     objects: Arc<RwLock<Objects>>,
@@ -185,9 +217,17 @@ impl Core {
         let mut gc_tick = tokio::time::interval(self.config.gc_period);
         gc_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let token_wake = self.tokens.next_wake();
             tokio::select! {
                 input = messages.recv() => match input {
                     Some(Input::Message(msg)) => self.on_message(msg),
+                    Some(Input::Token { key, id, answer }) => self.token_answered(key, id, answer),
+                    Some(Input::TokenNotKept { key, id, reason }) => {
+                        if let Some(at) = self.tokens.not_kept(&key, id, Instant::now()) {
+                            warn!(token = %key, %reason, retry_in = ?at.saturating_duration_since(Instant::now()), "service account token not stored; asking again");
+                        }
+                        self.ask_tokens();
+                    }
                     Some(Input::Stop(done)) => {
                         // Dropping the handles ends the workers.
                         self.workers.clear();
@@ -203,6 +243,7 @@ impl Core {
                 _ = node_tick.tick() => node.report().await,
                 _ = change_tick.tick() => node.report_if_changed().await,
                 _ = gc_tick.tick() => self.collect_garbage().await,
+                () = wake_at(token_wake) => self.ask_tokens(),
             }
         }
         debug!("edged stopped");
@@ -275,6 +316,9 @@ impl Core {
                 }
             }
         }
+        if complete {
+            self.delete_orphan_tokens(&known);
+        }
         match self.managed_sandbox_uids().await {
             Ok(_) if !complete => warn!("the store did not answer in full; no pod is removed"),
             Ok(running) => {
@@ -336,6 +380,9 @@ impl Core {
                     if let Some(worker) = self.workers.remove(&key) {
                         self.delete(worker);
                     }
+                    for token in self.tokens.gone(&key) {
+                        self.delete_token(token);
+                    }
                     return;
                 }
                 match Pod::deserialize(msg.content()) {
@@ -355,10 +402,28 @@ impl Core {
                     }
                 }
                 // Pods of that namespace write their volume files again
-                // (only what changed is rewritten).
+                // (only what changed is rewritten); a token concerns its
+                // own pod only (the one it is bound to, or else whose name
+                // starts its own).
                 let prefix = format!("{}/", resource.namespace);
+                let token_of = (kind == resource_type::SERVICE_ACCOUNT_TOKEN).then(|| {
+                    msg.content()
+                        .pointer("/spec/boundObjectRef/name")
+                        .and_then(Value::as_str)
+                });
                 for (pod, worker) in &self.workers {
-                    if pod.starts_with(&prefix) {
+                    let Some(name) = pod.strip_prefix(&prefix) else {
+                        continue;
+                    };
+                    let concerned = match token_of {
+                        None => true,
+                        Some(Some(bound)) => name == bound,
+                        Some(None) => resource
+                            .name
+                            .strip_prefix(name)
+                            .is_some_and(|rest| rest.starts_with('.')),
+                    };
+                    if concerned {
                         let signals = worker.signals.clone();
                         actix::spawn(async move {
                             let _ = signals.send(Signal::Objects).await;
@@ -387,6 +452,7 @@ impl Core {
     fn apply(&mut self, pod: Pod, from_store: bool) {
         let key = spec::pod_key(&pod);
         let uid = spec::pod_uid(&pod);
+        self.need_tokens(&key, &pod);
         if let Some(worker) = self.workers.get(&key)
             && worker.uid == uid
         {
@@ -413,6 +479,166 @@ impl Core {
         };
         actix::spawn(worker.run(receiver));
         self.workers.insert(key, WorkerHandle { uid, signals });
+    }
+
+    /// Tells the book which tokens pod `key` needs (with those the edge
+    /// holds for it), deletes those it no longer needs, and asks for what
+    /// is due.
+    fn need_tokens(&mut self, key: &str, pod: &Pod) {
+        let Ok(value) = serde_json::to_value(pod) else {
+            return;
+        };
+        let wants = {
+            let objects = self
+                .objects
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            crate::tokens::wants(&value, |key| objects.get(key), jiff::Timestamp::now())
+        };
+        for token in self.tokens.need(key, wants, Instant::now()) {
+            self.delete_token(token);
+        }
+        self.ask_tokens();
+    }
+
+    /// Asks the cloud, through edgehub, for the tokens the book says to
+    /// ask for now; each answer comes back as an [`Input::Token`].
+    fn ask_tokens(&mut self) {
+        let timeout = self.tokens.policy().ask_timeout;
+        for ask in self.tokens.to_ask(Instant::now()) {
+            let (hive, inbox) = (self.hive.clone(), self.inbox.clone());
+            let span = tracing::debug_span!("token", key = %ask.key, id = ?ask.id);
+            actix::spawn(
+                async move {
+                    let query = ask.source.request.query(module::EDGED);
+                    let answer = match hive.send_sync(module::EDGEHUB, query, timeout).await {
+                        Ok(reply) => apis::tokens::answered(&reply).map_err(|err| err.to_string()),
+                        Err(err) => Err(err.to_string()),
+                    };
+                    let (key, id) = (ask.key, ask.id);
+                    let _ = inbox.send(Input::Token { key, id, answer }).await;
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Takes the cloud's answer to a token question: a token is written
+    /// through metamanager, a refusal asked again later.
+    fn token_answered(&mut self, key: String, id: AskId, answer: Result<Value, String>) {
+        let now = Instant::now();
+        let outcome = match &answer {
+            Ok(status) => Outcome::Issued {
+                remaining: crate::tokens::remaining(status, jiff::Timestamp::now()),
+            },
+            Err(_) => Outcome::Failed,
+        };
+        match (self.tokens.answered(&key, id, outcome, now), answer) {
+            (Verdict::Keep { source, renew }, Ok(status)) => {
+                debug!(token = %key, renew_in = ?renew.saturating_duration_since(now), "service account token issued");
+                self.keep_token(key, id, source.object(status));
+            }
+            (Verdict::Retry { at, failures }, Err(reason)) => {
+                let retry_in = at.saturating_duration_since(now);
+                match failures {
+                    1 => {
+                        warn!(token = %key, %reason, ?retry_in, "no service account token from the cloud; asking again")
+                    }
+                    _ => {
+                        debug!(token = %key, %reason, ?retry_in, failures, "no service account token from the cloud; asking again")
+                    }
+                }
+            }
+            (verdict, _) => debug!(token = %key, ?verdict, "an answer nobody waits for"),
+        }
+        self.ask_tokens();
+    }
+
+    /// Writes a token's object through metamanager (which passes it back
+    /// here, for the pod's volume); a write that fails is said.
+    fn keep_token(&mut self, key: String, id: AskId, object: Value) {
+        let msg = HiveMessage::new()
+            .build_router(module::EDGED, group::META, key.clone(), operation::UPDATE)
+            .with_resource_version(self.next_token_version().to_string())
+            .with_content(object);
+        let (hive, inbox) = (self.hive.clone(), self.inbox.clone());
+        actix::spawn(async move {
+            let reason = match hive
+                .send_sync(module::METAMANAGER, msg, STORE_TIMEOUT)
+                .await
+            {
+                Ok(reply) if reply.operation() != operation::ERROR => return,
+                Ok(reply) => reply.content().to_string(),
+                Err(err) => err.to_string(),
+            };
+            let _ = inbox.send(Input::TokenNotKept { key, id, reason }).await;
+        });
+    }
+
+    /// Deletes a token's object through metamanager.
+    fn delete_token(&mut self, key: String) {
+        let msg = HiveMessage::new()
+            .build_router(module::EDGED, group::META, key.clone(), operation::DELETE)
+            .with_resource_version(self.next_token_version().to_string());
+        let hive = self.hive.clone();
+        actix::spawn(async move {
+            match hive
+                .send_sync(module::METAMANAGER, msg, STORE_TIMEOUT)
+                .await
+            {
+                Ok(reply) if reply.operation() != operation::ERROR => {
+                    debug!(token = %key, "service account token deleted");
+                }
+                Ok(reply) => {
+                    warn!(token = %key, reason = %reply.content(), "service account token not deleted")
+                }
+                Err(err) => warn!(token = %key, error = %err, "service account token not deleted"),
+            }
+        });
+    }
+
+    /// Deletes the tokens edged asked for pods the store no longer has
+    /// (deleted while edged was down), by the uid each is bound to.
+    fn delete_orphan_tokens(&mut self, known: &[String]) {
+        let known: HashSet<&str> = known.iter().map(String::as_str).collect();
+        let marker = format!("/{}/", resource_type::SERVICE_ACCOUNT_TOKEN);
+        let orphans: Vec<String> = {
+            let Ok(mut objects) = self.objects.write() else {
+                return;
+            };
+            let orphans: Vec<String> = objects
+                .iter()
+                .filter(|(key, object)| {
+                    key.contains(&marker)
+                        && object
+                            .pointer("/spec/boundObjectRef/uid")
+                            .and_then(Value::as_str)
+                            .is_some_and(|uid| !known.contains(uid))
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in &orphans {
+                objects.remove(key);
+            }
+            orphans
+        };
+        for key in orphans {
+            info!(token = %key, "deleting the service account token of a pod the store no longer has");
+            self.delete_token(key);
+        }
+    }
+
+    /// The next version a token is written or deleted at: the time in
+    /// microseconds (so a renewal supersedes what the edge holds), above
+    /// the last.
+    fn next_token_version(&mut self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_micros()).unwrap_or(u64::MAX / 2)
+            });
+        self.token_version = now.max(self.token_version + 1);
+        self.token_version
     }
 
     /// The PLEG: lists the runtime's containers and tells the worker of
@@ -458,5 +684,13 @@ impl Core {
                 let _ = worker.signals.try_send(Signal::Relist);
             }
         }
+    }
+}
+
+/// Waits until `at`; for ever if there is none.
+async fn wake_at(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

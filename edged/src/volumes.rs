@@ -3,10 +3,12 @@
 //! mounted into containers as a CRI bind mount.
 //!
 //! A projected volume joins configmap and secret keys, downward API fields
-//! and service account tokens. A token is not made here: the cloud issues
-//! it for the pod (a TokenRequest bound to the pod) and sends it down as a
-//! `serviceaccounttoken` object named [`token_name`], renewed before it
-//! expires; the edge keeps the last one while the cloud is away.
+//! and service account tokens. A token is not made here: edged asks the
+//! cloud for it (a TokenRequest bound to the pod, see [`crate::tokens`])
+//! and keeps it as a `serviceaccounttoken` object named [`token_name`],
+//! renewed before it expires; the edge keeps the last one while the cloud
+//! is away. A token bound to another pod of the same name (one this pod
+//! replaced) is not this pod's: the volume waits for its own.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -180,8 +182,13 @@ fn projected_files(
             "{namespace}/serviceaccounttoken/{}",
             token_name(name, volume, index)
         );
+        let uid = pod.metadata.uid.as_deref();
         let value = objects
             .get(&key)
+            .filter(|object| {
+                let bound = object.pointer("/spec/boundObjectRef/uid");
+                bound.is_none_or(|bound| bound.as_str() == uid)
+            })
             .and_then(|object| object.pointer("/status/token"))
             .and_then(Value::as_str)
             .ok_or_else(|| {
@@ -417,6 +424,45 @@ pub fn mounts(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_projected_token_is_the_pods_own() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u2"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "volumes": [{"name": "kube-api-access", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token"}},
+                ]}}],
+            }
+        }))
+        .expect("pod");
+        let key = format!(
+            "ns/serviceaccounttoken/{}",
+            token_name("web", "kube-api-access", 0)
+        );
+        let token = |uid: Option<&str>| {
+            let mut object = json!({"status": {"token": "a.b.c"}});
+            if let Some(uid) = uid {
+                object["spec"] =
+                    json!({"boundObjectRef": {"kind": "Pod", "name": "web", "uid": uid}});
+            }
+            Objects::from([(key.clone(), object)])
+        };
+        // None yet, or the token of the pod this one replaced: it waits.
+        for objects in [Objects::new(), token(Some("u1"))] {
+            let err = prepare(&pod, dir.path(), &objects).expect_err("no token");
+            assert_eq!(err.reason, "CreateContainerConfigError");
+            assert!(err.message.contains("not issued yet"), "{err}");
+        }
+        // Its own (or one that says not whose) is written.
+        for objects in [token(Some("u2")), token(None)] {
+            let volumes = prepare(&pod, dir.path(), &objects).expect("volumes");
+            let path = volumes["kube-api-access"].path.join("token");
+            assert_eq!(std::fs::read_to_string(path).expect("token"), "a.b.c");
+        }
+    }
 
     #[test]
     fn configmap_and_secret_volumes_become_files() {

@@ -13,6 +13,7 @@ use beehive::constants::{group, module, operation};
 use beehive::{Hive, HiveConfig, Message};
 use edged::cri::api;
 use edged::testing::{TestNode, cri_socket};
+use edged::tokens::TokenPolicy;
 use edged::{Cri, Edged, EdgedConfig};
 use meta::{EdgeStore, MetaManager, StoreChange};
 use serde_json::{Value, json};
@@ -39,6 +40,12 @@ struct Edge {
 impl Edge {
     /// An edge for node `node` (an edged touches only its node's pods).
     async fn start(dir: &Path, node: &str) -> Edge {
+        Edge::start_asking(dir, node, TokenPolicy::default()).await
+    }
+
+    /// An edge whose edged asks for service account tokens as `tokens`
+    /// says.
+    async fn start_asking(dir: &Path, node: &str, tokens: TokenPolicy) -> Edge {
         let hive = Hive::new("edge", HiveConfig::default());
         let store = EdgeStore::open(&dir.join("edge.redb")).expect("store");
         let changes = store.subscribe();
@@ -50,6 +57,7 @@ impl Edge {
             backoff_max: Duration::from_secs(2),
             node_ip: "127.0.0.1".to_owned(),
             server_address: Some("127.0.0.1:0".to_owned()),
+            tokens,
             ..EdgedConfig::new(node, cri_socket(), &root)
         };
         let handle = Edged::start(&hive, config)
@@ -1001,6 +1009,222 @@ async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
 
     for (pod, uid) in [(&done, &uid), (&marker, &marker_uid)] {
         edge.send(operation::DELETE, pod, 2).await;
+        gone("removed", || async { in_containerd(uid).await == (0, 0) }).await;
+    }
+    edge.stop().await;
+}
+
+/// The cloud as edged's token questions meet it (standing in for
+/// edgehub): it refuses while closed, as edgehub does with the cloud
+/// unreachable; once opened it issues `token-1`, `token-2`, ..., the first
+/// `short` of them expiring in 2 s, later ones in an hour.
+struct TokenCloud {
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<Message>>>,
+}
+
+impl TokenCloud {
+    fn start(hive: &Hive, short: usize) -> TokenCloud {
+        let (inbox, mut questions) = tokio::sync::mpsc::channel::<Message>(64);
+        let door = beehive::TaskDoor::new(module::EDGEHUB, group::HUB, inbox, |msg| msg);
+        hive.start_module(move |_| door.clone())
+            .expect("the cloud's door");
+        let cloud = TokenCloud {
+            open: Default::default(),
+            asked: Default::default(),
+        };
+        let (hive, open, asked) = (hive.clone(), cloud.open.clone(), cloud.asked.clone());
+        actix::spawn(async move {
+            let mut issued = 0;
+            while let Some(msg) = questions.recv().await {
+                // Status reports come this way too.
+                if msg.operation() != operation::QUERY
+                    || !msg.resource().contains("/serviceaccounttoken/")
+                {
+                    continue;
+                }
+                asked.lock().expect("asked").push(msg.clone());
+                let answer = match open.load(std::sync::atomic::Ordering::Acquire) {
+                    false => msg.error_response(module::EDGEHUB, "the cloud is unreachable"),
+                    true => {
+                        issued += 1;
+                        let life = if issued <= short { 2 } else { 3600 };
+                        let expires =
+                            jiff::Timestamp::now() + jiff::SignedDuration::from_secs(life);
+                        let mut content = msg.content().clone();
+                        content["status"] = json!({
+                            "token": format!("token-{issued}"),
+                            "expirationTimestamp": expires.to_string(),
+                        });
+                        msg.response(module::EDGECONTROLLER, content)
+                    }
+                };
+                hive.send_resp(answer);
+            }
+        });
+        cloud
+    }
+
+    fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn asked(&self) -> Vec<Message> {
+        self.asked.lock().expect("asked").clone()
+    }
+}
+
+/// Waits until the file `path` in container `id` holds `wanted`.
+async fn reads(id: &str, path: &str, wanted: &str) {
+    let mut last = String::new();
+    let waited = tokio::time::timeout(WAIT, async {
+        loop {
+            last = exec(id, &["cat", path]).await;
+            if last == wanted {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "{path} never read {wanted:?} (last {last:?})"
+    );
+}
+
+#[actix::test]
+async fn a_pods_token_is_asked_of_the_cloud_kept_renewed_and_deleted_with_it() {
+    let node = test_node("pods-token");
+    let dir = tempfile::tempdir().expect("dir");
+    let policy = TokenPolicy {
+        retry_initial: Duration::from_millis(200),
+        retry_max: Duration::from_secs(1),
+        min_renewal: Duration::from_secs(1),
+        ..TokenPolicy::default()
+    };
+    let mut edge = Edge::start_asking(dir.path(), node.name(), policy).await;
+    let cloud = TokenCloud::start(&edge.hive, 1);
+    let uid = unique("uid-token");
+    let mut with_token = pod(
+        "tok",
+        &uid,
+        "sleep 3600",
+        json!({
+            "hostNetwork": true,
+            "serviceAccountName": "reader",
+            "volumes": [{"name": "kube-api-access", "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}},
+            ]}}],
+        }),
+    );
+    let mount = "/var/run/secrets/kubernetes.io/serviceaccount";
+    with_token["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "kube-api-access", "mountPath": mount}]);
+    edge.send(operation::INSERT, &with_token, 1).await;
+
+    // The cloud away: the pod waits for its token, as for a missing
+    // configmap, and holds no other pod.
+    let waiting = edge
+        .status("tok", "waiting for its token", |s| {
+            main_container(s)["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+        })
+        .await;
+    let message = main_container(&waiting)["state"]["waiting"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m.contains("not issued yet")),
+        "{waiting:#}"
+    );
+    let plain_uid = unique("uid-plain");
+    let plain = pod(
+        "plain",
+        &plain_uid,
+        "sleep 3600",
+        json!({"hostNetwork": true}),
+    );
+    edge.send(operation::INSERT, &plain, 1).await;
+    edge.status("plain", "Running", running).await;
+    // Asked as a KubeEdge edge's kubelet asks, and asked again.
+    gone("asked again", || async { cloud.asked().len() >= 2 }).await;
+    let asked = cloud.asked();
+    assert_eq!(asked[0].resource(), "default/serviceaccounttoken/reader");
+    assert_eq!(asked[0].group(), group::RESOURCE);
+    assert_eq!(
+        asked[0].content()["spec"],
+        json!({
+            "audiences": [],
+            "expirationSeconds": 600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "tok", "uid": uid},
+        })
+    );
+
+    // The cloud back: the pod starts with its token; the token, living
+    // 2 s, is renewed, and the running container reads the new one.
+    cloud.open();
+    let status = edge.status("tok", "Running", running).await;
+    let id = main_container(&status)["containerID"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let file = format!("{mount}/token");
+    reads(&id, &file, "token-2").await;
+    // Kept in the edge store as the `serviceaccounttoken` object.
+    let key = format!(
+        "default/serviceaccounttoken/{}",
+        edged::volumes::token_name("tok", "kube-api-access", 0)
+    );
+    let kept = edge
+        .store
+        .get(&key)
+        .expect("store")
+        .and_then(|record| record.object)
+        .expect("the token kept");
+    assert_eq!(kept["status"]["token"], "token-2");
+    assert_eq!(kept["spec"]["boundObjectRef"]["uid"], json!(uid));
+    edge.stop().await;
+
+    // edged restarts with the cloud away: the token it kept is not due, so
+    // nothing is asked, and a container started anew mounts it.
+    let mut edge = Edge::start_asking(dir.path(), node.name(), policy).await;
+    let cloud = TokenCloud::start(&edge.hive, 0);
+    edge.changed_status("tok", "reported again", |s| {
+        running(s) && main_container(s)["containerID"] == json!(id)
+    })
+    .await;
+    let cri = Cri::connect(&cri_socket()).await.expect("cri");
+    cri.runtime
+        .clone()
+        .stop_container(api::StopContainerRequest {
+            container_id: id.trim_start_matches("containerd://").to_owned(),
+            timeout: 0,
+        })
+        .await
+        .expect("container stopped");
+    let restarted = edge
+        .changed_status("tok", "restarted", |s| {
+            running(s) && main_container(s)["containerID"] != json!(id)
+        })
+        .await;
+    let id = main_container(&restarted)["containerID"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    reads(&id, &file, "token-2").await;
+    assert!(cloud.asked().is_empty(), "{:?}", cloud.asked());
+
+    // Deleted with its pod.
+    edge.send(operation::DELETE, &with_token, 2).await;
+    edge.send(operation::DELETE, &plain, 2).await;
+    gone("the token deleted with its pod", || async {
+        edge.store
+            .get(&key)
+            .expect("store")
+            .is_some_and(|record| record.is_deleted())
+    })
+    .await;
+    for uid in [&uid, &plain_uid] {
         gone("removed", || async { in_containerd(uid).await == (0, 0) }).await;
     }
     edge.stop().await;
