@@ -5,14 +5,17 @@
 //! API server afterwards to lengthen them.
 //!
 //! - [`review`]: the decision, with no I/O (which pods, which patch).
+//! - [`webhook`]: the `MutatingWebhookConfiguration` that points the API
+//!   server here, created or updated at cloudcore's start.
 //! - [`start`]: `POST /mutate-pods` over HTTPS (the cloud CA's serving
-//!   certificate), on the same TLS server
+//!   certificate, the configuration's `caBundle`), on the same TLS server
 //!   code as the kubelet API; `GET /healthz`. A review is read up to
 //!   [`MAX_BODY`] (a larger one is refused before more is read) and within
 //!   [`BODY_TIMEOUT`]; a body that is not a review is answered 400; every
 //!   review is answered `allowed: true`.
 
 pub mod review;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +41,7 @@ pub const PATH: &str = "/mutate-pods";
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// How long a review's body may take to arrive (the API server gives up
-/// on the webhook after its timeout anyway).
+/// on the webhook after [`webhook::TIMEOUT_SECONDS`] anyway).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The running webhook server (stops when dropped).
