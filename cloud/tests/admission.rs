@@ -2,7 +2,9 @@
 //! calls it: an `AdmissionReview` posted to `/mutate-pods`, the answer's
 //! JSONPatch applied to the pod (RFC 6902, as the API server applies it),
 //! and the pod's default offline tolerations found lengthened; refusals of
-//! what is not a review, with their reasons.
+//! what is not a review, with their reasons. With `EDGEHIVE_TEST_KUBECONFIG`
+//! (a real kube-apiserver), replicas registering the webhook's
+//! configuration at once.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -212,4 +214,127 @@ async fn what_is_not_a_review_is_refused_saying_why() {
     assert_eq!(code, 404);
     let (code, _) = call(&pki, &handle, "GET /healthz HTTP/1.1", b"").await;
     assert_eq!(code, 200);
+}
+
+/// The kubeconfig of a real kube-apiserver, or `None` (and a word that the
+/// test is skipped).
+#[cfg(feature = "kubernetes")]
+fn kubeconfig(test: &str) -> Option<String> {
+    match std::env::var("EDGEHIVE_TEST_KUBECONFIG") {
+        Ok(path) if !path.is_empty() => Some(path),
+        _ => {
+            println!("{test}: skipped: EDGEHIVE_TEST_KUBECONFIG is not set (no kube-apiserver)");
+            None
+        }
+    }
+}
+
+/// Deletes the configuration at the end, also on failure.
+#[cfg(feature = "kubernetes")]
+struct Registered(String);
+
+#[cfg(feature = "kubernetes")]
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "--kubeconfig",
+                &self.0,
+                "delete",
+                "mutatingwebhookconfiguration",
+            ])
+            .args([admission::webhook::CONFIGURATION_NAME, "--ignore-not-found"])
+            .output();
+    }
+}
+
+/// Eight replicas registering at once against a real kube-apiserver
+/// (`EDGEHIVE_TEST_KUBECONFIG`): one creates the configuration, none
+/// fails; the stored webhook reads back as written, so registering again
+/// writes nothing; a changed URL is an update.
+#[cfg(feature = "kubernetes")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_registering_at_once_leave_one_configuration() {
+    use admission::webhook::{self, Endpoint, Registered as Done};
+    let Some(kubeconfig) = kubeconfig("replicas_registering_at_once_leave_one_configuration")
+    else {
+        return;
+    };
+    let _cleanup = Registered(kubeconfig.clone());
+    let client = cloud::desired::KubeAccess::Kubeconfig(kubeconfig.clone().into())
+        .client()
+        .await
+        .expect("client");
+    let pki = DevPki::new("admission test CA").expect("CA");
+    let ca = cloud::admin::kubeconfig::pem("CERTIFICATE", pki.root().as_ref());
+    // No namespace carries this label: no pod of other tests on this API
+    // server is ever sent to this webhook.
+    let unused = |endpoint: &Endpoint| {
+        let mut configuration = webhook::configuration(endpoint, &ca);
+        configuration["webhooks"][0]["namespaceSelector"] =
+            json!({"matchLabels": {"edgehive.io/admission-test": "none"}});
+        configuration
+    };
+    let first = unused(&Endpoint::on_host("127.0.0.1", 9));
+    let _ = std::process::Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            &kubeconfig,
+            "delete",
+            "mutatingwebhookconfiguration",
+        ])
+        .args([webhook::CONFIGURATION_NAME, "--ignore-not-found"])
+        .output();
+    let replicas: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, configuration) = (client.clone(), first.clone());
+            tokio::spawn(async move { webhook::register(client, &configuration).await })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for replica in replicas {
+        done.push(replica.await.expect("task").expect("registered"));
+    }
+    assert_eq!(
+        done.iter().filter(|d| **d == Done::Created).count(),
+        1,
+        "{done:?}"
+    );
+    // As the API server stores it: what was written, defaults included.
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource {
+            group: "admissionregistration.k8s.io".to_owned(),
+            version: "v1".to_owned(),
+            api_version: "admissionregistration.k8s.io/v1".to_owned(),
+            kind: "MutatingWebhookConfiguration".to_owned(),
+            plural: "mutatingwebhookconfigurations".to_owned(),
+        },
+    );
+    let stored = serde_json::to_value(api.get(webhook::CONFIGURATION_NAME).await.expect("stored"))
+        .expect("JSON");
+    assert_eq!(stored["webhooks"], first["webhooks"]);
+    let version = stored["metadata"]["resourceVersion"].clone();
+    assert_eq!(
+        webhook::register(client.clone(), &first)
+            .await
+            .expect("again"),
+        Done::Unchanged
+    );
+    // A replica elsewhere: updated.
+    let moved = unused(&Endpoint::on_host("127.0.0.2", 9));
+    assert_eq!(
+        webhook::register(client.clone(), &moved)
+            .await
+            .expect("moved"),
+        Done::Updated
+    );
+    let stored = serde_json::to_value(api.get(webhook::CONFIGURATION_NAME).await.expect("stored"))
+        .expect("JSON");
+    assert_ne!(stored["metadata"]["resourceVersion"], version);
+    assert_eq!(
+        stored["webhooks"][0]["clientConfig"]["url"],
+        "https://127.0.0.2:9/mutate-pods"
+    );
+    println!("eight at once: {done:?}");
 }
