@@ -219,6 +219,11 @@ struct Run {
     /// address, or "off" (modules.metricsServer).
     #[arg(long)]
     metrics_server: Option<String>,
+    /// The admission webhook that lengthens edge pods' offline tolerations
+    /// as the API server creates them, Kubernetes mode only: listen
+    /// address, or "off" (modules.admission).
+    #[arg(long)]
+    admission: Option<String>,
     /// A kubeconfig: drive edge nodes from that cluster's API server
     /// instead of the embedded store (kubeAPIConfig.kubeConfig).
     #[arg(long)]
@@ -310,6 +315,15 @@ impl Run {
                 metrics_server.address = address.to_owned();
             }
         }
+        let admission = &mut config.modules.admission;
+        match self.admission.as_deref() {
+            None => {}
+            Some("off") => admission.enable = false,
+            Some(address) => {
+                admission.enable = true;
+                admission.address = address.to_owned();
+            }
+        }
         config.modules.admin.apply_flag(self.admin);
         if self.admin_insecure {
             config.modules.admin.authentication = false;
@@ -323,6 +337,86 @@ impl Run {
     }
 }
 
+/// The address kube-apiserver reaches this cloudcore at, when none is
+/// configured: with replicas each must name itself (the API server must
+/// reach this replica, not a shared address), in a pod its IP; else the
+/// first IP of `cloudHub.advertiseAddress` (an InternalIP is one), else its
+/// first name.
+fn advertised_host(settings: &CloudCoreConfig) -> Option<String> {
+    let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
+    if settings.replicas.enable && pod_ip.is_some() {
+        return pod_ip;
+    }
+    let names = &settings.modules.cloud_hub.advertise_address;
+    names
+        .iter()
+        .find(|name| name.parse::<std::net::IpAddr>().is_ok())
+        .or(names.first())
+        .cloned()
+}
+
+/// The admission webhook (Kubernetes mode): served over TLS with a
+/// certificate of the cloud's CA for the names the API server calls it
+/// by, then registered as the `MutatingWebhookConfiguration`
+/// `edgehive-cloudcore` with that CA as its `caBundle`. A registration the
+/// API server refuses is logged, naming what is missing; the webhook
+/// still serves (another replica's registration may name it), and pods
+/// it does not see keep the controller's lengthening.
+async fn start_admission(
+    settings: &CloudCoreConfig,
+    ca: &CloudCa,
+    store: &KubernetesStore,
+) -> Result<cloud::admission::AdmissionHandle> {
+    use cloud::admission::webhook::{self, Endpoint};
+    let section = &settings.modules.admission;
+    let port = section
+        .address
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse::<u16>().ok())
+        .context("modules.admission.address: no port")?;
+    let endpoint = match (section.service.as_str(), section.url.as_str()) {
+        ("", "") => Endpoint::on_host(
+            &advertised_host(settings)
+                .context("modules.admission.url: none, and no cloudHub.advertiseAddress")?,
+            port,
+        ),
+        ("", url) => Endpoint::url(url).context("modules.admission.url")?,
+        (service, _) => Endpoint::service(service).context("modules.admission.service")?,
+    };
+    let mut names = endpoint.server_names();
+    names.extend(settings.modules.cloud_hub.advertise_address.iter().cloned());
+    names.extend(std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty()));
+    names.sort();
+    names.dedup();
+    let (chain, key) = ca.issue_server(&names, Duration::from_secs(365 * 24 * 3600))?;
+    let grace = settings.kube_api_config.offline_grace_seconds;
+    let handle = cloud::admission::start(cloud::admission::AdmissionConfig {
+        address: section.address.clone(),
+        tls: tls::server_config(chain, key, None)?,
+        window: (grace > 0).then(|| Duration::from_secs(grace)),
+        edge_nodes: Arc::new(store.edge_node_names()),
+    })
+    .await
+    .with_context(|| format!("modules.admission.address {}", section.address))?;
+    let ca_pem = cloud::admin::kubeconfig::pem("CERTIFICATE", ca.root().as_ref());
+    let configuration = webhook::configuration(&endpoint, &ca_pem);
+    match webhook::register(store.client().clone(), &configuration).await {
+        Ok(done) => {
+            tracing::info!(
+                ?done,
+                ?endpoint,
+                name = webhook::CONFIGURATION_NAME,
+                "admission webhook registered"
+            )
+        }
+        Err(err) => tracing::error!(
+            error = %err,
+            "the admission webhook is not registered: pods bound to edge nodes are created with the API server's 300 s offline tolerations, which the edgecontroller then lengthens"
+        ),
+    }
+    Ok(handle)
+}
+
 /// The kubelet API's settings (Kubernetes mode), and the endpoint edge
 /// Nodes name: this cloudcore's certificate from its CA, client
 /// certificates checked against kube-apiserver's kubelet-client CA (a file,
@@ -334,23 +428,10 @@ async fn kubelet_api_config(
     store: &KubernetesStore,
 ) -> Result<(KubeletEndpoint, KubeletApiConfig)> {
     let section = &settings.modules.cloud_stream;
-    // With replicas each must name itself (kube-apiserver must reach the
-    // replica holding the node, not a shared address): in a pod, its IP.
-    let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
     let advertise = match section.advertise_address.as_str() {
-        "" if settings.replicas.enable && pod_ip.is_some() => pod_ip.unwrap_or_default(),
-        // The first address that is an IP (an InternalIP is one).
-        "" => settings
-            .modules
-            .cloud_hub
-            .advertise_address
-            .iter()
-            .find(|name| name.parse::<std::net::IpAddr>().is_ok())
-            .or(settings.modules.cloud_hub.advertise_address.first())
-            .cloned()
-            .context(
-                "modules.cloudStream.advertiseAddress: none, and no cloudHub.advertiseAddress",
-            )?,
+        "" => advertised_host(settings).context(
+            "modules.cloudStream.advertiseAddress: none, and no cloudHub.advertiseAddress",
+        )?,
         address => address.to_owned(),
     };
     let port = section
@@ -982,6 +1063,26 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         }
         _ => None,
     };
+    // Kubernetes mode, when asked: pods bound to edge nodes are created
+    // with their offline tolerations lengthened (no write per pod).
+    let _admission = match &desired {
+        Desired::Kubernetes(store) if settings.modules.admission.enable => {
+            match start_admission(&settings, &ca, store).await {
+                Ok(handle) => Some(handle),
+                Err(err) => {
+                    tracing::error!(error = %format!("{err:#}"), "no admission webhook (modules.admission)");
+                    None
+                }
+            }
+        }
+        _ if settings.modules.admission.enable => {
+            tracing::info!(
+                "modules.admission: Kubernetes mode only; no webhook without an API server"
+            );
+            None
+        }
+        _ => None,
+    };
     let admin = match settings.modules.admin.enabled() {
         Some(address) if settings.modules.admin.authentication => {
             let auth = admin_auth(&settings, &ca)?;
@@ -1161,6 +1262,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     }
     drop(_kubelet_api);
     drop(_metrics_server);
+    drop(_admission);
     if let Some(certs) = certs {
         certs.stop().await;
     }

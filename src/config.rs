@@ -335,6 +335,10 @@ pub struct CloudModules {
     /// The resource metrics API (`metrics.k8s.io`) for kube-apiserver's
     /// aggregation layer (Kubernetes mode): `kubectl top` on edge pods.
     pub metrics_server: MetricsServerSection,
+    /// The admission webhook (Kubernetes mode; KubeEdge's `admission`):
+    /// pods bound to edge nodes are created with their offline
+    /// tolerations already lengthened.
+    pub admission: AdmissionSection,
 }
 
 /// The admin API (for edgehivectl): where it listens and how it knows its
@@ -411,6 +415,44 @@ impl Default for MetricsServerSection {
             address: cloud::kubelet::metrics_api::DEFAULT_ADDRESS.to_owned(),
             service_name: "cloudcore-metrics".to_owned(),
             cloud_nodes: true,
+        }
+    }
+}
+
+/// cloudcore's mutating admission webhook (Kubernetes mode): the API
+/// server calls it as it creates a pod, and a pod bound to an edge node
+/// is created with its default offline tolerations lengthened to
+/// `kubeAPIConfig.offlineGraceSeconds`, with no write afterwards. At
+/// start cloudcore creates or updates the `MutatingWebhookConfiguration`
+/// `edgehive-cloudcore` naming it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AdmissionSection {
+    /// Whether it runs (only ever with a Kubernetes API server; off unless
+    /// asked: it registers a cluster-wide webhook, which needs its own
+    /// permission and an address the API server reaches).
+    pub enable: bool,
+    /// host:port it listens on.
+    pub address: String,
+    /// The URL the API server calls it at ("": `https://<host>:<port of
+    /// address>/mutate-pods`, host: with replicas the `POD_IP` environment
+    /// variable when set, else the first IP of
+    /// `modules.cloudHub.advertiseAddress`). Its host is in the serving
+    /// certificate.
+    pub url: String,
+    /// In the cluster: the Service in front of cloudcore the API server
+    /// calls instead of a URL, `namespace/name` or `namespace/name:port`
+    /// (port 443 when none is given); "": the URL.
+    pub service: String,
+}
+
+impl Default for AdmissionSection {
+    fn default() -> Self {
+        AdmissionSection {
+            enable: false,
+            address: cloud::admission::DEFAULT_ADDRESS.to_owned(),
+            url: String::new(),
+            service: String::new(),
         }
     }
 }
@@ -525,6 +567,7 @@ impl Default for CloudModules {
             dynamic_controller: DynamicControllerSection::default(),
             cloud_stream: CloudStreamSection::default(),
             metrics_server: MetricsServerSection::default(),
+            admission: AdmissionSection::default(),
         }
     }
 }
@@ -653,6 +696,13 @@ impl Check for CloudCoreConfig {
                     address: self.modules.metrics_server.address.clone(),
                 },
             ),
+            (
+                "modules.admission.address",
+                &Listener {
+                    enable: self.modules.admission.enable,
+                    address: self.modules.admission.address.clone(),
+                },
+            ),
         ] {
             if listener.enable {
                 check_host_port(key, &listener.address)?;
@@ -688,6 +738,24 @@ impl Check for CloudCoreConfig {
                         "modules.cloudStream.tunnelPort: {} is taken by {key} ({address})",
                         stream.tunnel_port
                     ));
+                }
+            }
+        }
+        let admission = &self.modules.admission;
+        if admission.enable {
+            match (admission.url.as_str(), admission.service.as_str()) {
+                ("", "") => {}
+                (_, "") => cloud::admission::webhook::Endpoint::url(&admission.url)
+                    .map(drop)
+                    .map_err(|err| format!("modules.admission.url: {err}"))?,
+                ("", _) => cloud::admission::webhook::Endpoint::service(&admission.service)
+                    .map(drop)
+                    .map_err(|err| format!("modules.admission.service: {err}"))?,
+                _ => {
+                    return Err(
+                        "modules.admission.url and modules.admission.service: choose one way for the API server to reach the webhook"
+                            .to_owned(),
+                    );
                 }
             }
         }
@@ -1102,6 +1170,39 @@ mod tests {
         let off: CloudCoreConfig =
             parse("modules:\n  cloudStream:\n    tunnelPort: 0\n").expect("off");
         assert_eq!(off.modules.cloud_stream.tunnel_port, 0);
+    }
+
+    #[test]
+    fn the_admission_webhook_is_off_until_asked_and_reached_one_way() {
+        let cloud = CloudCoreConfig::default();
+        assert!(!cloud.modules.admission.enable);
+        assert_eq!(cloud.modules.admission.address, "0.0.0.0:10354");
+        let on: CloudCoreConfig = parse(
+            "modules:\n  admission:\n    enable: true\n    service: kubeedge/cloudcore:8443\n",
+        )
+        .expect("a Service");
+        assert_eq!(on.modules.admission.service, "kubeedge/cloudcore:8443");
+        for (file, key) in [
+            (
+                "modules:\n  admission:\n    enable: true\n    url: http://10.0.0.2/mutate-pods\n",
+                "modules.admission.url",
+            ),
+            (
+                "modules:\n  admission:\n    enable: true\n    service: cloudcore\n",
+                "modules.admission.service",
+            ),
+            (
+                "modules:\n  admission:\n    enable: true\n    url: https://10.0.0.2/mutate-pods\n    service: kubeedge/cloudcore\n",
+                "choose one way",
+            ),
+            (
+                "modules:\n  admission:\n    enable: true\n    address: localhost\n",
+                "modules.admission.address",
+            ),
+        ] {
+            let err = parse::<CloudCoreConfig>(file).expect_err(file);
+            assert!(err.contains(key), "{file}: {err}");
+        }
     }
 
     #[test]

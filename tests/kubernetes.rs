@@ -103,6 +103,19 @@ impl Cluster {
     /// With `pods` false the edge runs no pods (no edged): it only holds
     /// what it is sent, which its MetaServer shows.
     fn start_with(kubeconfig: String, name: &str, dialect: &str, pods: bool) -> Cluster {
+        Cluster::start_with_cloud(kubeconfig, name, dialect, pods, &[], &[])
+    }
+
+    /// [`Cluster::start_with`], cloudcore given `global` arguments before
+    /// `run` (`--config FILE`) and `run` ones after the others.
+    fn start_with_cloud(
+        kubeconfig: String,
+        name: &str,
+        dialect: &str,
+        pods: bool,
+        global: &[&str],
+        run: &[&str],
+    ) -> Cluster {
         // Declared first: if the start fails, dropped after the edge.
         let node_pods = pods.then(|| test_node(name));
         let node = match &node_pods {
@@ -124,30 +137,33 @@ impl Cluster {
             "kubeedge" => "--kubeedge-ws",
             _ => "--ws",
         };
-        let cloud_args = [
-            "--data-dir",
-            &cloud_dir,
-            "run",
-            "--kubeconfig",
-            &kubeconfig,
-            hub_flag,
-            &hub,
-            "--certs",
-            &certs,
-            "--admin",
-            &admin,
-            "--admin-insecure",
-            "--metrics",
-            &metrics,
-            "--stream",
-            &stream,
-            "--metrics-server",
-            &metrics_server,
-            "--keepalive-secs",
-            "2",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let mut cloud_args: Vec<String> = global.iter().map(|a| (*a).to_owned()).collect();
+        cloud_args.extend(
+            [
+                "--data-dir",
+                &cloud_dir,
+                "run",
+                "--kubeconfig",
+                &kubeconfig,
+                hub_flag,
+                &hub,
+                "--certs",
+                &certs,
+                "--admin",
+                &admin,
+                "--admin-insecure",
+                "--metrics",
+                &metrics,
+                "--stream",
+                &stream,
+                "--metrics-server",
+                &metrics_server,
+                "--keepalive-secs",
+                "2",
+            ]
+            .map(str::to_owned),
+        );
+        cloud_args.extend(run.iter().map(|a| (*a).to_owned()));
         let args: Vec<&str> = cloud_args.iter().map(String::as_str).collect();
         let cloud = Process::start(env!("CARGO_BIN_EXE_cloudcore"), &args);
         cloud.wait_for("certificate endpoints ready", Duration::from_secs(90));
@@ -2269,4 +2285,255 @@ spec:
         "{message}"
     );
     println!("cloud gone: kept decision 200, new question 503 ({message})");
+}
+
+/// cloudcore's MutatingWebhookConfiguration while a test runs: deleted at
+/// the end, also on failure, so no pod creation elsewhere waits on a
+/// webhook whose cloudcore is gone.
+struct WebhookGuard {
+    kubeconfig: String,
+}
+
+impl Drop for WebhookGuard {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &self.kubeconfig,
+            &[
+                "delete",
+                "mutatingwebhookconfiguration",
+                "edgehive-cloudcore",
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+        );
+    }
+}
+
+/// A pod of `namespace` for `kubectl create`: `placement` is its spec's
+/// nodeName or nodeSelector lines.
+fn sleeper(name: &str, placement: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+{placement}
+  tolerations:
+  - key: node-role.kubernetes.io/edge
+    operator: Exists
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"exec sleep 3600\"]
+"
+    )
+}
+
+/// The `tolerationSeconds` of `pod`'s NoExecute tolerations of the
+/// offline taints, by key.
+fn offline_tolerations(pod: &Value) -> BTreeMap<String, Value> {
+    pod["spec"]["tolerations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["effect"] == "NoExecute")
+        .filter_map(|t| {
+            let key = t["key"].as_str()?;
+            key.starts_with("node.kubernetes.io/")
+                .then(|| (key.to_owned(), t["tolerationSeconds"].clone()))
+        })
+        .collect()
+}
+
+/// The admission webhook: cloudcore (Kubernetes mode, `--admission`, a
+/// one-hour window) registers `edgehive-cloudcore`, kube-apiserver calls
+/// it over TLS as kubectl creates pods, and a pod bound to the edge node
+/// is created with its default offline tolerations already lengthened:
+/// the object kubectl gets back from its create carries them, the edge
+/// holds that very version, and no one but its creator ever wrote it
+/// (`managedFields`). A pod placed by an edge nodeSelector is mutated at
+/// creation too; one for another node is left at the API server's 300 s.
+#[test]
+fn the_admission_webhook_creates_edge_pods_with_lengthened_tolerations() {
+    let test = "the_admission_webhook_creates_edge_pods_with_lengthened_tolerations";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    // Before cloudcore starts: whatever happens next, it is deleted.
+    let _webhook = WebhookGuard {
+        kubeconfig: kubeconfig.clone(),
+    };
+    let config = std::env::temp_dir().join(format!("{test}-{}.yaml", std::process::id()));
+    std::fs::write(&config, "kubeAPIConfig:\n  offlineGraceSeconds: 3600\n").expect("config");
+    let admission = free_address();
+    let config = config.to_string_lossy().into_owned();
+    let cluster = Cluster::start_with_cloud(
+        kubeconfig,
+        "admission",
+        "native",
+        false,
+        &["--config", &config],
+        &["--admission", &admission],
+    );
+    let kc = cluster.kubeconfig.clone();
+    let ns = cluster.namespace.clone();
+
+    // Registered before cloudcore said it was ready, as configured.
+    let registered = get(
+        &kc,
+        &["get", "mutatingwebhookconfiguration", "edgehive-cloudcore"],
+    )
+    .expect("the MutatingWebhookConfiguration, registered at start");
+    let webhook = &registered["webhooks"][0];
+    assert_eq!(
+        webhook["clientConfig"]["url"],
+        format!("https://{admission}/mutate-pods"),
+        "{registered}"
+    );
+    let bundle = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        webhook["clientConfig"]["caBundle"]
+            .as_str()
+            .expect("caBundle"),
+    )
+    .expect("base64");
+    let ca = std::fs::read(format!("{}/ca/ca.crt", cluster.cloud_dir())).expect("the cloud CA");
+    assert_eq!(bundle, ca, "the caBundle is the cloud's CA");
+    assert_eq!(webhook["failurePolicy"], "Ignore");
+    assert_eq!(webhook["sideEffects"], "None");
+    assert_eq!(webhook["timeoutSeconds"], 5);
+    assert_eq!(webhook["reinvocationPolicy"], "Never");
+    assert_eq!(
+        webhook["admissionReviewVersions"],
+        serde_json::json!(["v1"])
+    );
+    assert_eq!(
+        webhook["rules"],
+        serde_json::json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}])
+    );
+    assert_eq!(
+        webhook["namespaceSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["kube-system"])
+    );
+    // Other tests may create edge pods on this API server meanwhile, and
+    // expect their own cloudcore's window: this test's webhook is kept to
+    // its own namespace from here on.
+    let only_here = format!(
+        r#"[{{"op": "replace", "path": "/webhooks/0/namespaceSelector", "value": {{"matchLabels": {{"kubernetes.io/metadata.name": "{ns}"}}}}}}]"#
+    );
+    let (ok, out) = kubectl(
+        &kc,
+        &[
+            "patch",
+            "mutatingwebhookconfiguration",
+            "edgehive-cloudcore",
+            "--type=json",
+            "-p",
+            &only_here,
+        ],
+    );
+    assert!(ok, "{out}");
+
+    let create = |name: &str, placement: &str, dry_run: bool| -> Value {
+        let file = std::env::temp_dir().join(format!("{}-{name}.yaml", cluster.node));
+        std::fs::write(&file, sleeper(name, placement)).expect("manifest");
+        let file = file.to_string_lossy().into_owned();
+        let mut args = vec!["create", "-n", &ns, "-f", &file, "-o", "json"];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let (ok, out) = kubectl(&kc, &args);
+        assert!(ok, "kubectl create: {out}");
+        serde_json::from_str(&out).expect("the created pod as JSON")
+    };
+    let lengthened: BTreeMap<String, Value> = [
+        ("node.kubernetes.io/not-ready".to_owned(), Value::from(3600)),
+        (
+            "node.kubernetes.io/unreachable".to_owned(),
+            Value::from(3600),
+        ),
+    ]
+    .into();
+    let on_the_node = format!("  nodeName: {}", cluster.node);
+
+    // cloudcore knows the node as an edge node once its Node watch has
+    // brought it (just after the node connected): server-side dry runs of
+    // the pod, which pass through admission and store nothing, show when.
+    until("cloudcore's webhook knowing the edge node", || {
+        let tried = create("bound", &on_the_node, true);
+        (offline_tolerations(&tried) == lengthened).then_some(())
+    });
+
+    // Bound to the edge node: created lengthened.
+    let bound = create("bound", &on_the_node, false);
+    println!("as created: {}", bound["spec"]["tolerations"]);
+    assert_eq!(offline_tolerations(&bound), lengthened, "{bound}");
+    let created_version = bound["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("a resourceVersion")
+        .to_owned();
+
+    // Left to the scheduler, but only edge nodes match: created lengthened.
+    let selected = create(
+        "selected",
+        &format!(
+            "  nodeSelector:\n    node-role.kubernetes.io/edge: \"\"\n    kubernetes.io/hostname: {}",
+            cluster.node
+        ),
+        false,
+    );
+    assert_eq!(offline_tolerations(&selected), lengthened, "{selected}");
+
+    // Another node: the API server's default stays.
+    let elsewhere = create("elsewhere", "  nodeName: not-an-edge-node", false);
+    let default: BTreeMap<String, Value> = [
+        ("node.kubernetes.io/not-ready".to_owned(), Value::from(300)),
+        (
+            "node.kubernetes.io/unreachable".to_owned(),
+            Value::from(300),
+        ),
+    ]
+    .into();
+    assert_eq!(offline_tolerations(&elsewhere), default, "{elsewhere}");
+
+    // Delivered to the edge as created: cloudcore wrote nothing first.
+    let held = until("the bound pod at the edge", || {
+        cluster.held_pods().get("bound").copied()
+    });
+    assert_eq!(
+        held.to_string(),
+        created_version,
+        "the edge holds the pod as created"
+    );
+    let pod = get(
+        &kc,
+        &["get", "pod", "bound", "-n", &ns, "--show-managed-fields"],
+    )
+    .expect("the pod");
+    assert_eq!(
+        pod["metadata"]["resourceVersion"],
+        created_version.as_str(),
+        "no write since its creation: {pod}"
+    );
+    let managers: Vec<(String, String)> = pod["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|entry| {
+            (
+                entry["manager"].as_str().unwrap_or_default().to_owned(),
+                entry["operation"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    println!(
+        "managedFields: {managers:?}, resourceVersion {created_version}, held at the edge {held}"
+    );
+    assert_eq!(
+        managers,
+        [("kubectl-create".to_owned(), "Update".to_owned())],
+        "only its creator wrote it"
+    );
 }

@@ -12,6 +12,9 @@
 //! - `replicas` (feature `etcd` or `kubernetes`): several cloudcores on
 //!   one etcd or one Kubernetes cluster, each node served by one of them at
 //!   a time under a claim (an etcd key, or a Lease).
+//! - [`admission`]: the mutating admission webhook (Kubernetes mode;
+//!   KubeEdge's `admission`): pods bound to edge nodes are created with
+//!   their offline tolerations already lengthened.
 //! - [`admin`]: the admin API that `edgehivectl` talks to (Kubernetes
 //!   manifests in, objects out), its client and the manifest parser.
 //!
@@ -20,6 +23,7 @@
 //! no edge module.
 
 pub mod admin;
+pub mod admission;
 pub mod applications;
 mod backoff;
 pub mod controller;

@@ -36,8 +36,7 @@ use super::api_requests::ApiRequests;
 use super::feed::Feed;
 use super::{DesiredError, DesiredState, StoreFuture, WatchStream, revision_of, stub};
 
-/// The label that marks a node as an edge node.
-pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+pub use super::EDGE_NODE_LABEL;
 
 /// The kinds the backend watches.
 pub const WATCHED: [Kind; 8] = [
@@ -174,6 +173,22 @@ impl Mirror {
 
     fn caches_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Kind, KindCache>> {
         self.caches.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The names of the edge nodes (labelled [`EDGE_NODE_LABEL`]) a
+/// [`KubernetesStore`] watches, as its cache holds them now.
+#[derive(Clone)]
+pub struct EdgeNodeNames(Arc<Mirror>);
+
+impl EdgeNodeNames {
+    /// Whether `node` is an edge node.
+    pub fn contains(&self, node: &str) -> bool {
+        self.0
+            .edge_nodes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(node)
     }
 }
 
@@ -339,6 +354,12 @@ impl KubernetesStore {
     /// resource (every module that uses [`KubernetesStore::client`]).
     pub fn api_requests(&self) -> &Arc<ApiRequests> {
         &self.requests
+    }
+
+    /// The edge nodes' names as this backend's Node watch sees them, kept
+    /// current (the admission webhook asks it for each pod it reviews).
+    pub fn edge_node_names(&self) -> EdgeNodeNames {
+        EdgeNodeNames(self.mirror.clone())
     }
 
     fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {

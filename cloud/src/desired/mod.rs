@@ -49,6 +49,11 @@ pub use etcd::{CatchUp, EtcdConfig, EtcdStore, FenceHold, FenceOf};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{KubeAccess, KubernetesConfig, KubernetesStore};
 
+/// The label that marks a node as an edge node (cloudcore puts it on the
+/// Nodes it creates; the Kubernetes backend watches the nodes that carry
+/// it).
+pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+
 /// A failure of the desired state, in the terms of a Kubernetes API server.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DesiredError {

@@ -67,7 +67,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 /// At most this many connections at once.
 const MAX_CONNECTIONS: usize = 1024;
 
-type Body = BoxBody<Bytes, std::io::Error>;
+/// The body of every answer these servers give.
+pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
 
 /// The kubelet API's settings.
 pub struct KubeletApiConfig {
@@ -131,7 +132,7 @@ struct Served {
 /// What answers a request: the request, the caller its client
 /// certificate names, and the connection's permit (an upgraded session
 /// keeps it).
-type Handler = Arc<
+pub(crate) type Handler = Arc<
     dyn Fn(Request<Incoming>, Option<Caller>, Permit) -> BoxFuture<'static, Response<Body>>
         + Send
         + Sync,
@@ -139,7 +140,7 @@ type Handler = Arc<
 
 /// Serves `handler` over TLS (HTTP/1.1, upgrades allowed) at `address`,
 /// at most [`MAX_CONNECTIONS`] at once.
-async fn serve_tls(
+pub(crate) async fn serve_tls(
     address: &str,
     tls: Arc<rustls::ServerConfig>,
     handler: Handler,
@@ -235,7 +236,8 @@ pub async fn cluster_ca(client: kube::Client, namespace: &str) -> Result<String,
         .ok_or_else(|| "the ConfigMap has no ca.crt".to_owned())
 }
 
-fn full(bytes: impl Into<Bytes>) -> Body {
+/// A body of `bytes`, whole.
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never: Infallible| match never {})
         .boxed()
@@ -256,7 +258,8 @@ fn stats_response(what: apis::streams::StatsKind, bytes: Bytes) -> Response<Body
     response
 }
 
-fn status(code: StatusCode, message: &str) -> Response<Body> {
+/// A Kubernetes `Status` failure with `code` and `message`, as JSON.
+pub(crate) fn status(code: StatusCode, message: &str) -> Response<Body> {
     let reason = code
         .canonical_reason()
         .unwrap_or("Failure")
@@ -288,7 +291,8 @@ fn api_error(err: &ApiError) -> Response<Body> {
     status(code, &err.to_string())
 }
 
-type Permit = Arc<tokio::sync::OwnedSemaphorePermit>;
+/// A connection's place among the [`MAX_CONNECTIONS`].
+pub(crate) type Permit = Arc<tokio::sync::OwnedSemaphorePermit>;
 
 async fn serve(
     request: Request<Incoming>,
