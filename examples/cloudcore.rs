@@ -399,13 +399,13 @@ async fn start_admission(
     .await
     .with_context(|| format!("modules.admission.address {}", section.address))?;
     let ca_pem = cloud::admin::kubeconfig::pem("CERTIFICATE", ca.root().as_ref());
-    let configuration = webhook::configuration(&endpoint, &ca_pem);
+    let configuration = webhook::configuration(&section.configuration_name, &endpoint, &ca_pem);
     match webhook::register(store.client().clone(), &configuration).await {
         Ok(done) => {
             tracing::info!(
                 ?done,
                 ?endpoint,
-                name = webhook::CONFIGURATION_NAME,
+                name = %section.configuration_name,
                 "admission webhook registered"
             )
         }

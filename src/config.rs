@@ -444,6 +444,9 @@ pub struct AdmissionSection {
     /// calls instead of a URL, `namespace/name` or `namespace/name:port`
     /// (port 443 when none is given); "": the URL.
     pub service: String,
+    /// The name of the `MutatingWebhookConfiguration` cloudcore registers
+    /// (one per cloudcore installation; replicas share it).
+    pub configuration_name: String,
 }
 
 impl Default for AdmissionSection {
@@ -453,6 +456,7 @@ impl Default for AdmissionSection {
             address: cloud::admission::DEFAULT_ADDRESS.to_owned(),
             url: String::new(),
             service: String::new(),
+            configuration_name: cloud::admission::webhook::CONFIGURATION_NAME.to_owned(),
         }
     }
 }

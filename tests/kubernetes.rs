@@ -684,8 +684,60 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
     let Some(kubeconfig) = kubeconfig(&test) else {
         return;
     };
-    let mut cluster =
-        Cluster::start_with(kubeconfig, &format!("eh-kill-{dialect}"), dialect, false);
+    // cloudcore's admission webhook lengthens the pods' offline
+    // tolerations as they are created (its own configuration, kept to the
+    // test's namespace), so nothing is left for cloudcore to write.
+    let name = format!("edgehive-test-kill-{dialect}-{}", std::process::id());
+    let _webhook = WebhookGuard {
+        kubeconfig: kubeconfig.clone(),
+        name: name.clone(),
+    };
+    let config = std::env::temp_dir().join(format!("{name}.yaml"));
+    std::fs::write(
+        &config,
+        format!("modules:\n  admission:\n    configurationName: {name}\n"),
+    )
+    .expect("config");
+    let config = config.to_string_lossy().into_owned();
+    let admission = free_address();
+    let mut cluster = Cluster::start_with_cloud(
+        kubeconfig,
+        &format!("eh-kill-{dialect}"),
+        dialect,
+        false,
+        &["--config", &config],
+        &["--admission", &admission],
+    );
+    webhook_only_for(&cluster, &name);
+    let probe = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": cluster.namespace},
+        "spec": {
+            "nodeName": cluster.node,
+            "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
+        },
+    })
+    .to_string();
+    let probe_file = std::env::temp_dir().join(format!("{name}-probe.json"));
+    std::fs::write(&probe_file, &probe).expect("probe");
+    let probe_file = probe_file.to_string_lossy().into_owned();
+    until("cloudcore's webhook knowing the edge node", || {
+        let (ok, out) = kubectl(
+            &cluster.kubeconfig,
+            &[
+                "create",
+                "-f",
+                &probe_file,
+                "--dry-run=server",
+                "-o",
+                "json",
+            ],
+        );
+        let tried: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+        let offline = offline_tolerations(&tried);
+        (!offline.is_empty() && offline.values().all(|seconds| seconds == 86_400)).then_some(())
+    });
     // Stock pods, admitted as usual (a service account token volume, the
     // default tolerations).
     const PODS: usize = 1_000;
@@ -708,6 +760,7 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
         (cluster.held_pods().len() >= 20).then_some(())
     });
     cluster.restart_cloud();
+    webhook_only_for(&cluster, &name);
     let held = until("every pod at the edge", || {
         let held = cluster.held_pods();
         (held.len() == PODS).then_some(held)
@@ -2292,6 +2345,8 @@ spec:
 /// webhook whose cloudcore is gone.
 struct WebhookGuard {
     kubeconfig: String,
+    /// The MutatingWebhookConfiguration's name.
+    name: String,
 }
 
 impl Drop for WebhookGuard {
@@ -2301,12 +2356,34 @@ impl Drop for WebhookGuard {
             &[
                 "delete",
                 "mutatingwebhookconfiguration",
-                "edgehive-cloudcore",
+                &self.name,
                 "--ignore-not-found",
                 "--wait=false",
             ],
         );
     }
+}
+
+/// Keeps the webhook configuration `name` to the test's own namespace
+/// (other tests create edge pods on this API server meanwhile, and expect
+/// their own cloudcore's window).
+fn webhook_only_for(cluster: &Cluster, name: &str) {
+    let only_here = format!(
+        r#"[{{"op": "replace", "path": "/webhooks/0/namespaceSelector", "value": {{"matchLabels": {{"kubernetes.io/metadata.name": "{}"}}}}}}]"#,
+        cluster.namespace
+    );
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "patch",
+            "mutatingwebhookconfiguration",
+            name,
+            "--type=json",
+            "-p",
+            &only_here,
+        ],
+    );
+    assert!(ok, "{out}");
 }
 
 /// A pod of `namespace` for `kubectl create`: `placement` is its spec's
@@ -2364,6 +2441,7 @@ fn the_admission_webhook_creates_edge_pods_with_lengthened_tolerations() {
     // Before cloudcore starts: whatever happens next, it is deleted.
     let _webhook = WebhookGuard {
         kubeconfig: kubeconfig.clone(),
+        name: "edgehive-cloudcore".to_owned(),
     };
     let config = std::env::temp_dir().join(format!("{test}-{}.yaml", std::process::id()));
     std::fs::write(&config, "kubeAPIConfig:\n  offlineGraceSeconds: 3600\n").expect("config");

@@ -270,7 +270,7 @@ async fn replicas_registering_at_once_leave_one_configuration() {
     // No namespace carries this label: no pod of other tests on this API
     // server is ever sent to this webhook.
     let unused = |endpoint: &Endpoint| {
-        let mut configuration = webhook::configuration(endpoint, &ca);
+        let mut configuration = webhook::configuration(webhook::CONFIGURATION_NAME, endpoint, &ca);
         configuration["webhooks"][0]["namespaceSelector"] =
             json!({"matchLabels": {"edgehive.io/admission-test": "none"}});
         configuration

@@ -173,12 +173,12 @@ impl Endpoint {
 /// `endpoint`, whose certificate `ca_pem` (PEM) signed. Every field the
 /// API server would default is written, so a stored configuration equal
 /// to this one reads back equal.
-pub fn configuration(endpoint: &Endpoint, ca_pem: &str) -> Value {
+pub fn configuration(name: &str, endpoint: &Endpoint, ca_pem: &str) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {
-            "name": CONFIGURATION_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/managed-by": "edgehive-cloudcore"},
         },
         "webhooks": [{
@@ -236,8 +236,10 @@ pub enum RegistrationError {
         message: String,
     },
     /// Any other failure.
-    #[error("{verb} of mutatingwebhookconfigurations/{CONFIGURATION_NAME} failed: {message}")]
+    #[error("{verb} of mutatingwebhookconfigurations/{name} failed: {message}")]
     Failed {
+        /// The configuration's name.
+        name: String,
         /// What failed: get, create or update.
         verb: &'static str,
         /// Why.
@@ -245,9 +247,11 @@ pub enum RegistrationError {
     },
     /// Others kept changing it between this one's read and write.
     #[error(
-        "mutatingwebhookconfigurations/{CONFIGURATION_NAME} kept changing under cloudcore's update ({tries} tries)"
+        "mutatingwebhookconfigurations/{name} kept changing under cloudcore's update ({tries} tries)"
     )]
     Contended {
+        /// The configuration's name.
+        name: String,
         /// How many times it was read and written.
         tries: usize,
     },
@@ -277,13 +281,19 @@ pub async fn register(
         plural: "mutatingwebhookconfigurations".to_owned(),
     };
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let name = configuration["metadata"]["name"]
+        .as_str()
+        .unwrap_or(CONFIGURATION_NAME)
+        .to_owned();
     let failed = |verb: &'static str| {
+        let name = name.clone();
         move |err: kube::Error| match err {
             kube::Error::Api(status) if status.code == 403 => RegistrationError::Forbidden {
                 verb,
                 message: status.message,
             },
             other => RegistrationError::Failed {
+                name: name.clone(),
                 verb,
                 message: other.to_string(),
             },
@@ -294,16 +304,14 @@ pub async fn register(
     let object = |value: &Value| {
         serde_json::from_value::<DynamicObject>(value.clone()).map_err(|err| {
             RegistrationError::Failed {
+                name: name.clone(),
                 verb: "encode",
                 message: err.to_string(),
             }
         })
     };
     for _ in 0..TRIES {
-        let existing = api
-            .get_opt(CONFIGURATION_NAME)
-            .await
-            .map_err(failed("get"))?;
+        let existing = api.get_opt(&name).await.map_err(failed("get"))?;
         let Some(existing) = existing else {
             match api
                 .create(&PostParams::default(), &object(configuration)?)
@@ -316,6 +324,7 @@ pub async fn register(
         };
         let mut updated =
             serde_json::to_value(existing).map_err(|err| RegistrationError::Failed {
+                name: name.clone(),
                 verb: "decode",
                 message: err.to_string(),
             })?;
@@ -329,11 +338,7 @@ pub async fn register(
             }
         }
         match api
-            .replace(
-                CONFIGURATION_NAME,
-                &PostParams::default(),
-                &object(&updated)?,
-            )
+            .replace(&name, &PostParams::default(), &object(&updated)?)
             .await
         {
             Ok(_) => return Ok(Registered::Updated),
@@ -341,7 +346,7 @@ pub async fn register(
             Err(err) => return Err(failed("update")(err)),
         }
     }
-    Err(RegistrationError::Contended { tries: TRIES })
+    Err(RegistrationError::Contended { name, tries: TRIES })
 }
 
 #[cfg(test)]
@@ -353,7 +358,7 @@ mod tests {
     #[test]
     fn the_configuration_says_what_the_api_server_needs() {
         let endpoint = Endpoint::on_host("10.0.0.2", 10354);
-        let object = configuration(&endpoint, CA);
+        let object = configuration(CONFIGURATION_NAME, &endpoint, CA);
         assert_eq!(object["metadata"]["name"], "edgehive-cloudcore");
         let webhook = &object["webhooks"][0];
         assert_eq!(
@@ -383,7 +388,7 @@ mod tests {
         );
         // In the cluster: a Service reference, its names in the certificate.
         let service = Endpoint::service("kubeedge/cloudcore").expect("service");
-        let object = configuration(&service, CA);
+        let object = configuration(CONFIGURATION_NAME, &service, CA);
         assert_eq!(
             object["webhooks"][0]["clientConfig"]["service"],
             json!({"namespace": "kubeedge", "name": "cloudcore", "path": "/mutate-pods", "port": 443})
