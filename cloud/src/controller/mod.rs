@@ -30,7 +30,6 @@ pub mod endpoint;
 pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
-pub mod tokens;
 mod toleration_writer;
 pub mod twin_reports;
 pub mod twin_sync;
@@ -1311,7 +1310,7 @@ impl Controller {
             warn!(%node, pod = %key, "token request for a pod not bound to the node refused");
             return self.refuse_sync(msg, "the pod is not bound to this node");
         }
-        let request = tokens::requested(&what.namespace, &what.name, spec, (pod_name, uid));
+        let request = apis::tokens::requested(&what.namespace, &what.name, spec, (pod_name, uid));
         let (store, hive) = (self.store.clone(), self.hive.clone());
         let msg = msg.clone();
         actix::spawn(async move {

@@ -227,20 +227,9 @@ pub trait DesiredState: Send + Sync + 'static {
     }
 }
 
-/// A service account token asked for a pod's projected volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenRequest {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// Whose token.
-    pub service_account: String,
-    /// For whom (empty: the API server's own audience).
-    pub audiences: Vec<String>,
-    /// How long it holds.
-    pub expiration_seconds: i64,
-    /// The pod it is bound to: name and uid.
-    pub pod: (String, String),
-}
+/// A token asked for a pod (the edge's question, as the API server's
+/// TokenRequest takes it): the type both halves share.
+pub use apis::tokens::TokenRequest;
 
 /// A revision from the clock: the time in microseconds. It starts a new
 /// embedded store above what any earlier one issued, and versions the
