@@ -827,46 +827,63 @@ impl Controller {
         let mut fresh = None;
         let mut batch = SendBatch::default();
         for action in actions {
-            let Action::Send {
-                node,
-                op,
-                key,
-                object,
-                version,
-            } = action
-            else {
+            if !matches!(action, Action::Send { .. }) {
+                // What follows a send waits until it is committed.
                 self.settle(std::mem::take(&mut batch)).await;
-                self.act_on(action).await;
-                continue;
-            };
-            if self.config.send_to_linked_only && !self.reconciler.is_connected(&node) {
-                // Another replica serves it, or none: it is brought in
-                // step when it links here.
-                continue;
             }
-            let version = match version {
-                Version::Of(version) => version,
-                Version::Fresh => match fresh {
-                    Some(version) => version,
-                    None => match self.store.next_revision().await {
-                        Ok(version) => *fresh.insert(version),
-                        Err(err) => {
-                            warn!(error = %err, "no revision; the node is brought in step later");
-                            self.reconciler.sent(&node, op, &key, 0, false);
-                            continue;
-                        }
-                    },
-                },
-            };
-            if key.kind == Kind::Pod && op != Op::Delete {
-                self.tolerations.lengthen_if_needed(&key, &object);
-            }
-            let queued = self
-                .queue_resource(&node, op, &key.edge_resource(), &object, version)
-                .await;
-            batch.sends.push((node, op, key, version, queued));
-            if batch.sends.len() >= SEND_BATCH {
-                self.settle(std::mem::take(&mut batch)).await;
+            match action {
+                Action::Send {
+                    node,
+                    op,
+                    key,
+                    object,
+                    version,
+                } => {
+                    if self.config.send_to_linked_only && !self.reconciler.is_connected(&node) {
+                        // Another replica serves it, or none: it is brought
+                        // in step when it links here.
+                        continue;
+                    }
+                    let version = match version {
+                        Version::Of(version) => version,
+                        Version::Fresh => match fresh {
+                            Some(version) => version,
+                            None => match self.store.next_revision().await {
+                                Ok(version) => *fresh.insert(version),
+                                Err(err) => {
+                                    warn!(error = %err, "no revision; the node is brought in step later");
+                                    self.reconciler.sent(&node, op, &key, 0, false);
+                                    continue;
+                                }
+                            },
+                        },
+                    };
+                    if key.kind == Kind::Pod && op != Op::Delete {
+                        self.tolerations.lengthen_if_needed(&key, &object);
+                    }
+                    let queued = self
+                        .queue_resource(&node, op, &key.edge_resource(), &object, version)
+                        .await;
+                    batch.sends.push((node, op, key, version, queued));
+                    if batch.sends.len() >= SEND_BATCH {
+                        self.settle(std::mem::take(&mut batch)).await;
+                    }
+                }
+                Action::Membership {
+                    node,
+                    device,
+                    object,
+                    joined,
+                } => self.send_membership(&node, &device, &object, joined).await,
+                Action::AskInventory { node } => self.ask_inventory(&node),
+                Action::ReadCursor { node, session } => self.read_cursor(&node, session),
+                Action::UpdateNode { node } => self.update_node(&node, None).await,
+                Action::FinishDeletion { key, uid } => {
+                    match self.store.finish_deletion(&key, uid.as_deref()).await {
+                        Ok(()) => info!(%key, "deletion finished: its node holds it"),
+                        Err(err) => warn!(%key, error = %err, "deletion not finished"),
+                    }
+                }
             }
         }
         self.settle(batch).await;
@@ -896,31 +913,6 @@ impl Controller {
         });
         for (node, op, key, version, taken) in outcomes {
             self.reconciler.sent(&node, op, &key, version, taken);
-        }
-    }
-
-    /// Carries out one action that is not a send.
-    async fn act_on(&mut self, action: Action) {
-        match action {
-            Action::Send { .. } => {
-                // Sends are batched by `act`.
-                Box::pin(self.act(vec![action])).await;
-            }
-            Action::Membership {
-                node,
-                device,
-                object,
-                joined,
-            } => self.send_membership(&node, &device, &object, joined).await,
-            Action::AskInventory { node } => self.ask_inventory(&node),
-            Action::ReadCursor { node, session } => self.read_cursor(&node, session),
-            Action::UpdateNode { node } => self.update_node(&node, None).await,
-            Action::FinishDeletion { key, uid } => {
-                match self.store.finish_deletion(&key, uid.as_deref()).await {
-                    Ok(()) => info!(%key, "deletion finished: its node holds it"),
-                    Err(err) => warn!(%key, error = %err, "deletion not finished"),
-                }
-            }
         }
     }
 
