@@ -575,6 +575,43 @@ fn send_to_node_in_order(hive: &Hive, mut answers: Vec<HiveMessage>) {
     });
 }
 
+/// How often a node's unchanged status is written all the same (a
+/// kubelet's `nodeStatusReportFrequency`): its Lease, renewed every 10 s,
+/// is the heartbeat the node lifecycle controller reads in between.
+const NODE_STATUS_REFRESH: Duration = Duration::from_secs(300);
+
+/// Whether the stored node status needs no write for `new`: they differ in
+/// heartbeat times at most, and the stored heartbeat is younger than
+/// [`NODE_STATUS_REFRESH`] at `now`.
+fn node_status_current(stored: &Value, new: &Value, now: Time) -> bool {
+    let without_heartbeats = |status: &Value| {
+        let mut status = status.clone();
+        for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+            if let Some(condition) = condition.as_object_mut() {
+                condition.remove("lastHeartbeatTime");
+            }
+        }
+        status
+    };
+    if stored == new {
+        return true;
+    }
+    if without_heartbeats(stored) != without_heartbeats(new) {
+        return false;
+    }
+    let beat = stored["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["lastHeartbeatTime"].as_str())
+        .and_then(|at| at.parse::<jiff::Timestamp>().ok());
+    beat.is_some_and(|beat| {
+        now.0.duration_since(beat)
+            < jiff::SignedDuration::try_from(NODE_STATUS_REFRESH).unwrap_or_default()
+    })
+}
+
 /// `object` without its resource version: a write of it is
 /// unconditional.
 fn unconditional(mut object: Value) -> Value {
@@ -1759,7 +1796,12 @@ impl Controller {
         };
         let written = match existing {
             Some(mut object) => {
-                if object.get("status") == Some(&status) {
+                if object
+                    .get("status")
+                    .is_some_and(|stored| node_status_current(stored, &status, now()))
+                {
+                    // As a kubelet: an unchanged status is written once
+                    // every few minutes, the node's Lease is its heartbeat.
                     return;
                 }
                 object["status"] = status;
@@ -1982,5 +2024,54 @@ mod device_status_tests {
         );
         // Nothing stored, nothing added.
         assert_eq!(keep_users_device_status(&reported, &json!({})), reported);
+    }
+}
+
+#[cfg(test)]
+mod node_status_tests {
+    use super::*;
+
+    #[test]
+    fn an_unchanged_node_status_is_written_every_five_minutes_only() {
+        let status = |beat: &str, ready: &str| {
+            json!({"conditions": [
+                {"type": "Ready", "status": ready, "lastHeartbeatTime": beat},
+                {"type": "EdgeLink", "status": "True", "lastHeartbeatTime": beat},
+            ], "nodeInfo": {"kubeletVersion": "v1"}})
+        };
+        let at = |text: &str| Time(text.parse().expect("time"));
+        let stored = status("2026-11-27T10:00:00Z", "True");
+        // The same status with a newer heartbeat: not written within five
+        // minutes, written after.
+        let beat = status("2026-11-27T10:04:00Z", "True");
+        assert!(node_status_current(
+            &stored,
+            &beat,
+            at("2026-11-27T10:04:00Z")
+        ));
+        assert!(!node_status_current(
+            &stored,
+            &beat,
+            at("2026-11-27T10:05:01Z")
+        ));
+        // Anything else changed: written at once.
+        let changed = status("2026-11-27T10:00:10Z", "False");
+        assert!(!node_status_current(
+            &stored,
+            &changed,
+            at("2026-11-27T10:00:10Z")
+        ));
+        let mut other = stored.clone();
+        other["nodeInfo"]["kubeletVersion"] = json!("v2");
+        assert!(!node_status_current(
+            &stored,
+            &other,
+            at("2026-11-27T10:00:00Z")
+        ));
+        assert!(node_status_current(
+            &stored,
+            &stored,
+            at("2026-11-27T11:00:00Z")
+        ));
     }
 }
