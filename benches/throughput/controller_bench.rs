@@ -546,6 +546,50 @@ async fn one_edge_embedded(sizes: Sizes, dir: &Path, report: &mut Report) -> Res
 }
 
 /// The hub bench's name for simulated node `i`.
+/// `nodes` simulated nodes (the hub bench's, one child process) linked to
+/// `cloud`, once all are connected; they go when the guard is dropped.
+async fn simulated_nodes(
+    cloud: &Cloud,
+    nodes: usize,
+    dir: &Path,
+    name: &str,
+) -> Result<ChildGuard> {
+    let identities = dir.join(format!("{name}-identities"));
+    write_identities(&cloud.pki, nodes, &identities)?;
+    let child = ChildGuard(
+        Command::new(std::env::current_exe()?)
+            .args([
+                "__hub-nodes",
+                "--kind",
+                TransportKind::WebSocket.name(),
+                "--dialect",
+                &hub::Dialect::Native.to_string(),
+                "--address",
+                &cloud.address,
+                "--nodes",
+                &nodes.to_string(),
+                "--identities",
+            ])
+            .arg(&identities)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("spawn the simulated nodes")?,
+    );
+    let stats = &cloud.stats;
+    if !stats
+        .changes
+        .wait_for(WAIT, || HubStats::get(&stats.connected) == nodes as u64)
+        .await
+    {
+        bail!(
+            "{} of {nodes} simulated nodes connected",
+            HubStats::get(&stats.connected)
+        );
+    }
+    Ok(child)
+}
+
 fn sim_node(i: usize) -> String {
     format!("node-{i:05}")
 }
@@ -585,40 +629,9 @@ async fn fan_out(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
 
     // The nodes first: what the controller finds in its first list it
     // leaves to each node's inventory, which simulated nodes never give.
-    let identities = dir.join("fan-out-identities");
-    write_identities(&cloud.pki, nodes, &identities)?;
     let started = Instant::now();
-    let _nodes = ChildGuard(
-        Command::new(std::env::current_exe()?)
-            .args([
-                "__hub-nodes",
-                "--kind",
-                TransportKind::WebSocket.name(),
-                "--dialect",
-                &hub::Dialect::Native.to_string(),
-                "--address",
-                &cloud.address,
-                "--nodes",
-                &nodes.to_string(),
-                "--identities",
-            ])
-            .arg(&identities)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .context("spawn the simulated nodes")?,
-    );
+    let _nodes = simulated_nodes(&cloud, nodes, dir, "fan-out").await?;
     let stats = cloud.stats.clone();
-    if !stats
-        .changes
-        .wait_for(WAIT, || HubStats::get(&stats.connected) == nodes as u64)
-        .await
-    {
-        bail!(
-            "{} of {nodes} simulated nodes connected",
-            HubStats::get(&stats.connected)
-        );
-    }
     let names: Vec<String> = (0..nodes).map(sim_node).collect();
     wait_nodes_ready(&store, &names).await?;
 
@@ -701,8 +714,8 @@ mod kubernetes {
     use serde_json::json;
 
     use super::{
-        Cloud, Edge, KUBECONFIG_ENV, Sizes, configmap, median, per_second, pod, pod_keys,
-        timed_to_edge, wait_nodes_ready,
+        Cloud, Edge, KUBECONFIG_ENV, SIMULATED_KEEPALIVE, Sizes, configmap, median, per_second,
+        pod_keys, sim_node, simulated_nodes, stock_pod, timed_to_edge, wait_nodes_ready,
     };
     use crate::hub_bench::rss_bytes;
     use crate::report::Report;
@@ -803,9 +816,66 @@ mod kubernetes {
             since_epoch.as_secs()
         );
         let outcome = scenario(&client, kubeconfig, &id, sizes, report).await;
-        let cleaned = cleanup(&client, &id).await;
+        let cleaned = cleanup(&client, &id, sizes.fan_out).await;
         outcome?;
         cleaned
+    }
+
+    /// A kubelet's requests per minute when nothing changes: a Lease
+    /// renewal every 10 s, a node status every 5 minutes.
+    const KUBELET_IDLE_PER_MINUTE: f64 = 6.0 + 0.2;
+
+    /// The API server's cost of idle edge nodes: `fan_out` simulated nodes
+    /// linked to a cloudcore in Kubernetes mode, every one Ready; then the
+    /// requests cloudcore's client makes over a quiet window, per node and
+    /// minute.
+    async fn idle_nodes(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        id: &str,
+        sizes: Sizes,
+        report: &mut Report,
+    ) -> Result<()> {
+        let nodes = sizes.fan_out;
+        let idle_namespace = format!("{id}-idle");
+        namespace(client, &idle_namespace).await?;
+        let dir = tempfile::tempdir()?;
+        let mut config = KubernetesConfig::new(KubeAccess::Kubeconfig(kubeconfig.to_owned()));
+        config.namespace = idle_namespace;
+        let kubernetes = Arc::new(KubernetesStore::connect(config).await?);
+        let requests = kubernetes.api_requests().clone();
+        let store: Arc<dyn DesiredState> = kubernetes;
+        let cloud =
+            Cloud::start(store.clone(), dir.path(), "idle", Some(SIMULATED_KEEPALIVE)).await?;
+        let measured = async {
+            let _nodes = simulated_nodes(&cloud, nodes, dir.path(), "idle").await?;
+            let names: Vec<String> = (0..nodes).map(sim_node).collect();
+            wait_nodes_ready(&store, &names).await?;
+            // Past the first round of Leases (each node's created).
+            tokio::time::sleep(Duration::from_secs(12)).await;
+            let window = if sizes.fan_out < 1_000 { 20 } else { 60 };
+            let before = requests.snapshot();
+            tokio::time::sleep(Duration::from_secs(window)).await;
+            let made = requests_since(&before, &requests.snapshot());
+            eprintln!(
+                "controller/k8s: {nodes} idle nodes, {window} s: cloudcore's requests {made:?}"
+            );
+            let total: u64 = made.iter().map(|(_, n)| n).sum();
+            Ok::<_, anyhow::Error>(total as f64 / nodes as f64 / (window as f64 / 60.0))
+        }
+        .await;
+        cloud.stop().await;
+        drop(store);
+        let per_node = measured?;
+        report.with_baseline(
+            &format!("controller/k8s/{nodes} idle nodes"),
+            "API requests per node",
+            per_node,
+            "req/min",
+            KUBELET_IDLE_PER_MINUTE,
+            "a kubelet's (Lease 10 s, status 5 min)",
+        );
+        Ok(())
     }
 
     async fn scenario(
@@ -816,6 +886,7 @@ mod kubernetes {
         report: &mut Report,
     ) -> Result<()> {
         memory(client, kubeconfig, id, sizes, report).await?;
+        idle_nodes(client, kubeconfig, id, sizes, report).await?;
 
         // The baseline: the API server's create rate from a bare client,
         // no controller anywhere.
@@ -863,6 +934,7 @@ mod kubernetes {
             wait_nodes_ready(&store, &[id.to_owned()]).await?;
             let ctl_pods: Api<Pod> = Api::namespaced(client.clone(), &ctl_namespace);
             let (mut rates, mut messages, mut patched) = (Vec::new(), Vec::new(), Vec::new());
+            let mut lags = Vec::new();
             let mut writes = Vec::new();
             for run in 0..sizes.runs {
                 let asked_before = requests.snapshot();
@@ -893,6 +965,7 @@ mod kubernetes {
                      the edge in step after {took:.2?} ({sent} messages)"
                 );
                 rates.push(per_second(sizes.pods, took));
+                lags.push(took.saturating_sub(created).as_secs_f64() * 1000.0);
                 messages.push(sent as f64 / sizes.pods as f64);
                 let written = writes_since(&asked_before, &requests.snapshot());
                 eprintln!("controller/k8s: run {run}: cloudcore's writes to the API server meanwhile: {written:?}");
@@ -909,13 +982,13 @@ mod kubernetes {
                 .await?;
                 patched.push(per_second(sizes.pods, took));
             }
-            Ok::<_, anyhow::Error>((rates, messages, patched, writes))
+            Ok::<_, anyhow::Error>((rates, messages, patched, writes, lags))
         }
         .await;
         edge.stop().await;
         cloud.stop().await;
         drop(store);
-        let (rates, messages, patched, writes) = measured?;
+        let (rates, messages, patched, writes, lags) = measured?;
         let scenario = format!("controller/k8s/{} pods", sizes.pods);
         report.with_baseline(
             &scenario,
@@ -934,6 +1007,14 @@ mod kubernetes {
             "API server patch, bare client",
         );
         report.plain(&scenario, "msgs sent per pod", median(messages), "msg");
+        // Past the API server's answer to the last create, how long until
+        // the edge held every pod: what cloudcore adds at the end.
+        report.plain(
+            &scenario,
+            "edge in step after last create",
+            median(lags),
+            "ms",
+        );
         report.plain(
             &scenario,
             "API-server writes per pod",
@@ -943,21 +1024,35 @@ mod kubernetes {
         Ok(())
     }
 
-    /// cloudcore's writes to the API server between two snapshots of its
-    /// request counts: (verb and resource, count), reads left out.
-    fn writes_since(
+    /// cloudcore's requests to the API server between two snapshots of its
+    /// request counts: ("verb resource", count).
+    fn requests_since(
         before: &[(&'static str, String, u64)],
         after: &[(&'static str, String, u64)],
     ) -> Vec<(String, u64)> {
         after
             .iter()
-            .filter(|(verb, _, _)| !matches!(*verb, "get" | "list" | "watch"))
             .filter_map(|(verb, resource, count)| {
                 let was = before
                     .iter()
                     .find(|(v, r, _)| v == verb && r == resource)
                     .map_or(0, |(_, _, n)| *n);
                 (count > &was).then(|| (format!("{verb} {resource}"), count - was))
+            })
+            .collect()
+    }
+
+    /// Of those, the writes (reads left out).
+    fn writes_since(
+        before: &[(&'static str, String, u64)],
+        after: &[(&'static str, String, u64)],
+    ) -> Vec<(String, u64)> {
+        requests_since(before, after)
+            .into_iter()
+            .filter(|(request, _)| {
+                !["get ", "list ", "watch "]
+                    .iter()
+                    .any(|read| request.starts_with(read))
             })
             .collect()
     }
@@ -1079,10 +1174,10 @@ mod kubernetes {
 
     /// Deletes what the run made: pods at once (no kubelet will finish a
     /// graceful deletion), the namespaces, the Node and its Lease.
-    async fn cleanup(client: &kube::Client, id: &str) -> Result<()> {
+    async fn cleanup(client: &kube::Client, id: &str, simulated: usize) -> Result<()> {
         let mut failures = Vec::new();
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        let names = ["ctl", "raw", "rss"].map(|suffix| format!("{id}-{suffix}"));
+        let names = ["ctl", "raw", "rss", "idle"].map(|suffix| format!("{id}-{suffix}"));
         for name in &names {
             let pods: Api<Pod> = Api::namespaced(client.clone(), name);
             if let Err(err) = pods
@@ -1105,10 +1200,19 @@ mod kubernetes {
             failures.push(format!("lease {id}: {err}"));
         }
         let nodes: Api<Node> = Api::all(client.clone());
-        if let Err(err) = nodes.delete(id, &DeleteParams::default()).await
-            && !is_code(&err, 404)
-        {
-            failures.push(format!("node {id}: {err}"));
+        let simulated = (0..simulated).map(sim_node);
+        for node in std::iter::once(id.to_owned()).chain(simulated) {
+            if let Err(err) = nodes.delete(&node, &DeleteParams::default()).await
+                && !is_code(&err, 404)
+            {
+                failures.push(format!("node {node}: {err}"));
+            }
+            if node != id
+                && let Err(err) = leases.delete(&node, &DeleteParams::default()).await
+                && !is_code(&err, 404)
+            {
+                failures.push(format!("lease {node}: {err}"));
+            }
         }
         // The namespaces go once their contents have.
         let deadline = Instant::now() + Duration::from_secs(120);

@@ -200,6 +200,9 @@ pub struct KubernetesStore {
     tasks: Vec<JoinHandle<()>>,
     /// Requests the client made, by verb and resource.
     requests: Arc<ApiRequests>,
+    /// Each node's Lease as last written: renewed from it with one update,
+    /// as a kubelet renews its own (read again only when that fails).
+    node_leases: Arc<std::sync::Mutex<HashMap<String, Value>>>,
 }
 
 impl Drop for KubernetesStore {
@@ -312,6 +315,7 @@ impl KubernetesStore {
             namespace: config.namespace,
             tasks,
             requests: Arc::default(),
+            node_leases: Arc::default(),
         };
         let synced = async {
             loop {
@@ -859,8 +863,38 @@ impl DesiredState for KubernetesStore {
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             });
+        let cache = self.node_leases.clone();
+        let held = cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&node);
         Box::pin(async move {
-            renew(&leases, &node, &node, Some((duration, owner))).await?;
+            let renewed = match held {
+                Some(mut lease) => {
+                    lease["spec"]["renewTime"] = json!(micro_time());
+                    lease["spec"]["leaseDurationSeconds"] = json!(duration.as_secs());
+                    match leases
+                        .replace(&node, &PostParams::default(), &dynamic(&lease)?)
+                        .await
+                    {
+                        Ok(written) => Some(serde_json::to_value(written).map_err(backend)?),
+                        // Changed or gone meanwhile: read and written anew.
+                        Err(err) => {
+                            debug!(%node, error = %err, "node lease not renewed from the last write; read again");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            let renewed = match renewed {
+                Some(renewed) => renewed,
+                None => renew(&leases, &node, &node, Some((duration, owner))).await?,
+            };
+            cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(node, renewed);
             Ok(())
         })
     }
