@@ -811,24 +811,17 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
         managers.iter().all(|m| m.starts_with("kubectl")),
         "pods written by others than kubectl: {managers:?}"
     );
-    // And the restarted cloudcore's own count: no pod written, no token
-    // asked for while delivering.
+    // And the restarted cloudcore's own count: no token asked for while
+    // delivering (its pod writes are not counted here: it also follows
+    // the pods of other tests' edge nodes on this API server, some
+    // created without a webhook, whose tolerations it may write).
     let metrics = cluster.cloud_metrics();
-    let pod_writes: Vec<&str> = metrics
+    let asked: Vec<&str> = metrics
         .lines()
         .filter(|line| line.starts_with("edgehive_apiserver_requests_total"))
-        .filter(|line| {
-            (line.contains("resource=\"pods\"")
-                && !line.contains("verb=\"list\"")
-                && !line.contains("verb=\"watch\"")
-                && !line.contains("verb=\"get\""))
-                || line.contains("resource=\"serviceaccounts/token\"")
-        })
+        .filter(|line| line.contains("resource=\"serviceaccounts/token\""))
         .collect();
-    assert!(
-        pod_writes.is_empty(),
-        "cloudcore wrote pods: {pod_writes:?}"
-    );
+    assert!(asked.is_empty(), "cloudcore asked for tokens: {asked:?}");
     println!(
         "{test}: {} of {PODS} pods held after the restart; their fields' managers: {managers:?}; cloudcore's requests after it: {:?}",
         held.len(),
