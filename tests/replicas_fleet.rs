@@ -252,14 +252,28 @@ impl Setup {
             .filter(|r| r.process.is_some())
             .map(|r| r.name)
             .collect();
-        until(what, || {
-            if !self.fleet().all_linked() {
-                return None;
-            }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let unlinked = self.fleet().unlinked();
             let claims = self.claims();
-            (claims.len() == NODES && claims.values().all(|r| running.contains(&r.as_str())))
-                .then_some(())
-        });
+            let unclaimed: Vec<String> = (0..NODES)
+                .map(node_name)
+                .filter(|node| {
+                    claims
+                        .get(node)
+                        .is_none_or(|replica| !running.contains(&replica.as_str()))
+                })
+                .collect();
+            if unlinked.is_empty() && unclaimed.is_empty() {
+                return;
+            }
+            // Says which, so a failure can be followed in the logs.
+            assert!(
+                Instant::now() < deadline,
+                "never: {what}; not linked: {unlinked:?}; not claimed by a running replica: {unclaimed:?} (claims: {claims:?})"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn admins(&self) -> Vec<String> {
@@ -488,14 +502,20 @@ impl Fleet {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn all_linked(&self) -> bool {
+    /// The nodes whose link is not up now.
+    fn unlinked(&self) -> Vec<String> {
         let seen = self.seen();
-        self.nodes.iter().all(|node| {
-            seen.links
-                .get(node)
-                .and_then(|links| links.last())
-                .is_some_and(|(_, up)| *up)
-        })
+        self.nodes
+            .iter()
+            .filter(|node| {
+                !seen
+                    .links
+                    .get(*node)
+                    .and_then(|links| links.last())
+                    .is_some_and(|(_, up)| *up)
+            })
+            .cloned()
+            .collect()
     }
 
     /// When `node`'s link first came up after `after`.

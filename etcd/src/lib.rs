@@ -184,7 +184,9 @@ struct Members {
 /// Whether a failed call may go to another member: this one could not be
 /// reached, has no leader, or its connection broke under the call (a
 /// member killed: the connection opened before is found dead only when
-/// used). A call that timed out is not made twice. A write whose member
+/// used, as a transport error or, when it closes while the call waits,
+/// hyper's "operation was canceled"). A call that timed out is not made
+/// twice. A write whose member
 /// died after carrying it out may so be made twice: a plain put or a
 /// lease call does no harm; a conditional write then finds its condition
 /// changed and says so, as when another writer came first.
@@ -192,6 +194,7 @@ fn try_another(status: &tonic::Status) -> bool {
     match status.code() {
         tonic::Code::Unavailable => true,
         tonic::Code::Unknown => status.message().contains("transport error"),
+        tonic::Code::Cancelled => status.message().contains("operation was canceled"),
         _ => false,
     }
 }
@@ -676,6 +679,27 @@ impl Etcd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_whose_connection_broke_goes_to_another_member_a_timed_out_one_not() {
+        use tonic::{Code, Status};
+        assert!(try_another(&Status::new(Code::Unavailable, "no leader")));
+        assert!(try_another(&Status::new(Code::Unknown, "transport error")));
+        // A member killed while the call waited on its connection
+        // (seen under load: the kill lands between connect and answer).
+        assert!(try_another(&Status::new(
+            Code::Cancelled,
+            "operation was canceled"
+        )));
+        assert!(!try_another(&Status::new(
+            Code::Cancelled,
+            "Timeout expired"
+        )));
+        assert!(!try_another(&Status::new(
+            Code::DeadlineExceeded,
+            "deadline"
+        )));
+    }
 
     #[test]
     fn a_prefix_ends_just_after_its_last_key() {
