@@ -709,16 +709,20 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
         &["--admission", &admission],
     );
     webhook_only_for(&cluster, &name);
-    let probe = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe", "namespace": cluster.namespace},
-        "spec": {
-            "nodeName": cluster.node,
-            "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
-        },
-    })
-    .to_string();
+    // Stock pods, admitted as usual (a service account token volume, the
+    // default tolerations).
+    let stock = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": cluster.namespace},
+            "spec": {
+                "nodeName": cluster.node,
+                "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
+            },
+        })
+    };
+    let probe = stock("probe").to_string();
     let probe_file = std::env::temp_dir().join(format!("{name}-probe.json"));
     std::fs::write(&probe_file, &probe).expect("probe");
     let probe_file = probe_file.to_string_lossy().into_owned();
@@ -738,22 +742,8 @@ fn a_killed_cloudcore_loses_nothing(dialect: &str) {
         let offline = offline_tolerations(&tried);
         (!offline.is_empty() && offline.values().all(|seconds| seconds == 86_400)).then_some(())
     });
-    // Stock pods, admitted as usual (a service account token volume, the
-    // default tolerations).
     const PODS: usize = 1_000;
-    let items: Vec<Value> = (0..PODS)
-        .map(|n| {
-            serde_json::json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": format!("p-{n:04}")},
-                "spec": {
-                    "nodeName": cluster.node,
-                    "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:latest"}],
-                },
-            })
-        })
-        .collect();
+    let items: Vec<Value> = (0..PODS).map(|n| stock(&format!("p-{n:04}"))).collect();
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
     cluster.apply(&list.to_string());
     until("the stream under way", || {

@@ -289,14 +289,17 @@ impl KubernetesStore {
     pub async fn connect(config: KubernetesConfig) -> Result<Self, DesiredError> {
         let requests = Arc::new(ApiRequests::default());
         let client = config.access.counted_client(&requests).await?;
-        let mut store = Self::start(client, config).await?;
-        store.requests = requests;
-        Ok(store)
+        Self::start(client, config, requests).await
     }
 
-    /// Starts the backend on `client` (its requests are counted only if
-    /// the client was made to: see [`KubeAccess::counted_client`]).
-    pub async fn start(client: Client, config: KubernetesConfig) -> Result<Self, DesiredError> {
+    /// Starts the backend on `client`, whose requests are counted in
+    /// `requests` (a client made by [`KubeAccess::counted_client`]; any
+    /// other leaves them at zero).
+    pub async fn start(
+        client: Client,
+        config: KubernetesConfig,
+        requests: Arc<ApiRequests>,
+    ) -> Result<Self, DesiredError> {
         ensure_namespace(&client, &config.namespace).await?;
         let mirror = Arc::new(Mirror {
             caches: RwLock::new(HashMap::new()),
@@ -314,7 +317,7 @@ impl KubernetesStore {
             mirror,
             namespace: config.namespace,
             tasks,
-            requests: Arc::default(),
+            requests,
             node_leases: Arc::default(),
         };
         let synced = async {
