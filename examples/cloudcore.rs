@@ -14,6 +14,11 @@
 //! /etc/edgehive/cloudcore.yaml if it exists; `cloudcore --defaultconfig`
 //! prints every key with its default); command-line flags override it.
 
+/// mimalloc returns freed pages to the system (glibc's malloc kept what
+/// bursts and relists freed, so the RSS only grew).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -1231,14 +1236,17 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                         counts.borrow().writes,
                     );
                 }
-                let pods = store
-                    .list(meta::Kind::Pod, None)
-                    .map(|(pods, _)| pods)
-                    .unwrap_or_default();
-                page.pods_by_phase(
-                    pods.iter()
-                        .map(|p| p["status"]["phase"].as_str().unwrap_or("Unknown")),
-                );
+                // One pod decoded at a time: a scrape does not copy them all.
+                let mut phases = Vec::new();
+                let _ = store.for_each(meta::Kind::Pod, &mut |pod| {
+                    phases.push(
+                        pod["status"]["phase"]
+                            .as_str()
+                            .unwrap_or("Unknown")
+                            .to_owned(),
+                    )
+                });
+                page.pods_by_phase(phases.iter().map(String::as_str));
                 page.finish()
             });
             let (bound, server) = metrics::serve(address, render).context("metrics")?;

@@ -84,7 +84,7 @@ const RAW: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 
 /// How much work each scenario does.
 #[derive(Debug, Clone, Copy)]
-struct Sizes {
+pub(crate) struct Sizes {
     /// Pods bound to the one edge, per run.
     pods: usize,
     /// Nodes of the fan-out.
@@ -117,6 +117,8 @@ pub fn run(scale: Scale, quick: bool, report: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir()?;
     actix::System::new().block_on(one_edge_embedded(sizes, dir.path(), report))?;
     actix::System::new().block_on(fan_out(sizes, dir.path(), report))?;
+    #[cfg(feature = "cli")]
+    crate::cloudcore_memory::embedded(if quick { 300 } else { 3_000 }, report)?;
     let kubeconfig = std::env::var(KUBECONFIG_ENV)
         .ok()
         .filter(|path| !path.is_empty());
@@ -695,7 +697,7 @@ async fn fan_out(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
 }
 
 #[cfg(feature = "cli")]
-mod kubernetes {
+pub(crate) mod kubernetes {
     //! Scenario 3: cloudcore's controller on a real kube-apiserver.
 
     use std::path::Path;
@@ -779,7 +781,7 @@ mod kubernetes {
     /// Creates `namespace`, and waits for its default service account
     /// (which admission requires of a pod), made here if no controller
     /// makes it.
-    async fn namespace(client: &kube::Client, namespace: &str) -> Result<()> {
+    pub(crate) async fn namespace(client: &kube::Client, namespace: &str) -> Result<()> {
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let object = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace},
@@ -885,6 +887,8 @@ mod kubernetes {
         sizes: Sizes,
         report: &mut Report,
     ) -> Result<()> {
+        crate::cloudcore_memory::kubernetes::run(client, kubeconfig, id, sizes.pods, report)
+            .await?;
         memory(client, kubeconfig, id, sizes, report).await?;
         idle_nodes(client, kubeconfig, id, sizes, report).await?;
 

@@ -137,7 +137,13 @@ pub fn child_main(
             None => None,
         };
         let (root, mut certs) = match identities {
-            Some((root, certs)) => (Some(root), certs.into_iter().map(Some).collect::<Vec<_>>()),
+            // Exactly `nodes` identities: those of nodes `first..`; else
+            // from node 0 on.
+            Some((root, certs)) => {
+                let skipped = if certs.len() == nodes { first } else { 0 };
+                let certs = (0..skipped).map(|_| None).chain(certs.into_iter().map(Some));
+                (Some(root), certs.collect::<Vec<_>>())
+            }
             None => (None, (0..first + nodes).map(|_| None).collect()),
         };
         let dialing = Arc::new(tokio::sync::Semaphore::new(64));

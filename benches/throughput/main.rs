@@ -7,6 +7,8 @@
 //! Numbers are printed, never asserted: these machines are shared and noisy.
 
 mod beehive_bench;
+#[cfg(feature = "cli")]
+mod cloudcore_memory;
 mod controller_bench;
 mod hub_bench;
 mod meta_bench;

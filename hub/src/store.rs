@@ -49,7 +49,7 @@ pub struct QueueStore {
 impl QueueStore {
     /// Opens (or creates) the store at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<QueueStore, StoreError> {
-        let db = Database::create(path).map_err(redb::Error::from)?;
+        let db = store::open_database(path).map_err(redb::Error::from)?;
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;

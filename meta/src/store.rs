@@ -187,7 +187,7 @@ pub struct EdgeStore {
 impl EdgeStore {
     /// Opens (or creates) the store at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<EdgeStore, StoreError> {
-        let db = Database::create(path).map_err(redb::Error::from)?;
+        let db = store::open_database(path).map_err(redb::Error::from)?;
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(OBJECTS).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
@@ -213,7 +213,7 @@ impl EdgeStore {
     /// no store has it open: freed pages go back to the file system.
     /// Returns whether anything was compacted.
     pub fn compact(path: &Path) -> Result<bool, StoreError> {
-        let mut db = Database::create(path).map_err(redb::Error::from)?;
+        let mut db = store::open_database(path).map_err(redb::Error::from)?;
         let mut compacted = false;
         while db
             .compact()

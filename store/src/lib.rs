@@ -29,6 +29,21 @@ use tokio::sync::{mpsc, oneshot};
 /// Operations a batch holds at most.
 const MAX_BATCH: usize = 4096;
 
+/// The page cache each store keeps in memory, in bytes. redb's own default
+/// is 1 GiB, kept as long as the process runs: every page a store ever
+/// touched stays resident. Beyond this, pages are read again from the
+/// file, which the kernel's page cache keeps (shared, and given back
+/// under pressure), so little is lost.
+pub const PAGE_CACHE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Opens (or creates) the redb database at `path` with edgehive's page
+/// cache ([`PAGE_CACHE_BYTES`]).
+pub fn open_database(path: impl AsRef<std::path::Path>) -> Result<Database, redb::DatabaseError> {
+    redb::Builder::new()
+        .set_cache_size(PAGE_CACHE_BYTES)
+        .create(path)
+}
+
 enum Control<Op> {
     Op(Op),
     Close(oneshot::Sender<()>),

@@ -12,7 +12,7 @@
 //! watches ([`Feed`]). When etcd has compacted the history a watch needs,
 //! the replica lists again and its own watchers do too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -29,7 +29,8 @@ use crate::backoff::Backoff;
 
 use super::embedded::{created, key_of, set_revision, with_spec, with_status};
 use super::feed::Feed;
-use super::{DesiredError, DesiredState, StoreFuture, WatchEvent, WatchStream};
+use super::packed::{ChangeKind, Packed, PackedEvent};
+use super::{DesiredError, DesiredState, StoreFuture, WatchStream};
 
 /// Changes of each kind kept in memory for watches to resume from.
 const WINDOW: usize = 16 * 1024;
@@ -77,20 +78,22 @@ impl EtcdConfig {
 
 /// What a replica holds of the desired state.
 struct Mirror {
-    objects: RwLock<HashMap<Kind, BTreeMap<ObjectKey, Value>>>,
+    objects: RwLock<HashMap<Kind, BTreeMap<ObjectKey, Packed>>>,
     /// The revision the mirror is current at: every change up to it is in.
     revision: watch::Sender<u64>,
     feed: Feed,
 }
 
 impl Mirror {
-    fn objects(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Kind, BTreeMap<ObjectKey, Value>>> {
+    fn objects(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, HashMap<Kind, BTreeMap<ObjectKey, Packed>>> {
         self.objects.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn objects_mut(
         &self,
-    ) -> std::sync::RwLockWriteGuard<'_, HashMap<Kind, BTreeMap<ObjectKey, Value>>> {
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<Kind, BTreeMap<ObjectKey, Packed>>> {
         self.objects.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -322,24 +325,22 @@ fn not_served(key: &ObjectKey, node: &str) -> DesiredError {
 }
 
 /// Puts listed entries in the mirror (replacing what it held).
-fn fill(mirror: &Mirror, entries: &[Entry]) -> BTreeMap<Kind, BTreeMap<ObjectKey, Value>> {
-    let mut by_kind: BTreeMap<Kind, BTreeMap<ObjectKey, Value>> = BTreeMap::new();
+/// The kinds it put there.
+fn fill(mirror: &Mirror, entries: &[Entry]) -> BTreeSet<Kind> {
+    let mut by_kind: HashMap<Kind, BTreeMap<ObjectKey, Packed>> = HashMap::new();
     for entry in entries {
-        match decode(entry) {
-            Ok(object) => {
+        match decode(entry).and_then(|object| Ok((Packed::pack(&object)?, object))) {
+            Ok((packed, object)) => {
                 if let Some(key) = ObjectKey::of(&object) {
-                    by_kind.entry(key.kind).or_default().insert(key, object);
+                    by_kind.entry(key.kind).or_default().insert(key, packed);
                 }
             }
             Err(err) => warn!(error = %err, "unreadable object in etcd skipped"),
         }
     }
-    let mut objects = mirror.objects_mut();
-    objects.clear();
-    for (kind, of_kind) in &by_kind {
-        objects.insert(*kind, of_kind.clone());
-    }
-    by_kind
+    let kinds = by_kind.keys().copied().collect();
+    *mirror.objects_mut() = by_kind;
+    kinds
 }
 
 /// Follows `prefix` from `at`: changes of the objects (under `objects`) go
@@ -374,7 +375,7 @@ async fn follow(etcd: Etcd, prefix: String, objects: String, mirror: Arc<Mirror>
                         Ok((entries, listed_at)) => {
                             let kinds = fill(&mirror, &entries);
                             mirror.set_revision(revision(listed_at));
-                            for kind in Kind::ALL.iter().copied().chain(kinds.keys().copied()) {
+                            for kind in Kind::ALL.iter().copied().chain(kinds) {
                                 mirror.feed.reset(kind, revision(listed_at));
                             }
                             at = listed_at;
@@ -409,12 +410,17 @@ fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
                     let Some(key) = ObjectKey::of(&object) else {
                         continue;
                     };
-                    let of_kind = objects.entry(key.kind).or_default();
-                    let event = match of_kind.insert(key.clone(), object.clone()) {
-                        None => WatchEvent::Added(object),
-                        Some(_) => WatchEvent::Modified(object),
+                    let Ok(packed) = Packed::pack(&object) else {
+                        continue;
                     };
-                    events.push((key.kind, event));
+                    let of_kind = objects.entry(key.kind).or_default();
+                    let change = match of_kind.insert(key.clone(), packed.clone()) {
+                        None => ChangeKind::Added,
+                        Some(_) => ChangeKind::Modified,
+                    };
+                    if let Ok(event) = PackedEvent::sharing(change, &object, packed) {
+                        events.push((key.kind, event));
+                    }
                 }
                 Change::Delete {
                     revision: at,
@@ -432,7 +438,9 @@ fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
                         of_kind.remove(&key);
                     }
                     set_revision(&mut object, revision(at));
-                    events.push((key.kind, WatchEvent::Deleted(object)));
+                    if let Ok(event) = PackedEvent::new(ChangeKind::Deleted, &object) {
+                        events.push((key.kind, event));
+                    }
                 }
             }
         }
@@ -440,29 +448,52 @@ fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
     if let Some(last) = last {
         mirror.set_revision(revision(last));
     }
-    mirror.feed.publish(events);
+    mirror.feed.publish_packed(events);
     last
 }
 
 impl DesiredState for EtcdStore {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
-        Ok(self
+        let packed = self
             .mirror
             .objects()
             .get(&key.kind)
-            .and_then(|of_kind| of_kind.get(key).cloned()))
+            .and_then(|of_kind| of_kind.get(key).cloned());
+        packed.map(|packed| packed.unpack()).transpose()
     }
 
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
-        let objects = self.mirror.objects();
-        let listed = objects
+        let (packed, revision) = {
+            let objects = self.mirror.objects();
+            let packed: Vec<Packed> = objects
+                .get(&kind)
+                .into_iter()
+                .flat_map(|of_kind| of_kind.iter())
+                .filter(|(key, _)| {
+                    namespace.is_none_or(|ns| !kind.namespaced() || key.namespace == ns)
+                })
+                .map(|(_, object)| object.clone())
+                .collect();
+            (packed, self.mirror.revision())
+        };
+        let listed = packed
+            .iter()
+            .map(Packed::unpack)
+            .collect::<Result<_, _>>()?;
+        Ok((listed, revision))
+    }
+
+    fn for_each(&self, kind: Kind, visit: &mut dyn FnMut(&Value)) -> Result<(), DesiredError> {
+        let packed: Vec<Packed> = self
+            .mirror
+            .objects()
             .get(&kind)
-            .into_iter()
-            .flat_map(|of_kind| of_kind.iter())
-            .filter(|(key, _)| namespace.is_none_or(|ns| !kind.namespaced() || key.namespace == ns))
-            .map(|(_, object)| object.clone())
-            .collect();
-        Ok((listed, self.mirror.revision()))
+            .map(|of_kind| of_kind.values().cloned().collect())
+            .unwrap_or_default();
+        for object in packed {
+            visit(&object.unpack()?);
+        }
+        Ok(())
     }
 
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {

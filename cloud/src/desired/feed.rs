@@ -13,7 +13,14 @@
 //! deletion). Watchers here act on the newest state only (the
 //! edgecontroller's reconciler), and churn on the same objects does not
 //! grow the window: it holds at most one change per object changed since
-//! the oldest it covers, and at most `capacity` in all.
+//! the oldest it covers, and at most `capacity` changes and
+//! [`WINDOW_BYTES`] of encoded objects in all (so churn that keeps
+//! deleting new objects cannot grow it without bound: past that, the
+//! oldest go, and a watch from before them lists again).
+//!
+//! Changes are held packed ([`PackedEvent`]): the window and the live
+//! broadcast share one encoding of each, which a watcher decodes as it
+//! takes the change.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,18 +30,22 @@ use tokio::sync::broadcast;
 
 use apis::kinds::{Kind, ObjectKey};
 
+use super::packed::{ChangeKind, PackedEvent};
 use super::{DesiredError, WatchEvent, WatchStream};
 
 /// A change, or the word that the kind's history starts anew (its watches
 /// end with [`DesiredError::Gone`]).
 #[derive(Debug)]
 enum Change {
-    Event(Arc<WatchEvent>),
+    Event(Arc<PackedEvent>),
     Reset,
 }
 
 /// Live changes a watcher may fall behind by before it must list again.
 const LIVE: usize = 4096;
+
+/// The most a kind's window holds of encoded objects, in bytes.
+pub const WINDOW_BYTES: usize = 4 * 1024 * 1024;
 
 /// One kind's recent changes.
 struct Window {
@@ -42,38 +53,43 @@ struct Window {
     complete_after: u64,
     /// By revision, then by arrival (revisions of one kind are unique in
     /// every backend; the count keeps two apart if not).
-    changes: BTreeMap<(u64, u64), Arc<WatchEvent>>,
+    changes: BTreeMap<(u64, u64), Arc<PackedEvent>>,
     /// Where each object's newest change that is not a deletion sits in
     /// `changes` (the one a newer change supersedes).
     newest: HashMap<ObjectKey, (u64, u64)>,
+    /// The encoded size of the objects in `changes`.
+    bytes: usize,
     arrivals: u64,
     live: broadcast::Sender<Arc<Change>>,
 }
 
 impl Window {
-    fn push(&mut self, event: Arc<WatchEvent>, capacity: usize) {
-        let key = ObjectKey::of(event.object());
-        if let Some(superseded) = key.as_ref().and_then(|key| self.newest.remove(key)) {
-            self.changes.remove(&superseded);
+    fn push(&mut self, event: Arc<PackedEvent>, capacity: usize, max_bytes: usize) {
+        if let Some(superseded) = event.key.as_ref().and_then(|key| self.newest.remove(key))
+            && let Some(gone) = self.changes.remove(&superseded)
+        {
+            self.bytes -= gone.object.len();
         }
         self.arrivals += 1;
-        let at = (event.revision(), self.arrivals);
-        if let (Some(key), false) = (key, matches!(*event, WatchEvent::Deleted(_))) {
-            self.newest.insert(key, at);
+        let at = (event.revision, self.arrivals);
+        if let (Some(key), false) = (&event.key, event.change == ChangeKind::Deleted) {
+            self.newest.insert(key.clone(), at);
         }
+        self.bytes += event.object.len();
         self.changes.insert(at, event);
-        while self.changes.len() > capacity {
+        while self.changes.len() > capacity || (self.bytes > max_bytes && self.changes.len() > 1) {
             let Some((_, oldest)) = self.changes.pop_first() else {
                 break;
             };
-            self.complete_after = oldest.revision();
-            if let Some(key) = ObjectKey::of(oldest.object())
+            self.bytes -= oldest.object.len();
+            self.complete_after = oldest.revision;
+            if let Some(key) = &oldest.key
                 && self
                     .newest
-                    .get(&key)
-                    .is_some_and(|(revision, _)| *revision == oldest.revision())
+                    .get(key)
+                    .is_some_and(|(revision, _)| *revision == oldest.revision)
             {
-                self.newest.remove(&key);
+                self.newest.remove(key);
             }
         }
     }
@@ -81,12 +97,14 @@ impl Window {
     fn clear(&mut self) {
         self.changes.clear();
         self.newest.clear();
+        self.bytes = 0;
     }
 }
 
 /// Recent changes per kind, for watches.
 pub struct Feed {
     capacity: usize,
+    max_bytes: usize,
     windows: Mutex<HashMap<Kind, Window>>,
 }
 
@@ -102,6 +120,7 @@ impl Feed {
                     complete_after: revision,
                     changes: BTreeMap::new(),
                     newest: HashMap::new(),
+                    bytes: 0,
                     arrivals: 0,
                     // A watcher that falls this far behind lists again.
                     live: broadcast::channel(capacity.min(LIVE)).0,
@@ -111,19 +130,43 @@ impl Feed {
             .collect();
         Feed {
             capacity,
+            max_bytes: WINDOW_BYTES,
             windows: Mutex::new(windows),
         }
     }
 
+    /// The feed, its windows holding at most `max_bytes` of encoded
+    /// objects per kind (rather than [`WINDOW_BYTES`]).
+    pub fn holding_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
     /// Publishes changes, in order.
     pub fn publish(&self, changes: impl IntoIterator<Item = (Kind, WatchEvent)>) {
+        let packed =
+            changes
+                .into_iter()
+                .filter_map(|(kind, event)| match PackedEvent::of(&event) {
+                    Ok(packed) => Some((kind, packed)),
+                    Err(err) => {
+                        tracing::warn!(kind = kind.name(), error = %err, "change not published");
+                        None
+                    }
+                });
+        self.publish_packed(packed);
+    }
+
+    /// Publishes changes already packed (their objects' encodings shared
+    /// with a cache), in order.
+    pub fn publish_packed(&self, changes: impl IntoIterator<Item = (Kind, PackedEvent)>) {
         let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
         for (kind, event) in changes {
             let Some(window) = windows.get_mut(&kind) else {
                 continue;
             };
             let event = Arc::new(event);
-            window.push(event.clone(), self.capacity);
+            window.push(event.clone(), self.capacity, self.max_bytes);
             // Sent while the window is locked, so a watch that subscribed
             // and then read the window sees each change once.
             let _ = window.live.send(Arc::new(Change::Event(event)));
@@ -151,23 +194,24 @@ impl Feed {
             if since < window.complete_after {
                 return Err(DesiredError::Gone { since });
             }
-            let replay: Vec<WatchEvent> = window
+            let replay: Vec<Arc<PackedEvent>> = window
                 .changes
                 .range((since.saturating_add(1), 0)..)
-                .map(|(_, event)| WatchEvent::clone(event))
+                .map(|(_, event)| event.clone())
                 .collect();
             (window.live.subscribe(), replay)
         };
-        let last = replay.last().map_or(since, WatchEvent::revision);
-        let replayed = futures_util::stream::iter(replay.into_iter().map(Ok));
+        let last = replay.last().map_or(since, |event| event.revision);
+        // Decoded one at a time as the watcher takes them.
+        let replayed = futures_util::stream::iter(replay).map(|event| event.unpack());
         let following = futures_util::stream::unfold(Some((live, last)), |state| async move {
             let (mut live, mut last) = state?;
             loop {
                 match live.recv().await {
                     Ok(change) => match &*change {
-                        Change::Event(event) if event.revision() > last => {
-                            last = event.revision();
-                            return Some((Ok(WatchEvent::clone(event)), Some((live, last))));
+                        Change::Event(event) if event.revision > last => {
+                            last = event.revision;
+                            return Some((event.unpack(), Some((live, last))));
                         }
                         Change::Event(_) => {}
                         Change::Reset => {
@@ -260,5 +304,29 @@ mod tests {
             Err(DesiredError::Gone { .. })
         ));
         assert_eq!(replayed(&feed, 1_009).await.len(), 10);
+    }
+
+    #[tokio::test]
+    async fn deletions_of_ever_new_objects_are_held_up_to_the_byte_limit() {
+        let one = PackedEvent::of(&WatchEvent::Deleted(cm("n00000", 1_000)))
+            .expect("pack")
+            .object
+            .len();
+        let feed = Feed::new(100_000, 0).holding_bytes(50 * one);
+        for i in 0..1_000u64 {
+            let name = format!("n{i:05}");
+            feed.publish([
+                (Kind::ConfigMap, WatchEvent::Added(cm(&name, 2 * i + 1))),
+                (Kind::ConfigMap, WatchEvent::Deleted(cm(&name, 2 * i + 2))),
+            ]);
+        }
+        // Only the newest 50 deletions (each superseded its object's add).
+        let held = replayed(&feed, 1_900).await;
+        assert_eq!(held.len(), 50);
+        assert!(held.iter().all(|(what, _)| what.starts_with("deleted")));
+        assert!(matches!(
+            feed.watch(Kind::ConfigMap, 1_899),
+            Err(DesiredError::Gone { .. })
+        ));
     }
 }

@@ -34,6 +34,7 @@ use apis::kinds::{Kind, ObjectKey};
 
 use super::api_requests::ApiRequests;
 use super::feed::Feed;
+use super::packed::{ChangeKind, Packed, PackedEvent};
 use super::{DesiredError, DesiredState, StoreFuture, WatchStream, revision_of, stub};
 
 pub use super::EDGE_NODE_LABEL;
@@ -132,7 +133,8 @@ impl KubernetesConfig {
 /// What the backend holds of one kind.
 #[derive(Default)]
 struct KindCache {
-    objects: BTreeMap<ObjectKey, Value>,
+    /// Packed: the feed holds the same encodings.
+    objects: BTreeMap<ObjectKey, Packed>,
     /// The revision the cache is current at.
     revision: u64,
     /// Whether the first list arrived.
@@ -426,7 +428,7 @@ async fn list_all(
     kind: Kind,
     params: &ListParams,
     mirror: &Mirror,
-) -> Result<(BTreeMap<ObjectKey, Value>, u64), DesiredError> {
+) -> Result<(BTreeMap<ObjectKey, Packed>, u64), DesiredError> {
     let mut objects = BTreeMap::new();
     let mut params = params.clone().limit(500);
     loop {
@@ -445,7 +447,7 @@ async fn list_all(
             if mirror.keeps(kind, &object)
                 && let Some(key) = ObjectKey::of(&object)
             {
-                objects.insert(key, object);
+                objects.insert(key, Packed::pack(&object)?);
             }
         }
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
@@ -561,7 +563,7 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
 
 /// Replaces `kind`'s cache with a fresh list and starts its history anew
 /// (the controller's watches of it list again).
-fn relisted(mirror: &Mirror, kind: Kind, objects: BTreeMap<ObjectKey, Value>, revision: u64) {
+fn relisted(mirror: &Mirror, kind: Kind, objects: BTreeMap<ObjectKey, Packed>, revision: u64) {
     if kind == Kind::Node {
         let names: HashSet<String> = objects.keys().map(|key| key.name.clone()).collect();
         let grown = {
@@ -627,39 +629,50 @@ fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Opti
         }
     }
     let keep = !deleted && mirror.keeps(kind, &object);
-    let event = {
+    let packed = match Packed::pack(&object) {
+        Ok(packed) => packed,
+        Err(err) => {
+            warn!(kind = kind.name(), error = %err, "watch event not kept");
+            return None;
+        }
+    };
+    let change = {
         let mut caches = mirror.caches_mut();
         let cache = caches.entry(kind).or_default();
         cache.revision = cache.revision.max(revision);
         let held = cache.objects.contains_key(&key);
         match (keep, held) {
             (true, true) => {
-                cache.objects.insert(key, object.clone());
-                super::WatchEvent::Modified(object)
+                cache.objects.insert(key, packed.clone());
+                ChangeKind::Modified
             }
             (true, false) => {
-                cache.objects.insert(key, object.clone());
-                super::WatchEvent::Added(object)
+                cache.objects.insert(key, packed.clone());
+                ChangeKind::Added
             }
             // No longer kept (deleted, or a pod no longer on an edge node).
             (false, true) => {
                 cache.objects.remove(&key);
-                super::WatchEvent::Deleted(object)
+                ChangeKind::Deleted
             }
             (false, false) => return Some(revision),
         }
     };
-    mirror.feed.publish([(kind, event)]);
+    match PackedEvent::sharing(change, &object, packed) {
+        Ok(event) => mirror.feed.publish_packed([(kind, event)]),
+        Err(err) => warn!(kind = kind.name(), error = %err, "watch event not published"),
+    }
     Some(revision)
 }
 
 impl DesiredState for KubernetesStore {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
-        Ok(self
+        let packed = self
             .mirror
             .caches()
             .get(&key.kind)
-            .and_then(|cache| cache.objects.get(key).cloned()))
+            .and_then(|cache| cache.objects.get(key).cloned());
+        packed.map(|packed| packed.unpack()).transpose()
     }
 
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
@@ -670,13 +683,33 @@ impl DesiredState for KubernetesStore {
                 kind.plural()
             )));
         };
-        let objects = cache
+        let revision = cache.revision;
+        let packed: Vec<Packed> = cache
             .objects
             .iter()
             .filter(|(key, _)| namespace.is_none_or(|ns| !kind.namespaced() || key.namespace == ns))
             .map(|(_, object)| object.clone())
             .collect();
-        Ok((objects, cache.revision))
+        // Decoded once the cache is no longer locked.
+        drop(caches);
+        let objects = packed
+            .iter()
+            .map(Packed::unpack)
+            .collect::<Result<_, _>>()?;
+        Ok((objects, revision))
+    }
+
+    fn for_each(&self, kind: Kind, visit: &mut dyn FnMut(&Value)) -> Result<(), DesiredError> {
+        let packed: Vec<Packed> = self
+            .mirror
+            .caches()
+            .get(&kind)
+            .map(|cache| cache.objects.values().cloned().collect())
+            .unwrap_or_default();
+        for object in packed {
+            visit(&object.unpack()?);
+        }
+        Ok(())
     }
 
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {

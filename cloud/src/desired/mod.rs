@@ -36,6 +36,7 @@ pub mod etcd;
 pub mod feed;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod packed;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
@@ -155,6 +156,16 @@ pub trait DesiredState: Send + Sync + 'static {
     /// The objects of `kind`, in `namespace` or in all, and the revision
     /// the list is current at (a watch from it misses nothing).
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError>;
+
+    /// Hands every object of `kind` to `visit`, one at a time, without
+    /// gathering them all first (for counting: a backend that keeps its
+    /// objects packed decodes one at a time).
+    fn for_each(&self, kind: Kind, visit: &mut dyn FnMut(&Value)) -> Result<(), DesiredError> {
+        for object in self.list(kind, None)?.0 {
+            visit(&object);
+        }
+        Ok(())
+    }
 
     /// Every change of `kind` after revision `since`, in order; fails with
     /// [`DesiredError::Gone`] (now or later, in the stream) once `since` is

@@ -1,0 +1,630 @@
+//! cloudcore's memory, measured on the real `cloudcore` binary as a user
+//! runs it: its resident set (`VmRSS` of `/proc/<pid>/status`) at each
+//! step, each figure beside a baseline from the same run.
+//!
+//! - **Embedded store**: 3,000 configmaps of about 2.1 KiB (6.3 MB of JSON,
+//!   the issue's "new user" case) applied through the admin API in one
+//!   manifest, then applied again unchanged, then deleted. Baselines: the
+//!   RSS of the same cloudcore before them (its fixed base) and the JSON
+//!   size of what it then holds; for the unchanged re-apply, a read of
+//!   all of them through the same API.
+//! - **Kubernetes** (with `EDGEHIVE_TEST_KUBECONFIG`): cloudcore in
+//!   Kubernetes mode with one simulated node (the hub bench's nodes, which
+//!   acknowledge every object; certificates from cloudcore's own CA),
+//!   1,000 stock pods bound to it (created by a bare client with the
+//!   offline tolerations cloudcore's admission webhook gives them, so
+//!   nothing is written back), then a label patch of each; then ten rounds
+//!   of create 1,000 / patch / delete, RSS after the first and the last.
+//!   Then a fresh cloudcore with 1,000 simulated nodes and 10 pods on each.
+//!   Every step waits until cloudhub has every message acknowledged
+//!   (`/metrics`: acknowledgements and nothing pending).
+//!
+//! KubeEdge's cloudcore is not run here (no binary of it may be built into
+//! this project); its figure on the same work is quoted in
+//! docs/kubernetes.md.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use hub::certs::CloudCa;
+use serde_json::{Value, json};
+use transports::testing::free_address;
+
+use crate::report::Report;
+
+/// How long any one wait may take.
+const WAIT: Duration = Duration::from_secs(300);
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// A running `cloudcore`, killed when dropped.
+pub(crate) struct Cloudcore {
+    child: Child,
+    data: PathBuf,
+    hub: String,
+    admin: String,
+    metrics: String,
+    ca: CloudCa,
+}
+
+impl Drop for Cloudcore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Cloudcore {
+    /// Starts cloudcore with its data in `dir/name`, on the API server of
+    /// `kubeconfig` or its embedded store; once its endpoints are up.
+    pub(crate) fn start(dir: &Path, name: &str, kubeconfig: Option<&Path>) -> Result<Cloudcore> {
+        let data = dir.join(name);
+        std::fs::create_dir_all(&data)?;
+        // Made here, where cloudcore looks for its CA: the simulated nodes'
+        // certificates come from it.
+        let ca = CloudCa::load_or_create(&data.join("ca"))?;
+        let (hub, certs, admin, metrics) = (
+            free_address(),
+            free_address(),
+            free_address(),
+            free_address(),
+        );
+        let log = std::fs::File::create(data.join("cloudcore.log"))?;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cloudcore"));
+        command.arg("--data-dir").arg(&data).arg("run");
+        if let Some(kubeconfig) = kubeconfig {
+            command.arg("--kubeconfig").arg(kubeconfig);
+        }
+        command
+            .args(["--ws", &hub, "--certs", &certs, "--admin", &admin])
+            .args(["--admin-insecure", "--metrics", &metrics])
+            .args(["--stream", "off", "--metrics-server", "off"])
+            // The simulated nodes send a keepalive every 20 s.
+            .args(["--keepalive-secs", "60"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = command.spawn().context("start cloudcore")?;
+        let cloudcore = Cloudcore {
+            child,
+            data,
+            hub,
+            admin,
+            metrics,
+            ca,
+        };
+        cloudcore.wait_for_log("admin API ready")?;
+        Ok(cloudcore)
+    }
+
+    fn wait_for_log(&self, line: &str) -> Result<()> {
+        let path = self.data.join("cloudcore.log");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            if log.contains(line) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("cloudcore never logged {line:?}; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Its resident set, in bytes.
+    pub(crate) fn rss(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .ok_or_else(|| anyhow!("no VmRSS in cloudcore's status"))
+    }
+
+    /// Its RSS in MiB, after a moment for what a step freed to be freed.
+    fn settled_rss(&self) -> Result<f64> {
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(self.rss()? as f64 / MIB)
+    }
+
+    /// A counter or gauge of its `/metrics` page (0 if absent).
+    fn metric(&self, name: &str) -> Result<f64> {
+        let (_, page) = http(&self.metrics, "GET", "/metrics", None)?;
+        let page = String::from_utf8_lossy(&page);
+        Ok(page
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0.0))
+    }
+
+    /// Waits until cloudhub counts `at_least` acknowledgements in all and
+    /// has none pending (another process's state: asked every 200 ms).
+    #[cfg(feature = "cli")]
+    async fn wait_acked(&self, at_least: f64, what: &str) -> Result<()> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let acked = self.metric("edgehive_cloudhub_acked_total")?;
+            let pending = self.metric("edgehive_cloudhub_acks_pending")?;
+            if acked >= at_least && pending == 0.0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{what}: {acked} of {at_least} acknowledged, {pending} pending");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    #[cfg(feature = "cli")]
+    fn acked(&self) -> Result<f64> {
+        self.metric("edgehive_cloudhub_acked_total")
+    }
+
+    /// Starts `count` simulated nodes (`node-<first>`...), linked once
+    /// all are connected.
+    #[cfg(feature = "cli")]
+    fn nodes(&self, first: usize, count: usize) -> Result<NodesChild> {
+        let identities = self.data.join(format!("identities-{first}"));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&identities)?);
+        let mut put = |bytes: &[u8]| -> std::io::Result<()> {
+            out.write_all(&(bytes.len() as u32).to_be_bytes())?;
+            out.write_all(bytes)
+        };
+        put(self.ca.root().as_ref())?;
+        for i in first..first + count {
+            let (chain, key) = self.ca.issue_client(
+                &crate::hub_bench::node_name(i),
+                hub::certs::NODES_GROUP,
+                Duration::from_secs(24 * 3600),
+            )?;
+            put(chain[0].as_ref())?;
+            put(key.secret_der())?;
+        }
+        out.flush()?;
+        drop(out);
+        let child = Command::new(std::env::current_exe()?)
+            .args(["__hub-nodes", "--kind", "ws", "--dialect", "native"])
+            .args(["--address", &self.hub, "--nodes", &count.to_string()])
+            .args(["--first", &first.to_string(), "--identities"])
+            .arg(&identities)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("spawn the simulated nodes")?;
+        let nodes = NodesChild(child);
+        let deadline = Instant::now() + WAIT;
+        while self.metric("edgehive_cloudhub_nodes_connected")? < count as f64 {
+            if Instant::now() > deadline {
+                bail!("the simulated nodes did not all connect");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(nodes)
+    }
+}
+
+/// The simulated nodes' process, killed when dropped.
+struct NodesChild(Child);
+
+impl Drop for NodesChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.0 request: the status code and the body.
+fn http(address: &str, method: &str, path: &str, body: Option<&[u8]>) -> Result<(u16, Vec<u8>)> {
+    let mut tcp = TcpStream::connect(address).with_context(|| format!("connect {address}"))?;
+    tcp.set_read_timeout(Some(WAIT))?;
+    let body = body.unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.0\r\nHost: cloudcore\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes())?;
+    tcp.write_all(body)?;
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer)?;
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow!("no HTTP answer from {address}{path}"))?;
+    let status = String::from_utf8_lossy(&answer[..split])
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| anyhow!("no status from {address}{path}"))?;
+    Ok((status, answer[split + 4..].to_vec()))
+}
+
+/// A configmap of about 2.1 KiB of JSON.
+fn configmap(name: &str, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "edgehive-bench"}},
+        "data": {"config.yaml": format!("name: {name}\n{}", "setting: value-of-the-setting\n".repeat(64))},
+    })
+}
+
+/// The embedded store: 3,000 configmaps applied, applied again unchanged,
+/// deleted.
+pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cloud = Cloudcore::start(dir.path(), "embedded", None)?;
+    let base = cloud.settled_rss()?;
+    let objects: Vec<Value> = (0..configmaps)
+        .map(|i| configmap(&format!("settings-{i:05}"), "default"))
+        .collect();
+    let manifest =
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))?;
+    let apply = |what: &str| -> Result<Duration> {
+        let started = Instant::now();
+        let (status, body) = http(
+            &cloud.admin,
+            "POST",
+            "/apis/edgehive.io/v1/apply",
+            Some(&manifest),
+        )?;
+        if status != 200 {
+            bail!("{what}: {status} {}", String::from_utf8_lossy(&body));
+        }
+        Ok(started.elapsed())
+    };
+    let created = apply("apply")?;
+    let held = cloud.settled_rss()?;
+    let started = Instant::now();
+    let (status, listed) = http(
+        &cloud.admin,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+    )?;
+    let read = started.elapsed();
+    if status != 200 {
+        bail!("list: {status}");
+    }
+    let listed: Value = serde_json::from_slice(&listed)?;
+    let items = listed["items"].as_array().map_or(&[][..], Vec::as_slice);
+    let json_bytes: usize = items
+        .iter()
+        .map(|item| serde_json::to_vec(item).map(|bytes| bytes.len()))
+        .sum::<Result<_, _>>()?;
+    if items.len() < configmaps {
+        bail!("the store holds {} of {configmaps} configmaps", items.len());
+    }
+    let reapplied = apply("unchanged re-apply")?;
+    let after_reapply = cloud.settled_rss()?;
+    let (status, body) = http(
+        &cloud.admin,
+        "POST",
+        "/apis/edgehive.io/v1/delete",
+        Some(&manifest),
+    )?;
+    if status != 200 {
+        bail!("delete: {status} {}", String::from_utf8_lossy(&body));
+    }
+    let after_delete = cloud.settled_rss()?;
+    eprintln!(
+        "cloudcore/embedded: {configmaps} configmaps ({:.1} MB of JSON) applied in {created:.2?}, \
+         re-applied unchanged in {reapplied:.2?}, listed in {read:.2?}; RSS {base:.1} MiB idle, \
+         {held:.1} holding them, {after_reapply:.1} after the re-apply, {after_delete:.1} after \
+         their deletion",
+        json_bytes as f64 / 1e6
+    );
+    let scenario = format!("cloudcore/embedded {configmaps} configmaps");
+    report.with_baseline(
+        &scenario,
+        "RSS over the idle base",
+        held - base,
+        "MiB",
+        json_bytes as f64 / MIB,
+        "their JSON as stored",
+    );
+    report.with_baseline(
+        &scenario,
+        "RSS holding them",
+        held,
+        "MiB",
+        base,
+        "idle cloudcore",
+    );
+    report.with_baseline(
+        &scenario,
+        "unchanged re-apply",
+        reapplied.as_secs_f64() * 1000.0,
+        "ms",
+        read.as_secs_f64() * 1000.0,
+        "a list of them (a read)",
+    );
+    report.with_baseline(
+        &scenario,
+        "RSS after deleting them",
+        after_delete,
+        "MiB",
+        held,
+        "RSS holding them",
+    );
+    Ok(())
+}
+
+pub mod kubernetes {
+    //! The Kubernetes half: cloudcore in Kubernetes mode on the test
+    //! suite's API server.
+
+    use std::path::Path;
+
+    use anyhow::{Result, bail};
+    use futures_util::StreamExt;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    use super::Cloudcore;
+    use crate::hub_bench::node_name;
+    use crate::report::Report;
+
+    /// The simulated nodes' numbers here, apart from other scenarios'.
+    const FIRST_NODE: usize = 60_000;
+    const IN_FLIGHT: usize = 16;
+    /// Rounds of the churn.
+    const ROUNDS: usize = 10;
+
+    /// A stock pod as cloudcore's admission webhook lets it through: its
+    /// offline tolerations already a day long (so cloudcore writes
+    /// nothing back).
+    fn pod(name: &str, namespace: &str, node: &str) -> Result<Pod> {
+        let tolerations: Vec<_> = [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ]
+        .iter()
+        .map(|key| {
+            json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                       "tolerationSeconds": 86400})
+        })
+        .collect();
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": "edgehive-bench"}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "image": "127.0.0.1:5000/busybox:latest"}],
+                "tolerations": tolerations,
+            },
+        }))?)
+    }
+
+    async fn each<T, F, Fut>(items: Vec<T>, call: F) -> Result<()>
+    where
+        F: Fn(T) -> Fut,
+        Fut: std::future::Future<Output = Result<(), kube::Error>>,
+    {
+        let mut done =
+            futures_util::stream::iter(items.into_iter().map(call)).buffer_unordered(IN_FLIGHT);
+        while let Some(outcome) = done.next().await {
+            outcome?;
+        }
+        Ok(())
+    }
+
+    async fn create_pods(
+        api: &Api<Pod>,
+        names: &[(String, String)],
+        namespace: &str,
+    ) -> Result<()> {
+        let pods = names
+            .iter()
+            .map(|(name, node)| pod(name, namespace, node))
+            .collect::<Result<Vec<_>>>()?;
+        each(pods, |pod| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &pod).await.map(drop) }
+        })
+        .await
+    }
+
+    async fn patch_pods(api: &Api<Pod>, names: &[(String, String)], round: usize) -> Result<()> {
+        let patch = Patch::Merge(json!({"metadata": {"labels": {"round": round.to_string()}}}));
+        each(names.to_vec(), |(name, _)| {
+            let (api, patch) = (api.clone(), patch.clone());
+            async move {
+                api.patch(&name, &PatchParams::default(), &patch)
+                    .await
+                    .map(drop)
+            }
+        })
+        .await
+    }
+
+    fn gone_now() -> DeleteParams {
+        DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        }
+    }
+
+    /// Waits for `cloud` to have `expected` more acknowledgements.
+    async fn acked(cloud: &Cloudcore, before: f64, expected: usize, what: &str) -> Result<()> {
+        cloud.wait_acked(before + expected as f64, what).await
+    }
+
+    /// Runs the Kubernetes half in namespaces `<id>-mem...`; cleans up.
+    pub async fn run(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        id: &str,
+        pods: usize,
+        report: &mut Report,
+    ) -> Result<()> {
+        let outcome = measure(client, kubeconfig, id, pods, report).await;
+        let cleaned = cleanup(client, id, pods).await;
+        outcome?;
+        cleaned
+    }
+
+    async fn measure(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        id: &str,
+        pods: usize,
+        report: &mut Report,
+    ) -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let namespace = format!("{id}-mem");
+        crate::controller_bench::kubernetes::namespace(client, &namespace).await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+
+        // One node, 1,000 pods; their updates; then the churn.
+        let cloud = Cloudcore::start(dir.path(), "one-node", Some(kubeconfig))?;
+        let _node = cloud.nodes(FIRST_NODE, 1)?;
+        let node = node_name(FIRST_NODE);
+        let idle = cloud.settled_rss()?;
+        let names: Vec<(String, String)> = (0..pods)
+            .map(|i| (format!("m-{i:05}"), node.clone()))
+            .collect();
+        let before = cloud.acked()?;
+        create_pods(&api, &names, &namespace).await?;
+        acked(&cloud, before, pods, "the pods").await?;
+        let held = cloud.settled_rss()?;
+        let json_bytes: usize = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|pod| serde_json::to_vec(pod).map(|bytes| bytes.len()))
+            .sum::<Result<_, _>>()?;
+        let before = cloud.acked()?;
+        patch_pods(&api, &names, 0).await?;
+        acked(&cloud, before, pods, "the patches").await?;
+        let updated = cloud.settled_rss()?;
+        let before = cloud.acked()?;
+        api.delete_collection(&gone_now(), &ListParams::default())
+            .await?;
+        acked(&cloud, before, pods, "the deletions").await?;
+
+        let mut after_round = Vec::new();
+        for round in 0..ROUNDS {
+            let names: Vec<(String, String)> = (0..pods)
+                .map(|i| (format!("r{round}-{i:05}"), node.clone()))
+                .collect();
+            let before = cloud.acked()?;
+            create_pods(&api, &names, &namespace).await?;
+            acked(&cloud, before, pods, "a round's pods").await?;
+            let before = cloud.acked()?;
+            patch_pods(&api, &names, round).await?;
+            acked(&cloud, before, pods, "a round's patches").await?;
+            let before = cloud.acked()?;
+            api.delete_collection(&gone_now(), &ListParams::default())
+                .await?;
+            acked(&cloud, before, pods, "a round's deletions").await?;
+            after_round.push(cloud.settled_rss()?);
+            eprintln!(
+                "cloudcore/k8s: churn round {round}: RSS {:.1} MiB",
+                after_round[round]
+            );
+        }
+        drop(cloud);
+
+        // 1,000 nodes, 10 pods each.
+        let nodes = pods;
+        let cloud = Cloudcore::start(dir.path(), "many-nodes", Some(kubeconfig))?;
+        let _nodes = cloud.nodes(FIRST_NODE + 1, nodes)?;
+        let nodes_idle = cloud.settled_rss()?;
+        let names: Vec<(String, String)> = (0..nodes * 10)
+            .map(|i| (format!("n-{i:05}"), node_name(FIRST_NODE + 1 + i % nodes)))
+            .collect();
+        let before = cloud.acked()?;
+        create_pods(&api, &names, &namespace).await?;
+        acked(&cloud, before, names.len(), "the pods on 1,000 nodes").await?;
+        let nodes_held = cloud.settled_rss()?;
+        drop(cloud);
+
+        eprintln!(
+            "cloudcore/k8s: RSS {idle:.1} MiB idle with one node, {held:.1} with {pods} pods \
+             ({:.1} MB of JSON as the API server returns them), {updated:.1} after their updates; \
+             churn rounds {after_round:.1?}; {nodes_idle:.1} with {nodes} idle nodes, \
+             {nodes_held:.1} with {} pods on them",
+            json_bytes as f64 / 1e6,
+            names.len()
+        );
+        let scenario = format!("cloudcore/k8s {pods} pods on 1 node");
+        report.with_baseline(&scenario, "RSS", held, "MiB", idle, "idle, one node linked");
+        report.with_baseline(
+            &scenario,
+            "RSS growth per pod",
+            (held - idle) * 1024.0 / pods as f64,
+            "KiB",
+            json_bytes as f64 / 1024.0 / pods as f64,
+            "the pod's JSON from the API server",
+        );
+        report.with_baseline(
+            &scenario,
+            "RSS after an update of each",
+            updated,
+            "MiB",
+            held,
+            "before",
+        );
+        let (first, last) = (after_round[0], after_round[ROUNDS - 1]);
+        report.with_baseline(
+            &format!("cloudcore/k8s churn {pods} pods x {ROUNDS}"),
+            "RSS after the last round",
+            last,
+            "MiB",
+            first,
+            "after the first round",
+        );
+        report.with_baseline(
+            &format!("cloudcore/k8s {nodes} nodes x 10 pods"),
+            "RSS",
+            nodes_held,
+            "MiB",
+            nodes_idle,
+            "the nodes linked, no pods",
+        );
+        Ok(())
+    }
+
+    async fn cleanup(client: &kube::Client, id: &str, pods: usize) -> Result<()> {
+        let namespace = format!("{id}-mem");
+        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let mut failures = Vec::new();
+        if let Err(err) = api
+            .delete_collection(&gone_now(), &ListParams::default())
+            .await
+        {
+            failures.push(format!("pods: {err}"));
+        }
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        if let Err(err) = namespaces
+            .delete(&namespace, &DeleteParams::default())
+            .await
+        {
+            failures.push(format!("namespace: {err}"));
+        }
+        let nodes: Api<Node> = Api::all(client.clone());
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        for i in FIRST_NODE..=FIRST_NODE + pods {
+            let name = node_name(i);
+            let _ = nodes.delete(&name, &DeleteParams::default()).await;
+            let _ = leases.delete(&name, &DeleteParams::default()).await;
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            bail!("cleanup of {namespace}: {}", failures.join("; "))
+        }
+    }
+}
