@@ -633,7 +633,7 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     );
 
     // kubectl delete while the edge is away: the pod object waits, being
-    // deleted, until the edge returns and holds the deletion.
+    // deleted, until the edge returns, stops the pod and says so.
     let (ok, out) = kubectl(
         &cluster.kubeconfig,
         &[
@@ -648,7 +648,7 @@ fn an_edge_node_runs_pods_from_the_api_server(dialect: &str) {
     assert!(ok, "{out}");
     let terminating = cluster
         .pod("web")
-        .expect("kept until the edge holds the deletion");
+        .expect("kept until the edge says the pod stopped");
     assert!(
         terminating["metadata"]["deletionTimestamp"].is_string(),
         "{terminating}"
@@ -674,6 +674,100 @@ fn an_edge_node_runs_pods_from_the_api_server_native() {
 #[test]
 fn an_edge_node_runs_pods_from_the_api_server_kubeedge() {
     an_edge_node_runs_pods_from_the_api_server("kubeedge");
+}
+
+/// `kubectl delete pod` of a pod whose container takes a few seconds to
+/// stop after SIGTERM (grace 30 s): the pod object stays, being deleted,
+/// while containerd still runs its container, and is gone only once the
+/// edge said the container stopped: when it is gone, none of the pod's
+/// containers runs.
+fn a_deleted_pod_stays_until_its_containers_stopped(dialect: &str) {
+    let test = format!("a_deleted_pod_stays_until_its_containers_stopped({dialect})");
+    let Some(kubeconfig) = kubeconfig(&test) else {
+        return;
+    };
+    let cluster = Cluster::start(kubeconfig, &format!("stop-{dialect}"), dialect);
+    cluster.apply(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: slow
+spec:
+  nodeName: {}
+  terminationGracePeriodSeconds: 30
+  automountServiceAccountToken: false
+  containers:
+  - name: slow
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"trap 'sleep 3; exit 0' TERM; while true; do sleep 1; done\"]
+",
+        cluster.node
+    ));
+    let running = until("the pod Running", || {
+        cluster
+            .pod("slow")
+            .filter(|p| p["status"]["phase"] == "Running")
+    });
+    let uid = running["metadata"]["uid"]
+        .as_str()
+        .expect("a uid")
+        .to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cri = runtime
+        .block_on(edged::Cri::connect(&support::cri_socket()))
+        .expect("containerd");
+    let running_containers = || {
+        runtime
+            .block_on(cri.containers(edged::spec::POD_UID, &uid, None))
+            .expect("containerd answers")
+            .into_iter()
+            .filter(|c| c.state == edged::cri::api::ContainerState::ContainerRunning as i32)
+            .count()
+    };
+    assert_eq!(running_containers(), 1);
+    let (ok, out) = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "delete",
+            "pod",
+            "slow",
+            "-n",
+            &cluster.namespace,
+            "--wait=false",
+        ],
+    );
+    assert!(ok, "{out}");
+    // Being deleted, its container still stopping (3 s after SIGTERM):
+    // the object is there.
+    let stopping = until("the pod being deleted while its container runs", || {
+        let pod = cluster.pod("slow")?;
+        (pod["metadata"]["deletionTimestamp"].is_string() && running_containers() == 1)
+            .then_some(pod)
+    });
+    println!(
+        "being deleted, container running: deletionTimestamp {}",
+        stopping["metadata"]["deletionTimestamp"]
+    );
+    // Gone only once the container stopped.
+    until("the pod object gone", || {
+        cluster.pod("slow").is_none().then_some(())
+    });
+    let left = running_containers();
+    println!("pod object gone; containers of the pod running: {left}");
+    assert_eq!(left, 0, "a container of the pod still ran when it was gone");
+}
+
+#[test]
+fn a_deleted_pod_stays_until_its_containers_stopped_native() {
+    a_deleted_pod_stays_until_its_containers_stopped("native");
+}
+
+#[test]
+fn a_deleted_pod_stays_until_its_containers_stopped_kubeedge() {
+    a_deleted_pod_stays_until_its_containers_stopped("kubeedge");
 }
 
 /// cloudcore killed (SIGKILL) while 500 pods stream from the API server to

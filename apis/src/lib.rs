@@ -21,7 +21,9 @@
 //!   object the edge keeps it in, and when it is due again;
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
-//!   cloud's admin API alike.
+//!   cloud's admin API alike;
+//! - [`termination`]: the edge's word that a pod being deleted has
+//!   stopped there, which finishes its graceful deletion.
 
 pub mod access;
 pub mod api;
@@ -31,6 +33,7 @@ pub mod kinds;
 pub mod manifest;
 pub mod selector;
 pub mod streams;
+pub mod termination;
 pub mod tokens;
 pub mod twin;
 

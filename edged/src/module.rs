@@ -32,7 +32,7 @@ use crate::node::NodeReporter;
 use crate::server::{self, EdgedServerHandle, PodsView};
 use crate::spec::{self, NODE, Objects, POD_UID};
 use crate::tokens::{AskId, Outcome, TokenBook, Verdict};
-use crate::worker::{PodWorker, Signal, Terminating, teardown};
+use crate::worker::{PodWorker, Signal, Terminating, say_terminated, teardown};
 
 /// A failure to start edged.
 #[derive(Debug, thiserror::Error)]
@@ -377,9 +377,12 @@ impl Core {
             resource_type::POD => {
                 let key = format!("{}/{}", resource.namespace, resource.name);
                 if deleted {
-                    if let Some(worker) = self.workers.remove(&key) {
-                        self.delete(worker);
-                    }
+                    let uid = msg
+                        .content()
+                        .pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    self.terminate(&resource.namespace, &resource.name, uid, 0);
                     for token in self.tokens.gone(&key) {
                         self.delete_token(token);
                     }
@@ -435,6 +438,59 @@ impl Core {
         }
     }
 
+    /// Pod `namespace/name` (of `uid`, if known) is being deleted: its
+    /// worker tears it down and says so when done; with no worker of it,
+    /// whatever of it the runtime still has gets `grace` seconds, then the
+    /// cloud is told at once (a pod that never ran here, or whose worker
+    /// went with an edged restart). A pod some worker is tearing down
+    /// already is said to have stopped by that worker.
+    fn terminate(&mut self, namespace: &str, name: &str, uid: Option<String>, grace: i64) {
+        let key = format!("{namespace}/{name}");
+        let mine = self
+            .workers
+            .get(&key)
+            .is_some_and(|worker| uid.as_ref().is_none_or(|uid| *uid == worker.uid));
+        if mine && let Some(worker) = self.workers.remove(&key) {
+            self.delete(worker);
+            return;
+        }
+        let being_torn_down = uid.as_ref().is_some_and(|uid| {
+            self.terminating
+                .lock()
+                .is_ok_and(|terminating| terminating.contains(uid))
+        });
+        if being_torn_down {
+            return;
+        }
+        let (hive, cri, config, terminating) = (
+            self.hive.clone(),
+            self.cri.clone(),
+            self.config.clone(),
+            self.terminating.clone(),
+        );
+        if let (Some(uid), Ok(mut marked)) = (&uid, terminating.lock()) {
+            marked.insert(uid.clone());
+        }
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        actix::spawn(async move {
+            if let Some(uid) = &uid {
+                if let Err(err) = teardown(&cri, &config, uid, grace).await {
+                    // Garbage collection tries again; the cloud is told
+                    // when it tells of the deletion again.
+                    warn!(pod = %format!("{namespace}/{name}"), error = %err, "pod not torn down");
+                    if let Ok(mut marked) = terminating.lock() {
+                        marked.remove(uid);
+                    }
+                    return;
+                }
+                if let Ok(mut marked) = terminating.lock() {
+                    marked.remove(uid);
+                }
+            }
+            say_terminated(&hive, &namespace, &name, uid).await;
+        });
+    }
+
     /// Has a worker tear its pod down: marked terminating (so garbage
     /// collection leaves it to the worker's grace period), and told
     /// without fail, even when its signal queue is full.
@@ -452,6 +508,28 @@ impl Core {
     fn apply(&mut self, pod: Pod, from_store: bool) {
         let key = spec::pod_key(&pod);
         let uid = spec::pod_uid(&pod);
+        if pod.metadata.deletion_timestamp.is_some() {
+            // Marked deleted (as a KubeEdge cloud tells it): torn down
+            // within its grace period, as a kubelet does, and said so.
+            let grace = pod
+                .metadata
+                .deletion_grace_period_seconds
+                .or_else(|| {
+                    pod.spec
+                        .as_ref()
+                        .and_then(|s| s.termination_grace_period_seconds)
+                })
+                .unwrap_or(30);
+            if let Some(worker) = self.workers.get(&key)
+                && worker.uid == uid
+            {
+                let _ = worker.signals.try_send(Signal::Spec(Box::new(pod.clone())));
+            }
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            self.terminate(namespace, name, Some(uid), grace);
+            return;
+        }
         self.need_tokens(&key, &pod);
         if let Some(worker) = self.workers.get(&key)
             && worker.uid == uid

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use apis::termination::PodTerminated;
 use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage};
 use k8s_openapi::api::core::v1::{
@@ -38,7 +39,7 @@ pub enum Signal {
     Spec(Box<Pod>),
     /// The runtime changed for this pod (from the PLEG).
     Relist,
-    /// The pod was deleted: tear it down and stop.
+    /// The pod was deleted: tear it down, say so to the cloud, and stop.
     Delete,
     /// A configmap or secret in the pod's namespace changed: its volume
     /// files are written again (as the kubelet does, running containers
@@ -194,6 +195,9 @@ impl PodWorker {
                     terminating.remove(&self.uid());
                 }
                 info!(pod = %key, "pod torn down");
+                let namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default");
+                let name = self.pod.metadata.name.as_deref().unwrap_or_default();
+                say_terminated(&self.hive, namespace, name, Some(self.uid())).await;
                 return;
             }
             self.report().await;
@@ -1041,6 +1045,20 @@ impl PodWorker {
             Ok(()) => self.last_status = Some(status),
             Err(err) => debug!(error = %err, "pod status not reported"),
         }
+    }
+}
+
+/// Tells the cloud, through edgehub (which keeps it while the cloud is
+/// away), that pod `namespace/name` of `uid` stopped here: its containers
+/// stopped and its sandbox is gone, or it never ran. That finishes its
+/// graceful deletion.
+pub async fn say_terminated(hive: &Hive, namespace: &str, name: &str, uid: Option<String>) {
+    let stopped = PodTerminated::new(namespace, name, uid);
+    if let Err(err) = hive
+        .send(module::EDGEHUB, stopped.message(module::EDGED))
+        .await
+    {
+        warn!(pod = %stopped.resource(), error = %err, "that the pod stopped is not said");
     }
 }
 

@@ -11,13 +11,15 @@
 //! | acknowledgement | `response` in the `hub` group | `response` in the object's own route, content `"OK"` |
 //! | edge requests | group `resource` | group `meta`; the cloud answers every one |
 //! | node and pod status | `nodestatus` / `podstatus` updates | `nodepatch` / `podpatch` patches (a JSON patch as a string) |
+//! | a deleted pod stopped | `delete` of `<ns>/pod/<name>`, `{"uid"}` | the same `delete` in group `meta`, the kubelet's `DeleteOptions` (grace 0, uid precondition), answered `"OK"` |
 //!
 //! KubeEdge's cloud leaves the certificate-to-`node_id` check off by
 //! default; edgehive always makes it.
 
+use apis::termination::PodTerminated;
 use beehive::Message;
 use beehive::constants::{group, module, operation, resource_type};
-use beehive::resource::EdgeResource;
+use beehive::resource::{CloudResource, EdgeResource};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use transports::{Codec, DialOptions, ListenOptions};
@@ -188,8 +190,24 @@ impl Dialect {
     /// An upstream message as the cloud's modules take it. A KubeEdge
     /// edge's requests come in group `meta` and all wait for an answer
     /// (the `sync` flag never travels on its wire), so they are marked so.
+    ///
+    /// A KubeEdge kubelet's delete of its own pod (grace 0, the uid as
+    /// precondition: its containers stopped) becomes edgehive's
+    /// [`PodTerminated`] word; `DeleteOptions` that do not read are left as
+    /// they came, for the cloud to refuse.
     pub fn to_cloud_modules(self, mut msg: Message) -> Message {
         if self == Dialect::KubeEdge {
+            if msg.operation() == operation::DELETE
+                && let Ok(resource) = msg.resource().parse::<CloudResource>()
+                && resource.resource.resource_type == resource_type::POD
+                && let Ok(stopped) = PodTerminated::from_delete_options(
+                    &resource.resource.namespace,
+                    &resource.resource.name,
+                    msg.content(),
+                )
+            {
+                msg.content = stopped.message(module::EDGED).content;
+            }
             if msg.group() == group::META {
                 msg.router.group = group::RESOURCE.to_owned();
             }
@@ -215,7 +233,13 @@ impl Dialect {
         if self == Dialect::Native {
             return msg;
         }
-        if let Ok(resource) = msg.resource().parse::<EdgeResource>() {
+        if let Ok(resource) = msg.resource().parse::<EdgeResource>()
+            && resource.resource_type == resource_type::POD
+            && let Some(stopped) = PodTerminated::of(&resource.namespace, &resource.name, &msg)
+        {
+            // A pod that stopped: its kubelet's delete.
+            msg.content = stopped.delete_options();
+        } else if let Ok(resource) = msg.resource().parse::<EdgeResource>() {
             let patch_type = match resource.resource_type.as_str() {
                 resource_type::NODE_STATUS => Some(resource_type::NODE_PATCH),
                 resource_type::POD_STATUS => Some(resource_type::POD_PATCH),
@@ -361,6 +385,41 @@ mod tests {
                    "operation": "query", "resource": "default/configmap/cm"},
                    "content": null})
         );
+    }
+
+    #[test]
+    fn a_stopped_pod_goes_up_as_a_kubelets_delete() {
+        let stopped = PodTerminated::new("ns", "web", Some("u-1".to_owned()));
+        let sent = Dialect::KubeEdge.upstream(stopped.message("edged"));
+        // What a KubeEdge edgecore's kubelet sends through its MetaClient
+        // once the pod's containers stopped.
+        assert_eq!(
+            shape(&sent),
+            json!({"header": {}, "route": {"source": "edged", "group": "meta",
+                   "operation": "delete", "resource": "ns/pod/web"},
+                   "content": {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-1"}}})
+        );
+        // The cloud takes it as edgehive's word, waiting for an answer.
+        let mut at_cloud = sent.clone();
+        at_cloud.router.resource = format!("node/n1/{}", sent.resource());
+        let taken = Dialect::KubeEdge.to_cloud_modules(at_cloud);
+        assert!(taken.is_sync());
+        assert_eq!(taken.group(), "resource");
+        assert_eq!(
+            PodTerminated::of("ns", "web", &taken),
+            Some(stopped.clone())
+        );
+        // An older edge's bare uid reads alike; the native form is left.
+        let mut older = taken.clone();
+        older.content = json!("u-1");
+        older.router.group = "meta".to_owned();
+        let taken = Dialect::KubeEdge.to_cloud_modules(older);
+        assert_eq!(
+            PodTerminated::of("ns", "web", &taken),
+            Some(stopped.clone())
+        );
+        let native = Dialect::Native.upstream(stopped.message("edged"));
+        assert_eq!(native.content(), &json!({"uid": "u-1"}));
     }
 
     #[test]

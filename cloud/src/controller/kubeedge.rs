@@ -95,6 +95,12 @@ pub fn error_answer(code: u16, reason: &str, message: &str) -> Value {
     })
 }
 
+/// The answer KubeEdge's cloud gives a request it refuses outside a write
+/// (a kubelet's delete of its pod): the Kubernetes Status error itself.
+pub fn status_error(refusal: &Refusal) -> Value {
+    json!({ "ErrStatus": refusal.answer()["Err"]["ErrStatus"].clone() })
+}
+
 /// The patch a KubeEdge edge sent: JSON text in a string (a Go byte slice
 /// arrives already decoded), or a JSON object.
 pub fn patch_of(content: &Value) -> Result<Value, String> {

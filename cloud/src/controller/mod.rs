@@ -54,13 +54,14 @@ use tracing::{debug, info, warn};
 use apis::api::ApiError;
 use apis::devices::Device;
 use apis::kinds::{Kind, ObjectKey, valid_name};
+use apis::termination::PodTerminated;
 
 use crate::admin::manifest;
 use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
 pub use endpoint::KubeletEndpoint;
 use kubeedge::Refusal;
 pub use reconciler::Acked;
-use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
+use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Termination, Version};
 use toleration_writer::TolerationWriter;
 
 /// How the controller runs.
@@ -916,9 +917,8 @@ impl Controller {
                 Action::ReadCursor { node, session } => self.read_cursor(&node, session),
                 Action::UpdateNode { node } => self.update_node(&node, None).await,
                 Action::FinishDeletion { key, uid } => {
-                    match self.store.finish_deletion(&key, uid.as_deref()).await {
-                        Ok(()) => info!(%key, "deletion finished: its node holds it"),
-                        Err(err) => warn!(%key, error = %err, "deletion not finished"),
+                    if let Err(refusal) = self.finish_deletion(&key, uid.as_deref()).await {
+                        debug!(%key, %refusal, "deletion left for the next word");
                     }
                 }
             }
@@ -1194,6 +1194,16 @@ impl Controller {
                     Err(refusal) => self.refuse_sync(&msg, &refusal.message),
                 }
             }
+            (operation::DELETE, resource_type::POD) => {
+                let answer = match PodTerminated::of(&edge.namespace, &edge.name, &msg) {
+                    Some(stopped) => self.pod_terminated(&node, stopped).await,
+                    None => Err(Refusal::bad_request("a pod's delete names its uid")),
+                };
+                match answer {
+                    Ok(()) => self.answer_node(&msg, json!("OK")),
+                    Err(refusal) => self.answer_node(&msg, kubeedge::status_error(&refusal)),
+                }
+            }
             (operation::PATCH, resource_type::POD_PATCH) => {
                 // A readable one is a status report, taken with the others.
                 let reason = kubeedge::patch_of(msg.content()).err();
@@ -1203,6 +1213,49 @@ impl Controller {
             (op, kind) => {
                 debug!(%node, op, kind, "not for the edgecontroller; ignored");
                 self.refuse_sync(&msg, "the edgecontroller does not take this");
+            }
+        }
+    }
+
+    /// Takes `node`'s word that a pod stopped there (edgehive's edge, or a
+    /// KubeEdge kubelet's delete of its pod): a graceful deletion of that
+    /// pod on that node is finished. `Ok` once the pod is gone (or was),
+    /// the answer a KubeEdge kubelet takes as done.
+    async fn pod_terminated(&mut self, node: &str, stopped: PodTerminated) -> Result<(), Refusal> {
+        let key = ObjectKey::new(Kind::Pod, stopped.namespace.as_str(), stopped.name.as_str());
+        match self
+            .reconciler
+            .terminated(node, &key, stopped.uid.as_deref())
+        {
+            Termination::Finish { key, uid } => self.finish_deletion(&key, uid.as_deref()).await,
+            Termination::Gone => Ok(()),
+            Termination::Kept => {
+                debug!(%node, pod = %key, "stopped before its deletion shows here; kept");
+                // A kubelet asks again; the word is kept meanwhile.
+                Err(Refusal::conflict(format!(
+                    "{key} is not seen being deleted yet"
+                )))
+            }
+            Termination::Refused(reason) => {
+                warn!(%node, pod = %key, %reason, "a node's word for a pod not bound to it refused");
+                Err(Refusal::forbidden(reason))
+            }
+        }
+    }
+
+    /// Removes `key` from the desired state, its graceful deletion done
+    /// (`uid` as precondition, so a new pod of that name stays). A failure
+    /// has its node told of the deletion again on the next retry.
+    async fn finish_deletion(&mut self, key: &ObjectKey, uid: Option<&str>) -> Result<(), Refusal> {
+        match self.store.finish_deletion(key, uid).await {
+            Ok(()) => {
+                info!(%key, "deletion finished: its node says it stopped");
+                Ok(())
+            }
+            Err(err) => {
+                warn!(%key, error = %err, "deletion not finished");
+                self.reconciler.unfinished(key);
+                Err(Refusal::internal(err.to_string()))
             }
         }
     }

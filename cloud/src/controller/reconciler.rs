@@ -16,7 +16,11 @@
 //!   by sending each of their objects again);
 //! - a node's `Ready` condition, from its link and its own report;
 //! - whose status reports are accepted: a node reports only for what is
-//!   bound to it.
+//!   bound to it;
+//! - when a graceful deletion of a pod is finished: when the node it is
+//!   bound to says its containers stopped ([`Reconciler::terminated`]),
+//!   as a kubelet's last delete does, never when the node merely holds
+//!   the deletion.
 //!
 //! Objects it needs to read (what a node newly needs) come through
 //! [`ObjectReader`]; the reads are the backend's local view, not I/O. Every
@@ -36,8 +40,8 @@ use serde_json::{Value, json};
 use apis::kinds::{Kind, ObjectKey, references};
 
 use crate::desired::{
-    DesiredError, DesiredState, WatchEvent, bound_node as node_of, desired_part, spec_revision,
-    stub,
+    DesiredError, DesiredState, WatchEvent, bound_node as node_of, desired_part, revision_of,
+    spec_revision, stub,
 };
 
 /// What is done to an object at a node.
@@ -153,8 +157,9 @@ pub enum Action {
         node: String,
     },
     /// Remove `key` from the desired state for good: it was being deleted
-    /// gracefully, and its node holds the deletion (so it stops the pod,
-    /// as a kubelet does before the API server lets the object go).
+    /// gracefully, and its node says it stopped (a pod's containers
+    /// stopped and its sandbox is gone there), or holds the deletion (a
+    /// device).
     FinishDeletion {
         /// Which object.
         key: ObjectKey,
@@ -185,6 +190,8 @@ impl ObjectReader for HashMap<ObjectKey, Value> {
 #[derive(Debug, Clone)]
 struct Bound {
     node: String,
+    /// Its uid.
+    uid: Option<String>,
     /// What it references.
     refs: BTreeSet<ObjectKey>,
     /// The revision of its last spec change: the version its node holds.
@@ -202,6 +209,9 @@ struct Bound {
 struct NodeState {
     /// Its dialect while its link is up.
     link: Option<NodeDialect>,
+    /// Its dialect when its link was last up: how it is told of a pod's
+    /// graceful deletion while away.
+    dialect: Option<NodeDialect>,
     /// Referenced objects it holds, each with the version it was sent at.
     held: BTreeMap<ObjectKey, u64>,
     /// The highest version a referenced object was withdrawn from it at:
@@ -239,9 +249,13 @@ impl NodeState {
 #[derive(Debug, Default)]
 pub struct Reconciler {
     bound: HashMap<ObjectKey, Bound>,
-    /// Objects being deleted gracefully (a `deletionTimestamp` set): the
-    /// node they were bound to, and their uid.
-    terminating: HashMap<ObjectKey, (String, Option<String>)>,
+    /// Objects being deleted gracefully (a `deletionTimestamp` set).
+    terminating: HashMap<ObjectKey, Ending>,
+    /// Nodes' words that a pod stopped, come before the watch showed its
+    /// deletion (another replica told the node; or the first list is not
+    /// taken yet): the node and the uid it named. Taken when the
+    /// deletion shows, dropped when the pod turns out otherwise.
+    early: HashMap<ObjectKey, (String, Option<String>)>,
     /// Digests of referenced objects (configmaps, secrets, device models)
     /// and the revision of their last spec change.
     referenced: HashMap<ObjectKey, (u64, u64)>,
@@ -253,6 +267,56 @@ pub struct Reconciler {
     /// Whether what KubeEdge nodes acknowledged can be read (a delivery
     /// cursor per node): they are brought in step from it.
     cursors: bool,
+}
+
+/// An object being deleted gracefully.
+#[derive(Debug, Clone)]
+struct Ending {
+    /// The node it was bound to.
+    node: String,
+    /// Its uid.
+    uid: Option<String>,
+    /// The highest version its deletion went to the node at.
+    sent: u64,
+    /// Whether the node was told with a delete (edgehive's edge: it drops
+    /// the pod and says when it stopped), or else with the object marked
+    /// deleted (a KubeEdge kubelet, which terminates it, says so with a
+    /// delete of its own, and drops it when the object is gone).
+    withdrawn: bool,
+}
+
+/// Words that a pod stopped kept before its deletion shows, at most.
+const EARLY_WORDS: usize = 10_000;
+
+/// What became of a node's word that a pod stopped
+/// ([`Reconciler::terminated`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Termination {
+    /// The pod's graceful deletion is finished: remove it from the
+    /// desired state with `uid` as precondition.
+    Finish {
+        /// Which pod.
+        key: ObjectKey,
+        /// Its uid.
+        uid: Option<String>,
+    },
+    /// Its deletion does not show here yet: the word is kept, and finishes
+    /// the deletion when it shows.
+    Kept,
+    /// Nothing to finish: no such pod here (its deletion finished
+    /// already), or another pod of that name.
+    Gone,
+    /// The pod is bound to another node: a node speaks for its own pods
+    /// only.
+    Refused(String),
+}
+
+/// Whether a word naming `said` is about the pod of uid `known`.
+fn same_pod(said: Option<&str>, known: Option<&str>) -> bool {
+    match (said, known) {
+        (Some(said), Some(known)) => said == known,
+        _ => true,
+    }
 }
 
 /// The type of the Node condition that shows a node's link to the cloud.
@@ -342,6 +406,9 @@ impl Reconciler {
             if kind.bound_to_node() {
                 self.assume_held();
             }
+            if kind == Kind::Pod {
+                actions.extend(self.take_early_words());
+            }
             if self.loaded() {
                 // Nodes linked before every kind was listed (a list failed
                 // at start) were brought in step against part of the
@@ -354,6 +421,8 @@ impl Reconciler {
         }
         // Graceful deletions whose end the watch missed: the object is gone.
         self.terminating
+            .retain(|key, _| key.kind != kind || listed.contains(key));
+        self.early
             .retain(|key, _| key.kind != kind || listed.contains(key));
         let gone: Vec<ObjectKey> = match kind {
             Kind::Pod | Kind::Device => self
@@ -407,8 +476,15 @@ impl Reconciler {
         match kind {
             Kind::Pod | Kind::Device if terminating(object) => {
                 if let Some(node) = node_of(object) {
-                    self.terminating
-                        .insert(key, (node.to_owned(), uid_of(object)));
+                    // What the node was told is not known: taken as a
+                    // delete (brought in step when it links).
+                    let ending = Ending {
+                        node: node.to_owned(),
+                        uid: uid_of(object),
+                        sent: revision_of(object),
+                        withdrawn: true,
+                    };
+                    self.terminating.insert(key, ending);
                 }
             }
             Kind::Pod | Kind::Device => {
@@ -416,6 +492,7 @@ impl Reconciler {
                     let refs = references(&key, object);
                     let bound = Bound {
                         node: node.to_owned(),
+                        uid: uid_of(object),
                         refs,
                         spec: spec_revision(object),
                         sent: spec_revision(object),
@@ -459,9 +536,22 @@ impl Reconciler {
         let revision = event.revision();
         match (kind, event) {
             (Kind::Pod | Kind::Device, WatchEvent::Deleted(_)) => {
-                self.terminating.remove(&key);
+                self.early.remove(&key);
+                let ending = self.terminating.remove(&key);
                 let Some(bound) = self.bound.remove(&key) else {
-                    return Vec::new();
+                    // A graceful deletion ended: a node told with the
+                    // object marked deleted (a KubeEdge kubelet) drops it
+                    // now, as KubeEdge's cloud tells it.
+                    return match ending.filter(|ending| !ending.withdrawn) {
+                        Some(ending) => vec![self.send(
+                            &ending.node,
+                            Op::Delete,
+                            &key,
+                            Arc::new(object.clone()),
+                            above(ending.sent, revision),
+                        )],
+                        None => Vec::new(),
+                    };
                 };
                 let object = Arc::new(object.clone());
                 let mut actions = self.membership(&key, Some(&bound.node), None, &object);
@@ -493,11 +583,10 @@ impl Reconciler {
                     return Vec::new();
                 };
                 if terminating(object) {
-                    // Deleted gracefully: the node stops and drops it; once
-                    // it holds that, the deletion is finished.
+                    // Deleted gracefully: the node stops it. A pod's
+                    // deletion is finished when its node says it stopped
+                    // (`terminated`), a device's once its node holds it.
                     let first = !self.terminating.contains_key(&key);
-                    self.terminating
-                        .insert(key.clone(), (node.clone(), uid_of(object)));
                     let removed = self.bound.remove(&key);
                     if !first && removed.is_none() {
                         return Vec::new();
@@ -506,12 +595,37 @@ impl Reconciler {
                     let left = removed.as_ref().map(|bound| bound.node.as_str());
                     let mut actions = self.membership(&key, left, None, &object);
                     let sent = removed.map_or(0, |bound| bound.sent);
-                    actions.push(self.send(&node, Op::Delete, &key, object, above(sent, revision)));
+                    // A KubeEdge kubelet terminates a pod marked deleted,
+                    // and says so; on a delete it would only drop it.
+                    let withdrawn = key.kind != Kind::Pod
+                        || self.nodes.get(&node).and_then(|s| s.dialect)
+                            != Some(NodeDialect::KubeEdge);
+                    let op = match withdrawn {
+                        true => Op::Delete,
+                        false => Op::Update,
+                    };
+                    self.terminating.insert(
+                        key.clone(),
+                        Ending {
+                            node: node.clone(),
+                            uid: uid_of(object.as_ref()),
+                            sent: sent.max(revision),
+                            withdrawn,
+                        },
+                    );
+                    actions.push(self.send(&node, op, &key, object, above(sent, revision)));
                     actions.extend(self.refresh_node(&node, revision, reader));
+                    actions.extend(self.take_early_word(&key));
                     return actions;
                 }
-                // Not being deleted: an older object of that name is gone.
+                // Not being deleted: an older object of that name is gone,
+                // and so is a word about it.
                 self.terminating.remove(&key);
+                if self.early.get(&key).is_some_and(|(said, uid)| {
+                    *said != node || !same_pod(uid.as_deref(), uid_of(object).as_deref())
+                }) {
+                    self.early.remove(&key);
+                }
                 let digest = digest(object);
                 let previous = self.bound.get(&key);
                 if previous.is_some_and(|p| p.digest == digest && p.node == node) {
@@ -532,6 +646,7 @@ impl Reconciler {
                     key.clone(),
                     Bound {
                         node: node.clone(),
+                        uid: uid_of(object),
                         refs,
                         spec: revision,
                         sent,
@@ -773,6 +888,9 @@ impl Reconciler {
             if let Some(bound) = self.bound.get_mut(key) {
                 bound.sent = bound.sent.max(version);
             }
+            if let Some(ending) = self.terminating.get_mut(key) {
+                ending.sent = ending.sent.max(version);
+            }
             return;
         }
         if op == Op::Delete {
@@ -793,16 +911,109 @@ impl Reconciler {
         }
     }
 
-    /// `node` acknowledged the deletion of `key`: a graceful deletion is
-    /// finished.
+    /// `node` acknowledged the deletion of `key`: a device's graceful
+    /// deletion is finished. A pod's is not: only its node's word that it
+    /// stopped ([`Reconciler::terminated`]) finishes that.
     pub fn delivered(&mut self, node: &str, key: &ObjectKey) -> Vec<Action> {
         match self.terminating.get(key) {
-            Some((bound, uid)) if bound == node => vec![Action::FinishDeletion {
-                key: key.clone(),
-                uid: uid.clone(),
-            }],
+            Some(ending) if ending.node == node && key.kind != Kind::Pod => {
+                vec![Action::FinishDeletion {
+                    key: key.clone(),
+                    uid: ending.uid.clone(),
+                }]
+            }
             _ => Vec::new(),
         }
+    }
+
+    /// `node` says pod `key` (of `uid`, if it named one) stopped there:
+    /// its containers stopped and its sandbox is gone, or it never ran
+    /// there. Finishes the pod's graceful deletion if the pod is being
+    /// deleted on that node; a node never speaks for another node's pod.
+    pub fn terminated(&mut self, node: &str, key: &ObjectKey, uid: Option<&str>) -> Termination {
+        if let Some(ending) = self.terminating.get(key) {
+            if ending.node != node {
+                return Termination::Refused(format!(
+                    "{key} is bound to node {}, not {node}",
+                    ending.node
+                ));
+            }
+            if !same_pod(uid, ending.uid.as_deref()) {
+                // An earlier pod of that name: its deletion finished.
+                return Termination::Gone;
+            }
+            return Termination::Finish {
+                key: key.clone(),
+                uid: ending.uid.clone(),
+            };
+        }
+        if let Some(bound) = self.bound.get(key) {
+            if bound.node != node {
+                return Termination::Refused(format!(
+                    "{key} is bound to node {}, not {node}",
+                    bound.node
+                ));
+            }
+            if !same_pod(uid, bound.uid.as_deref()) {
+                return Termination::Gone;
+            }
+            // Bound there, its deletion not seen here yet.
+            self.early
+                .insert(key.clone(), (node.to_owned(), uid.map(str::to_owned)));
+            return Termination::Kept;
+        }
+        if !self.loaded.contains(&key.kind) && self.early.len() < EARLY_WORDS {
+            self.early
+                .insert(key.clone(), (node.to_owned(), uid.map(str::to_owned)));
+            return Termination::Kept;
+        }
+        Termination::Gone
+    }
+
+    /// A finish the desired state did not take (it failed): `key`'s node
+    /// is brought in step on the next retry, which tells it of the
+    /// deletion again, and it says again that the pod stopped.
+    pub fn unfinished(&mut self, key: &ObjectKey) {
+        if let Some(node) = self.terminating.get(key).map(|e| e.node.clone()) {
+            self.node(&node).out_of_step = true;
+        }
+    }
+
+    /// The word kept for `key`, now that its deletion shows: it finishes
+    /// the deletion if its node said so of this pod.
+    fn take_early_word(&mut self, key: &ObjectKey) -> Option<Action> {
+        let ending = self.terminating.get(key)?;
+        let (node, uid) = self.early.remove(key)?;
+        (node == ending.node && same_pod(uid.as_deref(), ending.uid.as_deref())).then(|| {
+            Action::FinishDeletion {
+                key: key.clone(),
+                uid: ending.uid.clone(),
+            }
+        })
+    }
+
+    /// The words kept before pods were first listed: each finishes its
+    /// pod's deletion, waits for it (the pod is bound to that node and not
+    /// being deleted yet), or goes.
+    fn take_early_words(&mut self) -> Vec<Action> {
+        let keys: Vec<ObjectKey> = self.early.keys().cloned().collect();
+        let mut actions = Vec::new();
+        for key in keys {
+            if self.terminating.contains_key(&key) {
+                actions.extend(self.take_early_word(&key));
+                continue;
+            }
+            let waits = match (self.early.get(&key), self.bound.get(&key)) {
+                (Some((node, uid)), Some(bound)) => {
+                    bound.node == *node && same_pod(uid.as_deref(), bound.uid.as_deref())
+                }
+                _ => false,
+            };
+            if !waits {
+                self.early.remove(&key);
+            }
+        }
+        actions
     }
 
     // ----- nodes' links -----
@@ -816,6 +1027,7 @@ impl Reconciler {
     ) -> Vec<Action> {
         let state = self.node(node);
         state.link = Some(dialect);
+        state.dialect = Some(dialect);
         state.session += 1;
         let mut actions = self.resync(node, reader);
         actions.push(Action::UpdateNode {
@@ -911,8 +1123,8 @@ impl Reconciler {
     /// pods and devices at some version (each goes again at its own
     /// version, which it ignores if held) and none of the objects they use
     /// (each goes at a fresh version, which supersedes a withdrawal). Pods
-    /// being deleted too: it may still hold them, and only its
-    /// acknowledgement of their deletion finishes it.
+    /// being deleted too, at no version: each goes again marked deleted,
+    /// and its kubelet says when it stopped.
     fn assumed(&self, node: &str) -> BTreeMap<String, String> {
         self.bound
             .iter()
@@ -921,7 +1133,7 @@ impl Reconciler {
             .chain(
                 self.terminating
                     .iter()
-                    .filter(|(_, (bound, _))| bound == node)
+                    .filter(|(_, ending)| ending.node == node)
                     .map(|(key, _)| key),
             )
             .map(|key| (key.edge_resource().to_string(), "0".to_owned()))
@@ -1109,28 +1321,76 @@ impl Reconciler {
         }
         let loaded = self.loaded();
         let mut actions = Vec::new();
-        // Graceful deletions: one the node no longer holds is finished, one
-        // it still holds goes again.
-        let ending: Vec<(ObjectKey, Option<String>)> = self
+        // Graceful deletions. A device's: one the node no longer holds is
+        // finished, one it still holds goes again. A pod's node is told
+        // again (it may have restarted, or said it stopped to a cloud that
+        // lost the word), and says again when the pod stopped: edgehive's
+        // edge gets the delete (it says so at once if nothing of the pod
+        // runs), a KubeEdge kubelet the pod marked deleted, unless it
+        // holds that already (it asks until answered).
+        let kubeedge = self.is_kubeedge(node);
+        let ending: Vec<(ObjectKey, Ending)> = self
             .terminating
             .iter()
-            .filter(|(_, (bound, _))| bound == node)
-            .map(|(key, (_, uid))| (key.clone(), uid.clone()))
+            .filter(|(_, ending)| ending.node == node)
+            .map(|(key, ending)| (key.clone(), ending.clone()))
             .collect();
-        for (key, uid) in ending {
+        for (key, ending) in ending {
             let resource = key.edge_resource().to_string();
             if in_flight.contains(&resource) {
                 continue;
             }
-            match inventory.contains_key(&resource) {
-                false => actions.push(Action::FinishDeletion { key, uid }),
-                true => actions.push(self.send(
-                    node,
-                    Op::Delete,
-                    &key,
-                    Arc::new(stub(&key)),
-                    Version::Fresh,
-                )),
+            let held = inventory
+                .get(&resource)
+                .map(|v| v.parse::<u64>().unwrap_or(0));
+            if key.kind != Kind::Pod {
+                match held {
+                    None => actions.push(Action::FinishDeletion {
+                        key,
+                        uid: ending.uid,
+                    }),
+                    Some(_) => actions.push(self.send(
+                        node,
+                        Op::Delete,
+                        &key,
+                        Arc::new(stub(&key)),
+                        Version::Fresh,
+                    )),
+                }
+                continue;
+            }
+            if !kubeedge {
+                let mut object = stub(&key);
+                if let Some(uid) = &ending.uid {
+                    object["metadata"]["uid"] = json!(uid);
+                }
+                if let Some(ending) = self.terminating.get_mut(&key) {
+                    ending.withdrawn = true;
+                }
+                actions.push(self.send(node, Op::Delete, &key, Arc::new(object), Version::Fresh));
+                continue;
+            }
+            if !ending.withdrawn && held.is_some_and(|held| held >= ending.sent) {
+                continue;
+            }
+            match reader.read(&key) {
+                Ok(Some(object)) if terminating(&object) => {
+                    if let Some(ending) = self.terminating.get_mut(&key) {
+                        ending.withdrawn = false;
+                    }
+                    let op = match held {
+                        Some(_) => Op::Update,
+                        None => Op::Insert,
+                    };
+                    actions.push(self.send(node, op, &key, Arc::new(object), Version::Fresh));
+                }
+                // Gone meanwhile (its event is still to come), or created
+                // again: its events decide.
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(%key, error = %err, "unreadable; its deletion is told again later");
+                    self.node(node).out_of_step = true;
+                }
             }
         }
         for resource in inventory.keys() {
@@ -1230,6 +1490,10 @@ impl Reconciler {
     /// bound to it.
     pub fn may_report(&self, node: &str, key: &ObjectKey) -> bool {
         self.bound.get(key).is_some_and(|bound| bound.node == node)
+            || self
+                .terminating
+                .get(key)
+                .is_some_and(|ending| ending.node == node)
     }
 
     /// Whether devices and device models have been listed.
@@ -2774,24 +3038,263 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_being_deleted_goes_again_unless_its_deletion_is_acknowledged() {
+    fn a_kubeedge_kubelet_gets_its_pod_marked_deleted_again_until_it_says_it_stopped() {
         let mut ending = pod("p1", Some("edge-1"), 3, &[], "nginx");
         ending["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
         ending["metadata"]["uid"] = json!("u1");
         let store = store_of(&[ending, pod("p2", Some("edge-1"), 4, &[], "nginx")]);
         let mut r = loaded_with_cursors(&store, 4);
         r.connected("edge-1", NodeDialect::KubeEdge, &store);
-        // Missing from the cursor (its deletion acknowledged, or the
-        // cursor lags): its deletion goes again, and only the node's
-        // acknowledgement of it finishes it.
+        // Missing from the cursor: it goes again marked deleted (its
+        // kubelet terminates it and says so), and nothing finishes it but
+        // that word.
         let actions = r.cursor("edge-1", 1, Ok(cursor_of(&[("pod/p2", 4, 7)])), &store);
-        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Fresh)]);
-        assert!(
-            !actions
-                .iter()
-                .any(|a| matches!(a, Action::FinishDeletion { .. })),
-            "{actions:?}"
+        assert_eq!(sends(&actions), [s("edge-1", Update, "pod/p1", Fresh)]);
+        assert!(!finishes(&actions), "{actions:?}");
+        let Some(Action::Send { object, .. }) = actions.first() else {
+            panic!("{actions:?}");
+        };
+        assert!(terminating(object));
+    }
+
+    fn finishes(actions: &[Action]) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::FinishDeletion { .. }))
+    }
+
+    fn finish(name: &str, uid: &str) -> Termination {
+        Termination::Finish {
+            key: key(Kind::Pod, name),
+            uid: Some(uid.to_owned()),
+        }
+    }
+
+    /// `object` marked deleted at revision `rv`, with uid `uid`.
+    fn deleting(object: &Value, rv: u64, uid: &str) -> Value {
+        let mut object = revised(object, rv);
+        object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        object["metadata"]["uid"] = json!(uid);
+        object
+    }
+
+    /// A loaded reconciler with pod `p1` (uid `u1`) running on native
+    /// node `edge-1`, in step.
+    fn running_pod() -> (Reconciler, Store, Value) {
+        let mut running = pod("p1", Some("edge-1"), 3, &[], "nginx");
+        running["metadata"]["uid"] = json!("u1");
+        let store = store_of(std::slice::from_ref(&running));
+        let mut r = loaded(&store, 3);
+        r.connected("edge-1", NodeDialect::Native, &store);
+        let actions = r.inventory("edge-1", Ok(inventory(&[("pod/p1", 3)])), &store);
+        assert!(actions.is_empty(), "in step: {actions:?}");
+        (r, store, running)
+    }
+
+    #[test]
+    fn a_graceful_deletion_ends_when_the_node_says_the_pod_stopped_not_when_it_holds_it() {
+        let (mut r, mut store, running) = running_pod();
+        let actions = put(&mut r, &mut store, deleting(&running, 5, "u1"));
+        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Of(5))]);
+        ack(&mut r, &actions, 0);
+        // The node holds the deletion: its containers still run (for up
+        // to their grace period), so nothing is finished.
+        assert!(r.delivered("edge-1", &key(Kind::Pod, "p1")).is_empty());
+        assert!(r.retry(&store).is_empty());
+        // Its grace period ran out at the edge, which killed the
+        // containers and said so: finished, with the uid as precondition.
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            finish("p1", "u1")
         );
+        // Once gone, nothing more goes to a node told with a delete, and a
+        // repeated word finishes nothing.
+        assert!(remove(&mut r, &mut store, Kind::Pod, "p1", 6).is_empty());
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            Termination::Gone
+        );
+    }
+
+    #[test]
+    fn a_node_offline_at_delete_time_is_told_again_and_finishes_it_when_it_returns() {
+        let (mut r, mut store, running) = running_pod();
+        r.disconnected("edge-1");
+        let actions = put(&mut r, &mut store, deleting(&running, 5, "u1"));
+        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Of(5))]);
+        // It returns (the queued delete may or may not have reached it):
+        // told again, with the uid, and still not finished.
+        r.connected("edge-1", NodeDialect::Native, &store);
+        for held in [vec![("pod/p1", 3)], vec![]] {
+            let actions = r.inventory("edge-1", Ok(inventory(&held)), &store);
+            r.connected("edge-1", NodeDialect::Native, &store);
+            assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Fresh)]);
+            assert!(!finishes(&actions));
+            let Some(Action::Send { object, .. }) = actions.first() else {
+                panic!("{actions:?}");
+            };
+            assert_eq!(object["metadata"]["uid"], "u1");
+        }
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            finish("p1", "u1")
+        );
+    }
+
+    #[test]
+    fn a_pod_that_never_started_at_the_edge_finishes_at_its_word() {
+        let mut fresh = pod("p1", Some("edge-1"), 3, &[], "nginx");
+        fresh["metadata"]["uid"] = json!("u1");
+        let mut store = Store::new();
+        let mut r = loaded(&store, 2);
+        r.connected("edge-1", NodeDialect::Native, &store);
+        put(&mut r, &mut store, fresh.clone());
+        // Deleted before the node took it: the delete goes, the edge
+        // (nothing of it running) says so at once.
+        let actions = put(&mut r, &mut store, deleting(&fresh, 4, "u1"));
+        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Of(4))]);
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), None),
+            finish("p1", "u1"),
+            "a word naming no uid is for whichever pod of that name is ending"
+        );
+    }
+
+    #[test]
+    fn an_edge_restarted_mid_termination_is_told_again() {
+        let (mut r, mut store, running) = running_pod();
+        let actions = put(&mut r, &mut store, deleting(&running, 5, "u1"));
+        ack(&mut r, &actions, 0);
+        // The edge restarts: it dropped the pod when told, tore down what
+        // was left at start, and never said so. Its new link asks.
+        r.disconnected("edge-1");
+        assert_eq!(
+            r.connected("edge-1", NodeDialect::Native, &store),
+            [ask("edge-1"), update_node("edge-1")]
+        );
+        let actions = r.inventory("edge-1", Ok(inventory(&[])), &store);
+        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Fresh)]);
+        assert!(!finishes(&actions));
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            finish("p1", "u1")
+        );
+    }
+
+    #[test]
+    fn a_restarted_cloud_rebuilds_its_deletions_and_keeps_a_word_that_came_first() {
+        let mut running = pod("p1", Some("edge-1"), 3, &[], "nginx");
+        running["metadata"]["uid"] = json!("u1");
+        let ending = deleting(&running, 5, "u1");
+        // Restarted: the first list shows the deletion, the node links
+        // and is told again (it may have said so to the cloud that died).
+        let store = store_of(std::slice::from_ref(&ending));
+        let mut r = loaded(&store, 5);
+        r.connected("edge-1", NodeDialect::Native, &store);
+        let actions = r.inventory("edge-1", Ok(inventory(&[])), &store);
+        assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/p1", Fresh)]);
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            finish("p1", "u1")
+        );
+
+        // A word before the first list (the node linked first): kept,
+        // and taken by the list.
+        let mut r = Reconciler::new();
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            Termination::Kept
+        );
+        let mut finished = Vec::new();
+        for kind in FOLLOWED {
+            finished.extend(r.listed(kind, of_kind(&store, kind), 5, &store));
+        }
+        assert_eq!(
+            finished,
+            [Action::FinishDeletion {
+                key: key(Kind::Pod, "p1"),
+                uid: Some("u1".to_owned())
+            }]
+        );
+
+        // A word before the watch shows the deletion (another replica
+        // told the node): kept, and the deletion finishes when it shows.
+        let mut store = store_of(std::slice::from_ref(&running));
+        let mut r = loaded(&store, 3);
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u1")),
+            Termination::Kept
+        );
+        let actions = put(&mut r, &mut store, ending.clone());
+        assert_eq!(
+            actions.last(),
+            Some(&Action::FinishDeletion {
+                key: key(Kind::Pod, "p1"),
+                uid: Some("u1".to_owned())
+            })
+        );
+        // One about an earlier pod of that name finishes nothing.
+        let mut store = store_of(std::slice::from_ref(&running));
+        let mut r = loaded(&store, 3);
+        assert_eq!(
+            r.terminated("edge-1", &key(Kind::Pod, "p1"), Some("u0")),
+            Termination::Gone
+        );
+        assert!(!finishes(&put(&mut r, &mut store, ending)));
+    }
+
+    #[test]
+    fn a_node_never_speaks_for_another_nodes_pod() {
+        let (mut r, mut store, running) = running_pod();
+        let p1 = key(Kind::Pod, "p1");
+        // Running on edge-1: edge-2's word is refused, and not kept.
+        assert!(matches!(
+            r.terminated("edge-2", &p1, Some("u1")),
+            Termination::Refused(_)
+        ));
+        let actions = put(&mut r, &mut store, deleting(&running, 5, "u1"));
+        assert!(!finishes(&actions), "{actions:?}");
+        // Being deleted on edge-1: still refused, and left to edge-1.
+        assert!(matches!(
+            r.terminated("edge-2", &p1, Some("u1")),
+            Termination::Refused(_)
+        ));
+        assert_eq!(r.terminated("edge-1", &p1, Some("u1")), finish("p1", "u1"));
+        // A pod nobody knows (its deletion finished) is nothing to finish.
+        assert_eq!(
+            r.terminated("edge-2", &key(Kind::Pod, "nope"), None),
+            Termination::Gone
+        );
+    }
+
+    #[test]
+    fn a_kubeedge_node_is_told_with_the_pod_marked_deleted_and_drops_it_once_gone() {
+        let mut running = pod("p1", Some("kube-1"), 3, &[], "nginx");
+        running["metadata"]["uid"] = json!("u1");
+        let mut store = store_of(std::slice::from_ref(&running));
+        let mut r = loaded(&store, 3);
+        r.connected("kube-1", NodeDialect::KubeEdge, &store);
+        let actions = r.inventory("kube-1", Ok(inventory(&[("pod/p1", 3)])), &store);
+        assert!(actions.is_empty(), "{actions:?}");
+        // As KubeEdge's cloud does: an update with the deletionTimestamp,
+        // which its kubelet terminates, then deletes with grace 0.
+        let actions = put(&mut r, &mut store, deleting(&running, 5, "u1"));
+        assert_eq!(sends(&actions), [s("kube-1", Update, "pod/p1", Of(5))]);
+        ack(&mut r, &actions, 0);
+        assert!(r.delivered("kube-1", &key(Kind::Pod, "p1")).is_empty());
+        // It links again holding that: nothing to send (its kubelet asks
+        // until it is answered).
+        r.disconnected("kube-1");
+        r.connected("kube-1", NodeDialect::KubeEdge, &store);
+        let actions = r.inventory("kube-1", Ok(inventory(&[("pod/p1", 5)])), &store);
+        assert!(actions.is_empty(), "{actions:?}");
+        assert_eq!(
+            r.terminated("kube-1", &key(Kind::Pod, "p1"), Some("u1")),
+            finish("p1", "u1")
+        );
+        // Gone from the desired state: the node drops it now.
+        let actions = remove(&mut r, &mut store, Kind::Pod, "p1", 6);
+        assert_eq!(sends(&actions), [s("kube-1", Delete, "pod/p1", Of(6))]);
     }
 
     #[test]
