@@ -116,6 +116,22 @@ impl Cluster {
         global: &[&str],
         run: &[&str],
     ) -> Cluster {
+        let mut cluster = Cluster::prepare(kubeconfig, name, dialect, pods, global, run);
+        cluster.start_edge();
+        cluster
+    }
+
+    /// [`Cluster::start_with_cloud`] up to the edge: cloudcore runs, the
+    /// edge has joined, the namespace exists; [`Cluster::start_edge`]
+    /// starts edgecore.
+    fn prepare(
+        kubeconfig: String,
+        name: &str,
+        dialect: &str,
+        pods: bool,
+        global: &[&str],
+        run: &[&str],
+    ) -> Cluster {
         // Declared first: if the start fails, dropped after the edge.
         let node_pods = pods.then(|| test_node(name));
         let node = match &node_pods {
@@ -202,7 +218,7 @@ impl Cluster {
         let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
         assert!(ok || out.contains("AlreadyExists"), "{out}");
         let cloud = Some(cloud);
-        let mut cluster = Cluster {
+        Cluster {
             kubeconfig,
             cloud_args,
             metaserver,
@@ -215,9 +231,7 @@ impl Cluster {
             stream,
             metrics_server,
             _node_pods: node_pods,
-        };
-        cluster.start_edge();
-        cluster
+        }
     }
 
     fn start_edge(&mut self) {
@@ -2691,4 +2705,555 @@ fn the_admission_webhook_creates_edge_pods_with_lengthened_tolerations() {
         [("kubectl-create".to_owned(), "Update".to_owned())],
         "only its creator wrote it"
     );
+}
+
+/// A second edge node of a [`Cluster`]'s cloudcore, with no pods (no
+/// edged): Ready as long as it runs. Dropped, it is killed and its Node
+/// deleted.
+struct Witness {
+    kubeconfig: String,
+    node: String,
+    _edge: Process,
+}
+
+impl Witness {
+    fn start(cluster: &Cluster, name: &str) -> Witness {
+        let node = format!("{name}-{}", std::process::id());
+        let cloud_flag = |flag: &str| {
+            let at = cluster.cloud_args.iter().position(|arg| arg == flag);
+            at.and_then(|at| cluster.cloud_args.get(at + 1))
+                .cloned()
+                .unwrap_or_else(|| panic!("cloudcore runs without {flag}"))
+        };
+        let edge_dir = tempfile_dir(&node);
+        join_node(
+            &cluster.cloud_dir(),
+            &cloud_flag("--certs"),
+            &node,
+            &edge_dir,
+        );
+        let edge = support::start_edgecore(
+            &edge_dir,
+            &cloud_flag("--ws"),
+            &["--cri-socket", "off", "--keepalive-secs", "2"],
+        );
+        let Some(cloud) = &cluster.cloud else {
+            panic!("no cloudcore running");
+        };
+        cloud.wait_for(
+            &format!("node connected node={node}"),
+            Duration::from_secs(30),
+        );
+        Witness {
+            kubeconfig: cluster.kubeconfig.clone(),
+            node,
+            _edge: edge,
+        }
+    }
+}
+
+impl Drop for Witness {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &self.kubeconfig,
+            &["delete", "node", &self.node, "--wait=false"],
+        );
+    }
+}
+
+/// A `kubectl get --watch --output-watch-events` of some objects: the
+/// API server's watch events (the objects that exist first, as `ADDED`),
+/// handed over as kubectl prints them.
+struct Watch {
+    kubectl: std::process::Child,
+    events: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Watch {
+    /// Watches what `kubectl get ARGS` names.
+    fn start(kubeconfig: &str, args: &[&str]) -> Watch {
+        let mut kubectl = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .args(["--watch", "--output-watch-events", "-o", "json"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl on the PATH");
+        let stdout = kubectl.stdout.take().expect("kubectl's stdout");
+        let (tx, events) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(stdout));
+            for event in stream.into_iter::<Value>().map_while(Result::ok) {
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        Watch { kubectl, events }
+    }
+
+    /// Hands each event (`type`, `object`) to `check` until it gives
+    /// something back, for up to `limit`.
+    fn until<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut check: impl FnMut(&str, &Value) -> Option<T>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let event = match self.events.recv_timeout(left) {
+                Ok(event) => event,
+                Err(err) => panic!("never: {what} ({err:?} within {limit:?})"),
+            };
+            let kind = event["type"].as_str().unwrap_or_default();
+            if let Some(found) = check(kind, &event["object"]) {
+                return found;
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.kubectl.kill();
+        let _ = self.kubectl.wait();
+    }
+}
+
+/// The NoExecute taint `key` of a Node, if it has it.
+fn taint<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
+    node["spec"]["taints"]
+        .as_array()?
+        .iter()
+        .find(|t| t["key"] == key && t["effect"] == "NoExecute")
+}
+
+/// Whether a Node carries either offline taint.
+fn offline_tainted(node: &Value) -> bool {
+    taint(node, "node.kubernetes.io/unreachable").is_some()
+        || taint(node, "node.kubernetes.io/not-ready").is_some()
+}
+
+/// Seconds since the epoch of an API server timestamp.
+fn epoch_seconds(at: &Value) -> i64 {
+    at.as_str()
+        .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+        .map(|at| at.as_second())
+        .unwrap_or_else(|| panic!("not a timestamp: {at}"))
+}
+
+/// The containers containerd holds for `node`'s pods, through CRI:
+/// `<namespace>/<pod>` → every container (id, state), exited ones too.
+fn edge_containers(node: &str) -> BTreeMap<String, Vec<(String, String)>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let inventory = runtime.block_on(async {
+        let cri = edged::cri::Cri::connect(&support::cri_socket())
+            .await
+            .expect("containerd");
+        edged::testing::inventory(&cri)
+            .await
+            .expect("CRI inventory")
+    });
+    let mut containers: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for held in inventory.tests {
+        if held.node == node && held.kind == "container" {
+            containers
+                .entry(held.pod)
+                .or_default()
+                .push((held.id, held.state));
+        }
+    }
+    containers
+}
+
+/// A pod for `node` whose offline tolerations are the API server's
+/// defaults (`seconds` None) or the user's own of `seconds`.
+fn offline_pod(name: &str, node: &str, seconds: Option<u32>) -> String {
+    let own = match seconds {
+        None => String::new(),
+        Some(seconds) => format!(
+            "
+  - key: node.kubernetes.io/unreachable
+    operator: Exists
+    effect: NoExecute
+    tolerationSeconds: {seconds}
+  - key: node.kubernetes.io/not-ready
+    operator: Exists
+    effect: NoExecute
+    tolerationSeconds: {seconds}"
+        ),
+    };
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  nodeName: {node}
+  tolerations:
+  - key: node-role.kubernetes.io/edge
+    operator: Exists{own}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: 127.0.0.1:5000/busybox:latest
+    command: [\"sh\", \"-c\", \"exec sleep 3600\"]
+"
+    )
+}
+
+/// A node offline past the API server's default 300 s toleration keeps its
+/// pods: cloudcore's window (90 s here, a day by default) governs, not the
+/// default.
+///
+/// cloudcore runs with its admission webhook (kept to this test's
+/// namespace), so two pods bound to the edge node are created with their
+/// default `not-ready` / `unreachable` tolerations lengthened to the
+/// window; a control pod carries the user's own 10 s ones, which cloudcore
+/// leaves alone. edgecore is killed (SIGKILL): the node lifecycle
+/// controller taints the Node `unreachable:NoExecute` (awaited by watch)
+/// and the taint manager evicts the control pod once its 10 s run out,
+/// while the window's pods are not evicted and their containers keep
+/// running at the edge (containerd, through CRI).
+///
+/// The edge node is alone in a zone of its own and a second edge node
+/// stays Ready meanwhile: the node lifecycle controller stops tainting a
+/// zone whose nodes are mostly NotReady, and every zone while none is
+/// Ready (its "master disruption mode"), which the other tests' nodes on
+/// a shared API server would otherwise decide.
+///
+/// Both ends of the window are shown, in about three minutes, because
+/// each proves what the other cannot: first the edge returns within the
+/// window, and the same pods (same uids) are Running, never deleted, their
+/// containers the very ones (not restarted); the control pod's eviction is
+/// carried out at the edge. The time from edgecore's start to its link
+/// and to the Node Ready and untainted is printed. Then the edge is killed
+/// again and left away: the window's pods are evicted once the window
+/// after the new taint ends, not before (their deletion is stamped no
+/// earlier than the taint's time plus the window): the window is what
+/// governs. The edge then returns, offline longer than the node lifecycle
+/// controller's grace period, and the Node turns Ready again (the time is
+/// printed) while the evictions are carried out at the edge. A shorter window would leave too little room for the edge's
+/// return on a loaded machine; a longer one only adds waiting.
+#[test]
+fn a_node_offline_past_the_default_toleration_keeps_its_pods() {
+    let test = "a_node_offline_past_the_default_toleration_keeps_its_pods";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    const WINDOW: i64 = 90;
+    const CONTROL: u32 = 10;
+    let name = format!("edgehive-test-offline-{}", std::process::id());
+    let _webhook = WebhookGuard {
+        kubeconfig: kubeconfig.clone(),
+        name: name.clone(),
+    };
+    let config = std::env::temp_dir().join(format!("{name}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "kubeAPIConfig:\n  offlineGraceSeconds: {WINDOW}\nmodules:\n  admission:\n    configurationName: {name}\n"
+        ),
+    )
+    .expect("config");
+    let config = config.to_string_lossy().into_owned();
+    let admission = free_address();
+    let mut cluster = Cluster::prepare(
+        kubeconfig,
+        "offline-window",
+        "native",
+        true,
+        &["--config", &config],
+        &["--admission", &admission],
+    );
+    webhook_only_for(&cluster, &name);
+    let (kc, ns, node) = (
+        cluster.kubeconfig.clone(),
+        cluster.namespace.clone(),
+        cluster.node.clone(),
+    );
+    // The Node, created before its edge links (cloudcore then writes its
+    // status only), alone in a zone of its own; and a witness node that
+    // stays Ready: the node lifecycle controller taints no node of a zone
+    // with several nodes mostly NotReady (other tests' leftovers on this
+    // API server), nor any node while every zone is down.
+    let zone = format!("edgehive-offline-{}", std::process::id());
+    let manifest = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node,
+            "labels": {
+                "node-role.kubernetes.io/edge": "",
+                "kubernetes.io/hostname": node,
+                "kubernetes.io/os": std::env::consts::OS,
+                "topology.kubernetes.io/zone": zone,
+            },
+        },
+    });
+    let file = std::env::temp_dir().join(format!("{node}-node.json"));
+    std::fs::write(&file, manifest.to_string()).expect("manifest");
+    let (ok, out) = kubectl(&kc, &["create", "-f", &file.to_string_lossy()]);
+    assert!(ok, "{out}");
+    cluster.start_edge();
+    let _witness = Witness::start(&cluster, "offline-witness");
+    let window: BTreeMap<String, Value> = [
+        (
+            "node.kubernetes.io/not-ready".to_owned(),
+            Value::from(WINDOW),
+        ),
+        (
+            "node.kubernetes.io/unreachable".to_owned(),
+            Value::from(WINDOW),
+        ),
+    ]
+    .into();
+    let create = |manifest: String, dry_run: bool| -> Value {
+        let file = std::env::temp_dir().join(format!("{node}-{}.yaml", fastrand::u32(..)));
+        std::fs::write(&file, manifest).expect("manifest");
+        let file = file.to_string_lossy().into_owned();
+        let mut args = vec!["create", "-n", &ns, "-f", &file, "-o", "json"];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let (ok, out) = kubectl(&kc, &args);
+        assert!(ok, "kubectl create: {out}");
+        serde_json::from_str(&out).expect("the created pod as JSON")
+    };
+    until("cloudcore's webhook knowing the edge node", || {
+        let tried = create(offline_pod("kept-a", &node, None), true);
+        (offline_tolerations(&tried) == window).then_some(())
+    });
+    let mut uids = BTreeMap::new();
+    for kept in ["kept-a", "kept-b"] {
+        let pod = create(offline_pod(kept, &node, None), false);
+        assert_eq!(offline_tolerations(&pod), window, "lengthened: {pod}");
+        uids.insert(kept.to_owned(), pod["metadata"]["uid"].clone());
+    }
+    let control = create(offline_pod("control", &node, Some(CONTROL)), false);
+    let own: BTreeMap<String, Value> = window
+        .keys()
+        .map(|key| (key.clone(), Value::from(CONTROL)))
+        .collect();
+    assert_eq!(offline_tolerations(&control), own, "left alone: {control}");
+    cluster.publish_missing_configmaps(&control);
+
+    // Every pod Running at the edge, as the API server shows it.
+    let pods = Watch::start(&kc, &["get", "pods", "-n", &ns]);
+    let mut latest: BTreeMap<String, Value> = BTreeMap::new();
+    let mut track = |kind: &str, pod: &Value| {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        match kind {
+            "DELETED" => latest.remove(name),
+            _ => latest.insert(name.to_owned(), pod.clone()),
+        };
+        latest.clone()
+    };
+    pods.until(
+        "the three pods Running",
+        Duration::from_secs(120),
+        |kind, pod| {
+            let now = track(kind, pod);
+            (now.len() == 3 && now.values().all(|p| p["status"]["phase"] == "Running"))
+                .then_some(())
+        },
+    );
+    let before = edge_containers(&node);
+    for kept in ["kept-a", "kept-b"] {
+        let held = &before[&format!("{ns}/{kept}")];
+        assert!(
+            held.len() == 1 && held[0].1 == "RUNNING",
+            "{kept} at the edge: {held:?}"
+        );
+    }
+    println!("{test}: at the edge before the outage: {before:?}");
+
+    // Offline: edgecore killed; the node lifecycle controller taints the
+    // Node unreachable.
+    let nodes = Watch::start(&kc, &["get", "node", &node]);
+    let killed = std::time::Instant::now();
+    if let Some(edge) = cluster.edge.take() {
+        edge.signal("-KILL");
+    }
+    let tainted = nodes.until(
+        "the Node tainted unreachable",
+        Duration::from_secs(120),
+        |_, n| taint(n, "node.kubernetes.io/unreachable").cloned(),
+    );
+    let taint_added = epoch_seconds(&tainted["timeAdded"]);
+    println!(
+        "{test}: tainted {tainted} {:.1?} after the kill",
+        killed.elapsed()
+    );
+
+    // The control pod is evicted once its own 10 s run out; the window's
+    // pods are not.
+    let evicted = pods.until(
+        "the control pod evicted",
+        Duration::from_secs(120),
+        |kind, pod| {
+            let now = track(kind, pod);
+            now.get("control")
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_string())
+                .map(|_| now.clone())
+        },
+    );
+    let control_evicted = epoch_seconds(&evicted["control"]["metadata"]["deletionTimestamp"]);
+    println!(
+        "{test}: control pod evicted (deletionTimestamp) {} s after the taint was added",
+        control_evicted - taint_added
+    );
+    assert!(
+        control_evicted >= taint_added + i64::from(CONTROL),
+        "evicted no earlier than its toleration allowed"
+    );
+    for kept in ["kept-a", "kept-b"] {
+        let pod = cluster.pod(kept).expect("kept");
+        assert!(
+            pod["metadata"]["deletionTimestamp"].is_null(),
+            "{kept} evicted with the control pod: {pod}"
+        );
+        assert_eq!(pod["metadata"]["uid"], uids[kept]);
+    }
+    let offline = edge_containers(&node);
+    for kept in ["kept-a", "kept-b"] {
+        assert_eq!(
+            offline[&format!("{ns}/{kept}")],
+            before[&format!("{ns}/{kept}")],
+            "{kept} runs on at the edge with no cloud"
+        );
+    }
+
+    // The edge returns within the window.
+    let started = std::time::Instant::now();
+    cluster.start_edge();
+    let linked = started.elapsed();
+    let ready = nodes.until("the Node Ready again", Duration::from_secs(120), |_, n| {
+        condition(n, "Ready")
+            .is_some_and(|c| c["status"] == "True")
+            .then(|| started.elapsed())
+    });
+    let untainted = match cluster.node().filter(|n| !offline_tainted(n)) {
+        Some(_) => started.elapsed(),
+        None => nodes.until("the taint gone", Duration::from_secs(120), |_, n| {
+            (!offline_tainted(n)).then(|| started.elapsed())
+        }),
+    };
+    println!(
+        "{test}: edgecore started; its link up after {linked:.1?}, the Node Ready after {ready:.1?}, untainted after {untainted:.1?}"
+    );
+    pods.until(
+        "the control pod's eviction carried out",
+        Duration::from_secs(60),
+        |kind, pod| {
+            let now = track(kind, pod);
+            (!now.contains_key("control")).then_some(())
+        },
+    );
+    for kept in ["kept-a", "kept-b"] {
+        let pod = cluster.pod(kept).expect("kept");
+        assert!(pod["metadata"]["deletionTimestamp"].is_null(), "{pod}");
+        assert_eq!(pod["metadata"]["uid"], uids[kept], "the same pod");
+        assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+        assert_eq!(
+            pod["status"]["containerStatuses"][0]["restartCount"], 0,
+            "{pod}"
+        );
+    }
+    let after = edge_containers(&node);
+    for kept in ["kept-a", "kept-b"] {
+        assert_eq!(
+            after[&format!("{ns}/{kept}")],
+            before[&format!("{ns}/{kept}")],
+            "{kept}: the same container, not restarted"
+        );
+    }
+
+    // Offline again, this time past the window: its end evicts the pods.
+    let killed = std::time::Instant::now();
+    if let Some(edge) = cluster.edge.take() {
+        edge.signal("-KILL");
+    }
+    let tainted = nodes.until(
+        "the Node tainted unreachable again",
+        Duration::from_secs(120),
+        |_, n| taint(n, "node.kubernetes.io/unreachable").cloned(),
+    );
+    let taint_added = epoch_seconds(&tainted["timeAdded"]);
+    println!(
+        "{test}: tainted again {:.1?} after the kill",
+        killed.elapsed()
+    );
+    let evicted = pods.until(
+        "the window's pods evicted",
+        Duration::from_secs(WINDOW as u64 + 120),
+        |kind, pod| {
+            let now = track(kind, pod);
+            ["kept-a", "kept-b"]
+                .iter()
+                .all(|kept| {
+                    now.get(*kept)
+                        .is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string())
+                })
+                .then(|| now.clone())
+        },
+    );
+    for kept in ["kept-a", "kept-b"] {
+        let at = epoch_seconds(&evicted[kept]["metadata"]["deletionTimestamp"]);
+        println!(
+            "{test}: {kept} evicted (deletionTimestamp) {} s after the taint was added",
+            at - taint_added
+        );
+        assert!(
+            at >= taint_added + WINDOW,
+            "{kept} evicted before its window ended"
+        );
+    }
+
+    // The edge returns after the window, offline longer than the node
+    // lifecycle controller's grace period this time: the Node turns Ready,
+    // and the evictions are carried out at the edge.
+    let started = std::time::Instant::now();
+    cluster.start_edge();
+    let linked = started.elapsed();
+    let ready = nodes.until(
+        "the Node Ready after the window",
+        Duration::from_secs(180),
+        |_, n| {
+            condition(n, "Ready")
+                .is_some_and(|c| c["status"] == "True")
+                .then(|| started.elapsed())
+        },
+    );
+    let untainted = match cluster.node().filter(|n| !offline_tainted(n)) {
+        Some(_) => started.elapsed(),
+        None => nodes.until("the taint gone", Duration::from_secs(180), |_, n| {
+            (!offline_tainted(n)).then(|| started.elapsed())
+        }),
+    };
+    println!(
+        "{test}: after {:.1?} offline, edgecore started; its link up after {linked:.1?}, the Node Ready after {ready:.1?}, untainted after {untainted:.1?}",
+        killed.elapsed() - started.elapsed()
+    );
+    pods.until(
+        "the evictions carried out",
+        Duration::from_secs(60),
+        |kind, pod| {
+            let now = track(kind, pod);
+            now.is_empty().then_some(())
+        },
+    );
+    until("the evicted pods' containers stopped at the edge", || {
+        edge_containers(&node)
+            .values()
+            .flatten()
+            .all(|(_, state)| state != "RUNNING")
+            .then_some(())
+    });
 }

@@ -36,7 +36,10 @@
 //!   own create and patch rates for the same pods from the same bare
 //!   client, in a second namespace, with no controller running. The
 //!   requests cloudcore's client made to the API server meanwhile are
-//!   counted by verb (a write per pod would show here). Also the backend's memory per
+//!   counted by verb (a write per pod would show here). A configmap used
+//!   by a pod on the edge, patched 20 times, each timed from the PATCH
+//!   call's start until the edge's store commits the new value, beside a
+//!   bare kube-rs watch of it timed to its event (medians). Also the backend's memory per
 //!   watched object: the growth of RSS (`/proc/self/statm`) of a fresh
 //!   process (this binary again) while a `KubernetesStore` connects and
 //!   lists, with N extra ~1 KiB configmaps (5,000; 500 with `--quick`)
@@ -716,8 +719,9 @@ pub(crate) mod kubernetes {
     use serde_json::json;
 
     use super::{
-        Cloud, Edge, KUBECONFIG_ENV, SIMULATED_KEEPALIVE, Sizes, configmap, median, per_second,
-        pod_keys, sim_node, simulated_nodes, stock_pod, timed_to_edge, wait_nodes_ready,
+        Cloud, Edge, KUBECONFIG_ENV, SIMULATED_KEEPALIVE, Sizes, WAIT, configmap, median,
+        per_second, pod, pod_keys, sim_node, simulated_nodes, stock_pod, timed_to_edge,
+        wait_edge_in_step, wait_nodes_ready,
     };
     use crate::hub_bench::rss_bytes;
     use crate::report::Report;
@@ -936,6 +940,9 @@ pub(crate) mod kubernetes {
         let edge = Edge::start(&cloud, id, dir.path()).await?;
         let measured = async {
             wait_nodes_ready(&store, &[id.to_owned()]).await?;
+            // First, with nothing else under way.
+            let latency =
+                configmap_latency(client, &ctl_namespace, id, &cloud, &store, &edge).await?;
             let ctl_pods: Api<Pod> = Api::namespaced(client.clone(), &ctl_namespace);
             let (mut rates, mut messages, mut patched) = (Vec::new(), Vec::new(), Vec::new());
             let mut lags = Vec::new();
@@ -986,13 +993,21 @@ pub(crate) mod kubernetes {
                 .await?;
                 patched.push(per_second(sizes.pods, took));
             }
-            Ok::<_, anyhow::Error>((rates, messages, patched, writes, lags))
+            Ok::<_, anyhow::Error>((rates, messages, patched, writes, lags, latency))
         }
         .await;
         edge.stop().await;
         cloud.stop().await;
         drop(store);
-        let (rates, messages, patched, writes, lags) = measured?;
+        let (rates, messages, patched, writes, lags, (to_edge, watched)) = measured?;
+        report.with_baseline(
+            "controller/k8s/1 configmap",
+            "configmap patch→edge",
+            to_edge,
+            "ms",
+            watched,
+            "API server watch latency, bare client",
+        );
         let scenario = format!("controller/k8s/{} pods", sizes.pods);
         report.with_baseline(
             &scenario,
@@ -1026,6 +1041,109 @@ pub(crate) mod kubernetes {
             "req",
         );
         Ok(())
+    }
+
+    /// Patches of one configmap timed to the edge and to a bare watch.
+    const CONFIGMAP_PATCHES: usize = 20;
+
+    /// A configmap used by a pod on the edge, patched
+    /// [`CONFIGMAP_PATCHES`] times: each timed from the PATCH call's start
+    /// until the edge's store has committed the new value (its change
+    /// feed, no polling); the baseline, each of as many patches timed from
+    /// the call's start until a bare kube-rs watch of the configmap
+    /// delivers it. The patch and the wait run together, so a value that
+    /// arrives before the API server's answer to the PATCH is timed when
+    /// it arrives. Medians, in ms.
+    async fn configmap_latency(
+        client: &kube::Client,
+        namespace: &str,
+        node: &str,
+        cloud: &Cloud,
+        store: &Arc<dyn DesiredState>,
+        edge: &Edge,
+    ) -> Result<(f64, f64)> {
+        const NAME: &str = "bench-conf";
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let object: ConfigMap = serde_json::from_value(configmap(NAME, namespace, "v0"))?;
+        let created = configmaps.create(&PostParams::default(), &object).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let user: Pod = serde_json::from_value(pod("cm-user", namespace, node, Some(NAME)))?;
+        pods.create(&PostParams::default(), &user).await?;
+        let keys = [
+            meta::ObjectKey::new(Kind::ConfigMap, namespace, NAME),
+            meta::ObjectKey::new(Kind::Pod, namespace, "cm-user"),
+        ];
+        wait_edge_in_step(cloud, store, &edge.store, &keys, "the configmap's user").await?;
+        let resource = keys[0].edge_resource().to_string();
+        let patch = |value: String| {
+            let configmaps = configmaps.clone();
+            async move {
+                let patch = kube::api::Patch::Merge(json!({"data": {"value": value}}));
+                configmaps
+                    .patch(NAME, &kube::api::PatchParams::default(), &patch)
+                    .await
+                    .context("configmap patch")
+            }
+        };
+        let holds = |object: &serde_json::Value, value: &str| object["data"]["value"] == value;
+
+        // The baseline: a bare watch from the version created.
+        let version = created.metadata.resource_version.unwrap_or_default();
+        let params = kube::api::WatchParams::default().fields(&format!("metadata.name={NAME}"));
+        let mut watch = configmaps.watch(&params, &version).await?.boxed();
+        let mut watched = Vec::new();
+        for i in 0..CONFIGMAP_PATCHES {
+            let value = format!("watch-{i}");
+            let started = Instant::now();
+            let seen = async {
+                while let Some(event) = watch.next().await {
+                    if let kube::api::WatchEvent::Modified(object) = event?
+                        && holds(&serde_json::to_value(&object)?, &value)
+                    {
+                        return Ok(started.elapsed());
+                    }
+                }
+                bail!("the configmap's watch ended")
+            };
+            let (patched, seen) = tokio::join!(patch(value.clone()), seen);
+            patched?;
+            watched.push(seen?.as_secs_f64() * 1000.0);
+        }
+        drop(watch);
+
+        // Through cloudcore to the edge's store.
+        let mut edged = Vec::new();
+        for i in 0..CONFIGMAP_PATCHES {
+            let value = format!("edge-{i}");
+            let mut changes = edge.store.subscribe();
+            let started = Instant::now();
+            let held = async {
+                loop {
+                    let change = changes.recv().await.context("the edge's change feed")?;
+                    if change.resource == resource
+                        && change
+                            .record
+                            .object
+                            .as_ref()
+                            .is_some_and(|o| holds(o, &value))
+                    {
+                        return Ok::<_, anyhow::Error>(started.elapsed());
+                    }
+                }
+            };
+            let (patched, held) =
+                tokio::join!(patch(value.clone()), tokio::time::timeout(WAIT, held));
+            patched?;
+            edged.push(
+                held.context("the patch never reached the edge")??
+                    .as_secs_f64()
+                    * 1000.0,
+            );
+        }
+        eprintln!(
+            "controller/k8s: configmap patch→edge (ms) {edged:.1?}; API server watch {watched:.1?}"
+        );
+        Ok((median(edged), median(watched)))
     }
 
     /// cloudcore's requests to the API server between two snapshots of its
