@@ -1205,11 +1205,11 @@ impl Controller {
                     true => self.adopt_node(&node, msg.content()).await,
                     false => Err(Refusal::forbidden("a node registers only itself")),
                 };
-                self.answer_write(&msg, answer);
+                self.answer_node_write(&node, &msg, answer);
             }
             (operation::PATCH, resource_type::NODE_PATCH) => {
                 let answer = self.patch_node(&node, &edge, msg.content()).await;
-                self.answer_write(&msg, answer);
+                self.answer_node_write(&node, &msg, answer);
             }
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
@@ -1340,6 +1340,18 @@ impl Controller {
             Err(refusal) => refusal.answer(),
         };
         self.answer_node(msg, content);
+    }
+
+    /// Answers a KubeEdge node's write of its own Node once its status
+    /// write (handed to the status writer) settled.
+    fn answer_node_write(&self, node: &str, msg: &HiveMessage, written: Result<Value, Refusal>) {
+        match written {
+            Ok(object) if msg.is_sync() => self.status.follow(
+                ObjectKey::new(Kind::Node, "", node),
+                Ticket::Object(msg.clone(), object),
+            ),
+            other => self.answer_write(msg, other),
+        }
     }
 
     /// Sends an answer down to its node through cloudhub.

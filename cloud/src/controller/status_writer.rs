@@ -318,6 +318,21 @@ impl<K: Eq + Hash + Clone, W, T> StatusWriter<K, W, T> {
         let _ = now;
     }
 
+    /// `ticket` waits for the write of `key` under way (the waiting one,
+    /// else the one in flight); given back if there is none (nothing to
+    /// wait for: answer now).
+    pub fn attach(&mut self, key: &K, ticket: T) -> Option<T> {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return Some(ticket);
+        };
+        match (&mut entry.waiting, &mut entry.flying) {
+            (Some(held), _) => held.tickets.push(ticket),
+            (None, Some(flying)) => flying.tickets.push(ticket),
+            (None, None) => return Some(ticket),
+        }
+        None
+    }
+
     /// The writes to start at `now`: as many as the pacing, the cap on
     /// writes in flight and any 429 pause allow, oldest first.
     pub fn poll(&mut self, now: Instant) -> Vec<Start<K, W>> {
@@ -509,6 +524,9 @@ pub(super) enum Ticket {
     Replace(HiveMessage),
     /// A KubeEdge `podpatch`: the object as stored, or a Status error.
     Patch(HiveMessage),
+    /// A KubeEdge node's registration or `nodepatch`: this object (the
+    /// Node as the controller made it), or a Status error.
+    Object(HiveMessage, Value),
     /// A KubeEdge devicetwin report: confirmed once written (never
     /// answered otherwise: the edge sends it again).
     Device(String, HiveMessage),
@@ -527,10 +545,19 @@ struct Overlaid {
 
 type Overlay = Arc<Mutex<HashMap<ObjectKey, Overlaid>>>;
 
+/// What the controller hands the writer task.
+enum Request {
+    /// A write, and what waits for it.
+    Write(ObjectKey, Job, Option<Ticket>),
+    /// A ticket for the write of an object under way (answered at once if
+    /// none is).
+    Follow(ObjectKey, Ticket),
+}
+
 /// The controller's side of the status writer task: writes go in and the
 /// controller goes on.
 pub(super) struct StatusWrites {
-    queue: mpsc::UnboundedSender<(ObjectKey, Job, Option<Ticket>)>,
+    queue: mpsc::UnboundedSender<Request>,
     overlay: Overlay,
     seq: u64,
 }
@@ -588,8 +615,16 @@ impl StatusWrites {
             seq: self.seq,
             reports: u64::from(report),
         };
-        if self.queue.send((key, job, ticket)).is_err() {
+        if self.queue.send(Request::Write(key, job, ticket)).is_err() {
             warn!("status writer stopped; status not written");
+        }
+    }
+
+    /// `ticket` is answered once the write of `key` under way settles (at
+    /// once if none is).
+    pub(super) fn follow(&self, key: ObjectKey, ticket: Ticket) {
+        if self.queue.send(Request::Follow(key, ticket)).is_err() {
+            warn!("status writer stopped; an answer not given");
         }
     }
 
@@ -621,7 +656,7 @@ async fn write_paced(
     hive: Hive,
     config: WriterConfig,
     counts: Arc<watch::Sender<ControllerCounts>>,
-    mut jobs: mpsc::UnboundedReceiver<(ObjectKey, Job, Option<Ticket>)>,
+    mut jobs: mpsc::UnboundedReceiver<Request>,
     overlay: Overlay,
 ) {
     let mut writer: StatusWriter<ObjectKey, Job, Ticket> = StatusWriter::new(config);
@@ -634,17 +669,26 @@ async fn write_paced(
         }
         let wake = writer.next_wake(now).map(tokio::time::Instant::from_std);
         tokio::select! {
-            job = jobs.recv() => {
-                let Some((key, job, ticket)) = job else {
+            request = jobs.recv() => {
+                let Some(request) = request else {
                     // The controller stopped: so does the writer, letting
                     // go of the store (a node reports its status again).
                     return;
                 };
-                let reports = job.reports;
-                writer.submit(key, job, ticket, reports, Instant::now());
-                while let Ok((key, job, ticket)) = jobs.try_recv() {
-                    let reports = job.reports;
-                    writer.submit(key, job, ticket, reports, Instant::now());
+                let mut next = Some(request);
+                while let Some(request) = next.take() {
+                    match request {
+                        Request::Write(key, job, ticket) => {
+                            let reports = job.reports;
+                            writer.submit(key, job, ticket, reports, Instant::now());
+                        }
+                        Request::Follow(key, ticket) => {
+                            if let Some(ticket) = writer.attach(&key, ticket) {
+                                answer(&hive, ticket, &Settled::Written, None);
+                            }
+                        }
+                    }
+                    next = jobs.try_recv().ok();
                 }
             }
             Some((key, job, written)) = flying.next(), if !flying.is_empty() => {
@@ -762,6 +806,16 @@ pub(super) fn answer(
             send_to_node(hive, twin_sync::confirm_message(&node, &msg));
             Some(Answered::Device)
         }
+        (Ticket::Object(msg, object), Settled::Written) => {
+            let content = kubeedge::object_answer(object);
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            None
+        }
+        (Ticket::Object(msg, _), Settled::Failed { gone, reason }) => {
+            let content = refusal(*gone, reason).answer();
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            None
+        }
         // KubeEdge's cloud answers a report it does not take with nothing
         // (any answer would read as its confirm): sent again in 60 s.
         (Ticket::Device(..), Settled::Failed { .. }) => None,
@@ -814,6 +868,20 @@ mod tests {
         assert_eq!((answers, landed), (vec![(20, Settled::Written)], 2));
         assert!(writer.is_idle());
         assert_eq!(writer.counts().written, 2);
+    }
+
+    #[test]
+    fn a_ticket_follows_the_write_under_way_or_is_answered_now() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(config());
+        // Nothing under way: given back, to answer now.
+        assert_eq!(writer.attach(&"a", 1), Some(1));
+        writer.submit("a", 1, None, 0, t0);
+        started(&mut writer, t0);
+        assert_eq!(writer.attach(&"a", 2), None);
+        let (answers, landed) = writer.completed(&"a", 1, Outcome::Written, t0);
+        assert_eq!((answers, landed), (vec![(2, Settled::Written)], 0));
+        assert_eq!(writer.attach(&"a", 3), Some(3));
     }
 
     #[test]
