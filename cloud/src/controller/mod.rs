@@ -1568,8 +1568,8 @@ impl Controller {
             match (taken, report.change) {
                 (Ok(Ok(object)), change) => {
                     let ticket = match change {
-                        StatusChange::Replace(_) => waits.then(|| Ticket::Replace(report.msg)),
-                        StatusChange::Patch(_) => waits.then(|| Ticket::Patch(report.msg)),
+                        StatusChange::Replace(_) => waits.then_some(Ticket::Replace(report.msg)),
+                        StatusChange::Patch(_) => waits.then_some(Ticket::Patch(report.msg)),
                         StatusChange::Device(..) => Some(Ticket::Device(report.node, report.msg)),
                     };
                     // A node is the only writer of its objects' status: the
