@@ -1905,10 +1905,10 @@ impl Controller {
                 }
             }
         };
-        if at.is_some() {
-            info!(%node, "node served by no replica to be marked unreachable");
+        match at {
+            Some(_) => self.status.mark(key, object, node),
+            None => self.status.submit(key, object, ticket, report),
         }
-        self.status.submit(key, object, ticket, report);
         true
     }
 

@@ -36,7 +36,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use apis::kinds::ObjectKey;
 
@@ -513,6 +513,9 @@ pub(super) struct Job {
     seq: u64,
     /// Reports of nodes it stands for.
     reports: u64,
+    /// A node served by no replica, whose Node this write marks
+    /// unreachable (conditioned on the version read).
+    mark: Option<String>,
 }
 
 /// What waits for a status write: a report of a node that wants an
@@ -597,6 +600,17 @@ impl StatusWrites {
         ticket: Option<Ticket>,
         report: bool,
     ) {
+        self.hand_over(key, object, ticket, report, None);
+    }
+
+    fn hand_over(
+        &mut self,
+        key: ObjectKey,
+        object: Value,
+        ticket: Option<Ticket>,
+        report: bool,
+        mark: Option<String>,
+    ) {
         self.seq += 1;
         let status = object.get("status").cloned().unwrap_or(Value::Null);
         self.overlay
@@ -614,10 +628,18 @@ impl StatusWrites {
             object,
             seq: self.seq,
             reports: u64::from(report),
+            mark,
         };
         if self.queue.send(Request::Write(key, job, ticket)).is_err() {
             warn!("status writer stopped; status not written");
         }
+    }
+
+    /// Hands over the mark of `node`, served by no replica, as
+    /// unreachable: `object` carries the version it was read at, and is
+    /// written only if still at it.
+    pub(super) fn mark(&mut self, key: ObjectKey, object: Value, node: &str) {
+        self.hand_over(key, object, None, false, Some(node.to_owned()));
     }
 
     /// `ticket` is answered once the write of `key` under way settles (at
@@ -696,14 +718,12 @@ async fn write_paced(
                     Ok(_) => Outcome::Written,
                     Err(err) => Outcome::of_error(err),
                 };
-                match &outcome {
-                    Outcome::Written => debug!(%key, "status written"),
-                    Outcome::Gone => debug!(%key, "status not written: the object is gone"),
-                    Outcome::Throttled(pause) => {
-                        warn!(%key, ?pause, "status write throttled (429); writes pause")
+                match (&outcome, &job.mark) {
+                    (Outcome::Written, Some(node)) => {
+                        info!(%node, "node served by no replica marked unreachable")
                     }
-                    Outcome::Failed(reason) => warn!(%key, %reason, "status not written; trying again"),
-                    Outcome::Refused(reason) => warn!(%key, %reason, "status refused; dropped"),
+                    (_, Some(node)) => debug!(%node, ?outcome, "node not marked"),
+                    (outcome, None) => log_outcome(&key, outcome),
                 }
                 {
                     let mut overlay = overlay.lock().unwrap_or_else(PoisonError::into_inner);
@@ -754,6 +774,18 @@ async fn write_paced(
             c.status_coalesced = coalesced;
             moved
         });
+    }
+}
+
+fn log_outcome(key: &ObjectKey, outcome: &Outcome) {
+    match outcome {
+        Outcome::Written => debug!(%key, "status written"),
+        Outcome::Gone => debug!(%key, "status not written: the object is gone"),
+        Outcome::Throttled(pause) => {
+            warn!(%key, ?pause, "status write throttled (429); writes pause")
+        }
+        Outcome::Failed(reason) => warn!(%key, %reason, "status not written; trying again"),
+        Outcome::Refused(reason) => warn!(%key, %reason, "status refused; dropped"),
     }
 }
 
