@@ -152,6 +152,36 @@ impl Exposition {
             &[],
             counts.leases_renewed,
         );
+        self.counter(
+            "edgehive_controller_status_written_total",
+            "Status writes (pods', devices', nodes') that landed, off the delivery path.",
+            &[],
+            counts.status_written,
+        );
+        self.counter(
+            "edgehive_controller_status_coalesced_total",
+            "Statuses replaced by a newer one of the same object before they were written.",
+            &[],
+            counts.status_coalesced,
+        );
+        self.counter(
+            "edgehive_controller_status_throttled_total",
+            "Status writes the API server answered 429 (Too Many Requests).",
+            &[],
+            counts.status_throttled,
+        );
+        self.counter(
+            "edgehive_controller_status_retried_total",
+            "Status writes tried again (after a 429 or a failure).",
+            &[],
+            counts.status_retried,
+        );
+        self.counter(
+            "edgehive_controller_status_dropped_total",
+            "Statuses dropped (their object gone, or refused for good).",
+            &[],
+            counts.status_dropped,
+        );
     }
 
     /// What cloudcore asked of the API server, by verb and resource, and

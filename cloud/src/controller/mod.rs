@@ -30,6 +30,7 @@ pub mod endpoint;
 pub mod eviction;
 pub mod kubeedge;
 pub mod reconciler;
+pub mod status_writer;
 mod toleration_writer;
 pub mod twin_reports;
 pub mod twin_sync;
@@ -62,6 +63,7 @@ pub use endpoint::KubeletEndpoint;
 use kubeedge::Refusal;
 pub use reconciler::Acked;
 use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Termination, Version};
+use status_writer::{StatusWrites, Ticket, WriterConfig};
 use toleration_writer::TolerationWriter;
 
 /// How the controller runs.
@@ -114,6 +116,9 @@ pub struct ControllerConfig {
     /// read, for edges' MetaServers with `requireAuthorization`. `None`:
     /// every token is refused (no API server issues them).
     pub token_access: Option<crate::kubelet::review::TokenAccess>,
+    /// How status writes (pods', devices', nodes') are paced, off the
+    /// delivery path (see [`status_writer`]).
+    pub status_writes: WriterConfig,
 }
 
 /// Where the controller reads what a node acknowledged: its delivery
@@ -166,6 +171,7 @@ impl Default for ControllerConfig {
             sweep_every: Duration::from_secs(30),
             kubelet_endpoint: None,
             token_access: None,
+            status_writes: WriterConfig::default(),
         }
     }
 }
@@ -215,6 +221,18 @@ pub struct ControllerCounts {
     /// Pods whose offline tolerations the controller wrote (admission had
     /// not lengthened them), off the delivery path.
     pub tolerations_written: u64,
+    /// Status writes that landed (pods', devices', nodes'), off the
+    /// delivery path.
+    pub status_written: u64,
+    /// Statuses replaced by a newer one of the same object before they
+    /// were written.
+    pub status_coalesced: u64,
+    /// Status writes the API server answered 429 (Too Many Requests).
+    pub status_throttled: u64,
+    /// Status writes tried again (after a 429 or a failure).
+    pub status_retried: u64,
+    /// Statuses dropped (their object gone, or refused for good).
+    pub status_dropped: u64,
 }
 
 /// What an apply did.
@@ -429,6 +447,12 @@ impl EdgeController {
         let (counts_tx, counts) = watch::channel(ControllerCounts::default());
         let counts_tx = Arc::new(counts_tx);
         let tolerations = TolerationWriter::start(store.clone(), &config, counts_tx.clone());
+        let status = StatusWrites::start(
+            store.clone(),
+            hive.clone(),
+            config.status_writes.clone(),
+            counts_tx.clone(),
+        );
         let (handled_tx, handled) = watch::channel(Handled::new());
         let wait = config.send_timeout * 2;
         let reconciler = Reconciler::new().with_cursors(config.cursors.is_some());
@@ -441,6 +465,7 @@ impl EdgeController {
             leases: HashMap::new(),
             watches: Watches::default(),
             tolerations,
+            status,
             renewing: Arc::default(),
             counts: counts_tx,
             handled: handled_tx,
@@ -538,6 +563,8 @@ struct Controller {
     /// Lengthens offline tolerations of pods admission did not, off the
     /// delivery path.
     tolerations: TolerationWriter,
+    /// Writes statuses, coalesced and paced, off the delivery path.
+    status: StatusWrites,
     /// Whether a round of lease renewals is under way.
     renewing: Arc<std::sync::atomic::AtomicBool>,
     counts: Arc<watch::Sender<ControllerCounts>>,
@@ -705,7 +732,7 @@ impl Controller {
                                 Err(_) => break,
                             }
                         }
-                        self.bound_statuses(reports).await;
+                        self.bound_statuses(reports);
                     }
                     Err(msg) => self.on_message(msg).await,
                 },
@@ -721,7 +748,7 @@ impl Controller {
                 Input::Unclaimed(nodes) => {
                     for (node, version) in nodes {
                         if !self.reconciler.is_connected(&node) {
-                            self.write_node(&node, None, Some(&version)).await;
+                            self.write_node(&node, None, Some(&version), None).await;
                         }
                     }
                 }
@@ -1178,20 +1205,21 @@ impl Controller {
                     true => self.adopt_node(&node, msg.content()).await,
                     false => Err(Refusal::forbidden("a node registers only itself")),
                 };
-                self.answer_write(&msg, answer);
+                self.answer_node_write(&node, &msg, answer);
             }
             (operation::PATCH, resource_type::NODE_PATCH) => {
                 let answer = self.patch_node(&node, &edge, msg.content()).await;
-                self.answer_write(&msg, answer);
+                self.answer_node_write(&node, &msg, answer);
             }
             (
                 operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
                 resource_type::NODE_STATUS,
             ) => {
                 let status = kubeedge::status_of(msg.content());
-                match self.node_status(&node, &edge, status).await {
-                    Ok(()) => self.answer_node(&msg, json!("OK")),
-                    Err(refusal) => self.refuse_sync(&msg, &refusal.message),
+                // Answered "OK" by the status writer once written.
+                let ticket = msg.is_sync().then(|| Ticket::Replace(msg.clone()));
+                if let Err(refusal) = self.node_status(&node, &edge, status, ticket).await {
+                    self.refuse_sync(&msg, &refusal.message)
                 }
             }
             (operation::DELETE, resource_type::POD) => {
@@ -1367,6 +1395,18 @@ impl Controller {
         self.answer_node(msg, content);
     }
 
+    /// Answers a KubeEdge node's write of its own Node once its status
+    /// write (handed to the status writer) settled.
+    fn answer_node_write(&self, node: &str, msg: &HiveMessage, written: Result<Value, Refusal>) {
+        match written {
+            Ok(object) if msg.is_sync() => self.status.follow(
+                ObjectKey::new(Kind::Node, "", node),
+                Ticket::Object(msg.clone(), object),
+            ),
+            other => self.answer_write(msg, other),
+        }
+    }
+
     /// Sends an answer down to its node through cloudhub.
     fn send_to_node(&self, answer: HiveMessage) {
         send_to_node(&self.hive, answer);
@@ -1447,13 +1487,15 @@ impl Controller {
         match given.get("status").filter(|status| !status.is_null()) {
             Some(status) => {
                 let what = EdgeResource::new("default", resource_type::NODE_STATUS, node);
-                self.node_status(node, &what, status).await?;
+                self.node_status(node, &what, status, None).await?;
             }
             None => self.update_node(node, None).await,
         }
+        // With the status just handed to the writer.
         let mut object = self
             .store
             .get(&key)
+            .map(|held| self.status.current(&key, held))
             .map_err(|err| Refusal::internal(err.to_string()))?
             .ok_or_else(|| Refusal::internal(format!("node {node} not stored")))?;
         let before = object.clone();
@@ -1546,103 +1588,72 @@ impl Controller {
         self.count(|c| c.status_refused += 1);
     }
 
-    /// Stores the statuses nodes report of objects bound to them (pods,
-    /// devices), all in one commit, the latest per object; a node never
-    /// sets the status of another node's object.
-    async fn bound_statuses(&mut self, reports: Vec<StatusReport>) {
-        let mut order: Vec<ObjectKey> = Vec::new();
-        let mut updated: HashMap<ObjectKey, (String, Value)> = HashMap::new();
-        // Reports that wait for an answer (a KubeEdge edge's), with the
-        // object they are about, or why they were refused.
-        let mut waiting: Vec<(StatusReport, Result<ObjectKey, Refusal>)> = Vec::new();
+    /// Hands the statuses nodes report of objects bound to them (pods,
+    /// devices) to the status writer, which writes the latest per object
+    /// off this task; a node never sets the status of another node's
+    /// object. A report that waits for an answer is answered by the writer
+    /// once its write landed or failed (at once if it changes nothing or is
+    /// refused).
+    fn bound_statuses(&mut self, reports: Vec<StatusReport>) {
         for report in reports {
             let key = ObjectKey::new(
                 report.kind,
                 report.what.namespace.as_str(),
                 report.what.name.as_str(),
             );
-            let base = match updated.get(&key) {
-                Some((_, object)) => Ok(Some(object.clone())),
-                None => self.store.get(&key),
-            };
+            // What was last handed to the writer, where the view does not
+            // show it yet: a report is compared with the newest status.
+            let base = self
+                .store
+                .get(&key)
+                .map(|held| self.status.current(&key, held));
             let taken = match base {
-                Ok(Some(object)) => report.status_for(&object).and_then(|status| {
-                    self.with_status(report.kind, &report.node, object, &status)
-                }),
+                Ok(Some(object)) => report
+                    .status_for(&object)
+                    .and_then(|status| {
+                        self.with_status(report.kind, &report.node, object.clone(), &status)
+                    })
+                    .map(|changed| changed.ok_or(object)),
                 Ok(None) => Err(Refusal::not_found("no such object")),
                 Err(err) => Err(Refusal::internal(err.to_string())),
             };
-            let outcome = match taken {
-                Ok(Some(object)) => {
-                    if !updated.contains_key(&key) {
-                        order.push(key.clone());
-                    }
-                    updated.insert(key.clone(), (report.node.clone(), object));
-                    Ok(key)
-                }
-                Ok(None) => Ok(key),
-                Err(refusal) => {
-                    self.refuse_status(&report.node, &report.what, &refusal.message);
-                    Err(refusal)
-                }
-            };
-            // A device report is confirmed whether or not it waits.
-            if report.msg.is_sync() || matches!(report.change, StatusChange::Device(..)) {
-                waiting.push((report, outcome));
-            }
-        }
-        let writes: Vec<_> = order
-            .into_iter()
-            .filter_map(|key| {
-                let (node, object) = updated.remove(&key)?;
-                // A node is the only writer of its objects' status: the
-                // write is unconditional, so a cache a moment behind the
-                // API server cannot make it a conflict.
-                let put = self.store.replace_status(unconditional(object));
-                Some(async move { (key, node, put.await) })
-            })
-            .collect();
-        let mut failed = HashSet::new();
-        for (key, node, stored) in futures_util::future::join_all(writes).await {
-            match stored {
-                Ok(_) => self.count(|c| c.status_applied += 1),
-                Err(err) => {
-                    warn!(%node, error = %err, "status not stored");
-                    failed.insert(key);
-                }
-            }
-        }
-        for (report, outcome) in waiting {
-            let outcome = outcome.and_then(|key| match failed.contains(&key) {
-                true => Err(Refusal::internal("the status could not be stored")),
-                false => Ok(key),
-            });
-            match (&report.change, outcome) {
-                (StatusChange::Patch(_), Ok(key)) => {
-                    self.count(|c| c.patches += 1);
-                    let object = match self.store.get(&key) {
-                        Ok(Some(object)) => Ok(object),
-                        Ok(None) => Err(Refusal::not_found("deleted meanwhile")),
-                        Err(err) => Err(Refusal::internal(err.to_string())),
+            let waits = report.msg.is_sync();
+            match (taken, report.change) {
+                (Ok(Ok(object)), change) => {
+                    let ticket = match change {
+                        StatusChange::Replace(_) => waits.then_some(Ticket::Replace(report.msg)),
+                        StatusChange::Patch(_) => waits.then_some(Ticket::Patch(report.msg)),
+                        StatusChange::Device(..) => Some(Ticket::Device(report.node, report.msg)),
                     };
-                    self.answer_write(&report.msg, object);
+                    // A node is the only writer of its objects' status: the
+                    // write is unconditional, so a cache a moment behind the
+                    // API server cannot make it a conflict.
+                    self.status.submit(key, unconditional(object), ticket, true);
                 }
-                (StatusChange::Patch(_), Err(refusal)) => {
-                    self.answer_write(&report.msg, Err(refusal));
+                // Nothing changes: answered at once.
+                (Ok(Err(object)), StatusChange::Patch(_)) => {
+                    self.count(|c| c.patches += 1);
+                    self.answer_write(&report.msg, Ok(object));
                 }
-                (StatusChange::Replace(_), Ok(_)) => self.answer_node(&report.msg, json!("OK")),
-                (StatusChange::Replace(_), Err(refusal)) => {
-                    self.refuse_sync(&report.msg, &refusal.message)
+                (Ok(Err(_)), StatusChange::Replace(_)) => {
+                    self.answer_node(&report.msg, json!("OK"))
                 }
-                (StatusChange::Device(..), Ok(_)) => {
+                (Ok(Err(_)), StatusChange::Device(..)) => {
                     // The edge's devicetwin stops sending it again.
                     self.count(|c| c.device_reports += 1);
                     self.send_to_node(twin_sync::confirm_message(&report.node, &report.msg));
                 }
-                // KubeEdge's cloud answers a report it does not take with
-                // nothing (any answer would read as its confirm): the
-                // edge sends it again in 60 s.
-                (StatusChange::Device(..), Err(_)) => {}
+                (Err(refusal), change) => {
+                    self.refuse_status(&report.node, &report.what, &refusal.message);
+                    match change {
+                        StatusChange::Patch(_) => self.answer_write(&report.msg, Err(refusal)),
+                        StatusChange::Replace(_) => self.refuse_sync(&report.msg, &refusal.message),
+                        // KubeEdge's cloud answers a report it does not
+                        // take with nothing (any answer would read as its
+                        // confirm): the edge sends it again in 60 s.
+                        StatusChange::Device(..) => {}
+                    }
+                }
             }
         }
     }
@@ -1669,11 +1680,14 @@ impl Controller {
         Ok(Some(object))
     }
 
+    /// Takes `node`'s report of its own status, `ticket` waiting for its
+    /// write.
     async fn node_status(
         &mut self,
         node: &str,
         what: &EdgeResource,
         status: &Value,
+        ticket: Option<Ticket>,
     ) -> Result<(), Refusal> {
         let refused = |refusal: Refusal| {
             self.refuse_status(node, what, &refusal.message);
@@ -1693,9 +1707,28 @@ impl Controller {
         {
             self.reconciler.reported_ready(node, ready.clone());
         }
-        self.update_node(node, Some(reported)).await;
-        self.count(|c| c.status_applied += 1);
+        let held = self.config.claims.as_ref().is_none_or(|c| c.holds(node));
+        let submitted = match held {
+            // Counted in `status_applied` once written.
+            true => self.write_node(node, Some(reported), None, ticket).await,
+            false => {
+                debug!(%node, "status of a node this replica does not hold: not written");
+                self.answer_now(ticket);
+                false
+            }
+        };
+        if !submitted {
+            self.count(|c| c.status_applied += 1);
+        }
         Ok(())
+    }
+
+    /// Answers a ticket whose report needed no write.
+    fn answer_now(&self, ticket: Option<Ticket>) {
+        if let Some(ticket) = ticket {
+            let _ =
+                status_writer::answer(&self.hive, ticket, &status_writer::Settled::Written, None);
+        }
     }
 
     /// Writes the node's object (creating it on first sight, labelled as
@@ -1706,7 +1739,8 @@ impl Controller {
     async fn update_node(&mut self, node: &str, reported: Option<NodeStatus>) {
         let held = self.config.claims.as_ref().is_none_or(|c| c.holds(node));
         if held {
-            return self.write_node(node, reported, None).await;
+            self.write_node(node, reported, None, None).await;
+            return;
         }
         if reported.is_some() {
             return debug!(%node, "status of a node this replica does not hold: not written");
@@ -1781,19 +1815,35 @@ impl Controller {
         });
     }
 
-    /// [`Controller::update_node`]'s write: unconditional (`at` is
-    /// `None`: this replica serves the node), or only if the stored Node
-    /// is still at version `at`.
-    async fn write_node(&mut self, node: &str, reported: Option<NodeStatus>, at: Option<&str>) {
+    /// [`Controller::update_node`]'s write, handed to the status writer:
+    /// unconditional (`at` is `None`: this replica serves the node), or
+    /// only if the stored Node is still at version `at`. `ticket` waits
+    /// for the write (answered now if none is needed). Whether a write was
+    /// handed over.
+    async fn write_node(
+        &mut self,
+        node: &str,
+        reported: Option<NodeStatus>,
+        at: Option<&str>,
+        ticket: Option<Ticket>,
+    ) -> bool {
+        let report = reported.is_some();
         let key = ObjectKey::new(Kind::Node, "", node);
         let existing = match self.store.get(&key) {
-            Ok(existing) => existing,
-            Err(err) => return warn!(%node, error = %err, "node unreadable"),
+            // With the status last handed to the writer, if the view does
+            // not show it yet.
+            Ok(existing) => self.status.current(&key, existing),
+            Err(err) => {
+                warn!(%node, error = %err, "node unreadable");
+                self.answer_now(ticket);
+                return false;
+            }
         };
         if let Some(at) = at
             && existing.as_ref().and_then(version_of).as_deref() != Some(at)
         {
-            return debug!(%node, "node written since it was read: not marked");
+            debug!(%node, "node written since it was read: not marked");
+            return false;
         }
         let mut status = match reported {
             Some(reported) => reported,
@@ -1845,9 +1895,13 @@ impl Controller {
         conditions.insert(1, link);
         let status = match serde_json::to_value(&status) {
             Ok(status) => status,
-            Err(err) => return warn!(%node, error = %err, "node status unwritable"),
+            Err(err) => {
+                warn!(%node, error = %err, "node status unwritable");
+                self.answer_now(ticket);
+                return false;
+            }
         };
-        let written = match existing {
+        let object = match existing {
             Some(mut object) => {
                 if object
                     .get("status")
@@ -1855,13 +1909,14 @@ impl Controller {
                 {
                     // As a kubelet: an unchanged status is written once
                     // every few minutes, the node's Lease is its heartbeat.
-                    return;
+                    self.answer_now(ticket);
+                    return false;
                 }
                 object["status"] = status;
                 match at {
                     // The node's holder is the only writer of its status.
-                    None => self.store.replace_status(unconditional(object)).await,
-                    Some(_) => self.store.replace_status(object).await,
+                    None => unconditional(object),
+                    Some(_) => object,
                 }
             }
             None => {
@@ -1877,12 +1932,14 @@ impl Controller {
                         },
                     },
                 });
+                // Created once, here (the registration a node's status
+                // needs); its status goes to the writer as any other.
                 match self.store.create(object).await {
                     // Created (or by an earlier write whose change has not
                     // come back yet): its status follows.
                     Ok(mut created) => {
                         created["status"] = status;
-                        self.store.replace_status(unconditional(created)).await
+                        unconditional(created)
                     }
                     Err(DesiredError::AlreadyExists { .. }) => {
                         let mut object = json!({
@@ -1891,18 +1948,21 @@ impl Controller {
                             "metadata": {"name": node},
                         });
                         object["status"] = status;
-                        self.store.replace_status(object).await
+                        object
                     }
-                    Err(err) => Err(err),
+                    Err(err) => {
+                        warn!(%node, error = %err, "node not stored");
+                        self.answer_now(ticket);
+                        return false;
+                    }
                 }
             }
         };
-        match written {
-            Ok(_) if at.is_some() => info!(%node, "node served by no replica marked unreachable"),
-            Ok(_) => {}
-            Err(err) if at.is_some() => debug!(%node, error = %err, "node not marked"),
-            Err(err) => warn!(%node, error = %err, "node not stored"),
+        match at {
+            Some(_) => self.status.mark(key, object, node),
+            None => self.status.submit(key, object, ticket, report),
         }
+        true
     }
 
     /// Answers a node's query with an object it is entitled to: its pods,

@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Method, Request, Response};
 
@@ -21,6 +22,8 @@ use http::{Method, Request, Response};
 pub struct ApiRequests {
     counts: Mutex<BTreeMap<(&'static str, String), u64>>,
     throttled: AtomicU64,
+    /// The `Retry-After` of the last 429 that said one.
+    retry_after: Mutex<Option<Duration>>,
 }
 
 impl ApiRequests {
@@ -56,10 +59,45 @@ impl ApiRequests {
         self.throttled.load(Ordering::Relaxed)
     }
 
+    /// The pause the last 429 asked for (its `Retry-After` in seconds),
+    /// if one said: kube's errors carry the answer's body, not its
+    /// headers, and kube-apiserver's priority and fairness answers a 429
+    /// with the header and a plain-text body.
+    pub fn last_retry_after(&self) -> Option<Duration> {
+        *self
+            .retry_after
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a 429 answer's headers: counted, and its `Retry-After` kept.
+    pub fn throttled_answer(&self, headers: &http::HeaderMap) {
+        self.throttled.fetch_add(1, Ordering::Relaxed);
+        if let Some(pause) = retry_after(headers) {
+            *self
+                .retry_after
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(pause);
+        }
+    }
+
     /// The layer that counts an API client's requests here.
     pub fn layer(self: &Arc<Self>) -> CountLayer {
         CountLayer(self.clone())
     }
+}
+
+/// A `Retry-After` header in seconds (the form kube-apiserver sends; an
+/// HTTP date is not read).
+pub fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let seconds = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
 }
 
 /// Kubernetes' verb and resource (with its subresource) of a request.
@@ -147,7 +185,7 @@ where
             if let Ok(response) = &answer
                 && response.status() == http::StatusCode::TOO_MANY_REQUESTS
             {
-                requests.throttled.fetch_add(1, Ordering::Relaxed);
+                requests.throttled_answer(response.headers());
             }
             answer
         })
@@ -246,6 +284,34 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    #[test]
+    fn a_429_keeps_its_retry_after() {
+        let requests = ApiRequests::default();
+        assert_eq!(requests.last_retry_after(), None);
+        let mut headers = http::HeaderMap::new();
+        requests.throttled_answer(&headers);
+        assert_eq!(
+            (requests.throttled(), requests.last_retry_after()),
+            (1, None)
+        );
+        headers.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("3"),
+        );
+        requests.throttled_answer(&headers);
+        assert_eq!(
+            (requests.throttled(), requests.last_retry_after()),
+            (2, Some(Duration::from_secs(3)))
+        );
+        // A date is not read; the last pause said stays.
+        headers.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        requests.throttled_answer(&headers);
+        assert_eq!(requests.last_retry_after(), Some(Duration::from_secs(3)));
     }
 
     #[test]

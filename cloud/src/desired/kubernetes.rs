@@ -250,6 +250,17 @@ pub(crate) fn refused(err: kube::Error, key: &str) -> DesiredError {
                 reason: status.message,
             },
             (410, _) => DesiredError::Gone { since: 0 },
+            // A Status from the API server names the pause in its details
+            // (`retryAfterSeconds`); APF's plain-text 429 has only the
+            // header, which [`ApiRequests`] reads (see `replace_status`).
+            (429, _) => DesiredError::TooManyRequests {
+                retry_after: status
+                    .details
+                    .as_ref()
+                    .map(|details| details.retry_after_seconds)
+                    .filter(|seconds| *seconds > 0)
+                    .map(|seconds| Duration::from_secs(u64::from(seconds))),
+            },
             (400 | 422, _) => DesiredError::Invalid {
                 key: key.to_owned(),
                 reason: status.message,
@@ -754,6 +765,7 @@ impl DesiredState for KubernetesStore {
         let prepared = self
             .api_for(&object)
             .and_then(|(api, key)| Ok((api, key, dynamic(&object)?)));
+        let requests = self.requests.clone();
         Box::pin(async move {
             let (api, key, object) = prepared?;
             let written = match unconditional {
@@ -770,10 +782,19 @@ impl DesiredState for KubernetesStore {
                         .await
                 }
             };
-            typed(
-                key.kind,
-                written.map_err(|err| refused(err, &key.to_string()))?,
-            )
+            let written = written.map_err(|err| match refused(err, &key.to_string()) {
+                // kube's error carries no headers: the pause is the
+                // Retry-After of the last 429 the client's layer saw (the
+                // client retries a 429 itself first, so this one is the
+                // answer it gave up on).
+                DesiredError::TooManyRequests { retry_after: None } => {
+                    DesiredError::TooManyRequests {
+                        retry_after: requests.last_retry_after(),
+                    }
+                }
+                other => other,
+            })?;
+            typed(key.kind, written)
         })
     }
 

@@ -110,6 +110,14 @@ pub enum DesiredError {
     /// The store has stopped.
     #[error("desired-state store stopped")]
     Stopped,
+    /// The API server asked to slow down (429: priority and fairness
+    /// rejected the request, or a rate limit), after the client's own
+    /// retries.
+    #[error("too many requests (429); retry after {retry_after:?}")]
+    TooManyRequests {
+        /// How long the server asked to wait, where it said.
+        retry_after: Option<std::time::Duration>,
+    },
 }
 
 /// What a desired-state call completes with.

@@ -1,0 +1,1193 @@
+//! Status writes to the desired state (pod, device and node status),
+//! coalesced per object and paced, off the controller's loop.
+//!
+//! [`StatusWriter`] is the decision part, a state machine with no I/O and
+//! the time passed in (as hub's `NodeQueue`):
+//!
+//! - **Coalescing.** A newer status for an object replaces the one still
+//!   waiting: at most one write per object is in flight, and one waits
+//!   behind it. A node reports latest-wins; only the newest matters.
+//! - **Pacing.** Writes start as a token bucket allows ([`WriterConfig`]),
+//!   and no more than a cap are in flight at once, whatever the number of
+//!   nodes reporting.
+//! - **429.** An answer `Too Many Requests` stops every start until its
+//!   `Retry-After` has passed (a default where the answer carries none),
+//!   and the write is tried again (its newer status, if one came).
+//! - **Failures.** Another failure that may pass is tried again after a
+//!   pause that doubles (capped); an object that is gone (404) drops its
+//!   waiting status; a refusal that will not pass (a conflict of a
+//!   conditioned write, an invalid status) is dropped.
+//! - **Answers.** What waits for a write (a KubeEdge edge's report waiting
+//!   for its answer) rides with it as a ticket and is handed back once the
+//!   write landed or failed, never before.
+//!
+//! [`StatusWrites`] is the task around it: the controller hands it writes
+//! and goes on (delivery to the edges never waits for the API server); the
+//! task writes, answers the edges through the hive, and counts.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use beehive::constants::module;
+use beehive::{Hive, Message as HiveMessage};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use apis::kinds::ObjectKey;
+
+use super::kubeedge::{self, Refusal};
+use super::{ControllerCounts, send_to_node, twin_sync};
+use crate::desired::{DesiredError, DesiredState, revision_of};
+
+/// How status writes are paced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterConfig {
+    /// Writes started per second, on average.
+    pub per_second: f64,
+    /// Writes that may start at once after a quiet spell.
+    pub burst: u32,
+    /// Writes in flight at most.
+    pub in_flight: usize,
+    /// The first pause before a failed write is tried again (doubled each
+    /// time, up to `retry_max`).
+    pub retry_first: Duration,
+    /// The longest pause between attempts of a failing write.
+    pub retry_max: Duration,
+    /// How long starts stop after a 429 that says nothing of when to come
+    /// back.
+    pub throttle_default: Duration,
+}
+
+impl Default for WriterConfig {
+    /// A kubelet's own client budget (`kubeAPIQPS` 50, `kubeAPIBurst` 100
+    /// since Kubernetes 1.27): cloudcore writes the status of many nodes,
+    /// but the API server's priority and fairness gives each flow (the
+    /// service account's, here one) a share of a priority level's seats,
+    /// so more in flight buys queueing there, not throughput. 8 in flight
+    /// keep a round trip's latency hidden at 50 writes/s below ~160 ms; 1
+    /// s after a bare 429 is what kube-apiserver's APF filter sends as
+    /// `Retry-After`.
+    fn default() -> Self {
+        WriterConfig {
+            per_second: 50.0,
+            burst: 100,
+            in_flight: 8,
+            retry_first: Duration::from_millis(500),
+            retry_max: Duration::from_secs(30),
+            throttle_default: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What became of a write, as the writer needs to know it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Written.
+    Written,
+    /// The object is gone: its waiting status is dropped.
+    Gone,
+    /// 429: nothing starts until the pause (the server's `Retry-After`,
+    /// else the default) has passed; the write is tried again.
+    Throttled(Option<Duration>),
+    /// A failure that may pass: tried again after a pause.
+    Failed(String),
+    /// A refusal that will not pass: dropped.
+    Refused(String),
+}
+
+impl Outcome {
+    /// The outcome a desired-state error means.
+    pub fn of_error(err: &DesiredError) -> Outcome {
+        match err {
+            DesiredError::NotFound { .. } => Outcome::Gone,
+            DesiredError::TooManyRequests { retry_after } => Outcome::Throttled(*retry_after),
+            DesiredError::Conflict { .. }
+            | DesiredError::Invalid { .. }
+            | DesiredError::AlreadyExists { .. }
+            | DesiredError::Unsupported(_)
+            | DesiredError::Corrupt { .. } => Outcome::Refused(err.to_string()),
+            DesiredError::Gone { .. } | DesiredError::Backend(_) | DesiredError::Stopped => {
+                Outcome::Failed(err.to_string())
+            }
+        }
+    }
+}
+
+/// How a write that tickets waited for ended, for their answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// It landed.
+    Written,
+    /// It did not (the object is gone, or the write failed; a write that
+    /// failed is still tried again, but its waiters are answered now).
+    Failed {
+        /// The object is gone.
+        gone: bool,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the writer has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterCounts {
+    /// Statuses replaced by a newer one of the same object before they
+    /// were written.
+    pub coalesced: u64,
+    /// Writes that landed.
+    pub written: u64,
+    /// 429 answers seen.
+    pub throttled: u64,
+    /// Writes tried again (after a 429 or a failure).
+    pub retried: u64,
+    /// Statuses dropped (their object gone, or refused for good).
+    pub dropped: u64,
+}
+
+/// A write to start now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Start<K, W> {
+    /// Whose.
+    pub key: K,
+    /// What.
+    pub write: W,
+}
+
+/// A status waiting (or in flight), with what waits for it.
+#[derive(Debug)]
+struct Held<W, T> {
+    write: W,
+    tickets: Vec<T>,
+    /// Reports it stands for (more than one once coalesced).
+    reports: u64,
+}
+
+/// A write in flight: what waits for it (the caller holds the write and
+/// hands it back with the outcome).
+#[derive(Debug)]
+struct Flying<T> {
+    tickets: Vec<T>,
+    reports: u64,
+}
+
+#[derive(Debug)]
+struct Entry<W, T> {
+    waiting: Option<Held<W, T>>,
+    flying: Option<Flying<T>>,
+    /// A failed write is not started again before this.
+    not_before: Option<Instant>,
+    /// Failed attempts in a row.
+    failures: u32,
+    /// Whether the key is in the ready queue.
+    queued: bool,
+}
+
+/// How far below a whole token still counts as one.
+const TOKEN_SLACK: f64 = 1e-9;
+
+/// A token bucket: `per_second` tokens a second, `burst` at most.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Option<Instant>,
+    per_second: f64,
+    burst: f64,
+}
+
+impl Bucket {
+    fn refill(&mut self, now: Instant) {
+        if let Some(at) = self.at
+            && now > at
+        {
+            let gained = now.duration_since(at).as_secs_f64() * self.per_second;
+            self.tokens = (self.tokens + gained).min(self.burst);
+        }
+        if self.at.is_none_or(|at| now > at) {
+            self.at = Some(now);
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        // Within rounding of a whole token (the refill's float arithmetic
+        // may land a hair below it at the very instant it is due).
+        if self.tokens >= 1.0 - TOKEN_SLACK {
+            self.tokens -= 1.0;
+            return true;
+        }
+        false
+    }
+
+    /// When the next token is there.
+    fn next_token(&self, now: Instant) -> Instant {
+        if self.tokens >= 1.0 - TOKEN_SLACK || self.per_second <= 0.0 {
+            return now;
+        }
+        // Rounded up to a whole microsecond: never a wake that comes
+        // before the token does.
+        let wait = ((1.0 - self.tokens) / self.per_second * 1e6).ceil() / 1e6;
+        self.at.unwrap_or(now).max(now) + Duration::from_secs_f64(wait)
+    }
+}
+
+/// The status writer's decisions: what to write when, per object `K`, of
+/// writes `W`, with tickets `T` waiting for them.
+#[derive(Debug)]
+pub struct StatusWriter<K, W, T> {
+    config: WriterConfig,
+    bucket: Bucket,
+    entries: HashMap<K, Entry<W, T>>,
+    /// Keys with a status waiting to start, in the order they became so.
+    ready: VecDeque<K>,
+    in_flight: usize,
+    /// No write starts before this (a 429's pause).
+    throttled_until: Option<Instant>,
+    counts: WriterCounts,
+}
+
+impl<K: Eq + Hash + Clone, W, T> StatusWriter<K, W, T> {
+    /// A writer paced by `config`.
+    pub fn new(config: WriterConfig) -> Self {
+        let bucket = Bucket {
+            tokens: f64::from(config.burst.max(1)),
+            at: None,
+            per_second: config.per_second,
+            burst: f64::from(config.burst.max(1)),
+        };
+        StatusWriter {
+            config,
+            bucket,
+            entries: HashMap::new(),
+            ready: VecDeque::new(),
+            in_flight: 0,
+            throttled_until: None,
+            counts: WriterCounts::default(),
+        }
+    }
+
+    /// What it has done so far.
+    pub fn counts(&self) -> WriterCounts {
+        self.counts
+    }
+
+    /// Writes in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Whether nothing waits and nothing is in flight.
+    pub fn is_idle(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Takes `write` for `key`, standing for `reports` reports of nodes,
+    /// with `ticket` waiting for it: it replaces a status of `key` still
+    /// waiting (whose tickets and reports are this one's now).
+    pub fn submit(&mut self, key: K, write: W, ticket: Option<T>, reports: u64, now: Instant) {
+        let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
+            waiting: None,
+            flying: None,
+            not_before: None,
+            failures: 0,
+            queued: false,
+        });
+        match &mut entry.waiting {
+            Some(held) => {
+                held.write = write;
+                held.tickets.extend(ticket);
+                held.reports += reports;
+                self.counts.coalesced += 1;
+            }
+            None => {
+                entry.waiting = Some(Held {
+                    write,
+                    tickets: ticket.into_iter().collect(),
+                    reports,
+                })
+            }
+        }
+        if entry.flying.is_none() && !entry.queued {
+            entry.queued = true;
+            self.ready.push_back(key);
+        }
+        let _ = now;
+    }
+
+    /// `ticket` waits for the write of `key` under way (the waiting one,
+    /// else the one in flight); given back if there is none (nothing to
+    /// wait for: answer now).
+    pub fn attach(&mut self, key: &K, ticket: T) -> Option<T> {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return Some(ticket);
+        };
+        match (&mut entry.waiting, &mut entry.flying) {
+            (Some(held), _) => held.tickets.push(ticket),
+            (None, Some(flying)) => flying.tickets.push(ticket),
+            (None, None) => return Some(ticket),
+        }
+        None
+    }
+
+    /// The writes to start at `now`: as many as the pacing, the cap on
+    /// writes in flight and any 429 pause allow, oldest first.
+    pub fn poll(&mut self, now: Instant) -> Vec<Start<K, W>> {
+        let mut started = Vec::new();
+        if self.throttled_until.is_some_and(|until| now < until) {
+            return started;
+        }
+        self.throttled_until = None;
+        let mut deferred = Vec::new();
+        while self.in_flight < self.config.in_flight.max(1) {
+            let Some(key) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(entry) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if entry.not_before.is_some_and(|at| now < at) {
+                deferred.push(key);
+                continue;
+            }
+            if !self.bucket.take(now) {
+                self.ready.push_front(key);
+                break;
+            }
+            entry.queued = false;
+            entry.not_before = None;
+            let Some(held) = entry.waiting.take() else {
+                continue;
+            };
+            self.in_flight += 1;
+            entry.flying = Some(Flying {
+                tickets: held.tickets,
+                reports: held.reports,
+            });
+            started.push(Start {
+                key: key.clone(),
+                write: held.write,
+            });
+        }
+        // Keys still pausing after a failure keep their place behind.
+        self.ready.extend(deferred);
+        started
+    }
+
+    /// When [`StatusWriter::poll`] may start something not startable at
+    /// `now` (`None`: nothing waits, or only for writes in flight).
+    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
+        if self.ready.is_empty() || self.in_flight >= self.config.in_flight.max(1) {
+            return None;
+        }
+        if let Some(until) = self.throttled_until.filter(|until| now < *until) {
+            return Some(until);
+        }
+        let token = self.bucket.next_token(now);
+        let earliest_pause = self
+            .ready
+            .iter()
+            .filter_map(|key| self.entries.get(key))
+            .map(|entry| entry.not_before.unwrap_or(now))
+            .min()?;
+        Some(token.max(earliest_pause))
+    }
+
+    /// The write of `key` in flight ended with `outcome` (at `now`); the
+    /// tickets whose answer it is, with that answer, and the reports that
+    /// landed (when it was written).
+    pub fn completed(
+        &mut self,
+        key: &K,
+        write: W,
+        outcome: Outcome,
+        now: Instant,
+    ) -> (Vec<(T, Settled)>, u64) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return (Vec::new(), 0);
+        };
+        let Some(flown) = entry.flying.take() else {
+            return (Vec::new(), 0);
+        };
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let tickets = flown.tickets;
+        let answer = |tickets: Vec<T>, settled: Settled| {
+            tickets
+                .into_iter()
+                .map(|t| (t, settled.clone()))
+                .collect::<Vec<_>>()
+        };
+        let (answers, landed) = match outcome {
+            Outcome::Written => {
+                self.counts.written += 1;
+                entry.failures = 0;
+                (answer(tickets, Settled::Written), flown.reports)
+            }
+            Outcome::Gone | Outcome::Refused(_) => {
+                let (gone, reason) = match &outcome {
+                    Outcome::Refused(reason) => (false, reason.clone()),
+                    _ => (true, "the object is gone".to_owned()),
+                };
+                let mut tickets = tickets;
+                self.counts.dropped += 1;
+                entry.failures = 0;
+                if gone && let Some(waiting) = entry.waiting.take() {
+                    // Nothing to write a status to.
+                    self.counts.dropped += 1;
+                    tickets.extend(waiting.tickets);
+                }
+                (answer(tickets, Settled::Failed { gone, reason }), 0)
+            }
+            Outcome::Throttled(pause) => {
+                self.counts.throttled += 1;
+                self.counts.retried += 1;
+                let pause = pause.unwrap_or(self.config.throttle_default);
+                let until = now + pause;
+                self.throttled_until = Some(self.throttled_until.map_or(until, |u| u.max(until)));
+                // Tried again: its waiters wait on for the retry.
+                Self::again(entry, write, tickets, flown.reports);
+                (Vec::new(), 0)
+            }
+            Outcome::Failed(reason) => {
+                self.counts.retried += 1;
+                entry.failures = entry.failures.saturating_add(1);
+                let pause = self
+                    .config
+                    .retry_first
+                    .saturating_mul(1 << (entry.failures - 1).min(16))
+                    .min(self.config.retry_max);
+                entry.not_before = Some(now + pause);
+                Self::again(entry, write, Vec::new(), flown.reports);
+                (
+                    answer(
+                        tickets,
+                        Settled::Failed {
+                            gone: false,
+                            reason,
+                        },
+                    ),
+                    0,
+                )
+            }
+        };
+        if entry.waiting.is_some() {
+            if !entry.queued {
+                entry.queued = true;
+                self.ready.push_back(key.clone());
+            }
+        } else {
+            self.entries.remove(key);
+        }
+        (answers, landed)
+    }
+
+    /// `write` goes again, unless a newer status waits already (which then
+    /// takes its tickets and reports).
+    fn again(entry: &mut Entry<W, T>, write: W, tickets: Vec<T>, reports: u64) {
+        match &mut entry.waiting {
+            Some(newer) => {
+                newer.tickets.extend(tickets);
+                newer.reports += reports;
+            }
+            None => {
+                entry.waiting = Some(Held {
+                    write,
+                    tickets,
+                    reports,
+                })
+            }
+        }
+    }
+}
+
+/// A status write for the desired state.
+#[derive(Debug, Clone)]
+pub(super) struct Job {
+    /// The object with its new status: written through the status door,
+    /// unconditionally unless it carries a `resourceVersion`.
+    pub(super) object: Value,
+    /// Which submission it is (the overlay's entry names the newest).
+    seq: u64,
+    /// Reports of nodes it stands for.
+    reports: u64,
+    /// A node served by no replica, whose Node this write marks
+    /// unreachable (conditioned on the version read).
+    mark: Option<String>,
+}
+
+/// What waits for a status write: a report of a node that wants an
+/// answer.
+#[derive(Debug)]
+pub(super) enum Ticket {
+    /// A status replace (edgehive's or KubeEdge's `podstatus`, a
+    /// `nodestatus`): "OK", or an error answer.
+    Replace(HiveMessage),
+    /// A KubeEdge `podpatch`: the object as stored, or a Status error.
+    Patch(HiveMessage),
+    /// A KubeEdge node's registration or `nodepatch`: this object (the
+    /// Node as the controller made it), or a Status error.
+    Object(HiveMessage, Value),
+    /// A KubeEdge devicetwin report: confirmed once written (never
+    /// answered otherwise: the edge sends it again).
+    Device(String, HiveMessage),
+}
+
+/// A status handed to the writer and not yet seen back in the desired
+/// state's view: what the controller compares the next report with.
+#[derive(Debug)]
+struct Overlaid {
+    seq: u64,
+    status: Value,
+    /// The revision it was written at, once written (the view is current
+    /// again once it holds that revision or a later one).
+    written_at: Option<u64>,
+}
+
+type Overlay = Arc<Mutex<HashMap<ObjectKey, Overlaid>>>;
+
+/// What the controller hands the writer task.
+enum Request {
+    /// A write, and what waits for it.
+    Write(ObjectKey, Job, Option<Ticket>),
+    /// A ticket for the write of an object under way (answered at once if
+    /// none is).
+    Follow(ObjectKey, Ticket),
+}
+
+/// The controller's side of the status writer task: writes go in and the
+/// controller goes on.
+pub(super) struct StatusWrites {
+    queue: mpsc::UnboundedSender<Request>,
+    overlay: Overlay,
+    seq: u64,
+}
+
+impl StatusWrites {
+    /// Starts the writer's task on `store`, answering through `hive`.
+    pub(super) fn start(
+        store: Arc<dyn DesiredState>,
+        hive: Hive,
+        config: WriterConfig,
+        counts: Arc<watch::Sender<ControllerCounts>>,
+    ) -> Self {
+        let (queue, jobs) = mpsc::unbounded_channel();
+        let overlay = Overlay::default();
+        tokio::spawn(write_paced(
+            store,
+            hive,
+            config,
+            counts,
+            jobs,
+            overlay.clone(),
+        ));
+        StatusWrites {
+            queue,
+            overlay,
+            seq: 0,
+        }
+    }
+
+    /// Hands `object` (with its new status) to the writer, `ticket`
+    /// waiting for the write; `report`: a node's report (counted in
+    /// `status_applied` once written), not the controller's own write.
+    pub(super) fn submit(
+        &mut self,
+        key: ObjectKey,
+        object: Value,
+        ticket: Option<Ticket>,
+        report: bool,
+    ) {
+        self.hand_over(key, object, ticket, report, None);
+    }
+
+    fn hand_over(
+        &mut self,
+        key: ObjectKey,
+        object: Value,
+        ticket: Option<Ticket>,
+        report: bool,
+        mark: Option<String>,
+    ) {
+        self.seq += 1;
+        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        self.overlay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                key.clone(),
+                Overlaid {
+                    seq: self.seq,
+                    status,
+                    written_at: None,
+                },
+            );
+        let job = Job {
+            object,
+            seq: self.seq,
+            reports: u64::from(report),
+            mark,
+        };
+        if self.queue.send(Request::Write(key, job, ticket)).is_err() {
+            warn!("status writer stopped; status not written");
+        }
+    }
+
+    /// Hands over the mark of `node`, served by no replica, as
+    /// unreachable: `object` carries the version it was read at, and is
+    /// written only if still at it.
+    pub(super) fn mark(&mut self, key: ObjectKey, object: Value, node: &str) {
+        self.hand_over(key, object, None, false, Some(node.to_owned()));
+    }
+
+    /// `ticket` is answered once the write of `key` under way settles (at
+    /// once if none is).
+    pub(super) fn follow(&self, key: ObjectKey, ticket: Ticket) {
+        if self.queue.send(Request::Follow(key, ticket)).is_err() {
+            warn!("status writer stopped; an answer not given");
+        }
+    }
+
+    /// The object at `key` as the controller is to see it: `held` (the
+    /// desired state's view) with the status last handed to the writer
+    /// if the view does not show it yet.
+    pub(super) fn current(&self, key: &ObjectKey, held: Option<Value>) -> Option<Value> {
+        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(overlaid) = overlay.get(key) else {
+            return held;
+        };
+        let mut object = held?;
+        if overlaid
+            .written_at
+            .is_some_and(|at| revision_of(&object) >= at)
+        {
+            overlay.remove(key);
+            return Some(object);
+        }
+        object["status"] = overlaid.status.clone();
+        Some(object)
+    }
+}
+
+/// The writer's task: takes writes, starts them as [`StatusWriter`] says,
+/// answers what waited; ends with the controller.
+async fn write_paced(
+    store: Arc<dyn DesiredState>,
+    hive: Hive,
+    config: WriterConfig,
+    counts: Arc<watch::Sender<ControllerCounts>>,
+    mut jobs: mpsc::UnboundedReceiver<Request>,
+    overlay: Overlay,
+) {
+    let mut writer: StatusWriter<ObjectKey, Job, Ticket> = StatusWriter::new(config);
+    let mut flying = FuturesUnordered::new();
+    loop {
+        let now = Instant::now();
+        for start in writer.poll(now) {
+            let put = store.replace_status(start.write.object.clone());
+            flying.push(async move { (start.key, start.write, put.await) });
+        }
+        let wake = writer.next_wake(now).map(tokio::time::Instant::from_std);
+        tokio::select! {
+            request = jobs.recv() => {
+                let Some(request) = request else {
+                    // The controller stopped: so does the writer, letting
+                    // go of the store (a node reports its status again).
+                    return;
+                };
+                let mut next = Some(request);
+                while let Some(request) = next.take() {
+                    match request {
+                        Request::Write(key, job, ticket) => {
+                            let reports = job.reports;
+                            writer.submit(key, job, ticket, reports, Instant::now());
+                        }
+                        Request::Follow(key, ticket) => {
+                            if let Some(ticket) = writer.attach(&key, ticket) {
+                                answer(&hive, ticket, &Settled::Written, None);
+                            }
+                        }
+                    }
+                    next = jobs.try_recv().ok();
+                }
+            }
+            Some((key, job, written)) = flying.next(), if !flying.is_empty() => {
+                let outcome = match &written {
+                    Ok(_) => Outcome::Written,
+                    Err(err) => Outcome::of_error(err),
+                };
+                match (&outcome, &job.mark) {
+                    (Outcome::Written, Some(node)) => {
+                        info!(%node, "node served by no replica marked unreachable")
+                    }
+                    (_, Some(node)) => debug!(%node, ?outcome, "node not marked"),
+                    (outcome, None) => log_outcome(&key, outcome),
+                }
+                {
+                    let mut overlay = overlay.lock().unwrap_or_else(PoisonError::into_inner);
+                    let ours = overlay.get(&key).is_some_and(|o| o.seq == job.seq);
+                    match (&written, &outcome) {
+                        (Ok(stored), _) if ours => {
+                            if let Some(o) = overlay.get_mut(&key) {
+                                o.written_at = Some(revision_of(stored));
+                            }
+                        }
+                        (_, Outcome::Gone) => {
+                            overlay.remove(&key);
+                        }
+                        (_, Outcome::Refused(_)) if ours => {
+                            overlay.remove(&key);
+                        }
+                        _ => {}
+                    }
+                }
+                let (answers, landed) = writer.completed(&key, job, outcome, Instant::now());
+                let stored = written.ok();
+                let (mut patches, mut devices) = (0, 0);
+                for (ticket, settled) in answers {
+                    match answer(&hive, ticket, &settled, stored.as_ref()) {
+                        Some(Answered::Patch) => patches += 1,
+                        Some(Answered::Device) => devices += 1,
+                        None => {}
+                    }
+                }
+                let done = writer.counts();
+                counts.send_modify(|c| {
+                    c.status_applied += landed;
+                    c.patches += patches;
+                    c.device_reports += devices;
+                    c.status_written = done.written;
+                    c.status_coalesced = done.coalesced;
+                    c.status_throttled = done.throttled;
+                    c.status_retried = done.retried;
+                    c.status_dropped = done.dropped;
+                });
+                continue;
+            }
+            _ = tokio::time::sleep_until(wake.unwrap_or_else(tokio::time::Instant::now)), if wake.is_some() => {}
+        }
+        let coalesced = writer.counts().coalesced;
+        counts.send_if_modified(|c| {
+            let moved = c.status_coalesced != coalesced;
+            c.status_coalesced = coalesced;
+            moved
+        });
+    }
+}
+
+fn log_outcome(key: &ObjectKey, outcome: &Outcome) {
+    match outcome {
+        Outcome::Written => debug!(%key, "status written"),
+        Outcome::Gone => debug!(%key, "status not written: the object is gone"),
+        Outcome::Throttled(pause) => {
+            warn!(%key, ?pause, "status write throttled (429); writes pause")
+        }
+        Outcome::Failed(reason) => warn!(%key, %reason, "status not written; trying again"),
+        Outcome::Refused(reason) => warn!(%key, %reason, "status refused; dropped"),
+    }
+}
+
+/// Which counted answer was given.
+pub(super) enum Answered {
+    Patch,
+    Device,
+}
+
+/// Answers `ticket` for a write that `settled`, `stored` the object as
+/// written.
+pub(super) fn answer(
+    hive: &Hive,
+    ticket: Ticket,
+    settled: &Settled,
+    stored: Option<&Value>,
+) -> Option<Answered> {
+    let refusal = |gone: bool, reason: &str| match gone {
+        true => Refusal::not_found("deleted meanwhile"),
+        false => Refusal::internal(format!("the status could not be stored: {reason}")),
+    };
+    match (ticket, settled) {
+        (Ticket::Replace(msg), Settled::Written) => {
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, json!("OK")));
+            None
+        }
+        (Ticket::Replace(msg), Settled::Failed { gone, reason }) => {
+            let refusal = refusal(*gone, reason);
+            send_to_node(
+                hive,
+                msg.error_response(module::EDGECONTROLLER, refusal.message),
+            );
+            None
+        }
+        (Ticket::Patch(msg), Settled::Written) => {
+            let content = match stored {
+                Some(object) => kubeedge::object_answer(object.clone()),
+                None => Refusal::internal("the status was written, not read back").answer(),
+            };
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            Some(Answered::Patch)
+        }
+        (Ticket::Patch(msg), Settled::Failed { gone, reason }) => {
+            let content = refusal(*gone, reason).answer();
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            None
+        }
+        (Ticket::Device(node, msg), Settled::Written) => {
+            // The edge's devicetwin stops sending it again.
+            send_to_node(hive, twin_sync::confirm_message(&node, &msg));
+            Some(Answered::Device)
+        }
+        (Ticket::Object(msg, object), Settled::Written) => {
+            let content = kubeedge::object_answer(object);
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            None
+        }
+        (Ticket::Object(msg, _), Settled::Failed { gone, reason }) => {
+            let content = refusal(*gone, reason).answer();
+            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            None
+        }
+        // KubeEdge's cloud answers a report it does not take with nothing
+        // (any answer would read as its confirm): sent again in 60 s.
+        (Ticket::Device(..), Settled::Failed { .. }) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng::Rng;
+
+    type Writer = StatusWriter<&'static str, u32, u32>;
+
+    fn config() -> WriterConfig {
+        WriterConfig {
+            per_second: 10.0,
+            burst: 2,
+            in_flight: 2,
+            retry_first: Duration::from_secs(1),
+            retry_max: Duration::from_secs(4),
+            throttle_default: Duration::from_secs(1),
+        }
+    }
+
+    fn started(writer: &mut Writer, now: Instant) -> Vec<(&'static str, u32)> {
+        writer
+            .poll(now)
+            .into_iter()
+            .map(|s| (s.key, s.write))
+            .collect()
+    }
+
+    #[test]
+    fn a_newer_status_replaces_the_waiting_one_and_one_write_flies_per_object() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(config());
+        writer.submit("a", 1, Some(10), 1, t0);
+        assert_eq!(started(&mut writer, t0), [("a", 1)]);
+        // In flight: newer ones wait behind it, the newest replacing.
+        writer.submit("a", 2, Some(20), 1, t0);
+        writer.submit("a", 3, None, 1, t0);
+        assert_eq!(started(&mut writer, t0), []);
+        assert_eq!(writer.counts().coalesced, 1);
+        // The first lands: its own ticket is answered, and the newest
+        // starts (once a token is there).
+        let (answers, landed) = writer.completed(&"a", 1, Outcome::Written, t0);
+        assert_eq!((answers, landed), (vec![(10, Settled::Written)], 1));
+        assert_eq!(started(&mut writer, t0), [("a", 3)]);
+        let (answers, landed) = writer.completed(&"a", 3, Outcome::Written, t0);
+        assert_eq!((answers, landed), (vec![(20, Settled::Written)], 2));
+        assert!(writer.is_idle());
+        assert_eq!(writer.counts().written, 2);
+    }
+
+    #[test]
+    fn a_ticket_follows_the_write_under_way_or_is_answered_now() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(config());
+        // Nothing under way: given back, to answer now.
+        assert_eq!(writer.attach(&"a", 1), Some(1));
+        writer.submit("a", 1, None, 0, t0);
+        started(&mut writer, t0);
+        assert_eq!(writer.attach(&"a", 2), None);
+        let (answers, landed) = writer.completed(&"a", 1, Outcome::Written, t0);
+        assert_eq!((answers, landed), (vec![(2, Settled::Written)], 0));
+        assert_eq!(writer.attach(&"a", 3), Some(3));
+    }
+
+    #[test]
+    fn starts_follow_the_bucket_and_the_cap_in_flight() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(WriterConfig {
+            in_flight: 10,
+            ..config()
+        });
+        for (i, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            writer.submit(key, i as u32, None, 1, t0);
+        }
+        // A burst of 2, then one per 100 ms.
+        assert_eq!(started(&mut writer, t0), [("a", 0), ("b", 1)]);
+        assert_eq!(writer.next_wake(t0), Some(t0 + Duration::from_millis(100)));
+        assert_eq!(started(&mut writer, t0 + Duration::from_millis(50)), []);
+        assert_eq!(
+            started(&mut writer, t0 + Duration::from_millis(100)),
+            [("c", 2)]
+        );
+        assert_eq!(
+            started(&mut writer, t0 + Duration::from_millis(200)),
+            [("d", 3)]
+        );
+        // The cap: two in flight at most, whatever the tokens.
+        let mut capped = Writer::new(WriterConfig {
+            burst: 100,
+            ..config()
+        });
+        for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
+            capped.submit(key, i as u32, None, 1, t0);
+        }
+        assert_eq!(started(&mut capped, t0).len(), 2);
+        assert_eq!(capped.next_wake(t0), None);
+        capped.completed(&"a", 0, Outcome::Written, t0);
+        assert_eq!(started(&mut capped, t0), [("c", 2)]);
+    }
+
+    #[test]
+    fn a_429_pauses_every_start_for_its_retry_after_then_writes_the_newest() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(WriterConfig {
+            burst: 100,
+            in_flight: 10,
+            ..config()
+        });
+        writer.submit("a", 1, Some(1), 1, t0);
+        writer.submit("b", 1, None, 1, t0);
+        assert_eq!(started(&mut writer, t0).len(), 2);
+        let pause = Duration::from_secs(5);
+        let (answers, _) = writer.completed(&"a", 1, Outcome::Throttled(Some(pause)), t0);
+        // Its waiter waits on for the retry.
+        assert!(answers.is_empty());
+        writer.submit("c", 1, None, 1, t0);
+        writer.submit("a", 2, Some(2), 1, t0);
+        assert_eq!(writer.next_wake(t0), Some(t0 + pause));
+        assert_eq!(started(&mut writer, t0 + Duration::from_secs(4)), []);
+        // After the pause: `a`'s newest (taking the first's waiter), `c`.
+        assert_eq!(started(&mut writer, t0 + pause), [("a", 2), ("c", 1)]);
+        let (answers, landed) = writer.completed(&"a", 2, Outcome::Written, t0 + pause);
+        assert_eq!(
+            (answers, landed),
+            (vec![(1, Settled::Written), (2, Settled::Written)], 2)
+        );
+        // A 429 that says nothing pauses for the default.
+        let t1 = t0 + pause;
+        writer.completed(&"c", 1, Outcome::Throttled(None), t1);
+        assert_eq!(writer.next_wake(t1), Some(t1 + Duration::from_secs(1)));
+        assert_eq!(
+            started(&mut writer, t1 + Duration::from_secs(1)),
+            [("c", 1)]
+        );
+        let counts = writer.counts();
+        assert_eq!((counts.throttled, counts.retried), (2, 2));
+    }
+
+    #[test]
+    fn a_failed_write_is_answered_now_and_tried_again_after_a_growing_pause() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(WriterConfig {
+            burst: 100,
+            ..config()
+        });
+        writer.submit("a", 1, Some(7), 1, t0);
+        started(&mut writer, t0);
+        let (answers, _) = writer.completed(&"a", 1, Outcome::Failed("boom".into()), t0);
+        assert_eq!(
+            answers,
+            [(
+                7,
+                Settled::Failed {
+                    gone: false,
+                    reason: "boom".into()
+                }
+            )]
+        );
+        assert_eq!(writer.next_wake(t0), Some(t0 + Duration::from_secs(1)));
+        assert_eq!(started(&mut writer, t0), []);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(started(&mut writer, t1), [("a", 1)]);
+        writer.completed(&"a", 1, Outcome::Failed("boom".into()), t1);
+        // Doubled, capped at 4 s.
+        assert_eq!(writer.next_wake(t1), Some(t1 + Duration::from_secs(2)));
+        let t2 = t1 + Duration::from_secs(2);
+        assert_eq!(started(&mut writer, t2), [("a", 1)]);
+        writer.completed(&"a", 1, Outcome::Failed("boom".into()), t2);
+        let t3 = t2 + Duration::from_secs(4);
+        assert_eq!(writer.next_wake(t2), Some(t3));
+        assert_eq!(started(&mut writer, t3), [("a", 1)]);
+        writer.completed(&"a", 1, Outcome::Failed("boom".into()), t3);
+        assert_eq!(writer.next_wake(t3), Some(t3 + Duration::from_secs(4)));
+        // Another object is not held up by the pausing one.
+        writer.submit("b", 1, None, 1, t3);
+        assert_eq!(started(&mut writer, t3), [("b", 1)]);
+        assert_eq!(writer.counts().retried, 4);
+    }
+
+    #[test]
+    fn a_gone_object_drops_its_waiting_status_and_answers_its_waiters() {
+        let t0 = Instant::now();
+        let mut writer = Writer::new(config());
+        writer.submit("a", 1, Some(1), 1, t0);
+        started(&mut writer, t0);
+        writer.submit("a", 2, Some(2), 1, t0);
+        let (answers, landed) = writer.completed(&"a", 1, Outcome::Gone, t0);
+        let gone = Settled::Failed {
+            gone: true,
+            reason: "the object is gone".into(),
+        };
+        assert_eq!((answers, landed), (vec![(1, gone.clone()), (2, gone)], 0));
+        assert!(writer.is_idle());
+        assert_eq!(started(&mut writer, t0 + Duration::from_secs(9)), []);
+        assert_eq!(writer.counts().dropped, 2);
+        // Refused for good: dropped, a newer status still goes.
+        writer.submit("b", 1, Some(3), 1, t0);
+        started(&mut writer, t0 + Duration::from_secs(9));
+        writer.submit("b", 2, None, 1, t0);
+        let (answers, _) = writer.completed(
+            &"b",
+            1,
+            Outcome::Refused("invalid".into()),
+            t0 + Duration::from_secs(9),
+        );
+        assert_eq!(answers.len(), 1);
+        assert_eq!(
+            started(&mut writer, t0 + Duration::from_secs(9)),
+            [("b", 2)]
+        );
+    }
+
+    /// The writes in flight of a random schedule, and what came of them.
+    #[derive(Default)]
+    struct Sim {
+        t0: Option<Instant>,
+        in_flight: usize,
+        flying: Vec<(&'static str, u32)>,
+        starts: u64,
+        last_written: HashMap<&'static str, u32>,
+        answered: HashMap<u32, u32>,
+        gone: std::collections::HashSet<&'static str>,
+    }
+
+    impl Sim {
+        fn step(&mut self, writer: &mut Writer, now: Instant, settle_all: bool, rng: &mut Rng) {
+            for start in writer.poll(now) {
+                assert!(
+                    !self.flying.iter().any(|(k, _)| *k == start.key),
+                    "two writes of {} in flight",
+                    start.key
+                );
+                self.flying.push((start.key, start.write));
+                self.starts += 1;
+            }
+            assert!(self.flying.len() <= self.in_flight);
+            assert_eq!(writer.in_flight(), self.flying.len());
+            // Never more than the burst plus what the rate refilled.
+            let since = self
+                .t0
+                .map_or(0.0, |t0| now.duration_since(t0).as_secs_f64());
+            let allowed = 3.0 + since * 20.0;
+            assert!(
+                self.starts as f64 <= allowed + 1e-9,
+                "{} > {allowed}",
+                self.starts
+            );
+            if !self.flying.is_empty() && (settle_all || rng.percent(50)) {
+                let (key, write) = self.flying.remove(rng.below(self.flying.len()));
+                let outcome = match (settle_all, rng.below(10)) {
+                    (true, _) | (_, 0..=5) => Outcome::Written,
+                    (_, 6) => Outcome::Throttled(Some(Duration::from_millis(200))),
+                    (_, 7) => Outcome::Throttled(None),
+                    (_, 8) => Outcome::Failed("flaky".into()),
+                    _ => Outcome::Gone,
+                };
+                if outcome == Outcome::Written {
+                    self.last_written.insert(key, write);
+                }
+                if outcome == Outcome::Gone {
+                    self.gone.insert(key);
+                }
+                let (answers, _) = writer.completed(&key, write, outcome, now);
+                for (ticket, _) in answers {
+                    *self.answered.entry(ticket).or_default() += 1;
+                }
+            }
+        }
+    }
+
+    /// Random reports, outcomes and times: per object at most one write
+    /// in flight, never more than the cap, never more starts than the
+    /// bucket allows; in the end every ticket is answered exactly once and
+    /// each object's last write is its newest status.
+    #[test]
+    fn random_schedules_write_every_newest_status_within_the_limits() {
+        const KEYS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+        for seed in 1..200u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let config = WriterConfig {
+                per_second: 20.0,
+                burst: 3,
+                in_flight: 3,
+                retry_first: Duration::from_millis(100),
+                retry_max: Duration::from_millis(800),
+                throttle_default: Duration::from_millis(300),
+            };
+            let mut writer = Writer::new(config.clone());
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut newest: HashMap<&str, u32> = HashMap::new();
+            let mut sim = Sim {
+                t0: Some(t0),
+                in_flight: config.in_flight,
+                ..Sim::default()
+            };
+            let mut tickets = 0u32;
+            for _ in 0..300 {
+                now += Duration::from_millis(rng.below(40) as u64);
+                if rng.percent(60) {
+                    let key = KEYS[rng.below(KEYS.len())];
+                    let version = newest.get(key).map_or(1, |v| v + 1);
+                    newest.insert(key, version);
+                    sim.gone.remove(key);
+                    let ticket = rng.percent(50).then(|| {
+                        tickets += 1;
+                        tickets
+                    });
+                    writer.submit(key, version, ticket, 1, now);
+                }
+                sim.step(&mut writer, now, false, &mut rng);
+            }
+            // Everything settles once writes land.
+            let mut rounds = 0;
+            while !writer.is_idle() {
+                rounds += 1;
+                assert!(rounds < 10_000, "seed {seed}: never idle");
+                now = writer
+                    .next_wake(now)
+                    .unwrap_or(now + Duration::from_millis(10))
+                    .max(now);
+                sim.step(&mut writer, now, true, &mut rng);
+            }
+            let (answered, last_written, gone) = (&sim.answered, &sim.last_written, &sim.gone);
+            for ticket in 1..=tickets {
+                assert_eq!(
+                    answered.get(&ticket),
+                    Some(&1),
+                    "seed {seed}: ticket {ticket}"
+                );
+            }
+            for (key, version) in &newest {
+                if !gone.contains(key) {
+                    assert_eq!(last_written.get(key), Some(version), "seed {seed}: {key}");
+                }
+            }
+        }
+    }
+}
