@@ -2,6 +2,8 @@
 //! runs it: its resident set (`VmRSS` of `/proc/<pid>/status`) at each
 //! step, each figure beside a baseline from the same run.
 //!
+//! `cargo bench --features cli --bench throughput -- memory`.
+//!
 //! - **Embedded store**: 3,000 configmaps of about 2.1 KiB (6.3 MB of JSON,
 //!   the "new user" case) applied through the admin API in one
 //!   manifest, then applied again unchanged, then deleted. Baselines: the
@@ -86,7 +88,7 @@ impl Cloudcore {
             .args(["--keepalive-secs", "60"])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(log.try_clone()?)
             .stderr(log);
         let child = command.spawn().context("start cloudcore")?;
         let cloudcore = Cloudcore {
@@ -244,6 +246,36 @@ fn http(address: &str, method: &str, path: &str, body: Option<&[u8]>) -> Result<
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| anyhow!("no status from {address}{path}"))?;
     Ok((status, answer[split + 4..].to_vec()))
+}
+
+/// The `memory` group: the embedded half, then the Kubernetes half when
+/// `EDGEHIVE_TEST_KUBECONFIG` names an API server (else it says it was
+/// skipped).
+pub fn run(quick: bool, report: &mut Report) -> Result<()> {
+    embedded(if quick { 300 } else { 3_000 }, report)?;
+    let Some(kubeconfig) = std::env::var("EDGEHIVE_TEST_KUBECONFIG")
+        .ok()
+        .filter(|path| !path.is_empty())
+    else {
+        let why = "skipped: EDGEHIVE_TEST_KUBECONFIG (a real kube-apiserver) not set";
+        eprintln!("cloudcore/k8s: {why}");
+        report.plain("cloudcore/k8s", why, f64::NAN, "-");
+        return Ok(());
+    };
+    let kubeconfig = PathBuf::from(kubeconfig);
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let id = format!(
+        "edgehive-bench-mem-{}-{}",
+        std::process::id(),
+        since_epoch.as_secs()
+    );
+    let pods = if quick { 100 } else { 1_000 };
+    actix::System::new().block_on(async {
+        let client = crate::controller_bench::kubernetes::client(&kubeconfig).await?;
+        kubernetes::run(&client, &kubeconfig, &id, pods, report).await
+    })
 }
 
 /// A configmap of about 2.1 KiB of JSON.

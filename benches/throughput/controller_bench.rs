@@ -120,8 +120,6 @@ pub fn run(scale: Scale, quick: bool, report: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir()?;
     actix::System::new().block_on(one_edge_embedded(sizes, dir.path(), report))?;
     actix::System::new().block_on(fan_out(sizes, dir.path(), report))?;
-    #[cfg(feature = "cli")]
-    crate::cloudcore_memory::embedded(if quick { 300 } else { 3_000 }, report)?;
     let kubeconfig = std::env::var(KUBECONFIG_ENV)
         .ok()
         .filter(|path| !path.is_empty());
@@ -734,7 +732,7 @@ pub(crate) mod kubernetes {
     const IN_FLIGHT: usize = 16;
     const NODE_LEASES: &str = "kube-node-lease";
 
-    async fn client(kubeconfig: &Path) -> Result<kube::Client> {
+    pub(crate) async fn client(kubeconfig: &Path) -> Result<kube::Client> {
         let file = kube::config::Kubeconfig::read_from(kubeconfig)
             .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
         let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;

@@ -29,7 +29,7 @@ use report::Report;
 #[command(about = "edgehive throughput, latency and scale benchmarks")]
 struct Args {
     /// Scenario group to run: beehive, transport, hub, meta, pods, twin,
-    /// controller or streams; all if omitted.
+    /// controller, memory or streams; all if omitted.
     group: Option<String>,
     /// Transport to measure (ws, quic, uds); all three if omitted.
     #[arg(long)]
@@ -96,6 +96,7 @@ const GROUPS: &[&str] = &[
     "pods",
     "twin",
     "controller",
+    "memory",
     "streams",
 ];
 
@@ -212,6 +213,10 @@ fn main() -> Result<()> {
             "pods" => pods_bench::run(scale, &mut report)?,
             "twin" => twin_bench::run(scale, &mut report)?,
             "controller" => controller_bench::run(scale, args.quick, &mut report)?,
+            #[cfg(feature = "cli")]
+            "memory" => cloudcore_memory::run(args.quick, &mut report)?,
+            #[cfg(not(feature = "cli"))]
+            "memory" => eprintln!("memory: skipped: it runs the cloudcore binary (--features cli)"),
             "streams" => streams_bench::run(scale, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }
