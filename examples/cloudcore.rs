@@ -14,38 +14,6 @@
 //! /etc/edgehive/cloudcore.yaml if it exists; `cloudcore --defaultconfig`
 //! prints every key with its default); command-line flags override it.
 
-/// mimalloc returns freed pages to the system (glibc's malloc kept what
-/// bursts and relists freed, so the RSS only grew).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The environment variable mimalloc reads its purge delay from.
-const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
-
-/// mimalloc hands a freed page back to the system only when the thread
-/// that freed it allocates again after its purge delay (10 ms): a worker
-/// that goes quiet after a burst (a relist, an apply of thousands of
-/// objects) keeps the burst's pages. With the delay at 0 they go back as
-/// they are freed (3,000 configmaps applied: 41 MiB of anonymous memory
-/// instead of 61, 28 instead of 54 once deleted). mimalloc reads the
-/// option from the environment as the process starts, so cloudcore starts
-/// itself again with it (same pid and arguments) unless it is set; if
-/// that fails, it goes on as it is.
-fn purge_freed_pages_at_once() {
-    use std::os::unix::process::CommandExt;
-    if std::env::var_os(PURGE_DELAY).is_some() {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let failed = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(PURGE_DELAY, "0")
-        .exec();
-    eprintln!("cloudcore: not started again with {PURGE_DELAY}=0 ({failed}); going on");
-}
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -714,7 +682,6 @@ fn write_admin_kubeconfig(settings: &CloudCoreConfig, ca: &CloudCa) -> Result<()
 const DEFAULT_CONFIG: &str = "/etc/edgehive/cloudcore.yaml";
 
 fn main() -> Result<()> {
-    purge_freed_pages_at_once();
     let args = Args::parse();
     if args.defaultconfig {
         print!("{}", config::to_yaml(&CloudCoreConfig::default()));

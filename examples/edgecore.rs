@@ -11,11 +11,6 @@
 //! /etc/edgehive/edgecore.yaml if it exists; `edgecore --defaultconfig`
 //! prints every key with its default); command-line flags override it.
 
-/// mimalloc returns freed pages to the system (glibc's malloc kept what
-/// bursts and relists freed, so the RSS only grew).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

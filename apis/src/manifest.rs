@@ -34,19 +34,19 @@ pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
         .map_err(|_| ApiError::BadRequest("the manifest is not UTF-8 text".to_owned()))?;
     check_flow_depth(text)?;
     let mut documents = Vec::new();
-    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(document)
-            .map_err(|err| ApiError::BadRequest(format!("document {}: {err}", index + 1)))?;
+    for (index, value) in values(text)?.into_iter().enumerate() {
         match value {
             Value::Null => {}
-            Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
-                let Some(Value::Array(items)) = map.get("items") else {
+            Value::Object(mut map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+                // Moved out, not copied: a List of thousands of objects is
+                // held once.
+                let Some(Value::Array(items)) = map.remove("items") else {
                     return Err(ApiError::Invalid(format!(
                         "document {}: a List needs items",
                         index + 1
                     )));
                 };
-                documents.extend(items.iter().cloned());
+                documents.extend(items);
             }
             other => documents.push(other),
         }
@@ -66,6 +66,24 @@ pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
                 }
                 other => other,
             })
+        })
+        .collect()
+}
+
+/// The documents of `text`: one JSON value read as JSON (lighter and faster
+/// than through the YAML parser, which holds a document's events whole),
+/// anything else as YAML documents.
+fn values(text: &str) -> Result<Vec<Value>, ApiError> {
+    if text.trim_start().starts_with('{')
+        && let Ok(value) = serde_json::from_str::<Value>(text)
+    {
+        return Ok(vec![value]);
+    }
+    serde_yaml_ng::Deserializer::from_str(text)
+        .enumerate()
+        .map(|(index, document)| {
+            Value::deserialize(document)
+                .map_err(|err| ApiError::BadRequest(format!("document {}: {err}", index + 1)))
         })
         .collect()
 }

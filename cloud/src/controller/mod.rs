@@ -58,6 +58,7 @@ use apis::kinds::{Kind, ObjectKey, valid_name};
 use apis::termination::PodTerminated;
 
 use crate::admin::manifest;
+use crate::desired::packed::Packed;
 use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
 pub use endpoint::KubeletEndpoint;
 use kubeedge::Refusal;
@@ -238,12 +239,12 @@ pub struct ControllerCounts {
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Applied {
-    /// A new object, as stored.
-    Created(Value),
-    /// A changed object, as stored.
-    Configured(Value),
-    /// Nothing changed; the object as held.
-    Unchanged(Value),
+    /// A new object, stored at this revision.
+    Created(u64),
+    /// A changed object, stored at this revision.
+    Configured(u64),
+    /// Nothing changed; the revision held.
+    Unchanged(u64),
 }
 
 impl Applied {
@@ -312,33 +313,38 @@ impl ControllerHandle {
     /// against its kind and against what is stored; if one fails, none is
     /// applied.
     pub async fn apply(&self, objects: Vec<Value>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
-        let checked = objects
-            .into_iter()
-            .map(manifest::check)
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut existing = Vec::with_capacity(checked.len());
-        for (key, object) in &checked {
-            let stored = self.store.get(key).map_err(refused)?;
+        // Checked one by one and kept packed until written: thousands of
+        // objects in one manifest are not held as trees twice over.
+        let mut checked = Vec::with_capacity(objects.len());
+        for object in objects {
+            let (key, object) = manifest::check(object)?;
+            let stored = self.store.get(&key).map_err(refused)?;
             if key.kind.bound_to_node()
                 && let Some(bound) = stored.as_ref().and_then(node_name)
-                && node_name(object).as_deref() != Some(bound.as_str())
+                && node_name(&object).as_deref() != Some(bound.as_str())
             {
                 return Err(ApiError::Invalid(format!(
                     "{key}: spec.nodeName is immutable once set (bound to {bound})"
                 )));
             }
-            existing.push(stored);
+            let packed = Packed::pack(&object).map_err(refused)?;
+            checked.push((key, packed));
         }
         let mut applied = Vec::with_capacity(checked.len());
         let mut written = Vec::new();
-        for ((key, mut object), stored) in checked.into_iter().zip(existing) {
-            let outcome = match stored {
-                None => Applied::Created(self.store.create(object).await.map_err(refused)?),
+        for (key, packed) in checked {
+            let mut object = packed.unpack().map_err(refused)?;
+            let stored = match self.store.get(&key).map_err(refused)? {
+                None => {
+                    let created = self.store.create(object).await.map_err(refused)?;
+                    (Applied::Created(revision_of(&created)), created)
+                }
                 Some(old) => {
                     // Written only over what was read; a node's status
                     // written meanwhile makes a conflict, and the spec is
                     // written again over what is stored now.
                     let mut held = revision_of(&old);
+                    drop(old);
                     let mut attempts = 0;
                     let stored = loop {
                         object["metadata"]["resourceVersion"] = json!(held.to_string());
@@ -357,20 +363,22 @@ impl ControllerHandle {
                             written => break written.map_err(refused)?,
                         }
                     };
-                    match revision_of(&stored) == held {
-                        true => Applied::Unchanged(stored),
-                        false => Applied::Configured(stored),
+                    let revision = revision_of(&stored);
+                    match revision == held {
+                        true => (Applied::Unchanged(revision), stored),
+                        false => (Applied::Configured(revision), stored),
                     }
                 }
             };
+            let (outcome, stored) = stored;
             // Waited for only where the controller hears of it: a kind it
             // follows, and an object its desired state passes on (in
             // Kubernetes mode, not a pod on a node that is no edge node).
-            if let Applied::Created(stored) | Applied::Configured(stored) = &outcome
+            if let Applied::Created(revision) | Applied::Configured(revision) = outcome
                 && FOLLOWED.contains(&key.kind)
-                && self.store.passes_on(stored)
+                && self.store.passes_on(&stored)
             {
-                written.push((key.kind, revision_of(stored)));
+                written.push((key.kind, revision));
             }
             applied.push((key, outcome));
         }
