@@ -501,9 +501,12 @@ pub mod kubernetes {
         report: &mut Report,
     ) -> Result<()> {
         let outcome = measure(client, kubeconfig, id, pods, report).await;
-        let cleaned = cleanup(client, id, pods).await;
-        outcome?;
-        cleaned
+        // A clean-up the API server could not finish (it times out when
+        // loaded) is said, and loses none of the figures measured.
+        if let Err(err) = cleanup(client, id, pods).await {
+            eprintln!("cloudcore/k8s: {err}");
+        }
+        outcome
     }
 
     async fn measure(
