@@ -2718,56 +2718,136 @@ fn the_admission_webhook_creates_edge_pods_with_lengthened_tolerations() {
     );
 }
 
-/// A second edge node of a [`Cluster`]'s cloudcore, with no pods (no
-/// edged): Ready as long as it runs. Dropped, it is killed and its Node
-/// deleted.
+/// A Node that stays Ready, so that the node lifecycle controller never
+/// sees every node NotReady (its "master disruption mode", where it
+/// evicts nothing) while the test's edge is away. No edge backs it: the
+/// test writes its Ready condition once and renews its Lease every 5 s
+/// from a thread, as a kubelet would. An edge linked to the test's
+/// cloudcore would not do: with the test's 2 s keepalive a loaded machine
+/// drops its link now and then, each drop writes it NotReady, and the
+/// controller's disruption mode then lifts the taints and restarts every
+/// toleration (the test failed so once, its pods never evicted). It
+/// carries no edge label (no cloudcore acts on it) and a NoSchedule taint
+/// (no pod lands on it).
 struct Witness {
     kubeconfig: String,
     node: String,
-    _edge: Process,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    renewing: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Witness {
-    fn start(cluster: &Cluster, name: &str) -> Witness {
+    fn start(kubeconfig: &str, name: &str) -> Witness {
         let node = format!("{name}-{}", std::process::id());
-        let cloud_flag = |flag: &str| {
-            let at = cluster.cloud_args.iter().position(|arg| arg == flag);
-            at.and_then(|at| cluster.cloud_args.get(at + 1))
-                .cloned()
-                .unwrap_or_else(|| panic!("cloudcore runs without {flag}"))
+        // A Lease's renewTime is a MicroTime: six digits of fraction.
+        let now = || {
+            let at = jiff::Timestamp::now();
+            format!(
+                "{}.{:06}Z",
+                at.strftime("%Y-%m-%dT%H:%M:%S"),
+                at.subsec_microsecond()
+            )
         };
-        let edge_dir = tempfile_dir(&node);
-        join_node(
-            &cluster.cloud_dir(),
-            &cloud_flag("--certs"),
-            &node,
-            &edge_dir,
-        );
-        let edge = support::start_edgecore(
-            &edge_dir,
-            &cloud_flag("--ws"),
-            &["--cri-socket", "off", "--keepalive-secs", "2"],
-        );
-        let Some(cloud) = &cluster.cloud else {
-            panic!("no cloudcore running");
+        let create = |object: Value| {
+            let file = format!(
+                "{}/{node}-{}.json",
+                std::env::temp_dir().display(),
+                object["kind"].as_str().unwrap_or("object")
+            );
+            std::fs::write(&file, object.to_string()).expect("witness manifest");
+            let (ok, out) = kubectl(kubeconfig, &["create", "-f", &file]);
+            let _ = std::fs::remove_file(&file);
+            assert!(ok || out.contains("AlreadyExists"), "{out}");
         };
-        cloud.wait_for(
-            &format!("node connected node={node}"),
-            Duration::from_secs(30),
+        create(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node},
+            "spec": {"taints": [{"key": "edgehive.io/witness", "effect": "NoSchedule"}]},
+        }));
+        let at = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let ready = serde_json::json!({"status": {"conditions": [{
+            "type": "Ready", "status": "True", "reason": "Witness",
+            "message": "kept Ready by the test", "lastHeartbeatTime": at, "lastTransitionTime": at,
+        }]}});
+        let (ok, out) = kubectl(
+            kubeconfig,
+            &[
+                "patch",
+                "node",
+                &node,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &ready.to_string(),
+            ],
         );
+        assert!(ok, "{out}");
+        create(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": node, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": now()},
+        }));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let renewing = {
+            let (kubeconfig, node, stop) = (kubeconfig.to_owned(), node.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let renewed = serde_json::json!({"spec": {"renewTime": now()}});
+                    let _ = kubectl(
+                        &kubeconfig,
+                        &[
+                            "patch",
+                            "lease",
+                            &node,
+                            "-n",
+                            "kube-node-lease",
+                            "--type=merge",
+                            "-p",
+                            &renewed.to_string(),
+                        ],
+                    );
+                    // A kubelet renews every 10 s; 5 s leaves room on a
+                    // loaded API server within the controller's 50 s grace.
+                    for _ in 0..50 {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            })
+        };
         Witness {
-            kubeconfig: cluster.kubeconfig.clone(),
+            kubeconfig: kubeconfig.to_owned(),
             node,
-            _edge: edge,
+            stop,
+            renewing: Some(renewing),
         }
     }
 }
 
 impl Drop for Witness {
     fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(renewing) = self.renewing.take() {
+            let _ = renewing.join();
+        }
         let _ = kubectl(
             &self.kubeconfig,
             &["delete", "node", &self.node, "--wait=false"],
+        );
+        let _ = kubectl(
+            &self.kubeconfig,
+            &[
+                "delete",
+                "lease",
+                &self.node,
+                "-n",
+                "kube-node-lease",
+                "--wait=false",
+            ],
         );
     }
 }
@@ -2933,8 +3013,8 @@ spec:
 /// while the window's pods are not evicted and their containers keep
 /// running at the edge (containerd, through CRI).
 ///
-/// The edge node is alone in a zone of its own and a second edge node
-/// stays Ready meanwhile: the node lifecycle controller stops tainting a
+/// The edge node is alone in a zone of its own and a witness Node
+/// stays Ready meanwhile ([`Witness`]): the node lifecycle controller stops tainting a
 /// zone whose nodes are mostly NotReady, and every zone while none is
 /// Ready (its "master disruption mode"), which the other tests' nodes on
 /// a shared API server would otherwise decide.
@@ -3013,7 +3093,7 @@ fn a_node_offline_past_the_default_toleration_keeps_its_pods() {
     let (ok, out) = kubectl(&kc, &["create", "-f", &file.to_string_lossy()]);
     assert!(ok, "{out}");
     cluster.start_edge();
-    let _witness = Witness::start(&cluster, "offline-witness");
+    let _witness = Witness::start(&cluster.kubeconfig, "offline-witness");
     let window: BTreeMap<String, Value> = [
         (
             "node.kubernetes.io/not-ready".to_owned(),
