@@ -36,6 +36,7 @@ use hub::certs::CloudCa;
 use serde_json::{Value, json};
 use transports::testing::free_address;
 
+use crate::hub_bench::ChildGuard;
 use crate::report::Report;
 
 /// How long any one wait may take.
@@ -172,25 +173,18 @@ impl Cloudcore {
     /// Starts `count` simulated nodes (`node-<first>`...), linked once
     /// all are connected.
     #[cfg(feature = "cli")]
-    fn nodes(&self, first: usize, count: usize) -> Result<NodesChild> {
+    fn nodes(&self, first: usize, count: usize) -> Result<ChildGuard> {
         let identities = self.data.join(format!("identities-{first}"));
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&identities)?);
-        let mut put = |bytes: &[u8]| -> std::io::Result<()> {
-            out.write_all(&(bytes.len() as u32).to_be_bytes())?;
-            out.write_all(bytes)
-        };
-        put(self.ca.root().as_ref())?;
-        for i in first..first + count {
-            let (chain, key) = self.ca.issue_client(
-                &crate::hub_bench::node_name(i),
-                hub::certs::NODES_GROUP,
-                Duration::from_secs(24 * 3600),
-            )?;
-            put(chain[0].as_ref())?;
-            put(key.secret_der())?;
-        }
-        out.flush()?;
-        drop(out);
+        let issued = (first..first + count)
+            .map(|i| {
+                self.ca.issue_client(
+                    &crate::hub_bench::node_name(i),
+                    hub::certs::NODES_GROUP,
+                    Duration::from_secs(24 * 3600),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::hub_bench::write_identity_file(&identities, &self.ca.root(), &issued)?;
         let child = Command::new(std::env::current_exe()?)
             .args(["__hub-nodes", "--kind", "ws", "--dialect", "native"])
             .args(["--address", &self.hub, "--nodes", &count.to_string()])
@@ -200,7 +194,7 @@ impl Cloudcore {
             .stdout(Stdio::null())
             .spawn()
             .context("spawn the simulated nodes")?;
-        let nodes = NodesChild(child);
+        let nodes = ChildGuard(child);
         let deadline = Instant::now() + WAIT;
         while self.metric("edgehive_cloudhub_nodes_connected")? < count as f64 {
             if Instant::now() > deadline {
@@ -209,16 +203,6 @@ impl Cloudcore {
             std::thread::sleep(Duration::from_millis(200));
         }
         Ok(nodes)
-    }
-}
-
-/// The simulated nodes' process, killed when dropped.
-struct NodesChild(Child);
-
-impl Drop for NodesChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -253,7 +237,7 @@ fn http(address: &str, method: &str, path: &str, body: Option<&[u8]>) -> Result<
 /// skipped).
 pub fn run(quick: bool, report: &mut Report) -> Result<()> {
     embedded(if quick { 300 } else { 3_000 }, report)?;
-    let Some(kubeconfig) = std::env::var("EDGEHIVE_TEST_KUBECONFIG")
+    let Some(kubeconfig) = std::env::var(crate::controller_bench::KUBECONFIG_ENV)
         .ok()
         .filter(|path| !path.is_empty())
     else {
@@ -263,14 +247,7 @@ pub fn run(quick: bool, report: &mut Report) -> Result<()> {
         return Ok(());
     };
     let kubeconfig = PathBuf::from(kubeconfig);
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let id = format!(
-        "edgehive-bench-mem-{}-{}",
-        std::process::id(),
-        since_epoch.as_secs()
-    );
+    let id = crate::controller_bench::kubernetes::run_id("edgehive-bench-mem");
     let pods = if quick { 100 } else { 1_000 };
     actix::System::new().block_on(async {
         let client = crate::controller_bench::kubernetes::client(&kubeconfig).await?;
@@ -396,19 +373,19 @@ pub mod kubernetes {
     use std::path::Path;
 
     use anyhow::{Result, bail};
-    use futures_util::StreamExt;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Node, Pod};
-    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use kube::api::{Api, DeleteParams, ListParams, PostParams};
     use serde_json::json;
 
     use super::Cloudcore;
+    use crate::controller_bench::kubernetes::{create_all, gone_now, patch_all};
+    use crate::controller_bench::stock_pod;
     use crate::hub_bench::node_name;
     use crate::report::Report;
 
     /// The simulated nodes' numbers here, apart from other scenarios'.
     const FIRST_NODE: usize = 60_000;
-    const IN_FLIGHT: usize = 16;
     /// Rounds of the churn.
     const ROUNDS: usize = 10;
 
@@ -416,7 +393,8 @@ pub mod kubernetes {
     /// offline tolerations already a day long (so cloudcore writes
     /// nothing back).
     fn pod(name: &str, namespace: &str, node: &str) -> Result<Pod> {
-        let tolerations: Vec<_> = [
+        let mut pod = stock_pod(name, namespace, node);
+        pod["spec"]["tolerations"] = [
             "node.kubernetes.io/not-ready",
             "node.kubernetes.io/unreachable",
         ]
@@ -426,29 +404,7 @@ pub mod kubernetes {
                        "tolerationSeconds": 86400})
         })
         .collect();
-        Ok(serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": {"app": "edgehive-bench"}},
-            "spec": {
-                "nodeName": node,
-                "containers": [{"name": "main", "image": "127.0.0.1:5000/busybox:latest"}],
-                "tolerations": tolerations,
-            },
-        }))?)
-    }
-
-    async fn each<T, F, Fut>(items: Vec<T>, call: F) -> Result<()>
-    where
-        F: Fn(T) -> Fut,
-        Fut: std::future::Future<Output = Result<(), kube::Error>>,
-    {
-        let mut done =
-            futures_util::stream::iter(items.into_iter().map(call)).buffer_unordered(IN_FLIGHT);
-        while let Some(outcome) = done.next().await {
-            outcome?;
-        }
-        Ok(())
+        Ok(serde_json::from_value(pod)?)
     }
 
     async fn create_pods(
@@ -460,35 +416,36 @@ pub mod kubernetes {
             .iter()
             .map(|(name, node)| pod(name, namespace, node))
             .collect::<Result<Vec<_>>>()?;
-        each(pods, |pod| {
+        create_all(pods, |pod| {
             let api = api.clone();
             async move { api.create(&PostParams::default(), &pod).await.map(drop) }
         })
         .await
+        .map(drop)
     }
 
     async fn patch_pods(api: &Api<Pod>, names: &[(String, String)], round: usize) -> Result<()> {
-        let patch = Patch::Merge(json!({"metadata": {"labels": {"round": round.to_string()}}}));
-        each(names.to_vec(), |(name, _)| {
-            let (api, patch) = (api.clone(), patch.clone());
-            async move {
-                api.patch(&name, &PatchParams::default(), &patch)
-                    .await
-                    .map(drop)
-            }
-        })
-        .await
+        let names: Vec<String> = names.iter().map(|(name, _)| name.clone()).collect();
+        patch_all(api, &names, &round.to_string()).await.map(drop)
     }
 
-    fn gone_now() -> DeleteParams {
-        DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        }
+    /// Every pod of `api`'s namespace, gone at once.
+    async fn delete_all(api: &Api<Pod>) -> Result<()> {
+        api.delete_collection(&gone_now(), &ListParams::default())
+            .await?;
+        Ok(())
     }
 
-    /// Waits for `cloud` to have `expected` more acknowledgements.
-    async fn acked(cloud: &Cloudcore, before: f64, expected: usize, what: &str) -> Result<()> {
+    /// Runs `step` and waits until `cloud` has `expected` more
+    /// acknowledgements than before it.
+    async fn acked_after(
+        cloud: &Cloudcore,
+        expected: usize,
+        what: &str,
+        step: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
+        let before = cloud.acked()?;
+        step.await?;
         cloud.wait_acked(before + expected as f64, what).await
     }
 
@@ -529,9 +486,13 @@ pub mod kubernetes {
         let names: Vec<(String, String)> = (0..pods)
             .map(|i| (format!("m-{i:05}"), node.clone()))
             .collect();
-        let before = cloud.acked()?;
-        create_pods(&api, &names, &namespace).await?;
-        acked(&cloud, before, pods, "the pods").await?;
+        acked_after(
+            &cloud,
+            pods,
+            "the pods",
+            create_pods(&api, &names, &namespace),
+        )
+        .await?;
         let held = cloud.settled_rss()?;
         let json_bytes: usize = api
             .list(&ListParams::default())
@@ -540,30 +501,30 @@ pub mod kubernetes {
             .iter()
             .map(|pod| serde_json::to_vec(pod).map(|bytes| bytes.len()))
             .sum::<Result<_, _>>()?;
-        let before = cloud.acked()?;
-        patch_pods(&api, &names, 0).await?;
-        acked(&cloud, before, pods, "the patches").await?;
+        acked_after(&cloud, pods, "the patches", patch_pods(&api, &names, 0)).await?;
         let updated = cloud.settled_rss()?;
-        let before = cloud.acked()?;
-        api.delete_collection(&gone_now(), &ListParams::default())
-            .await?;
-        acked(&cloud, before, pods, "the deletions").await?;
+        acked_after(&cloud, pods, "the deletions", delete_all(&api)).await?;
 
         let mut after_round = Vec::new();
         for round in 0..ROUNDS {
             let names: Vec<(String, String)> = (0..pods)
                 .map(|i| (format!("r{round}-{i:05}"), node.clone()))
                 .collect();
-            let before = cloud.acked()?;
-            create_pods(&api, &names, &namespace).await?;
-            acked(&cloud, before, pods, "a round's pods").await?;
-            let before = cloud.acked()?;
-            patch_pods(&api, &names, round).await?;
-            acked(&cloud, before, pods, "a round's patches").await?;
-            let before = cloud.acked()?;
-            api.delete_collection(&gone_now(), &ListParams::default())
-                .await?;
-            acked(&cloud, before, pods, "a round's deletions").await?;
+            acked_after(
+                &cloud,
+                pods,
+                "a round's pods",
+                create_pods(&api, &names, &namespace),
+            )
+            .await?;
+            acked_after(
+                &cloud,
+                pods,
+                "a round's patches",
+                patch_pods(&api, &names, round),
+            )
+            .await?;
+            acked_after(&cloud, pods, "a round's deletions", delete_all(&api)).await?;
             after_round.push(cloud.settled_rss()?);
             eprintln!(
                 "cloudcore/k8s: churn round {round}: RSS {:.1} MiB",
@@ -580,9 +541,13 @@ pub mod kubernetes {
         let names: Vec<(String, String)> = (0..nodes * 10)
             .map(|i| (format!("n-{i:05}"), node_name(FIRST_NODE + 1 + i % nodes)))
             .collect();
-        let before = cloud.acked()?;
-        create_pods(&api, &names, &namespace).await?;
-        acked(&cloud, before, names.len(), "the pods on 1,000 nodes").await?;
+        acked_after(
+            &cloud,
+            names.len(),
+            "the pods on 1,000 nodes",
+            create_pods(&api, &names, &namespace),
+        )
+        .await?;
         let nodes_held = cloud.settled_rss()?;
         drop(cloud);
 
@@ -636,10 +601,7 @@ pub mod kubernetes {
         let namespace = format!("{id}-mem");
         let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         let mut failures = Vec::new();
-        if let Err(err) = api
-            .delete_collection(&gone_now(), &ListParams::default())
-            .await
-        {
+        if let Err(err) = delete_all(&api).await {
             failures.push(format!("pods: {err}"));
         }
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());

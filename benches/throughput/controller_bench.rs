@@ -52,9 +52,8 @@
 //! what the cloud and the edge log meanwhile.
 
 use std::future::Future;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,11 +69,12 @@ use transports::tls::{self, DevPki};
 use transports::{DialOptions, ListenOptions, TransportKind};
 
 use crate::Scale;
+use crate::hub_bench::{ChildGuard, node_name as sim_node, write_identities};
 use crate::report::{Report, median};
 
 /// The environment variable naming the Kubernetes scenario's kubeconfig:
 /// the same as the gated test suite's.
-const KUBECONFIG_ENV: &str = "EDGEHIVE_TEST_KUBECONFIG";
+pub(crate) const KUBECONFIG_ENV: &str = "EDGEHIVE_TEST_KUBECONFIG";
 /// The embedded scenario's edge.
 const NODE: &str = "bench-edge";
 /// How long any one wait may take before the run fails.
@@ -277,7 +277,7 @@ fn pod(name: &str, namespace: &str, node: &str, configmap: Option<&str>) -> Valu
 
 /// A pod as a user writes it: bound to `node`, its service account token
 /// mounted as admission adds it.
-fn stock_pod(name: &str, namespace: &str, node: &str) -> Value {
+pub(crate) fn stock_pod(name: &str, namespace: &str, node: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -593,37 +593,6 @@ async fn simulated_nodes(
     Ok(child)
 }
 
-fn sim_node(i: usize) -> String {
-    format!("node-{i:05}")
-}
-
-/// Writes the CA root and one client identity per simulated node, in the
-/// form the hub bench's node process reads (`--identities`).
-fn write_identities(pki: &DevPki, nodes: usize, path: &Path) -> Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut put = |bytes: &[u8]| -> std::io::Result<()> {
-        out.write_all(&(bytes.len() as u32).to_be_bytes())?;
-        out.write_all(bytes)
-    };
-    put(pki.root().as_ref())?;
-    for i in 0..nodes {
-        let (chain, key) = pki.client(&sim_node(i))?;
-        put(chain[0].as_ref())?;
-        put(key.secret_der())?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Scenario 2: one configmap update fanned out to N simulated nodes.
 async fn fan_out(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
     let nodes = sizes.fan_out;
@@ -744,7 +713,7 @@ pub(crate) mod kubernetes {
     }
 
     /// Runs every `create` (`IN_FLIGHT` at a time); how long they took.
-    async fn create_all<T, F, Fut>(objects: Vec<T>, create: F) -> Result<Duration>
+    pub(crate) async fn create_all<T, F, Fut>(objects: Vec<T>, create: F) -> Result<Duration>
     where
         F: Fn(T) -> Fut,
         Fut: Future<Output = Result<(), kube::Error>>,
@@ -767,7 +736,11 @@ pub(crate) mod kubernetes {
 
     /// A label patch of each of `names` (`IN_FLIGHT` at a time); how long
     /// they took.
-    async fn patch_all(api: &Api<Pod>, names: &[String], label: &str) -> Result<Duration> {
+    pub(crate) async fn patch_all(
+        api: &Api<Pod>,
+        names: &[String],
+        label: &str,
+    ) -> Result<Duration> {
         let patch = kube::api::Patch::Merge(json!({"metadata": {"labels": {"round": label}}}));
         create_all(names.to_vec(), |name| {
             let (api, patch) = (api.clone(), patch.clone());
@@ -809,16 +782,18 @@ pub(crate) mod kubernetes {
         Ok(())
     }
 
-    pub async fn run(sizes: Sizes, kubeconfig: &Path, report: &mut Report) -> Result<()> {
-        let client = client(kubeconfig).await?;
+    /// A name unique to this run, for its namespaces and nodes:
+    /// `<prefix>-<pid>-<seconds since the epoch>`.
+    pub(crate) fn run_id(prefix: &str) -> String {
         let since_epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let id = format!(
-            "edgehive-bench-{}-{}",
-            std::process::id(),
-            since_epoch.as_secs()
-        );
+        format!("{prefix}-{}-{}", std::process::id(), since_epoch.as_secs())
+    }
+
+    pub async fn run(sizes: Sizes, kubeconfig: &Path, report: &mut Report) -> Result<()> {
+        let client = client(kubeconfig).await?;
+        let id = run_id("edgehive-bench");
         let outcome = scenario(&client, kubeconfig, &id, sizes, report).await;
         let cleaned = cleanup(&client, &id, sizes.fan_out).await;
         outcome?;
@@ -1177,7 +1152,7 @@ pub(crate) mod kubernetes {
             .collect()
     }
 
-    fn gone_now() -> DeleteParams {
+    pub(crate) fn gone_now() -> DeleteParams {
         DeleteParams {
             grace_period_seconds: Some(0),
             ..DeleteParams::default()
