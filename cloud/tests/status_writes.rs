@@ -67,6 +67,9 @@ impl DesiredState for Stalling {
     fn passes_on(&self, object: &Value) -> bool {
         self.inner.passes_on(object)
     }
+    fn shares_request_budget(&self) -> bool {
+        self.inner.shares_request_budget()
+    }
     fn evicts(&self) -> bool {
         self.inner.evicts()
     }

@@ -118,8 +118,11 @@ pub struct ControllerConfig {
     /// every token is refused (no API server issues them).
     pub token_access: Option<crate::kubelet::review::TokenAccess>,
     /// How status writes (pods', devices', nodes') are paced, off the
-    /// delivery path (see [`status_writer`]).
-    pub status_writes: WriterConfig,
+    /// delivery path (see [`status_writer`]). `None`: as the store needs,
+    /// a kubelet's budget ([`WriterConfig::default`]) where it shares an
+    /// API server's ([`DesiredState::shares_request_budget`]), unpaced
+    /// ([`WriterConfig::unpaced`]) where it is local.
+    pub status_writes: Option<WriterConfig>,
 }
 
 /// Where the controller reads what a node acknowledged: its delivery
@@ -172,7 +175,7 @@ impl Default for ControllerConfig {
             sweep_every: Duration::from_secs(30),
             kubelet_endpoint: None,
             token_access: None,
-            status_writes: WriterConfig::default(),
+            status_writes: None,
         }
     }
 }
@@ -458,7 +461,13 @@ impl EdgeController {
         let status = StatusWrites::start(
             store.clone(),
             hive.clone(),
-            config.status_writes.clone(),
+            config.status_writes.clone().unwrap_or_else(|| {
+                if store.shares_request_budget() {
+                    WriterConfig::default()
+                } else {
+                    WriterConfig::unpaced()
+                }
+            }),
             counts_tx.clone(),
         );
         let (handled_tx, handled) = watch::channel(Handled::new());

@@ -84,6 +84,20 @@ impl Default for WriterConfig {
     }
 }
 
+impl WriterConfig {
+    /// For a local store (the embedded one, etcd): no bucket, only a cap in
+    /// flight, wide enough for the store to batch what arrives together
+    /// into one transaction. Coalescing per object stays.
+    pub fn unpaced() -> Self {
+        WriterConfig {
+            per_second: f64::INFINITY,
+            burst: u32::MAX,
+            in_flight: 256,
+            ..WriterConfig::default()
+        }
+    }
+}
+
 /// What became of a write, as the writer needs to know it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -950,6 +964,30 @@ mod tests {
         assert_eq!(capped.next_wake(t0), None);
         capped.completed(&"a", 0, Outcome::Written, t0);
         assert_eq!(started(&mut capped, t0), [("c", 2)]);
+    }
+
+    #[test]
+    fn unpaced_starts_as_fast_as_writes_land_up_to_the_cap() {
+        let t0 = Instant::now();
+        const OBJECTS: u32 = 1000;
+        let mut writer = StatusWriter::<u32, u32, u32>::new(WriterConfig::unpaced());
+        for key in 0..OBJECTS {
+            writer.submit(key, key, None, 1, t0);
+        }
+        let mut now = t0;
+        let mut written = 0;
+        while !writer.is_idle() {
+            let starts = writer.poll(now);
+            assert_eq!(starts.len(), 256.min(OBJECTS - written) as usize);
+            assert_eq!(writer.next_wake(now), None);
+            for start in starts {
+                writer.completed(&start.key, start.write, Outcome::Written, now);
+                written += 1;
+            }
+            now += Duration::from_micros(1);
+        }
+        assert_eq!(writer.counts().written, 1000);
+        assert_eq!(writer.counts().coalesced, 0);
     }
 
     #[test]

@@ -816,6 +816,10 @@ impl DesiredState for KubernetesStore {
         })
     }
 
+    fn shares_request_budget(&self) -> bool {
+        true
+    }
+
     fn evicts(&self) -> bool {
         true
     }

@@ -230,6 +230,14 @@ pub trait DesiredState: Send + Sync + 'static {
         true
     }
 
+    /// Whether writes here spend an API server's request budget (its
+    /// priority and fairness shares seats among every client of a flow),
+    /// so the controller paces its status writes as a kubelet paces its
+    /// own. A local store takes them as fast as they come.
+    fn shares_request_budget(&self) -> bool {
+        false
+    }
+
     /// Whether something evicts pods from NotReady nodes here (Kubernetes'
     /// taint manager does; the embedded store has nothing that would).
     fn evicts(&self) -> bool {
