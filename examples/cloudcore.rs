@@ -1233,7 +1233,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                 }
                 // One pod decoded at a time: a scrape does not copy them all.
                 let mut phases = Vec::new();
-                let _ = store.for_each(meta::Kind::Pod, &mut |pod| {
+                let _ = store.list_each(meta::Kind::Pod, None, &mut |pod| {
                     phases.push(
                         pod["status"]["phase"]
                             .as_str()

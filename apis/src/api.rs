@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
+use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ListWriter, ObjectKey};
 use crate::selector::LabelSelector;
 
 /// A failed API request; answered as a Kubernetes `Status`.
@@ -106,6 +106,20 @@ pub trait ObjectSource: Send + Sync + 'static {
     /// The objects of `kind` (in `namespace`, or in all), and the resource
     /// version the list is current at.
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError>;
+
+    /// The same objects handed to `visit` one at a time, never gathered
+    /// (a list of thousands is written out as it is read); the resource
+    /// version the list is current at.
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<String, ApiError> {
+        let (items, version) = self.list(kind, namespace)?;
+        items.into_iter().for_each(visit);
+        Ok(version)
+    }
 
     /// Changes to objects of `kind` after `since` (a resource version from
     /// a list), or, without it, every current object as `ADDED` and then
@@ -241,14 +255,17 @@ fn list<S: ObjectSource>(
             .content_type("application/json")
             .streaming(futures_util::StreamExt::map(events, Ok::<_, ApiError>)));
     }
-    let (mut items, version) = source.list(kind, namespace.as_deref())?;
-    if let Some(selector) = selector {
-        items.retain(|item| selector.matches_object(item));
-    }
-    let list = kind
-        .list(items, version)
-        .map_err(|err| ApiError::Unavailable(err.to_string()))?;
-    Ok(HttpResponse::Ok().json(list))
+    // Written item by item: a list of thousands of objects is held as its
+    // JSON only, never as trees.
+    let mut list = ListWriter::new(kind);
+    let version = source.list_each(kind, namespace.as_deref(), &mut |item| {
+        if selector.as_ref().is_none_or(|s| s.matches_object(&item)) {
+            list.push(&item);
+        }
+    })?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(list.finish(&version)))
 }
 
 async fn get_namespaced<S: ObjectSource>(

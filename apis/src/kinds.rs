@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Node, NodeStatus, Pod, PodSpec, PodStatus, Secret, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, WatchEvent};
-use k8s_openapi::{List, Resource};
+use k8s_openapi::{List, ListableResource, Resource};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
@@ -303,6 +303,85 @@ pub const CORE_PREFIX: &str = "/api/v1";
 /// The URL prefix of KubeEdge's device kinds.
 pub const DEVICES_PREFIX: &str = "/apis/devices.kubeedge.io/v1beta1";
 
+/// A Kubernetes list of one kind written as JSON item by item: the same
+/// JSON as [`Kind::list`] gives (each item read as its k8s-openapi type,
+/// one that does not read left out), without the items ever held at once,
+/// as values or as types. The resource version comes last: a source knows
+/// it once it has handed out every item.
+#[derive(Debug)]
+pub struct ListWriter {
+    kind: Kind,
+    out: Vec<u8>,
+    items: usize,
+}
+
+impl ListWriter {
+    /// An empty list of `kind`.
+    pub fn new(kind: Kind) -> ListWriter {
+        // Keys in the order k8s-openapi serializes a List in.
+        let mut out = br#"{"apiVersion":"#.to_vec();
+        let api_version = typed!(kind, T => <T as Resource>::API_VERSION);
+        write_json(&mut out, api_version);
+        out.extend_from_slice(br#","items":["#);
+        ListWriter {
+            kind,
+            out,
+            items: 0,
+        }
+    }
+
+    /// Adds `item`, or leaves it out (with a warning) if it does not read
+    /// as this kind: one unreadable object must not hide the others.
+    pub fn push(&mut self, item: &Value) {
+        let kind = self.kind;
+        let before = self.out.len();
+        if self.items > 0 {
+            self.out.push(b',');
+        }
+        let written = typed!(kind, T => parse::<T>(kind, item).and_then(|typed| {
+            serde_json::to_writer(&mut self.out, &typed).map_err(|err| InvalidObject {
+                kind: kind.name(),
+                reason: err.to_string(),
+            })
+        }));
+        match written {
+            Ok(()) => self.items += 1,
+            Err(err) => {
+                self.out.truncate(before);
+                tracing::warn!(error = %err, "object left out of a list");
+            }
+        }
+    }
+
+    /// The items added so far.
+    pub fn len(&self) -> usize {
+        self.items
+    }
+
+    /// Whether no item was added.
+    pub fn is_empty(&self) -> bool {
+        self.items == 0
+    }
+
+    /// The list's JSON, current at `resource_version`.
+    pub fn finish(mut self, resource_version: &str) -> Vec<u8> {
+        self.out.extend_from_slice(br#"],"kind":"#);
+        let list_kind = typed!(self.kind, T => <T as ListableResource>::LIST_KIND);
+        write_json(&mut self.out, list_kind);
+        self.out
+            .extend_from_slice(br#","metadata":{"resourceVersion":"#);
+        write_json(&mut self.out, resource_version);
+        self.out.extend_from_slice(b"}}");
+        self.out
+    }
+}
+
+/// `text` as a JSON string.
+fn write_json(out: &mut Vec<u8>, text: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, text);
+}
+
 /// What happened to a watched object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -490,6 +569,51 @@ pub use beehive::names::valid_label;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_list_written_item_by_item_is_the_list_of_its_kind() {
+        let cases = [
+            (
+                Kind::ConfigMap,
+                vec![
+                    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}}),
+                    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "b", "namespace": "shop"}}),
+                ],
+            ),
+            (
+                Kind::Pod,
+                vec![
+                    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "web", "namespace": "default"},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+                    // Does not read as a Pod: left out of both.
+                    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "bad"}, "spec": {"containers": 3}}),
+                ],
+            ),
+            (
+                Kind::Device,
+                vec![
+                    serde_json::json!({"apiVersion": "devices.kubeedge.io/v1beta1",
+                    "kind": "Device", "metadata": {"name": "sensor", "namespace": "default"},
+                    "spec": {"nodeName": "n1"}}),
+                ],
+            ),
+            (Kind::Node, vec![]),
+        ];
+        for (kind, items) in cases {
+            let mut writer = ListWriter::new(kind);
+            for item in &items {
+                writer.push(item);
+            }
+            let written: Value =
+                serde_json::from_slice(&writer.finish("42")).expect("the list is JSON");
+            let whole = kind.list(items, "42".to_owned()).expect("list");
+            assert_eq!(written, whole, "{kind}");
+        }
+    }
 
     #[test]
     fn kinds_know_their_names() {

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::api::ApiError;
 use crate::kinds::{Kind, ObjectKey, valid_label, valid_name};
@@ -30,62 +31,116 @@ pub const MAX_FLOW_DEPTH: usize = 64;
 
 /// The objects in `body`, each checked, with namespaces defaulted.
 pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
+    let mut objects = Vec::new();
+    for_each(body, |key, object| {
+        objects.push((key, object));
+        Ok(())
+    })?;
+    Ok(objects)
+}
+
+/// Reads `body` object by object: each is checked (namespace defaulted) and
+/// handed to `take` before the next is parsed, so a caller that keeps them
+/// compactly never holds the manifest as trees all at once (a JSON List's
+/// items are located first and parsed one at a time). The first error,
+/// the manifest's or `take`'s, stops the read; the number of objects read.
+pub fn for_each(
+    body: &[u8],
+    mut take: impl FnMut(ObjectKey, Value) -> Result<(), ApiError>,
+) -> Result<usize, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::BadRequest("the manifest is not UTF-8 text".to_owned()))?;
     check_flow_depth(text)?;
-    let mut documents = Vec::new();
-    for (index, value) in values(text)?.into_iter().enumerate() {
-        match value {
-            Value::Null => {}
-            Value::Object(mut map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
-                // Moved out, not copied: a List of thousands of objects is
-                // held once.
-                let Some(Value::Array(items)) = map.remove("items") else {
-                    return Err(ApiError::Invalid(format!(
-                        "document {}: a List needs items",
-                        index + 1
-                    )));
-                };
-                documents.extend(items);
+    let mut count = 0;
+    let mut each = |object: Value| {
+        count += 1;
+        let (key, object) = check(object).map_err(|reason| match reason {
+            ApiError::Invalid(reason) => ApiError::Invalid(format!("object {count}: {reason}")),
+            other => other,
+        })?;
+        take(key, object)
+    };
+    match json_document(text) {
+        Some(JsonDocument::List(items)) => {
+            for item in items {
+                let object = serde_json::from_str(item.get())
+                    .map_err(|err| ApiError::BadRequest(format!("document 1: {err}")))?;
+                each(object)?;
             }
-            other => documents.push(other),
+        }
+        Some(JsonDocument::Object(object)) => document(0, object, &mut each)?,
+        None => {
+            for (index, read) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+                let object = Value::deserialize(read).map_err(|err| {
+                    ApiError::BadRequest(format!("document {}: {err}", index + 1))
+                })?;
+                document(index, object, &mut each)?;
+            }
         }
     }
-    if documents.is_empty() {
+    if count == 0 {
         return Err(ApiError::BadRequest(
             "the manifest holds no object".to_owned(),
         ));
     }
-    documents
-        .into_iter()
-        .enumerate()
-        .map(|(index, object)| {
-            check(object).map_err(|reason| match reason {
-                ApiError::Invalid(reason) => {
-                    ApiError::Invalid(format!("object {}: {reason}", index + 1))
-                }
-                other => other,
-            })
-        })
-        .collect()
+    Ok(count)
 }
 
-/// The documents of `text`: one JSON value read as JSON (lighter and faster
-/// than through the YAML parser, which holds a document's events whole),
-/// anything else as YAML documents.
-fn values(text: &str) -> Result<Vec<Value>, ApiError> {
-    if text.trim_start().starts_with('{')
-        && let Ok(value) = serde_json::from_str::<Value>(text)
-    {
-        return Ok(vec![value]);
+/// Hands the objects of document `index` to `each`: none (an empty
+/// document), a List's items, or the document itself.
+fn document(
+    index: usize,
+    object: Value,
+    each: &mut impl FnMut(Value) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
+    match object {
+        Value::Null => Ok(()),
+        Value::Object(mut map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+            // Moved out, not copied: a List of thousands of objects is
+            // held once.
+            let Some(Value::Array(items)) = map.remove("items") else {
+                return Err(ApiError::Invalid(format!(
+                    "document {}: a List needs items",
+                    index + 1
+                )));
+            };
+            items.into_iter().try_for_each(each)
+        }
+        other => each(other),
     }
-    serde_yaml_ng::Deserializer::from_str(text)
-        .enumerate()
-        .map(|(index, document)| {
-            Value::deserialize(document)
-                .map_err(|err| ApiError::BadRequest(format!("document {}: {err}", index + 1)))
-        })
-        .collect()
+}
+
+/// One JSON value, read as JSON (lighter and faster than through the YAML
+/// parser, which holds a document's events whole).
+enum JsonDocument<'a> {
+    /// A `List`: where each item's text is, none of them parsed yet.
+    List(Vec<&'a RawValue>),
+    Object(Value),
+}
+
+/// The top of a JSON document, its items located but not parsed.
+#[derive(Deserialize)]
+struct JsonTop<'a> {
+    #[serde(default, borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    items: Option<&'a RawValue>,
+}
+
+/// `text` as one JSON value, or `None` if it is not one (it is then read
+/// as YAML, whose error says what is wrong).
+fn json_document(text: &str) -> Option<JsonDocument<'_>> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let top: JsonTop<'_> = serde_json::from_str(text).ok()?;
+    if top.kind.as_deref() == Some("List")
+        && let Some(items) = top.items
+        && let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(items.get())
+    {
+        return Some(JsonDocument::List(items));
+    }
+    serde_json::from_str(text).ok().map(JsonDocument::Object)
 }
 
 /// Refuses flow collections nested deeper than [`MAX_FLOW_DEPTH`], before
@@ -279,6 +334,43 @@ mod tests {
             parse(json).expect("parse")[0].0.to_string(),
             "secrets/default/s"
         );
+    }
+
+    #[test]
+    fn a_json_list_is_read_item_by_item_and_stops_at_the_first_refusal() {
+        let cm = |name: &str| {
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#)
+        };
+        // Items before kind, as kubectl prints a List.
+        let json = format!(
+            r#"{{"apiVersion":"v1","items":[{},{},{}],"kind":"List","metadata":{{}}}}"#,
+            cm("a"),
+            cm("b"),
+            cm("c")
+        );
+        let mut seen = Vec::new();
+        let err = for_each(json.as_bytes(), |key, _| {
+            seen.push(key.name.clone());
+            match key.name.as_str() {
+                "b" => Err(ApiError::Conflict("stop here".to_owned())),
+                _ => Ok(()),
+            }
+        })
+        .expect_err("stopped");
+        assert!(err.to_string().contains("stop here"), "{err}");
+        assert_eq!(seen, ["a", "b"]);
+        assert_eq!(for_each(json.as_bytes(), |_, _| Ok(())).expect("read"), 3);
+
+        let bad = format!(
+            r#"{{"kind":"List","items":[{},{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"x"}}}}]}}"#,
+            cm("a")
+        );
+        let err = parse(bad.as_bytes()).expect_err("refused").to_string();
+        assert!(err.contains("object 2"), "{err}");
+        let err = parse(br#"{"kind":"List","items":null}"#)
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("a List needs items"), "{err}");
     }
 
     /// Found while fuzzing: deep flow nesting made the YAML scanner's

@@ -40,6 +40,7 @@ mod test_rng;
 pub use admin::{AdminApi, AdminApiHandle, AdminClient};
 pub use applications::{ApplicationCenter, CenterConfig, CenterCounts, CenterHandle};
 pub use controller::{
-    Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController, NodeHolders,
+    Admitted, Applied, ControllerConfig, ControllerCounts, ControllerHandle, EdgeController,
+    NodeHolders,
 };
 pub use desired::{DesiredError, DesiredState, EmbeddedStore};

@@ -291,6 +291,19 @@ impl ObjectSource for DesiredObjects {
             .map_err(|err| ApiError::Unavailable(err.to_string()))?;
         Ok((items, revision.to_string()))
     }
+
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<String, ApiError> {
+        let revision = self
+            .0
+            .list_each(kind, namespace, visit)
+            .map_err(|err| ApiError::Unavailable(err.to_string()))?;
+        Ok(revision.to_string())
+    }
 }
 
 fn result(key: &ObjectKey, result: &str) -> ObjectResult {
@@ -306,10 +319,15 @@ async fn apply(
     controller: web::Data<ControllerHandle>,
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let objects = manifest::parse(&body)?;
-    let applied = controller
-        .apply(objects.into_iter().map(|(_, object)| object).collect())
-        .await?;
+    // Each object packed as it is read: a manifest of thousands is never
+    // held as trees all at once.
+    let mut admitted = Vec::new();
+    manifest::for_each(&body, |key, object| {
+        admitted.push(controller.admit(key, object)?);
+        Ok(())
+    })?;
+    drop(body);
+    let applied = controller.apply_admitted(admitted).await?;
     let results = applied
         .iter()
         .map(|(key, applied)| result(key, applied.verb()))
@@ -321,9 +339,15 @@ async fn delete_manifest(
     controller: web::Data<ControllerHandle>,
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let objects = manifest::parse(&body)?;
-    let mut results = Vec::with_capacity(objects.len());
-    for (key, _) in objects {
+    // Only the keys are kept: a manifest of thousands is not held as trees.
+    let mut keys = Vec::new();
+    manifest::for_each(&body, |key, _| {
+        keys.push(key);
+        Ok(())
+    })?;
+    drop(body);
+    let mut results = Vec::with_capacity(keys.len());
+    for key in keys {
         let deleted = controller.delete(key.clone()).await?;
         results.push(result(
             &key,

@@ -292,6 +292,14 @@ pub struct ControllerHandle {
     pub counts: watch::Receiver<ControllerCounts>,
 }
 
+/// An object checked for an apply, packed until it is written
+/// ([`ControllerHandle::admit`]).
+#[derive(Debug)]
+pub struct Admitted {
+    key: ObjectKey,
+    packed: Packed,
+}
+
 /// How often an apply writes a spec again over a status written meanwhile.
 const APPLY_ATTEMPTS: usize = 5;
 
@@ -316,26 +324,40 @@ impl ControllerHandle {
     /// against its kind and against what is stored; if one fails, none is
     /// applied.
     pub async fn apply(&self, objects: Vec<Value>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
-        // Checked one by one and kept packed until written: thousands of
-        // objects in one manifest are not held as trees twice over.
-        let mut checked = Vec::with_capacity(objects.len());
+        let mut admitted = Vec::with_capacity(objects.len());
         for object in objects {
             let (key, object) = manifest::check(object)?;
-            let stored = self.store.get(&key).map_err(refused)?;
-            if key.kind.bound_to_node()
-                && let Some(bound) = stored.as_ref().and_then(node_name)
-                && node_name(&object).as_deref() != Some(bound.as_str())
-            {
-                return Err(ApiError::Invalid(format!(
-                    "{key}: spec.nodeName is immutable once set (bound to {bound})"
-                )));
-            }
-            let packed = Packed::pack(&object).map_err(refused)?;
-            checked.push((key, packed));
+            admitted.push(self.admit(key, object)?);
         }
+        self.apply_admitted(admitted).await
+    }
+
+    /// Checks `object` (at `key`, as [`manifest::check`] gave it) against
+    /// what is stored, and packs it until it is written: thousands of
+    /// objects in one manifest are not held as trees while they wait.
+    pub fn admit(&self, key: ObjectKey, object: Value) -> Result<Admitted, ApiError> {
+        let stored = self.store.get(&key).map_err(refused)?;
+        if key.kind.bound_to_node()
+            && let Some(bound) = stored.as_ref().and_then(node_name)
+            && node_name(&object).as_deref() != Some(bound.as_str())
+        {
+            return Err(ApiError::Invalid(format!(
+                "{key}: spec.nodeName is immutable once set (bound to {bound})"
+            )));
+        }
+        let packed = Packed::pack(&object).map_err(refused)?;
+        Ok(Admitted { key, packed })
+    }
+
+    /// [`apply`](Self::apply) of objects already admitted: all of them, or
+    /// none if one was refused on the way (the first refusal).
+    pub async fn apply_admitted(
+        &self,
+        checked: Vec<Admitted>,
+    ) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
         let mut applied = Vec::with_capacity(checked.len());
         let mut written = Vec::new();
-        for (key, packed) in checked {
+        for Admitted { key, packed } in checked {
             let mut object = packed.unpack().map_err(refused)?;
             let stored = match self.store.get(&key).map_err(refused)? {
                 None => {

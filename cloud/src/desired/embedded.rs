@@ -147,6 +147,17 @@ impl DesiredState for EmbeddedStore {
     }
 
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        let mut objects = Vec::new();
+        let revision = self.list_each(kind, namespace, &mut |object| objects.push(object))?;
+        Ok((objects, revision))
+    }
+
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<u64, DesiredError> {
         // One read transaction: the revision and the objects are of the
         // same moment.
         let txn = self.writer.db().begin_read().map_err(backend)?;
@@ -161,15 +172,14 @@ impl DesiredState for EmbeddedStore {
             Some(namespace) => format!("{}/{namespace}/", kind.plural()),
             None => format!("{}/", kind.plural()),
         };
-        let mut objects = Vec::new();
         for entry in table.range(prefix.as_str()..).map_err(backend)? {
             let (key, value) = entry.map_err(backend)?;
             if !key.value().starts_with(&prefix) {
                 break;
             }
-            objects.push(decode(key.value(), value.value())?);
+            visit(decode(key.value(), value.value())?);
         }
-        Ok((objects, revision))
+        Ok(revision)
     }
 
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {

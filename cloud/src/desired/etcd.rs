@@ -463,6 +463,17 @@ impl DesiredState for EtcdStore {
     }
 
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        let mut objects = Vec::new();
+        let revision = self.list_each(kind, namespace, &mut |object| objects.push(object))?;
+        Ok((objects, revision))
+    }
+
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<u64, DesiredError> {
         let (packed, revision) = {
             let objects = self.mirror.objects();
             let packed: Vec<Packed> = objects
@@ -476,24 +487,11 @@ impl DesiredState for EtcdStore {
                 .collect();
             (packed, self.mirror.revision())
         };
-        let listed = packed
-            .iter()
-            .map(Packed::unpack)
-            .collect::<Result<_, _>>()?;
-        Ok((listed, revision))
-    }
-
-    fn for_each(&self, kind: Kind, visit: &mut dyn FnMut(&Value)) -> Result<(), DesiredError> {
-        let packed: Vec<Packed> = self
-            .mirror
-            .objects()
-            .get(&kind)
-            .map(|of_kind| of_kind.values().cloned().collect())
-            .unwrap_or_default();
+        // Decoded one at a time, once the mirror is no longer locked.
         for object in packed {
-            visit(&object.unpack()?);
+            visit(object.unpack()?);
         }
-        Ok(())
+        Ok(revision)
     }
 
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {

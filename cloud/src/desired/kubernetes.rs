@@ -687,6 +687,17 @@ impl DesiredState for KubernetesStore {
     }
 
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        let mut objects = Vec::new();
+        let revision = self.list_each(kind, namespace, &mut |object| objects.push(object))?;
+        Ok((objects, revision))
+    }
+
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<u64, DesiredError> {
         let caches = self.mirror.caches();
         let Some(cache) = caches.get(&kind).filter(|cache| cache.synced) else {
             return Err(DesiredError::Backend(format!(
@@ -701,26 +712,12 @@ impl DesiredState for KubernetesStore {
             .filter(|(key, _)| namespace.is_none_or(|ns| !kind.namespaced() || key.namespace == ns))
             .map(|(_, object)| object.clone())
             .collect();
-        // Decoded once the cache is no longer locked.
+        // Decoded one at a time, once the cache is no longer locked.
         drop(caches);
-        let objects = packed
-            .iter()
-            .map(Packed::unpack)
-            .collect::<Result<_, _>>()?;
-        Ok((objects, revision))
-    }
-
-    fn for_each(&self, kind: Kind, visit: &mut dyn FnMut(&Value)) -> Result<(), DesiredError> {
-        let packed: Vec<Packed> = self
-            .mirror
-            .caches()
-            .get(&kind)
-            .map(|cache| cache.objects.values().cloned().collect())
-            .unwrap_or_default();
         for object in packed {
-            visit(&object.unpack()?);
+            visit(object.unpack()?);
         }
-        Ok(())
+        Ok(revision)
     }
 
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {

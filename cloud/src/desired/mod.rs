@@ -165,14 +165,19 @@ pub trait DesiredState: Send + Sync + 'static {
     /// the list is current at (a watch from it misses nothing).
     fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError>;
 
-    /// Hands every object of `kind` to `visit`, one at a time, without
-    /// gathering them all first (for counting: a backend that keeps its
-    /// objects packed decodes one at a time).
-    fn for_each(&self, kind: Kind, visit: &mut dyn FnMut(&Value)) -> Result<(), DesiredError> {
-        for object in self.list(kind, None)?.0 {
-            visit(&object);
-        }
-        Ok(())
+    /// The same objects as [`list`](Self::list), handed to `visit` one at
+    /// a time without gathering them first (a backend that keeps them
+    /// packed, or on disk, decodes one at a time); the revision the list
+    /// is current at.
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<u64, DesiredError> {
+        let (objects, revision) = self.list(kind, namespace)?;
+        objects.into_iter().for_each(visit);
+        Ok(revision)
     }
 
     /// Every change of `kind` after revision `since`, in order; fails with
