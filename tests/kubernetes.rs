@@ -3348,3 +3348,99 @@ fn a_node_offline_past_the_default_toleration_keeps_its_pods() {
             .then_some(())
     });
 }
+
+/// The value of the metric line of cloudcore's `/metrics` that starts with
+/// `series` (its name and labels), 0 if it has none.
+fn metric_value(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse::<f64>().ok())
+        .map_or(0, |value| value as u64)
+}
+
+/// Nodes made for a test, removed when it ends (also when it fails).
+struct BareNodes {
+    kubeconfig: String,
+    names: Vec<String>,
+}
+
+impl Drop for BareNodes {
+    fn drop(&mut self) {
+        let mut args = vec!["delete", "node", "--ignore-not-found", "--wait=false"];
+        args.extend(self.names.iter().map(String::as_str));
+        let _ = kubectl(&self.kubeconfig, &args);
+    }
+}
+
+/// A pod bound to a node before the node is an edge node (before it has a
+/// Node at all) reaches the edge once the node links: cloudcore's pod watch
+/// leaves out pods of nodes that are not edge nodes, noting their nodes,
+/// and lists again when one of those becomes an edge node. Edge nodes that
+/// join with nothing bound to them make no list of every pod (a thousand
+/// nodes joining had made some 650).
+#[test]
+fn a_pod_bound_before_its_node_joined_reaches_it_and_bare_joins_list_nothing() {
+    let test = "a_pod_bound_before_its_node_joined_reaches_it_and_bare_joins_list_nothing";
+    let Some(kubeconfig) = kubeconfig(test) else {
+        return;
+    };
+    const LIST_PODS: &str = r#"edgehive_apiserver_requests_total{verb="list",resource="pods"}"#;
+    let mut cluster = Cluster::prepare(kubeconfig, "eh-early", "native", false, &[], &[]);
+    cluster.apply(&web(&cluster.node));
+    until("the pod in the API server", || {
+        get(
+            &cluster.kubeconfig,
+            &["get", "pod", "web", "-n", &cluster.namespace],
+        )
+    });
+    cluster.start_edge();
+    until("the pod bound before its node joined, at the edge", || {
+        cluster.held_pods().contains_key("web").then_some(())
+    });
+
+    // Edge nodes with nothing bound to them join.
+    const BARE: usize = 12;
+    let bare = BareNodes {
+        kubeconfig: cluster.kubeconfig.clone(),
+        names: (0..BARE)
+            .map(|i| format!("{}-bare-{i}", cluster.node))
+            .collect(),
+    };
+    let before = metric_value(&cluster.cloud_metrics(), LIST_PODS);
+    for name in &bare.names {
+        let node = format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    node-role.kubernetes.io/edge: \"\"\n"
+        );
+        cluster.apply(&node);
+    }
+    until("the bare nodes in cloudcore's view", || {
+        let nodes = get(
+            &cluster.kubeconfig,
+            &["get", "nodes", "-l", "node-role.kubernetes.io/edge"],
+        )?;
+        let names: BTreeSet<&str> = nodes["items"]
+            .as_array()?
+            .iter()
+            .filter_map(|node| node["metadata"]["name"].as_str())
+            .collect();
+        bare.names
+            .iter()
+            .all(|name| names.contains(name.as_str()))
+            .then_some(())
+    });
+    // A pod for the linked node after them: once it is at the edge, the
+    // pod watch has run past the joins.
+    cluster.apply(&web(&cluster.node).replace("name: web\n", "name: web-after\n"));
+    until("a pod created after the joins, at the edge", || {
+        cluster.held_pods().contains_key("web-after").then_some(())
+    });
+    let after = metric_value(&cluster.cloud_metrics(), LIST_PODS);
+    println!("{test}: lists of pods {before} before {BARE} bare joins, {after} after");
+    // Other tests' nodes may join meanwhile with pods bound to them: a few
+    // lists are theirs; one per bare join would be ours.
+    assert!(
+        after - before < BARE as u64 / 2,
+        "{BARE} bare joins listed pods {} times",
+        after - before
+    );
+}

@@ -300,6 +300,9 @@ pub struct Admitted {
     packed: Packed,
 }
 
+/// Node Lease renewals in flight at most (as many as status writes).
+const LEASES_IN_FLIGHT: usize = 8;
+
 /// How often an apply writes a spec again over a status written meanwhile.
 const APPLY_ATTEMPTS: usize = 5;
 
@@ -806,13 +809,20 @@ impl Controller {
     /// from the list's revision; on failure, tried again on the next tick
     /// (until then nothing is withdrawn from nodes).
     async fn list_and_watch(&mut self, kind: Kind) {
-        let listed = self.store.list(kind, None).and_then(|(objects, revision)| {
-            let watch = self.store.watch(kind, revision)?;
-            Ok((objects, revision, watch))
-        });
+        // Object by object into the reconciler: a relist of thousands of
+        // pods (a watch that fell behind) is never decoded all at once.
+        let mut listing = self.reconciler.start_listing(kind);
+        let (reconciler, store) = (&mut self.reconciler, &self.store);
+        let listed = store
+            .list_each(kind, None, &mut |object| {
+                reconciler.list_item(&mut listing, object, store)
+            })
+            .and_then(|revision| Ok((revision, self.store.watch(kind, revision)?)));
         match listed {
-            Ok((objects, revision, watch)) => {
-                let actions = self.reconciler.listed(kind, objects, revision, &self.store);
+            Ok((revision, watch)) => {
+                let actions = self
+                    .reconciler
+                    .finish_listing(listing, revision, &self.store);
                 self.act(actions).await;
                 self.watches.streams.retain(|(k, _)| *k != kind);
                 self.watches.streams.push((kind, watch));
@@ -825,7 +835,9 @@ impl Controller {
                 }
             }
             Err(err) => {
-                warn!(kind = kind.name(), error = %err, "desired state not listed; trying again")
+                warn!(kind = kind.name(), error = %err, "desired state not listed; trying again");
+                let actions = self.reconciler.abandon_listing(listing);
+                self.act(actions).await;
             }
         }
     }
@@ -892,11 +904,18 @@ impl Controller {
             self.config.lease_duration,
         );
         actix::spawn(async move {
-            let renewals = nodes.iter().map(|node| store.renew_lease(node, duration));
-            for (node, renewed) in nodes
-                .iter()
-                .zip(futures_util::future::join_all(renewals).await)
-            {
+            // A few at a time: kube's client speaks HTTP/1.1, so every
+            // renewal in flight is a connection of its own, and a round
+            // of 1,000 at once opened 1,000 TLS connections to the API
+            // server and kept them in the pool (some 40 MB of cloudcore's
+            // heap at 1,000 nodes, and a peak three times that).
+            let mut renewals = futures_util::stream::iter(nodes)
+                .map(|node| {
+                    let renewed = store.renew_lease(&node, duration);
+                    async move { (node, renewed.await) }
+                })
+                .buffer_unordered(LEASES_IN_FLIGHT);
+            while let Some((node, renewed)) = renewals.next().await {
                 match renewed {
                     Ok(()) => counts.send_modify(|c| c.leases_renewed += 1),
                     Err(err) => warn!(%node, error = %err, "node lease not renewed"),

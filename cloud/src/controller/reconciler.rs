@@ -104,6 +104,18 @@ pub enum NodeDialect {
     KubeEdge,
 }
 
+/// A full list of one kind under way ([`Reconciler::start_listing`]).
+#[derive(Debug)]
+pub struct Listing {
+    kind: Kind,
+    /// The kind's first list: objects are indexed, nothing is sent.
+    first: bool,
+    /// Every object listed so far.
+    keys: BTreeSet<ObjectKey>,
+    /// What the objects listed so far call for.
+    actions: Vec<Action>,
+}
+
 /// Something for the controller to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -388,7 +400,9 @@ impl Reconciler {
     /// Takes a full list of `kind` at `revision`: on the first, builds the
     /// index (nodes are not connected yet, so nothing is sent); on a later
     /// one (after a watch could not resume), acts on every difference as
-    /// on the watch events it stands for.
+    /// on the watch events it stands for. The same as
+    /// [`start_listing`](Self::start_listing), [`list_item`](Self::list_item)
+    /// of each object and [`finish_listing`](Self::finish_listing).
     pub fn listed(
         &mut self,
         kind: Kind,
@@ -396,13 +410,54 @@ impl Reconciler {
         revision: u64,
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
-        let first = self.loaded.insert(kind);
-        let listed: BTreeSet<ObjectKey> = objects.iter().filter_map(ObjectKey::of).collect();
-        let mut actions = Vec::new();
+        let mut listing = self.start_listing(kind);
+        for object in objects {
+            self.list_item(&mut listing, object, reader);
+        }
+        self.finish_listing(listing, revision, reader)
+    }
+
+    /// A full list of `kind` begins; its objects follow one at a time
+    /// ([`list_item`](Self::list_item)), so a list of thousands is never
+    /// held whole.
+    pub fn start_listing(&self, kind: Kind) -> Listing {
+        Listing {
+            kind,
+            first: !self.loaded.contains(&kind),
+            keys: BTreeSet::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    /// One object of the list under way: indexed on the first list, acted
+    /// on as a change on a later one.
+    pub fn list_item(&mut self, listing: &mut Listing, object: Value, reader: &dyn ObjectReader) {
+        if let Some(key) = ObjectKey::of(&object) {
+            listing.keys.insert(key);
+        }
+        if listing.first {
+            self.index(listing.kind, &object);
+        } else {
+            let actions = self.observe(listing.kind, &WatchEvent::Modified(object), reader);
+            listing.actions.extend(actions);
+        }
+    }
+
+    /// The list is whole, at `revision`: what it did not hold is gone.
+    pub fn finish_listing(
+        &mut self,
+        listing: Listing,
+        revision: u64,
+        reader: &dyn ObjectReader,
+    ) -> Vec<Action> {
+        let Listing {
+            kind,
+            first,
+            keys: listed,
+            mut actions,
+        } = listing;
+        self.loaded.insert(kind);
         if first {
-            for object in &objects {
-                self.index(kind, object);
-            }
             if kind.bound_to_node() {
                 self.assume_held();
             }
@@ -443,9 +498,6 @@ impl Reconciler {
             object["metadata"]["resourceVersion"] = json!(revision.to_string());
             actions.extend(self.observe(kind, &WatchEvent::Deleted(object), reader));
         }
-        for object in objects {
-            actions.extend(self.observe(kind, &WatchEvent::Modified(object), reader));
-        }
         // One message per node and object, the last decided: the batch has
         // one fresh version, so none could supersede another of the same
         // object in it.
@@ -466,6 +518,13 @@ impl Reconciler {
             })
             .map(|(_, action)| action)
             .collect()
+    }
+
+    /// A list that broke off (its source failed part way): what the objects
+    /// listed so far call for, to be carried out all the same (each stands
+    /// for an object as it is); the kind is listed again whole.
+    pub fn abandon_listing(&self, listing: Listing) -> Vec<Action> {
+        listing.actions
     }
 
     /// Indexes an object without sending anything (first list).
@@ -1862,6 +1921,48 @@ mod tests {
         assert_eq!(
             sends(&actions),
             [s("edge-1", Update, "configmap/cm", Of(5))]
+        );
+    }
+
+    #[test]
+    fn a_relist_that_breaks_off_withdraws_nothing_and_the_next_finishes_it() {
+        let mut store = store_of(&[
+            cm("a", 2, "a"),
+            pod("p1", Some("edge-1"), 3, &["a"], "nginx"),
+            pod("p2", Some("edge-1"), 4, &["a"], "nginx"),
+        ]);
+        let mut r = loaded(&store, 4);
+        // While the watch is down: p1 changes, p2 goes, p3 comes.
+        store.insert(
+            key(Kind::Pod, "p1"),
+            pod("p1", Some("edge-1"), 5, &["a"], "nginx:2"),
+        );
+        store.remove(&key(Kind::Pod, "p2"));
+        store.insert(
+            key(Kind::Pod, "p3"),
+            pod("p3", Some("edge-1"), 6, &["a"], "nginx"),
+        );
+        // The list breaks off after its first object: that object's change
+        // is carried out; p2 is not taken for gone on a partial list.
+        let mut listing = r.start_listing(Kind::Pod);
+        let first = of_kind(&store, Kind::Pod).into_iter().next().expect("p1");
+        r.list_item(&mut listing, first, &store);
+        let actions = r.abandon_listing(listing);
+        assert_eq!(sends(&actions), [s("edge-1", Update, "pod/p1", Of(5))]);
+        ack(&mut r, &actions, 0);
+        assert!(r.may_report("edge-1", &key(Kind::Pod, "p2")));
+        // Listed again whole, object by object: the rest.
+        let mut listing = r.start_listing(Kind::Pod);
+        for object in of_kind(&store, Kind::Pod) {
+            r.list_item(&mut listing, object, &store);
+        }
+        let actions = r.finish_listing(listing, 7, &store);
+        assert_eq!(
+            sorted(sends(&actions)),
+            [
+                s("edge-1", Delete, "pod/p2", Of(7)),
+                s("edge-1", Insert, "pod/p3", Of(6)),
+            ]
         );
     }
 

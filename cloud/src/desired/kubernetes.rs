@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
@@ -148,10 +148,15 @@ struct Mirror {
     /// Names of the edge nodes, which pods are filtered by.
     edge_nodes: RwLock<HashSet<String>>,
     /// Counts the times the edge nodes grew: the pod and device watches
-    /// list again when it moves (a new edge node may have objects bound to
-    /// it already). A count, not a notification, so a growth while a watch
-    /// is being set up is not missed.
+    /// list again when it moves and a new edge node has objects bound to
+    /// it already ([`Mirror::passed_over`]). A count, not a notification,
+    /// so a growth while a watch is being set up is not missed.
     edge_nodes_grew: watch::Sender<u64>,
+    /// Per kind bound to nodes: the nodes (not edge nodes when seen) that
+    /// objects left out of the cache were bound to, since the kind's last
+    /// list. Only a new edge node named here makes the kind list again: a
+    /// thousand nodes joining are not a thousand lists of every pod.
+    passed_over: Mutex<HashMap<Kind, HashSet<String>>>,
     synced: Notify,
 }
 
@@ -167,6 +172,47 @@ impl Mirror {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(node)
+    }
+
+    /// [`keeps`](Self::keeps), noting the node of an object left out (for
+    /// [`passed_over`](Self::passed_over)).
+    fn takes_in(&self, kind: Kind, object: &Value) -> bool {
+        let keep = self.keeps(kind, object);
+        if !keep && let Some(node) = super::bound_node(object) {
+            let mut passed_over = self
+                .passed_over
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let nodes = passed_over.entry(kind).or_default();
+            if !nodes.contains(node) {
+                nodes.insert(node.to_owned());
+            }
+        }
+        keep
+    }
+
+    /// Whether an object of `kind` left out since its last list is bound
+    /// to a node that is an edge node now: then the kind lists again.
+    fn passed_over(&self, kind: Kind) -> bool {
+        let passed_over = self
+            .passed_over
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let edge_nodes = self
+            .edge_nodes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        passed_over
+            .get(&kind)
+            .is_some_and(|nodes| nodes.iter().any(|node| edge_nodes.contains(node)))
+    }
+
+    /// A list of `kind` begins: what it leaves out is noted afresh.
+    fn forget_passed_over(&self, kind: Kind) {
+        self.passed_over
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&kind);
     }
 
     fn caches(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Kind, KindCache>> {
@@ -319,6 +365,7 @@ impl KubernetesStore {
             feed: Feed::new(WINDOW, 0),
             edge_nodes: RwLock::new(HashSet::new()),
             edge_nodes_grew: watch::channel(0).0,
+            passed_over: Mutex::new(HashMap::new()),
             synced: Notify::new(),
         });
         let tasks = WATCHED
@@ -442,6 +489,7 @@ async fn list_all(
 ) -> Result<(BTreeMap<ObjectKey, Packed>, u64), DesiredError> {
     let mut objects = BTreeMap::new();
     let mut params = params.clone().limit(500);
+    mirror.forget_passed_over(kind);
     loop {
         let page = api
             .list(&params)
@@ -455,7 +503,7 @@ async fn list_all(
             .unwrap_or(0);
         for item in page.items {
             let object = typed(kind, item)?;
-            if mirror.keeps(kind, &object)
+            if mirror.takes_in(kind, &object)
                 && let Some(key) = ObjectKey::of(&object)
             {
                 objects.insert(key, Packed::pack(&object)?);
@@ -525,7 +573,12 @@ async fn follow(client: Client, mirror: Arc<Mirror>, kind: Kind) {
                 let next = match kind.bound_to_node() {
                     true => tokio::select! {
                         next = stream.try_next() => next,
-                        _ = grew.changed() => break 'watching,
+                        _ = grew.changed() => {
+                            if mirror.passed_over(kind) {
+                                break 'watching;
+                            }
+                            continue;
+                        }
                     },
                     false => stream.try_next().await,
                 };
@@ -639,7 +692,7 @@ fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Opti
             mirror.edge_nodes_grew.send_modify(|grown| *grown += 1);
         }
     }
-    let keep = !deleted && mirror.keeps(kind, &object);
+    let keep = !deleted && mirror.takes_in(kind, &object);
     let packed = match Packed::pack(&object) {
         Ok(packed) => packed,
         Err(err) => {
