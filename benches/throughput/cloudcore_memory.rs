@@ -371,6 +371,7 @@ pub mod kubernetes {
     //! suite's API server.
 
     use std::path::Path;
+    use std::time::{Duration, Instant};
 
     use anyhow::{Result, bail};
     use k8s_openapi::api::coordination::v1::Lease;
@@ -378,7 +379,7 @@ pub mod kubernetes {
     use kube::api::{Api, DeleteParams, ListParams, PostParams};
     use serde_json::json;
 
-    use super::Cloudcore;
+    use super::{Cloudcore, WAIT};
     use crate::controller_bench::kubernetes::{create_all, gone_now, patch_all};
     use crate::controller_bench::stock_pod;
     use crate::hub_bench::node_name;
@@ -388,6 +389,34 @@ pub mod kubernetes {
     const FIRST_NODE: usize = 60_000;
     /// Rounds of the churn.
     const ROUNDS: usize = 10;
+
+    /// Waits until the API server has the Node of each of `count` nodes
+    /// from `first` (cloudcore registers a node when it links): pods are
+    /// bound to nodes that exist, as a scheduler binds them. A pod bound to
+    /// a node that is no edge node yet is left out of cloudcore's watch and
+    /// makes it list every pod again once the node joins.
+    async fn registered(client: &kube::Client, first: usize, count: usize) -> Result<()> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let wanted: std::collections::BTreeSet<String> =
+            (first..first + count).map(node_name).collect();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let listed = nodes.list(&ListParams::default()).await?;
+            let present = listed
+                .items
+                .iter()
+                .filter_map(|node| node.metadata.name.as_ref())
+                .filter(|name| wanted.contains(*name))
+                .count();
+            if present == count {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{present} of {count} nodes registered");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 
     /// A stock pod as cloudcore's admission webhook lets it through: its
     /// offline tolerations already a day long (so cloudcore writes
@@ -481,6 +510,7 @@ pub mod kubernetes {
         // One node, 1,000 pods; their updates; then the churn.
         let cloud = Cloudcore::start(dir.path(), "one-node", Some(kubeconfig))?;
         let _node = cloud.nodes(FIRST_NODE, 1)?;
+        registered(client, FIRST_NODE, 1).await?;
         let node = node_name(FIRST_NODE);
         let idle = cloud.settled_rss()?;
         let names: Vec<(String, String)> = (0..pods)
@@ -537,6 +567,7 @@ pub mod kubernetes {
         let nodes = pods;
         let cloud = Cloudcore::start(dir.path(), "many-nodes", Some(kubeconfig))?;
         let _nodes = cloud.nodes(FIRST_NODE + 1, nodes)?;
+        registered(client, FIRST_NODE + 1, nodes).await?;
         let nodes_idle = cloud.settled_rss()?;
         let names: Vec<(String, String)> = (0..nodes * 10)
             .map(|i| (format!("n-{i:05}"), node_name(FIRST_NODE + 1 + i % nodes)))
