@@ -726,17 +726,20 @@ impl Controller {
                 Some(input) => Some(input),
                 None => tokio::select! {
                     biased;
-                    input = requests.recv() => input,
-                    Some((kind, event)) = self.watches.next() => {
-                        self.on_watch(kind, event).await;
-                        continue;
-                    }
+                    // The timers first: under a steady flow of requests
+                    // and watch events they would otherwise never be
+                    // polled, and Leases would lapse.
                     _ = leases.tick() => {
                         self.renew_leases();
                         continue;
                     }
                     _ = sweep.tick(), if self.config.claims.is_some() => {
                         self.sweep_unclaimed();
+                        continue;
+                    }
+                    input = requests.recv() => input,
+                    Some((kind, event)) = self.watches.next() => {
+                        self.on_watch(kind, event).await;
                         continue;
                     }
                     _ = retry.tick() => {
