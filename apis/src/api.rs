@@ -103,23 +103,16 @@ pub trait ObjectSource: Send + Sync + 'static {
     /// One object.
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError>;
 
-    /// The objects of `kind` (in `namespace`, or in all), and the resource
-    /// version the list is current at.
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError>;
-
-    /// The same objects handed to `visit` one at a time, never gathered
-    /// (a list of thousands is written out as it is read); the resource
-    /// version the list is current at.
+    /// The objects of `kind` (in `namespace`, or in all), handed to
+    /// `visit` one at a time, never gathered (a list of thousands is
+    /// written out as it is read); the resource version the list is
+    /// current at.
     fn list_each(
         &self,
         kind: Kind,
         namespace: Option<&str>,
         visit: &mut dyn FnMut(Value),
-    ) -> Result<String, ApiError> {
-        let (items, version) = self.list(kind, namespace)?;
-        items.into_iter().for_each(visit);
-        Ok(version)
-    }
+    ) -> Result<String, ApiError>;
 
     /// Changes to objects of `kind` after `since` (a resource version from
     /// a list), or, without it, every current object as `ADDED` and then

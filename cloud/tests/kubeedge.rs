@@ -586,11 +586,16 @@ impl DesiredState for DevicesNotListedYet {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
         self.inner.get(key)
     }
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<u64, DesiredError> {
         if kind == Kind::Device && !self.open.load(Ordering::Acquire) {
             return Err(DesiredError::Backend("devices not listed yet".to_owned()));
         }
-        self.inner.list(kind, namespace)
+        self.inner.list_each(kind, namespace, visit)
     }
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
         self.inner.watch(kind, since)

@@ -30,8 +30,13 @@ impl DesiredState for Issuing {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
         self.inner.get(key)
     }
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
-        self.inner.list(kind, namespace)
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<u64, DesiredError> {
+        self.inner.list_each(kind, namespace, visit)
     }
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
         self.inner.watch(kind, since)

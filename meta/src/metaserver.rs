@@ -222,7 +222,12 @@ impl ObjectSource for EdgeObjects {
             .map(|object| with_local_status(&self.0, &resource, object)))
     }
 
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError> {
+    fn list_each(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(Value),
+    ) -> Result<String, ApiError> {
         let records = self
             .0
             .list_type(namespace, kind.resource_type())
@@ -232,11 +237,12 @@ impl ObjectSource for EdgeObjects {
             .map(|(_, record)| version_number(&record.version))
             .max()
             .unwrap_or(0);
-        let items = records
-            .into_iter()
-            .filter_map(|(resource, r)| Some(with_local_status(&self.0, &resource, r.object?)))
-            .collect();
-        Ok((items, version.to_string()))
+        for (resource, record) in records {
+            if let Some(object) = record.object {
+                visit(with_local_status(&self.0, &resource, object));
+            }
+        }
+        Ok(version.to_string())
     }
 
     fn watch(

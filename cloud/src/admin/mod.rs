@@ -284,14 +284,6 @@ impl ObjectSource for DesiredObjects {
             .map_err(|err| ApiError::Unavailable(err.to_string()))
     }
 
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, String), ApiError> {
-        let (items, revision) = self
-            .0
-            .list(kind, namespace)
-            .map_err(|err| ApiError::Unavailable(err.to_string()))?;
-        Ok((items, revision.to_string()))
-    }
-
     fn list_each(
         &self,
         kind: Kind,

@@ -462,12 +462,6 @@ impl DesiredState for EtcdStore {
         packed.map(|packed| packed.unpack()).transpose()
     }
 
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
-        let mut objects = Vec::new();
-        let revision = self.list_each(kind, namespace, &mut |object| objects.push(object))?;
-        Ok((objects, revision))
-    }
-
     fn list_each(
         &self,
         kind: Kind,

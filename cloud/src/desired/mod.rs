@@ -161,23 +161,22 @@ pub trait DesiredState: Send + Sync + 'static {
     /// The object at `key`, from the backend's local view.
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError>;
 
-    /// The objects of `kind`, in `namespace` or in all, and the revision
-    /// the list is current at (a watch from it misses nothing).
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError>;
-
-    /// The same objects as [`list`](Self::list), handed to `visit` one at
-    /// a time without gathering them first (a backend that keeps them
-    /// packed, or on disk, decodes one at a time); the revision the list
-    /// is current at.
+    /// The objects of `kind`, in `namespace` or in all, handed to `visit`
+    /// one at a time without gathering them first (a backend that keeps
+    /// them packed, or on disk, decodes one at a time); the revision the
+    /// list is current at (a watch from it misses nothing).
     fn list_each(
         &self,
         kind: Kind,
         namespace: Option<&str>,
         visit: &mut dyn FnMut(Value),
-    ) -> Result<u64, DesiredError> {
-        let (objects, revision) = self.list(kind, namespace)?;
-        objects.into_iter().for_each(visit);
-        Ok(revision)
+    ) -> Result<u64, DesiredError>;
+
+    /// The same objects as [`list_each`](Self::list_each), gathered.
+    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+        let mut objects = Vec::new();
+        let revision = self.list_each(kind, namespace, &mut |object| objects.push(object))?;
+        Ok((objects, revision))
     }
 
     /// Every change of `kind` after revision `since`, in order; fails with
