@@ -26,6 +26,7 @@
 //! node events), inventory answers and delivery cursors (what KubeEdge
 //! nodes acknowledged, where replicas record it).
 
+mod bound;
 pub mod endpoint;
 pub mod eviction;
 pub mod kubeedge;

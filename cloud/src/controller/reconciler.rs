@@ -39,6 +39,7 @@ use serde_json::{Value, json};
 
 use apis::kinds::{Kind, ObjectKey, references};
 
+use super::bound::{Bound, BoundObjects};
 use crate::desired::{
     DesiredError, DesiredState, WatchEvent, bound_node as node_of, desired_part, revision_of,
     spec_revision, stub,
@@ -198,24 +199,6 @@ impl ObjectReader for HashMap<ObjectKey, Value> {
     }
 }
 
-/// A pod or device bound to a node.
-#[derive(Debug, Clone)]
-struct Bound {
-    node: String,
-    /// Its uid.
-    uid: Option<String>,
-    /// What it references.
-    refs: BTreeSet<ObjectKey>,
-    /// The revision of its last spec change: the version its node holds.
-    spec: u64,
-    /// The highest version it was sent at (a fresh one may be above
-    /// `spec`): what follows must go above it.
-    sent: u64,
-    /// A digest of its desired part, to tell a spec change from a status
-    /// change.
-    digest: u64,
-}
-
 /// A node as the reconciler sees it.
 #[derive(Debug, Default)]
 struct NodeState {
@@ -260,7 +243,7 @@ impl NodeState {
 /// The edgecontroller's decisions (see the module docs).
 #[derive(Debug, Default)]
 pub struct Reconciler {
-    bound: HashMap<ObjectKey, Bound>,
+    bound: BoundObjects,
     /// Objects being deleted gracefully (a `deletionTimestamp` set).
     terminating: HashMap<ObjectKey, Ending>,
     /// Nodes' words that a pod stopped, come before the watch showed its
@@ -753,7 +736,8 @@ impl Reconciler {
                 // far, it goes as it is now: with this one's content, a
                 // later change (its event yet to come) would look held.
                 let mut current = None;
-                self.nodes_wanting(&key)
+                self.bound
+                    .nodes_wanting(&key)
                     .into_iter()
                     .map(|node| {
                         let held = self
@@ -815,23 +799,6 @@ impl Reconciler {
         left.into_iter().chain(joined).collect()
     }
 
-    /// The objects bound to `node` reference these.
-    fn wanted(&self, node: &str) -> BTreeSet<ObjectKey> {
-        self.bound
-            .values()
-            .filter(|bound| bound.node == node)
-            .flat_map(|bound| bound.refs.iter().cloned())
-            .collect()
-    }
-
-    fn nodes_wanting(&self, key: &ObjectKey) -> BTreeSet<String> {
-        self.bound
-            .values()
-            .filter(|bound| bound.refs.contains(key))
-            .map(|bound| bound.node.clone())
-            .collect()
-    }
-
     /// Sends `node` the referenced objects it lacks and withdraws the ones
     /// nothing there references any more, at `revision` (the change that
     /// made the difference, above whatever the node holds of them).
@@ -841,14 +808,21 @@ impl Reconciler {
         revision: u64,
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
-        let wanted = self.wanted(node);
-        let held: BTreeSet<ObjectKey> = self
-            .nodes
-            .get(node)
-            .map(|state| state.held.keys().cloned().collect())
-            .unwrap_or_default();
+        let held = self.nodes.get(node).map(|state| &state.held);
+        let lacking: Vec<ObjectKey> = self
+            .bound
+            .wanted(node)
+            .filter(|key| !held.is_some_and(|held| held.contains_key(*key)))
+            .cloned()
+            .collect();
+        let unused: Vec<ObjectKey> = held
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .filter(|key| !self.bound.is_wanted(node, key))
+            .cloned()
+            .collect();
         let mut actions = Vec::new();
-        for key in wanted.difference(&held) {
+        for key in &lacking {
             match reader.read(key) {
                 Ok(Some(object)) => {
                     let version = self.version_at(node, key, revision);
@@ -862,7 +836,7 @@ impl Reconciler {
                 }
             }
         }
-        for key in held.difference(&wanted) {
+        for key in &unused {
             let object = reader.read(key).ok().flatten().unwrap_or_else(|| stub(key));
             let version = self.version_at(node, key, revision);
             actions.push(self.send(node, Op::Delete, key, Arc::new(object), version));
@@ -944,9 +918,7 @@ impl Reconciler {
             return;
         }
         if key.kind.bound_to_node() {
-            if let Some(bound) = self.bound.get_mut(key) {
-                bound.sent = bound.sent.max(version);
-            }
+            self.bound.note_sent(key, version);
             if let Some(ending) = self.terminating.get_mut(key) {
                 ending.sent = ending.sent.max(version);
             }
@@ -964,10 +936,8 @@ impl Reconciler {
     /// that instead of what was observed: its echo from the watch is then
     /// no change to send again.
     pub fn rewritten(&mut self, key: &ObjectKey, object: &Value) {
-        if let Some(bound) = self.bound.get_mut(key) {
-            bound.digest = digest(object);
-            bound.spec = bound.spec.max(crate::desired::spec_revision(object));
-        }
+        self.bound
+            .note_rewritten(key, digest(object), crate::desired::spec_revision(object));
     }
 
     /// `node` acknowledged the deletion of `key`: a device's graceful
@@ -1272,10 +1242,10 @@ impl Reconciler {
         // What it uses that exists (what is gone is withdrawn; what
         // cannot be read counts as there).
         let wanted: HashMap<String, ObjectKey> = self
+            .bound
             .wanted(node)
-            .into_iter()
             .filter(|key| !matches!(reader.read(key), Ok(None)))
-            .map(|key| (key.edge_resource().to_string(), key))
+            .map(|key| (key.edge_resource().to_string(), key.clone()))
             .collect();
         // Whether something on the node using `key` is held at its
         // current version, recorded under `claim`.
@@ -1356,7 +1326,7 @@ impl Reconciler {
             .filter(|(_, bound)| bound.node == node)
             .map(|(key, bound)| (key.clone(), Some(bound.spec)))
             .collect();
-        keys.extend(self.wanted(node).into_iter().map(|key| (key, None)));
+        keys.extend(self.bound.wanted(node).map(|key| (key.clone(), None)));
         for (key, spec) in keys {
             match reader.read(&key) {
                 // Deleted and created again, elsewhere or not bound yet
@@ -1582,7 +1552,7 @@ impl Reconciler {
     pub fn entitled(&self, node: &str, key: &ObjectKey) -> bool {
         match key.kind {
             Kind::Pod | Kind::Device => self.may_report(node, key),
-            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => self.wanted(node).contains(key),
+            Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => self.bound.is_wanted(node, key),
             Kind::Service | Kind::Endpoints => true,
             Kind::Node => key.name == node,
         }
