@@ -48,6 +48,10 @@ pub enum ApiError {
     /// The caller is known but may not do this (403, `Forbidden`).
     #[error("{0}")]
     Forbidden(String),
+    /// The request's body is larger than this server takes (413,
+    /// `RequestEntityTooLarge`).
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl ApiError {
@@ -61,6 +65,7 @@ impl ApiError {
             ApiError::Unavailable(_) => "ServiceUnavailable",
             ApiError::Unauthorized(_) => "Unauthorized",
             ApiError::Forbidden(_) => "Forbidden",
+            ApiError::TooLarge(_) => "RequestEntityTooLarge",
         }
     }
 
@@ -87,6 +92,7 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
