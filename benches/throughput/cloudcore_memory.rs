@@ -6,10 +6,12 @@
 //!
 //! - **Embedded store**: 3,000 configmaps of about 2.1 KiB (6.3 MB of JSON,
 //!   the issue's "new user" case) applied through the admin API in one
-//!   manifest, then applied again unchanged, then deleted. Baselines: the
-//!   RSS of the same cloudcore before them (its fixed base) and the JSON
-//!   size of what it then holds; for the unchanged re-apply, a read of
-//!   all of them through the same API.
+//!   manifest, then as many others of the same size in a second, then the
+//!   first applied again unchanged, then all deleted. Baselines: the RSS
+//!   of the same cloudcore before them (its fixed base) and the JSON size
+//!   of what it then holds, for the first 3,000 and for the growth the
+//!   second 3,000 cost (past the bounded caches the first filled); for
+//!   the unchanged re-apply, a read of all of them through the same API.
 //! - **Kubernetes** (with `EDGEHIVE_TEST_KUBECONFIG`): cloudcore in
 //!   Kubernetes mode with one simulated node (the hub bench's nodes, which
 //!   acknowledge every object; certificates from cloudcore's own CA),
@@ -271,25 +273,24 @@ pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let cloud = Cloudcore::start(dir.path(), "embedded", None)?;
     let base = cloud.settled_rss()?;
-    let objects: Vec<Value> = (0..configmaps)
-        .map(|i| configmap(&format!("settings-{i:05}"), "default"))
-        .collect();
-    let manifest =
-        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))?;
-    let apply = |what: &str| -> Result<Duration> {
+    let manifest_of = |prefix: &str| {
+        let objects: Vec<Value> = (0..configmaps)
+            .map(|i| configmap(&format!("{prefix}-{i:05}"), "default"))
+            .collect();
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
+    };
+    let (manifest, more) = (manifest_of("settings")?, manifest_of("more")?);
+    let post = |path: &str, body: &[u8], what: &str| -> Result<Duration> {
         let started = Instant::now();
-        let (status, body) = http(
-            &cloud.admin,
-            "POST",
-            "/apis/edgehive.io/v1/apply",
-            Some(&manifest),
-        )?;
+        let (status, answer) = http(&cloud.admin, "POST", path, Some(body))?;
         if status != 200 {
-            bail!("{what}: {status} {}", String::from_utf8_lossy(&body));
+            bail!("{what}: {status} {}", String::from_utf8_lossy(&answer));
         }
         Ok(started.elapsed())
     };
-    let created = apply("apply")?;
+    const APPLY: &str = "/apis/edgehive.io/v1/apply";
+    const DELETE: &str = "/apis/edgehive.io/v1/delete";
+    let created = post(APPLY, &manifest, "apply")?;
     let held = cloud.settled_rss()?;
     let started = Instant::now();
     let (status, listed) = http(
@@ -311,23 +312,21 @@ pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
     if items.len() < configmaps {
         bail!("the store holds {} of {configmaps} configmaps", items.len());
     }
-    let reapplied = apply("unchanged re-apply")?;
+    // As many again, of the same size: what holding more costs, past the
+    // bounded caches (redb's pages, the change feed's window) the first
+    // ones filled.
+    post(APPLY, &more, "a second apply")?;
+    let held_twice = cloud.settled_rss()?;
+    let reapplied = post(APPLY, &manifest, "unchanged re-apply")?;
     let after_reapply = cloud.settled_rss()?;
-    let (status, body) = http(
-        &cloud.admin,
-        "POST",
-        "/apis/edgehive.io/v1/delete",
-        Some(&manifest),
-    )?;
-    if status != 200 {
-        bail!("delete: {status} {}", String::from_utf8_lossy(&body));
-    }
+    post(DELETE, &manifest, "delete")?;
+    post(DELETE, &more, "delete of the second")?;
     let after_delete = cloud.settled_rss()?;
     eprintln!(
         "cloudcore/embedded: {configmaps} configmaps ({:.1} MB of JSON) applied in {created:.2?}, \
          re-applied unchanged in {reapplied:.2?}, listed in {read:.2?}; RSS {base:.1} MiB idle, \
-         {held:.1} holding them, {after_reapply:.1} after the re-apply, {after_delete:.1} after \
-         their deletion",
+         {held:.1} holding them, {held_twice:.1} holding twice as many, {after_reapply:.1} after \
+         the re-apply, {after_delete:.1} after the deletion of all",
         json_bytes as f64 / 1e6
     );
     let scenario = format!("cloudcore/embedded {configmaps} configmaps");
@@ -335,6 +334,14 @@ pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
         &scenario,
         "RSS over the idle base",
         held - base,
+        "MiB",
+        json_bytes as f64 / MIB,
+        "their JSON as stored",
+    );
+    report.with_baseline(
+        &scenario,
+        "RSS for as many more",
+        held_twice - held,
         "MiB",
         json_bytes as f64 / MIB,
         "their JSON as stored",
@@ -357,11 +364,11 @@ pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
     );
     report.with_baseline(
         &scenario,
-        "RSS after deleting them",
+        "RSS after deleting all",
         after_delete,
         "MiB",
-        held,
-        "RSS holding them",
+        held_twice,
+        "RSS holding twice as many",
     );
     Ok(())
 }
@@ -377,11 +384,10 @@ pub mod kubernetes {
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::api::{Api, DeleteParams, ListParams, PostParams};
-    use serde_json::json;
 
     use super::{Cloudcore, WAIT};
+    use crate::controller_bench::admitted_pod;
     use crate::controller_bench::kubernetes::{create_all, gone_now, patch_all};
-    use crate::controller_bench::stock_pod;
     use crate::hub_bench::node_name;
     use crate::report::Report;
 
@@ -422,18 +428,7 @@ pub mod kubernetes {
     /// offline tolerations already a day long (so cloudcore writes
     /// nothing back).
     fn pod(name: &str, namespace: &str, node: &str) -> Result<Pod> {
-        let mut pod = stock_pod(name, namespace, node);
-        pod["spec"]["tolerations"] = [
-            "node.kubernetes.io/not-ready",
-            "node.kubernetes.io/unreachable",
-        ]
-        .iter()
-        .map(|key| {
-            json!({"key": key, "operator": "Exists", "effect": "NoExecute",
-                       "tolerationSeconds": 86400})
-        })
-        .collect();
-        Ok(serde_json::from_value(pod)?)
+        Ok(serde_json::from_value(admitted_pod(name, namespace, node))?)
     }
 
     async fn create_pods(

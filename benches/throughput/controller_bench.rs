@@ -28,7 +28,9 @@
 //! - **Kubernetes backend** (only with `EDGEHIVE_TEST_KUBECONFIG` naming
 //!   a kubeconfig of a cluster the bench may write to, as the gated test
 //!   suite's): the one-edge scenario with stock pods (admitted as usual,
-//!   so with their service account token volume) created in a fresh
+//!   so with their service account token volume, and with the offline
+//!   window's tolerations cloudcore's admission webhook gives them, so
+//!   nothing is written back) created in a fresh
 //!   namespace of that cluster by a bare client (kube-rs, 16 creates in
 //!   flight) and cloudcore's controller on `KubernetesStore`, timed from
 //!   the first create until the edge is in step as above; then a label
@@ -287,6 +289,24 @@ pub(crate) fn stock_pod(name: &str, namespace: &str, node: &str) -> Value {
             "containers": [{"name": "main", "image": "127.0.0.1:5000/busybox:latest"}],
         },
     })
+}
+
+/// A stock pod as cloudcore's admission webhook lets it in: with the
+/// tolerations of the offline window (a day) already, so cloudcore writes
+/// nothing back. Both the bare client's pods and cloudcore's are these.
+pub(crate) fn admitted_pod(name: &str, namespace: &str, node: &str) -> Value {
+    let mut pod = stock_pod(name, namespace, node);
+    pod["spec"]["tolerations"] = [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ]
+    .iter()
+    .map(|key| {
+        json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                   "tolerationSeconds": 86400})
+    })
+    .collect();
+    pod
 }
 
 /// A configmap of about 1 KiB.
@@ -686,8 +706,8 @@ pub(crate) mod kubernetes {
     use serde_json::json;
 
     use super::{
-        Cloud, Edge, KUBECONFIG_ENV, SIMULATED_KEEPALIVE, Sizes, WAIT, configmap, median,
-        per_second, pod, pod_keys, sim_node, simulated_nodes, stock_pod, timed_to_edge,
+        Cloud, Edge, KUBECONFIG_ENV, SIMULATED_KEEPALIVE, Sizes, WAIT, admitted_pod, configmap,
+        median, per_second, pod, pod_keys, sim_node, simulated_nodes, timed_to_edge,
         wait_edge_in_step, wait_nodes_ready,
     };
     use crate::hub_bench::rss_bytes;
@@ -730,7 +750,7 @@ pub(crate) mod kubernetes {
     fn pods(names: &[String], namespace: &str, node: &str) -> Result<Vec<Pod>> {
         names
             .iter()
-            .map(|name| Ok(serde_json::from_value(stock_pod(name, namespace, node))?))
+            .map(|name| Ok(serde_json::from_value(admitted_pod(name, namespace, node))?))
             .collect()
     }
 
