@@ -53,9 +53,8 @@ impl QueueStore {
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
-        let writer =
-            BatchWriter::start_paced(db, "hub-queue-store", store::DELIVERY_COMMIT_GAP, apply)
-                .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
+        let writer = BatchWriter::start(db, "hub-queue-store", apply)
+            .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
         Ok(QueueStore { writer })
     }
 

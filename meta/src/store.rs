@@ -198,14 +198,9 @@ impl EdgeStore {
         let (changes, _) = broadcast::channel(CHANGE_BACKLOG);
         let feed = changes.clone();
         let counts = tombstones.clone();
-        let writer = BatchWriter::start_paced(
-            db,
-            "edge-store",
-            store::DELIVERY_COMMIT_GAP,
-            move |db, batch| {
-                apply(db, batch, &feed, &counts);
-            },
-        )
+        let writer = BatchWriter::start(db, "edge-store", move |db, batch| {
+            apply(db, batch, &feed, &counts);
+        })
         .map_err(|e| StoreError::Redb(redb::Error::Io(e)))?;
         Ok(EdgeStore {
             writer,

@@ -7,13 +7,6 @@
 //! Confirmations (oneshot senders inside the operations) are the store's
 //! business: `apply` answers them after its commit.
 //!
-//! A store on a busy path can ask for a gap between commits
-//! ([`BatchWriter::start_paced`]): an operation that arrives sooner than
-//! the gap after the last commit waits out the rest of it with whatever
-//! else arrives meanwhile. Under a steady flow of single operations each
-//! commit (an fsync, and redb's page bookkeeping) then carries several;
-//! an operation arriving after a quiet moment is committed at once.
-//!
 //! ```
 //! use store::BatchWriter;
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -29,24 +22,12 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 /// Operations a batch holds at most.
 const MAX_BATCH: usize = 4096;
-
-/// The gap between commits of the stores on the delivery path (cloudhub's
-/// queue, the edge's store): at most this much latency added, and only
-/// while commits follow each other closely.
-pub const DELIVERY_COMMIT_GAP: Duration = Duration::from_millis(2);
-
-/// How long a batch whose first operation arrived `since_last_commit`
-/// after the previous commit ended waits before it is committed.
-fn wait_before_commit(gap: Duration, since_last_commit: Duration) -> Duration {
-    gap.saturating_sub(since_last_commit)
-}
 
 /// The page cache each store keeps in memory, in bytes. redb's own default
 /// is 1 GiB, kept as long as the process runs: every page a store ever
@@ -89,17 +70,6 @@ impl<Op: Send + 'static> BatchWriter<Op> {
     pub fn start(
         db: Database,
         name: &str,
-        apply: impl FnMut(&Database, Vec<Op>) + Send + 'static,
-    ) -> std::io::Result<Self> {
-        Self::start_paced(db, name, Duration::ZERO, apply)
-    }
-
-    /// [`BatchWriter::start`], with at least `gap` between the end of one
-    /// commit and the start of the next (see the module docs).
-    pub fn start_paced(
-        db: Database,
-        name: &str,
-        gap: Duration,
         mut apply: impl FnMut(&Database, Vec<Op>) + Send + 'static,
     ) -> std::io::Result<Self> {
         let db = Arc::new(db);
@@ -109,16 +79,7 @@ impl<Op: Send + 'static> BatchWriter<Op> {
             .name(name.to_owned())
             .spawn(move || {
                 let mut closed = None;
-                let mut last_commit: Option<Instant> = None;
                 while let Some(first) = rx.blocking_recv() {
-                    if let Some(ended) = last_commit
-                        && let Control::Op(_) = first
-                    {
-                        let wait = wait_before_commit(gap, ended.elapsed());
-                        if !wait.is_zero() {
-                            std::thread::sleep(wait);
-                        }
-                    }
                     let mut batch = Vec::new();
                     let mut next = Some(first);
                     while let Some(control) = next.take() {
@@ -133,7 +94,6 @@ impl<Op: Send + 'static> BatchWriter<Op> {
                     }
                     if !batch.is_empty() {
                         apply(&writer_db, batch);
-                        last_commit = Some(Instant::now());
                     }
                     if closed.is_some() {
                         break;
@@ -195,49 +155,5 @@ mod tests {
         assert_eq!(*seen.lock().expect("seen"), (0..10_000).collect::<Vec<_>>());
         // Released: the file opens again at once.
         Database::create(&path).expect("reopen");
-    }
-
-    #[test]
-    fn a_batch_waits_only_what_is_left_of_the_gap() {
-        let gap = Duration::from_millis(2);
-        assert_eq!(wait_before_commit(gap, Duration::ZERO), gap);
-        assert_eq!(
-            wait_before_commit(gap, Duration::from_micros(500)),
-            Duration::from_micros(1500)
-        );
-        assert_eq!(wait_before_commit(gap, gap), Duration::ZERO);
-        assert_eq!(
-            wait_before_commit(gap, Duration::from_secs(1)),
-            Duration::ZERO
-        );
-        assert_eq!(
-            wait_before_commit(Duration::ZERO, Duration::ZERO),
-            Duration::ZERO
-        );
-    }
-
-    #[tokio::test]
-    async fn operations_arriving_within_the_gap_share_one_commit() {
-        let dir = tempfile::tempdir().expect("dir");
-        let (batches, mut applied) = mpsc::unbounded_channel();
-        // Long enough that the two submissions below always fall inside it.
-        let writer = BatchWriter::start_paced(
-            Database::create(dir.path().join("t.redb")).expect("db"),
-            "t",
-            Duration::from_secs(2),
-            move |_, batch: Vec<u32>| {
-                let _ = batches.send(batch);
-            },
-        )
-        .expect("start");
-        assert!(writer.submit(1));
-        assert_eq!(applied.recv().await, Some(vec![1]));
-        // Right after a commit: the next operation waits for the gap, and
-        // the one after it joins it.
-        assert!(writer.submit(2));
-        assert!(writer.submit(3));
-        assert_eq!(applied.recv().await, Some(vec![2, 3]));
-        writer.close().await;
-        assert_eq!(applied.recv().await, None);
     }
 }
