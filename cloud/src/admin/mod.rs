@@ -239,7 +239,6 @@ impl AdminApi {
                 })
                 .app_data(objects.clone())
                 .app_data(controller.clone())
-                .app_data(web::PayloadConfig::new(MAX_MANIFEST_BYTES))
                 .route(APPLY_PATH, web::post().to(apply))
                 .route(DELETE_PATH, web::post().to(delete_manifest))
                 .configure(delete_routes);
