@@ -6,8 +6,8 @@
 //!
 //! - **Embedded store**: 3,000 configmaps of about 2.1 KiB (6.3 MB of JSON,
 //!   the issue's "new user" case) applied through the admin API in one
-//!   manifest, then as many others of the same size in a second, then the
-//!   first applied again unchanged, then all deleted. Baselines: the RSS
+//!   manifest, then applied again unchanged, then as many others of the
+//!   same size in a second manifest, then all deleted. Baselines: the RSS
 //!   of the same cloudcore before them (its fixed base) and the JSON size
 //!   of what it then holds, for the first 3,000 and for the growth the
 //!   second 3,000 cost (past the bounded caches the first filled); for
@@ -19,6 +19,11 @@
 //!   offline tolerations cloudcore's admission webhook gives them, so
 //!   nothing is written back), then a label patch of each; then ten rounds
 //!   of create 1,000 / patch / delete, RSS after the first and the last.
+//!   Then a fresh cloudcore and a real `edgecore` joined to it as a user
+//!   joins one (edged off: only delivery), 1,000 stock pods to its node
+//!   while a bare kube-rs watch of the same namespace runs in a process of
+//!   its own: each process's CPU time per pod (`/proc/<pid>/stat`), the
+//!   watch's as the baseline, and the edgecore's RSS before and after.
 //!   Then a fresh cloudcore with 1,000 simulated nodes and 10 pods on each.
 //!   Every step waits until cloudhub has every message acknowledged
 //!   (`/metrics`: acknowledgements and nothing pending).
@@ -50,6 +55,7 @@ pub(crate) struct Cloudcore {
     child: Child,
     data: PathBuf,
     hub: String,
+    certs: String,
     admin: String,
     metrics: String,
     ca: CloudCa,
@@ -98,6 +104,7 @@ impl Cloudcore {
             child,
             data,
             hub,
+            certs,
             admin,
             metrics,
             ca,
@@ -123,13 +130,7 @@ impl Cloudcore {
 
     /// Its resident set, in bytes.
     pub(crate) fn rss(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .ok_or_else(|| anyhow!("no VmRSS in cloudcore's status"))
+        rss_of(self.child.id())
     }
 
     /// Its RSS in MiB, after a moment for what a step freed to be freed.
@@ -172,6 +173,73 @@ impl Cloudcore {
         self.metric("edgehive_cloudhub_acked_total")
     }
 
+    /// A real `edgecore` of node `node`, joined with a token from this
+    /// cloudcore as a user joins one, its data under `dir`, edged off (no
+    /// containers: only delivery is measured); linked once cloudhub counts
+    /// `linked` nodes.
+    #[cfg(feature = "cli")]
+    fn edgecore(&self, dir: &Path, node: &str, linked: usize) -> Result<ChildGuard> {
+        let token = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+            .arg("--data-dir")
+            .arg(&self.data)
+            .args(["token", "--ttl-secs", "600"])
+            .output()
+            .context("cloudcore token")?;
+        if !token.status.success() {
+            bail!(
+                "cloudcore token: {}",
+                String::from_utf8_lossy(&token.stderr)
+            );
+        }
+        let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
+        let data = dir.join(format!("edge-{node}"));
+        let joined = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+            .arg("--data-dir")
+            .arg(&data)
+            .args([
+                "join",
+                "--certs",
+                &self.certs,
+                "--token",
+                &token,
+                "--node",
+                node,
+            ])
+            .output()
+            .context("edgecore join")?;
+        if !joined.status.success() {
+            bail!("edgecore join: {}", String::from_utf8_lossy(&joined.stderr));
+        }
+        let log = std::fs::File::create(dir.join(format!("edgecore-{node}.log")))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["run", "--cloud", &self.hub, "--transport", "ws"])
+            .args(["--cri-socket", "off", "--metrics", "off"])
+            .args([
+                "--metaserver",
+                &free_address(),
+                "--edged-server",
+                &free_address(),
+            ])
+            .args(["--mqtt-broker", &free_address()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("start edgecore")?;
+        let edge = ChildGuard(child);
+        let deadline = Instant::now() + WAIT;
+        while self.metric("edgehive_cloudhub_nodes_connected")? < linked as f64 {
+            if Instant::now() > deadline {
+                bail!("edgecore {node} did not link");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(edge)
+    }
+
     /// Starts `count` simulated nodes (`node-<first>`...), linked once
     /// all are connected.
     #[cfg(feature = "cli")]
@@ -206,6 +274,41 @@ impl Cloudcore {
         }
         Ok(nodes)
     }
+}
+
+/// The resident set of process `pid`, in bytes.
+fn rss_of(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| anyhow!("no VmRSS in the status of process {pid}"))
+}
+
+/// The kernel's unit for a process's times in `/proc/<pid>/stat`
+/// (`USER_HZ`, 100 on Linux's common architectures).
+const USER_HZ: f64 = 100.0;
+
+/// The CPU time process `pid` has spent so far, user and system, in
+/// seconds (`utime` and `stime` of `/proc/<pid>/stat`).
+pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // After the command name, which may hold spaces: state is the first
+    // field, utime the 12th and stime the 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |index: usize| -> Result<f64> {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<u64>().ok())
+            .map(|ticks| ticks as f64)
+            .ok_or_else(|| anyhow!("no CPU times in the stat of process {pid}"))
+    };
+    Ok((ticks(11)? + ticks(12)?) / USER_HZ)
 }
 
 /// One HTTP/1.0 request: the status code and the body.
@@ -257,6 +360,30 @@ pub fn run(quick: bool, report: &mut Report) -> Result<()> {
     })
 }
 
+/// The configmaps cloudcore holds in `default`, listed through its read
+/// API: how many, their JSON size (item by item, as stored), and how long
+/// the list request took.
+fn listed(cloud: &Cloudcore) -> Result<(usize, usize, Duration)> {
+    let started = Instant::now();
+    let (status, listed) = http(
+        &cloud.admin,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+    )?;
+    let took = started.elapsed();
+    if status != 200 {
+        bail!("list: {status}");
+    }
+    let listed: Value = serde_json::from_slice(&listed)?;
+    let items = listed["items"].as_array().map_or(&[][..], Vec::as_slice);
+    let bytes = items
+        .iter()
+        .map(|item| serde_json::to_vec(item).map(|bytes| bytes.len()))
+        .sum::<Result<_, _>>()?;
+    Ok((items.len(), bytes, took))
+}
+
 /// A configmap of about 2.1 KiB of JSON.
 fn configmap(name: &str, namespace: &str) -> Value {
     json!({
@@ -292,41 +419,30 @@ pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
     const DELETE: &str = "/apis/edgehive.io/v1/delete";
     let created = post(APPLY, &manifest, "apply")?;
     let held = cloud.settled_rss()?;
-    let started = Instant::now();
-    let (status, listed) = http(
-        &cloud.admin,
-        "GET",
-        "/api/v1/namespaces/default/configmaps",
-        None,
-    )?;
-    let read = started.elapsed();
-    if status != 200 {
-        bail!("list: {status}");
+    let (count, json_bytes, read) = listed(&cloud)?;
+    if count < configmaps {
+        bail!("the store holds {count} of {configmaps} configmaps");
     }
-    let listed: Value = serde_json::from_slice(&listed)?;
-    let items = listed["items"].as_array().map_or(&[][..], Vec::as_slice);
-    let json_bytes: usize = items
-        .iter()
-        .map(|item| serde_json::to_vec(item).map(|bytes| bytes.len()))
-        .sum::<Result<_, _>>()?;
-    if items.len() < configmaps {
-        bail!("the store holds {} of {configmaps} configmaps", items.len());
-    }
+    let reapplied = post(APPLY, &manifest, "unchanged re-apply")?;
+    let after_reapply = cloud.settled_rss()?;
     // As many again, of the same size: what holding more costs, past the
     // bounded caches (redb's pages, the change feed's window) the first
     // ones filled.
     post(APPLY, &more, "a second apply")?;
     let held_twice = cloud.settled_rss()?;
-    let reapplied = post(APPLY, &manifest, "unchanged re-apply")?;
-    let after_reapply = cloud.settled_rss()?;
+    let (count, all_json, _) = listed(&cloud)?;
+    if count < 2 * configmaps {
+        bail!("the store holds {count} of {} configmaps", 2 * configmaps);
+    }
+    let more_json = all_json - json_bytes;
     post(DELETE, &manifest, "delete")?;
     post(DELETE, &more, "delete of the second")?;
     let after_delete = cloud.settled_rss()?;
     eprintln!(
         "cloudcore/embedded: {configmaps} configmaps ({:.1} MB of JSON) applied in {created:.2?}, \
          re-applied unchanged in {reapplied:.2?}, listed in {read:.2?}; RSS {base:.1} MiB idle, \
-         {held:.1} holding them, {held_twice:.1} holding twice as many, {after_reapply:.1} after \
-         the re-apply, {after_delete:.1} after the deletion of all",
+         {held:.1} holding them, {after_reapply:.1} after the re-apply, {held_twice:.1} holding \
+         twice as many, {after_delete:.1} after the deletion of all",
         json_bytes as f64 / 1e6
     );
     let scenario = format!("cloudcore/embedded {configmaps} configmaps");
@@ -341,9 +457,9 @@ pub fn embedded(configmaps: usize, report: &mut Report) -> Result<()> {
     report.with_baseline(
         &scenario,
         "RSS for as many more",
-        held_twice - held,
+        held_twice - after_reapply,
         "MiB",
-        json_bytes as f64 / MIB,
+        more_json as f64 / MIB,
         "their JSON as stored",
     );
     report.with_baseline(
@@ -558,6 +674,8 @@ pub mod kubernetes {
         }
         drop(cloud);
 
+        let cpu = edge_cpu(client, kubeconfig, dir.path(), id, pods, &api, &namespace).await?;
+
         // 1,000 nodes, 10 pods each.
         let nodes = pods;
         let cloud = Cloudcore::start(dir.path(), "many-nodes", Some(kubeconfig))?;
@@ -603,6 +721,7 @@ pub mod kubernetes {
             held,
             "before",
         );
+        cpu.report(pods, report);
         let (first, last) = (after_round[0], after_round[ROUNDS - 1]);
         report.with_baseline(
             &format!("cloudcore/k8s churn {pods} pods x {ROUNDS}"),
@@ -623,6 +742,217 @@ pub mod kubernetes {
         Ok(())
     }
 
+    /// The real edge node's name in run `id`.
+    fn edge_node(id: &str) -> String {
+        format!("{id}-edge")
+    }
+
+    /// CPU seconds spent while the pods went out, per process.
+    struct EdgeCpu {
+        edgecore: f64,
+        cloudcore: f64,
+        bare_watch: f64,
+        edge_idle_rss: f64,
+        edge_rss: f64,
+    }
+
+    impl EdgeCpu {
+        fn report(&self, pods: usize, report: &mut Report) {
+            let per_pod = |seconds: f64| seconds * 1000.0 / pods as f64;
+            let scenario = format!("cloudcore/k8s {pods} pods to a real edgecore");
+            let watch = "a bare kube-rs watch of the same pods";
+            report.with_baseline(
+                &scenario,
+                "edgecore CPU per pod",
+                per_pod(self.edgecore),
+                "ms",
+                per_pod(self.bare_watch),
+                watch,
+            );
+            report.with_baseline(
+                &scenario,
+                "cloudcore CPU per pod",
+                per_pod(self.cloudcore),
+                "ms",
+                per_pod(self.bare_watch),
+                watch,
+            );
+            report.with_baseline(
+                &scenario,
+                "edgecore RSS",
+                self.edge_rss,
+                "MiB",
+                self.edge_idle_rss,
+                "the same edgecore before them",
+            );
+        }
+    }
+
+    /// A fresh cloudcore and a real `edgecore` (edged off) joined to it;
+    /// `pods` stock pods bound to that node, created by a bare client
+    /// while a bare kube-rs watch (this binary again, a process of its
+    /// own) watches the same namespace: the CPU time each process spent
+    /// from before the first create until the edge acknowledged the last
+    /// pod and the watch had seen it.
+    async fn edge_cpu(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        dir: &Path,
+        id: &str,
+        pods: usize,
+        api: &Api<Pod>,
+        namespace: &str,
+    ) -> Result<EdgeCpu> {
+        let cloud = Cloudcore::start(dir, "edge-cpu", Some(kubeconfig))?;
+        let node = edge_node(id);
+        let edge = cloud.edgecore(dir, &node, 1)?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let deadline = Instant::now() + WAIT;
+        while nodes.get_opt(&node).await?.is_none() {
+            if Instant::now() > deadline {
+                bail!("edgecore {node} never registered its Node");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let watch = BareWatch::start(namespace, pods)?;
+        let edge_idle_rss = super::rss_of(edge.0.id())? as f64 / super::MIB;
+        let before = (
+            super::cpu_seconds(edge.0.id())?,
+            super::cpu_seconds(cloud.child.id())?,
+        );
+        let names: Vec<(String, String)> = (0..pods)
+            .map(|i| (format!("e-{i:05}"), node.clone()))
+            .collect();
+        acked_after(
+            &cloud,
+            pods,
+            "the pods to a real edgecore",
+            create_pods(api, &names, namespace),
+        )
+        .await?;
+        let after = (
+            super::cpu_seconds(edge.0.id())?,
+            super::cpu_seconds(cloud.child.id())?,
+        );
+        let bare_watch = watch.finish()?;
+        let edge_rss = super::rss_of(edge.0.id())? as f64 / super::MIB;
+        acked_after(&cloud, pods, "their deletions", delete_all(api)).await?;
+        drop(edge);
+        drop(cloud);
+        eprintln!(
+            "cloudcore/k8s: {pods} pods to a real edgecore: CPU edgecore {:.2} s, cloudcore \
+             {:.2} s, a bare watch {bare_watch:.2} s; edgecore RSS {edge_idle_rss:.1} → \
+             {edge_rss:.1} MiB",
+            after.0 - before.0,
+            after.1 - before.1
+        );
+        Ok(EdgeCpu {
+            edgecore: after.0 - before.0,
+            cloudcore: after.1 - before.1,
+            bare_watch,
+            edge_idle_rss,
+            edge_rss,
+        })
+    }
+
+    /// The baseline's process: this binary again (`__pod-watch`), watching
+    /// a namespace's pods until it has seen a number of them created.
+    struct BareWatch {
+        child: super::ChildGuard,
+        lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+        ready_at: f64,
+    }
+
+    impl BareWatch {
+        /// Started, and watching once this returns.
+        fn start(namespace: &str, pods: usize) -> Result<BareWatch> {
+            use std::io::BufRead as _;
+            let mut child = std::process::Command::new(std::env::current_exe()?)
+                .args([
+                    "__pod-watch",
+                    "--mode",
+                    namespace,
+                    "--nodes",
+                    &pods.to_string(),
+                ])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            let stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("the watch's stdout"))?;
+            let mut watch = BareWatch {
+                child: super::ChildGuard(child),
+                lines: std::io::BufReader::new(stdout).lines(),
+                ready_at: 0.0,
+            };
+            watch.ready_at = watch.said("watching")?;
+            Ok(watch)
+        }
+
+        /// The CPU seconds it spent watching, once it has seen them all.
+        fn finish(mut self) -> Result<f64> {
+            let done_at = self.said("seen")?;
+            let _ = self.child.0.wait();
+            Ok(done_at - self.ready_at)
+        }
+
+        /// The CPU seconds it gave with its next line, which says `what`.
+        fn said(&mut self, what: &str) -> Result<f64> {
+            let line = self
+                .lines
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("the bare watch ended before saying {what:?}"))??;
+            line.strip_prefix(what)
+                .and_then(|rest| rest.trim().parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("the bare watch said {line:?}, not {what:?}"))
+        }
+    }
+
+    /// `__pod-watch`: watches `namespace`'s pods (kubeconfig from
+    /// `EDGEHIVE_TEST_KUBECONFIG`) until `count` named `e-...` were added;
+    /// prints its CPU seconds once watching and once it saw them.
+    pub fn watch_child(namespace: &str, count: usize) -> Result<()> {
+        use futures_util::TryStreamExt as _;
+        use kube::api::{WatchEvent, WatchParams};
+        let kubeconfig = std::env::var(crate::controller_bench::KUBECONFIG_ENV)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client =
+                crate::controller_bench::kubernetes::client(Path::new(&kubeconfig)).await?;
+            let api: Api<Pod> = Api::namespaced(client, namespace);
+            // From the namespace's current version: what is created next.
+            let from = api
+                .list_metadata(&ListParams::default().limit(1))
+                .await?
+                .metadata
+                .resource_version
+                .unwrap_or_default();
+            let stream = api.watch(&WatchParams::default(), &from).await?;
+            let me = std::process::id();
+            println!("watching {}", super::cpu_seconds(me)?);
+            let mut stream = std::pin::pin!(stream);
+            let mut seen = std::collections::HashSet::new();
+            while seen.len() < count {
+                match stream.try_next().await? {
+                    Some(WatchEvent::Added(pod)) => {
+                        if let Some(name) = pod.metadata.name.filter(|n| n.starts_with("e-")) {
+                            seen.insert(name);
+                        }
+                    }
+                    Some(WatchEvent::Error(status)) => bail!("the watch failed: {status:?}"),
+                    Some(_) => {}
+                    None => bail!("the watch ended after {} pods", seen.len()),
+                }
+            }
+            println!("seen {}", super::cpu_seconds(me)?);
+            Ok(())
+        })
+    }
+
     async fn cleanup(client: &kube::Client, id: &str, pods: usize) -> Result<()> {
         let namespace = format!("{id}-mem");
         let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -639,8 +969,10 @@ pub mod kubernetes {
         }
         let nodes: Api<Node> = Api::all(client.clone());
         let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-        for i in FIRST_NODE..=FIRST_NODE + pods {
-            let name = node_name(i);
+        let names = (FIRST_NODE..=FIRST_NODE + pods)
+            .map(node_name)
+            .chain([edge_node(id)]);
+        for name in names {
             let _ = nodes.delete(&name, &DeleteParams::default()).await;
             let _ = leases.delete(&name, &DeleteParams::default()).await;
         }

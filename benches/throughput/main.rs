@@ -133,6 +133,13 @@ fn main() -> Result<()> {
             identities,
         );
     }
+    #[cfg(feature = "cli")]
+    if args.group.as_deref() == Some("__pod-watch") {
+        return cloudcore_memory::kubernetes::watch_child(
+            args.mode.as_deref().unwrap_or_default(),
+            args.nodes.first().copied().unwrap_or(1),
+        );
+    }
     if args.group.as_deref() == Some("__meta-rss") {
         let path = args.address.as_deref().unwrap_or("meta-rss.redb");
         return meta_bench::rss_child(
