@@ -826,8 +826,9 @@ pub(crate) mod kubernetes {
 
     /// The API server's cost of idle edge nodes: `fan_out` simulated nodes
     /// linked to a cloudcore in Kubernetes mode, every one Ready; then the
-    /// requests cloudcore's client makes over a quiet window, per node and
-    /// minute.
+    /// requests cloudcore's client makes over whole rounds of Lease
+    /// renewals (6; 2 with `--quick`), timed from the end of one round to
+    /// the end of the last, per node and minute.
     async fn idle_nodes(
         client: &kube::Client,
         kubeconfig: &Path,
@@ -850,17 +851,35 @@ pub(crate) mod kubernetes {
             let _nodes = simulated_nodes(&cloud, nodes, dir.path(), "idle").await?;
             let names: Vec<String> = (0..nodes).map(sim_node).collect();
             wait_nodes_ready(&store, &names).await?;
-            // Past the first round of Leases (each node's created).
-            tokio::time::sleep(Duration::from_secs(12)).await;
-            let window = if sizes.fan_out < 1_000 { 20 } else { 60 };
-            let before = requests.snapshot();
-            tokio::time::sleep(Duration::from_secs(window)).await;
+            // Whole rounds of Lease renewals (one every 10 s per node): from
+            // the end of one round to the end of another, timed, so the
+            // window neither cuts a round nor catches part of one more.
+            let rounds: u64 = if sizes.fan_out < 1_000 { 2 } else { 6 };
+            let per_round = nodes as u64;
+            let counts = cloud.controller.counts.clone();
+            let renewed = counts.borrow().leases_renewed;
+            let first = (renewed / per_round + 1) * per_round;
+            let round_ends = |at: u64| {
+                let mut counts = counts.clone();
+                async move {
+                    tokio::time::timeout(WAIT, counts.wait_for(|c| c.leases_renewed >= at))
+                        .await
+                        .map_err(|_| anyhow!("Lease renewals stalled before {at}"))?
+                        .map_err(|_| anyhow!("the controller stopped"))?;
+                    Ok::<_, anyhow::Error>(())
+                }
+            };
+            round_ends(first).await?;
+            let (before, started) = (requests.snapshot(), Instant::now());
+            round_ends(first + rounds * per_round).await?;
+            let window = started.elapsed();
             let made = requests_since(&before, &requests.snapshot());
             eprintln!(
-                "controller/k8s: {nodes} idle nodes, {window} s: cloudcore's requests {made:?}"
+                "controller/k8s: {nodes} idle nodes, {rounds} Lease rounds in {window:.1?}: \
+                 cloudcore's requests {made:?}"
             );
             let total: u64 = made.iter().map(|(_, n)| n).sum();
-            Ok::<_, anyhow::Error>(total as f64 / nodes as f64 / (window as f64 / 60.0))
+            Ok::<_, anyhow::Error>(total as f64 / nodes as f64 / (window.as_secs_f64() / 60.0))
         }
         .await;
         cloud.stop().await;
