@@ -230,14 +230,22 @@ impl Cloudcore {
             .spawn()
             .context("start edgecore")?;
         let edge = ChildGuard(child);
+        self.wait_linked(linked, &format!("edgecore {node}"))?;
+        Ok(edge)
+    }
+
+    /// Waits until cloudhub counts `count` nodes connected (another
+    /// process's state: asked every 200 ms).
+    #[cfg(feature = "cli")]
+    fn wait_linked(&self, count: usize, what: &str) -> Result<()> {
         let deadline = Instant::now() + WAIT;
-        while self.metric("edgehive_cloudhub_nodes_connected")? < linked as f64 {
+        while self.metric("edgehive_cloudhub_nodes_connected")? < count as f64 {
             if Instant::now() > deadline {
-                bail!("edgecore {node} did not link");
+                bail!("{what}: not linked");
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        Ok(edge)
+        Ok(())
     }
 
     /// Starts `count` simulated nodes (`node-<first>`...), linked once
@@ -265,13 +273,7 @@ impl Cloudcore {
             .spawn()
             .context("spawn the simulated nodes")?;
         let nodes = ChildGuard(child);
-        let deadline = Instant::now() + WAIT;
-        while self.metric("edgehive_cloudhub_nodes_connected")? < count as f64 {
-            if Instant::now() > deadline {
-                bail!("the simulated nodes did not all connect");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        self.wait_linked(count, "the simulated nodes")?;
         Ok(nodes)
     }
 }
@@ -512,15 +514,18 @@ pub mod kubernetes {
     /// Rounds of the churn.
     const ROUNDS: usize = 10;
 
-    /// Waits until the API server has the Node of each of `count` nodes
-    /// from `first` (cloudcore registers a node when it links): pods are
+    /// Waits until the API server has the Node of each of `names`
+    /// (cloudcore registers a node when it links): pods are
     /// bound to nodes that exist, as a scheduler binds them. A pod bound to
     /// a node that is no edge node yet is left out of cloudcore's watch and
     /// makes it list every pod again once the node joins.
-    async fn registered(client: &kube::Client, first: usize, count: usize) -> Result<()> {
+    async fn registered(
+        client: &kube::Client,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<()> {
         let nodes: Api<Node> = Api::all(client.clone());
-        let wanted: std::collections::BTreeSet<String> =
-            (first..first + count).map(node_name).collect();
+        let wanted: std::collections::BTreeSet<String> = names.into_iter().collect();
+        let count = wanted.len();
         let deadline = Instant::now() + WAIT;
         loop {
             let listed = nodes.list(&ListParams::default()).await?;
@@ -621,7 +626,7 @@ pub mod kubernetes {
         // One node, 1,000 pods; their updates; then the churn.
         let cloud = Cloudcore::start(dir.path(), "one-node", Some(kubeconfig))?;
         let _node = cloud.nodes(FIRST_NODE, 1)?;
-        registered(client, FIRST_NODE, 1).await?;
+        registered(client, [node_name(FIRST_NODE)]).await?;
         let node = node_name(FIRST_NODE);
         let idle = cloud.settled_rss()?;
         let names: Vec<(String, String)> = (0..pods)
@@ -680,7 +685,7 @@ pub mod kubernetes {
         let nodes = pods;
         let cloud = Cloudcore::start(dir.path(), "many-nodes", Some(kubeconfig))?;
         let _nodes = cloud.nodes(FIRST_NODE + 1, nodes)?;
-        registered(client, FIRST_NODE + 1, nodes).await?;
+        registered(client, (FIRST_NODE + 1..=FIRST_NODE + nodes).map(node_name)).await?;
         let nodes_idle = cloud.settled_rss()?;
         let names: Vec<(String, String)> = (0..nodes * 10)
             .map(|i| (format!("n-{i:05}"), node_name(FIRST_NODE + 1 + i % nodes)))
@@ -806,14 +811,7 @@ pub mod kubernetes {
         let cloud = Cloudcore::start(dir, "edge-cpu", Some(kubeconfig))?;
         let node = edge_node(id);
         let edge = cloud.edgecore(dir, &node, 1)?;
-        let nodes: Api<Node> = Api::all(client.clone());
-        let deadline = Instant::now() + WAIT;
-        while nodes.get_opt(&node).await?.is_none() {
-            if Instant::now() > deadline {
-                bail!("edgecore {node} never registered its Node");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        registered(client, [node.clone()]).await?;
         let watch = BareWatch::start(namespace, pods)?;
         let edge_idle_rss = super::rss_of(edge.0.id())? as f64 / super::MIB;
         let before = (
