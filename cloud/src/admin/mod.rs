@@ -310,8 +310,9 @@ fn result(key: &ObjectKey, result: &str) -> ObjectResult {
 /// A manifest's bytes, read into one buffer of the size its
 /// `Content-Length` gives (refused before anything is allocated when that
 /// is above [`MAX_MANIFEST_BYTES`]). Read as actix reads a body, a buffer
-/// of 8 KiB doubled as it filled: a 6 MB manifest passed through buffers
-/// of 4 and 8 MiB, and the allocator kept what they freed.
+/// of 8 KiB doubled as it filled: a 6 MB manifest was copied through
+/// buffers up to 8 MiB. (cloudcore's RSS after such an apply did not
+/// change with this: see docs/kubernetes.md, "Benchmark: memory".)
 async fn manifest_body(
     request: &HttpRequest,
     mut payload: web::Payload,
