@@ -681,6 +681,13 @@ fn write_admin_kubeconfig(settings: &CloudCoreConfig, ca: &CloudCa) -> Result<()
 /// Where the configuration file is read from by default.
 const DEFAULT_CONFIG: &str = "/etc/edgehive/cloudcore.yaml";
 
+/// jemalloc, configured (.cargo/config.toml) to give idle pages back
+/// within a second: glibc's malloc kept the peak of a burst (an apply of
+/// thousands of objects, a round of pod churn) resident long after it was
+/// freed. docs/kubernetes.md has the figures.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> Result<()> {
     let args = Args::parse();
     if args.defaultconfig {

@@ -232,6 +232,10 @@ impl Run {
 /// Where the configuration file is read from by default.
 const DEFAULT_CONFIG: &str = "/etc/edgehive/edgecore.yaml";
 
+/// jemalloc, as cloudcore has it (see there).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> Result<()> {
     let args = Args::parse();
     if args.defaultconfig {

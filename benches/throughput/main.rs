@@ -24,6 +24,11 @@ use clap::Parser;
 
 use report::Report;
 
+/// The binaries' allocator (examples/cloudcore.rs), for what runs in this
+/// process: the controller group's cloud and edge.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Command line of the harness.
 #[derive(Parser, Debug)]
 #[command(about = "edgehive throughput, latency and scale benchmarks")]

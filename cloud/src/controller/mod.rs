@@ -341,9 +341,11 @@ impl ControllerHandle {
     /// what is stored, and packs it until it is written: thousands of
     /// objects in one manifest are not held as trees while they wait.
     pub fn admit(&self, key: ObjectKey, object: Value) -> Result<Admitted, ApiError> {
-        let stored = self.store.get(&key).map_err(refused)?;
+        // Read only where it decides something: an unchanged re-apply of
+        // thousands of configmaps is otherwise one more read of each.
         if key.kind.bound_to_node()
-            && let Some(bound) = stored.as_ref().and_then(node_name)
+            && let Some(stored) = self.store.get(&key).map_err(refused)?
+            && let Some(bound) = node_name(&stored)
             && node_name(&object).as_deref() != Some(bound.as_str())
         {
             return Err(ApiError::Invalid(format!(
