@@ -855,7 +855,7 @@ pub mod kubernetes {
 
     /// The baseline's process: this binary again (`__pod-watch`), watching
     /// a namespace's pods until it has seen a number of them created.
-    struct BareWatch {
+    pub(crate) struct BareWatch {
         child: super::ChildGuard,
         lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
         ready_at: f64,
@@ -863,7 +863,7 @@ pub mod kubernetes {
 
     impl BareWatch {
         /// Started, and watching once this returns.
-        fn start(namespace: &str, pods: usize) -> Result<BareWatch> {
+        pub(crate) fn start(namespace: &str, pods: usize) -> Result<BareWatch> {
             use std::io::BufRead as _;
             let mut child = std::process::Command::new(std::env::current_exe()?)
                 .args([

@@ -926,6 +926,33 @@ pub(crate) mod kubernetes {
             let took = patch_all(&raw_pods, &names, &format!("r{run}")).await?;
             raw_patched.push(per_second(sizes.pods, took));
         }
+        // The same creates with one bare watch of them open (in a process
+        // of its own, as cloudcore's would be): what any watcher costs the
+        // API server, the ceiling for a controller on these cores.
+        let mut raw_watched = Vec::new();
+        {
+            // It never sees the pods it waits for ("e-" names): it goes,
+            // killed, when the runs are done.
+            let _watch = crate::cloudcore_memory::kubernetes::BareWatch::start(
+                &raw_namespace,
+                usize::MAX,
+            )?;
+            for run in 0..sizes.runs {
+                let names: Vec<String> =
+                    (0..sizes.pods).map(|i| format!("w{run}-{i:05}")).collect();
+                let objects = pods(&names, &raw_namespace, id)?;
+                let took = create_all(objects, |pod| {
+                    let api = raw_pods.clone();
+                    async move { api.create(&PostParams::default(), &pod).await.map(drop) }
+                })
+                .await?;
+                raw_watched.push(per_second(sizes.pods, took));
+            }
+        }
+        eprintln!(
+            "controller/k8s: the API server's creates from a bare client: {raw:.0?} per second; \
+             with one bare watch open: {raw_watched:.0?}"
+        );
         // Gone before the controller lists pods: they name its node too.
         raw_pods
             .delete_collection(&gone_now(), &ListParams::default())
@@ -1024,10 +1051,18 @@ pub(crate) mod kubernetes {
         report.with_baseline(
             &scenario,
             "create→edge ack",
-            median(rates),
+            median(rates.clone()),
             "obj/s",
             median(raw),
             "API server create, bare client",
+        );
+        report.with_baseline(
+            &scenario,
+            "create→edge ack",
+            median(rates),
+            "obj/s",
+            median(raw_watched),
+            "API server create, bare client, one bare watch",
         );
         report.with_baseline(
             &scenario,
