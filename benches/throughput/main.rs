@@ -24,8 +24,9 @@ use clap::Parser;
 
 use report::Report;
 
-/// The binaries' allocator (examples/cloudcore.rs), for what runs in this
-/// process: the controller group's cloud and edge.
+/// The binaries' allocator (examples/cloudcore.rs), for everything the
+/// bench runs in its own process (the controller group's cloud and edge,
+/// the hive, hub and meta groups) and in its child modes.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -326,8 +326,8 @@ impl ControllerHandle {
     /// Creates or replaces objects (status is the nodes' to set and is
     /// kept), as `kubectl apply` does, and answers once the controller has
     /// queued each for the nodes it goes to. Every object is checked first,
-    /// against its kind and against what is stored; if one fails, none is
-    /// applied.
+    /// against its kind and, for kinds bound to a node, against the node
+    /// it is stored with; if one fails, none is applied.
     pub async fn apply(&self, objects: Vec<Value>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
         let mut admitted = Vec::with_capacity(objects.len());
         for object in objects {
@@ -338,7 +338,8 @@ impl ControllerHandle {
     }
 
     /// Checks `object` (at `key`, as [`manifest::check`] gave it) against
-    /// what is stored, and packs it until it is written: thousands of
+    /// what is stored where that decides something (a pod's or a device's
+    /// node is immutable), and packs it until it is written: thousands of
     /// objects in one manifest are not held as trees while they wait.
     pub fn admit(&self, key: ObjectKey, object: Value) -> Result<Admitted, ApiError> {
         // Read only where it decides something: an unchanged re-apply of
