@@ -992,7 +992,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     }
     // Streams to edge pods (logs, exec, port-forward, stats) go through
     // the nodes' links, kept by cloudhub.
-    let tunnels = hub::tunnel::NodeTunnels::default();
+    let tunnels = stream::NodeTunnels::default();
     let mut pod_streams =
         cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
     // Replicas: what is asked of a node another replica holds is asked of

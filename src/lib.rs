@@ -26,6 +26,8 @@ pub use edged;
 pub use hub;
 #[cfg(feature = "edge")]
 pub use meta;
+#[cfg(any(feature = "edge", feature = "cloud"))]
+pub use stream;
 #[cfg(any(feature = "ws", feature = "quic", feature = "uds"))]
 pub use transports;
 #[cfg(feature = "edge")]

@@ -1,5 +1,5 @@
 //! What the cloud asks of an edge node through a stream inside its link
-//! (`hub::tunnel`): the kubelet's streaming and stats API, typed. The
+//! (the `stream` crate's tunnel): the kubelet's streaming and stats API, typed. The
 //! cloud encodes a [`StreamRequest`] as the stream's opening; the node
 //! serves it (edged) or refuses it.
 //!

@@ -152,7 +152,6 @@ impl Cloudcore {
 
     /// Waits until cloudhub counts `at_least` acknowledgements in all and
     /// has none pending (another process's state: asked every 200 ms).
-    #[cfg(feature = "cli")]
     async fn wait_acked(&self, at_least: f64, what: &str) -> Result<()> {
         let deadline = Instant::now() + WAIT;
         loop {
@@ -168,7 +167,6 @@ impl Cloudcore {
         }
     }
 
-    #[cfg(feature = "cli")]
     fn acked(&self) -> Result<f64> {
         self.metric("edgehive_cloudhub_acked_total")
     }
@@ -177,7 +175,6 @@ impl Cloudcore {
     /// cloudcore as a user joins one, its data under `dir`, edged off (no
     /// containers: only delivery is measured); linked once cloudhub counts
     /// `linked` nodes.
-    #[cfg(feature = "cli")]
     fn edgecore(&self, dir: &Path, node: &str, linked: usize) -> Result<ChildGuard> {
         let token = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
             .arg("--data-dir")
@@ -236,7 +233,6 @@ impl Cloudcore {
 
     /// Waits until cloudhub counts `count` nodes connected (another
     /// process's state: asked every 200 ms).
-    #[cfg(feature = "cli")]
     fn wait_linked(&self, count: usize, what: &str) -> Result<()> {
         let deadline = Instant::now() + WAIT;
         while self.metric("edgehive_cloudhub_nodes_connected")? < count as f64 {
@@ -250,7 +246,6 @@ impl Cloudcore {
 
     /// Starts `count` simulated nodes (`node-<first>`...), linked once
     /// all are connected.
-    #[cfg(feature = "cli")]
     fn nodes(&self, first: usize, count: usize) -> Result<ChildGuard> {
         let identities = self.data.join(format!("identities-{first}"));
         let issued = (first..first + count)

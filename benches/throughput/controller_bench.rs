@@ -95,14 +95,12 @@ pub(crate) struct Sizes {
     /// Nodes of the fan-out.
     fan_out: usize,
     /// Configmaps the Kubernetes backend lists for its memory figure.
-    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     configmaps: usize,
     /// Repetitions; the median is reported.
     runs: usize,
 }
 
 pub fn run(scale: Scale, quick: bool, report: &mut Report) -> Result<()> {
-    #[cfg(feature = "cli")]
     if let Ok(namespace) = std::env::var(kubernetes::RSS_CHILD) {
         return kubernetes::rss_child(&namespace);
     }
@@ -130,12 +128,9 @@ pub fn run(scale: Scale, quick: bool, report: &mut Report) -> Result<()> {
             report,
             "skipped: EDGEHIVE_TEST_KUBECONFIG (a real kube-apiserver) not set",
         ),
-        #[cfg(feature = "cli")]
         Some(path) => {
             actix::System::new().block_on(kubernetes::run(sizes, Path::new(&path), report))?
         }
-        #[cfg(not(feature = "cli"))]
-        Some(_) => skipped(report, "skipped: build with --features cli"),
     }
     Ok(())
 }
@@ -686,7 +681,6 @@ async fn fan_out(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-#[cfg(feature = "cli")]
 pub(crate) mod kubernetes {
     //! Scenario 3: cloudcore's controller on a real kube-apiserver.
 
@@ -933,10 +927,8 @@ pub(crate) mod kubernetes {
         {
             // It never sees the pods it waits for ("e-" names): it goes,
             // killed, when the runs are done.
-            let _watch = crate::cloudcore_memory::kubernetes::BareWatch::start(
-                &raw_namespace,
-                usize::MAX,
-            )?;
+            let _watch =
+                crate::cloudcore_memory::kubernetes::BareWatch::start(&raw_namespace, usize::MAX)?;
             for run in 0..sizes.runs {
                 let names: Vec<String> =
                     (0..sizes.pods).map(|i| format!("w{run}-{i:05}")).collect();

@@ -7,7 +7,6 @@
 //! Numbers are printed, never asserted: these machines are shared and noisy.
 
 mod beehive_bench;
-#[cfg(feature = "cli")]
 mod cloudcore_memory;
 mod controller_bench;
 mod hub_bench;
@@ -139,7 +138,6 @@ fn main() -> Result<()> {
             identities,
         );
     }
-    #[cfg(feature = "cli")]
     if args.group.as_deref() == Some("__pod-watch") {
         return cloudcore_memory::kubernetes::watch_child(
             args.mode.as_deref().unwrap_or_default(),
@@ -226,10 +224,7 @@ fn main() -> Result<()> {
             "pods" => pods_bench::run(scale, &mut report)?,
             "twin" => twin_bench::run(scale, &mut report)?,
             "controller" => controller_bench::run(scale, args.quick, &mut report)?,
-            #[cfg(feature = "cli")]
             "memory" => cloudcore_memory::run(args.quick, &mut report)?,
-            #[cfg(not(feature = "cli"))]
-            "memory" => eprintln!("memory: skipped: it runs the cloudcore binary (--features cli)"),
             "streams" => streams_bench::run(scale, &mut report)?,
             _ => unreachable!("checked against GROUPS"),
         }

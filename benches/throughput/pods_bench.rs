@@ -69,20 +69,16 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
         }
         Ok::<_, anyhow::Error>(())
     })?;
-    match option_env!("CARGO_BIN_EXE_edgecore") {
-        Some(edgecore) => {
-            let idle = edgecore_rss(Path::new(edgecore), 0)?;
-            let busy = edgecore_rss(Path::new(edgecore), rss_pods)?;
-            report.plain("pods/edgecore_rss", "rss_0_pods", idle / 1048576.0, "MiB");
-            report.plain(
-                "pods/edgecore_rss",
-                &format!("rss_{rss_pods}_pods"),
-                busy / 1048576.0,
-                "MiB",
-            );
-        }
-        None => eprintln!("pods/edgecore_rss skipped: build with --features cli"),
-    }
+    let edgecore = Path::new(env!("CARGO_BIN_EXE_edgecore"));
+    let idle = edgecore_rss(edgecore, 0)?;
+    let busy = edgecore_rss(edgecore, rss_pods)?;
+    report.plain("pods/edgecore_rss", "rss_0_pods", idle / 1048576.0, "MiB");
+    report.plain(
+        "pods/edgecore_rss",
+        &format!("rss_{rss_pods}_pods"),
+        busy / 1048576.0,
+        "MiB",
+    );
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! The `streams` group: the tunnel inside a node's link (`hub::tunnel`)
+//! The `streams` group: the tunnel inside a node's link (`stream`)
 //! with edged's stream server at the edge end, over a real Unix-socket
 //! link, against the containerd of `scripts/setup-containerd`:
 //!
@@ -19,8 +19,8 @@ use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
 use bytes::Bytes;
 use edged::Cri;
 use edged::cri::api;
-use hub::tunnel::{Chunk, PendingStream, StreamHandler, Tunnel, TunnelStream};
 use k8s_openapi::api::core::v1::Pod;
+use stream::{Chunk, PendingStream, StreamHandler, Tunnel, TunnelStream};
 use transports::{DialOptions, Link, ListenOptions, Received, Transport, UnixSocket};
 
 use crate::Scale;
@@ -119,7 +119,7 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
 
         // First: memory freed by the runs below would be reused here.
         // Idle streams: what each costs, both ends, over links of their
-        // own (one link takes hub::tunnel::MAX_STREAMS at once).
+        // own (one link takes stream::MAX_STREAMS at once).
         let links = if quick { 5 } else { 20 };
         let per_link = 100;
         let mut tunnels = Vec::new();

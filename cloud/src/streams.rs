@@ -1,4 +1,4 @@
-//! Streams to edge pods and nodes through their links (`hub::tunnel`):
+//! Streams to edge pods and nodes through their links (`stream`):
 //! a container's log, a command, an attach, a forwarded port, a node's
 //! resource figures. The cloud finds the pod's node in the desired state
 //! and opens the stream on that node's link; the node checks the pod is
@@ -12,7 +12,7 @@ use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
 use apis::streams::{PodRef, StatsKind, StreamRequest, channel};
 use bytes::{Bytes, BytesMut};
-use hub::tunnel::{Chunk, NodeTunnels, StreamError, TunnelStream};
+use stream::{Chunk, NodeTunnels, StreamError, TunnelStream};
 
 use crate::desired::DesiredState;
 

@@ -16,7 +16,7 @@ use cloud::kubelet::review::{Access, Authorizer, Caller, Decision};
 use cloud::kubelet::{KubeletApiConfig, KubeletApiHandle};
 use cloud::{DesiredState, EmbeddedStore};
 use futures_util::{SinkExt, StreamExt};
-use hub::tunnel::NodeTunnels;
+use stream::NodeTunnels;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use apis::streams::{LogOptions, channel};
 use bytes::Bytes;
-use hub::tunnel::PendingStream;
+use stream::PendingStream;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 /// How often a followed log is looked at for more.

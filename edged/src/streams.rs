@@ -1,4 +1,4 @@
-//! The cloud's streams to the pods edged runs (`hub::tunnel`), served as a
+//! The cloud's streams to the pods edged runs (`stream`), served as a
 //! kubelet serves its streaming API: a command run in a container and an
 //! attach through CRI `Exec` / `Attach` and containerd's streaming server
 //! (its SPDY side, protocol `v4.channel.k8s.io`, [`crate::spdy`]: the
@@ -17,8 +17,8 @@ use apis::streams::{
 };
 use bytes::Bytes;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use hub::tunnel::{Chunk, PendingStream, StreamHandler};
 use k8s_openapi::api::core::v1::Pod;
+use stream::{Chunk, PendingStream, StreamHandler};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tracing::{Instrument, debug, info_span};

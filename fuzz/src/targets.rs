@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use hub::certs::{CloudCa, ledger};
 use hub::dialect::Dialect;
-use hub::tunnel::frame::Frame;
+use stream::frame::Frame;
 use transports::frame::{self, Codec, FrameDecoder};
 use twin::protocol::{self, Request, StateUpdate, TwinUpdate};
 

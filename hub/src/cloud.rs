@@ -72,7 +72,7 @@ pub struct CloudHubConfig {
     /// Where the native nodes' tunnels are kept, for whoever opens streams
     /// to them (a fresh set by default; give one to share it before the
     /// hub starts).
-    pub streams: crate::tunnel::NodeTunnels,
+    pub streams: stream::NodeTunnels,
     /// Revoked node certificates (deleted nodes): a link presenting one
     /// is closed right after its handshake (none: no revocation).
     pub revocations: Option<Arc<dyn crate::certs::JoinLedger>>,
@@ -91,7 +91,7 @@ impl Default for CloudHubConfig {
             kubeedge_resend_after: Duration::from_secs(10),
             claims: None,
             acks: None,
-            streams: crate::tunnel::NodeTunnels::default(),
+            streams: stream::NodeTunnels::default(),
             revocations: None,
         }
     }
@@ -105,7 +105,7 @@ pub struct CloudHubHandle {
     /// Counters.
     pub stats: Arc<HubStats>,
     /// Streams to the nodes linked here (logs, exec, port-forward, ...).
-    pub streams: crate::tunnel::NodeTunnels,
+    pub streams: stream::NodeTunnels,
 }
 
 struct Session {
@@ -146,7 +146,7 @@ pub struct CloudHub {
     /// Tells the accept loops to stop and release their addresses.
     stop_accepting: watch::Sender<bool>,
     accepting: Vec<tokio::task::JoinHandle<()>>,
-    tunnels: crate::tunnel::NodeTunnels,
+    tunnels: stream::NodeTunnels,
 }
 
 impl CloudHub {
@@ -639,7 +639,7 @@ struct SessionUp {
     sender: LinkSender,
     dialect: Dialect,
     claim: Option<u64>,
-    tunnel: crate::tunnel::Tunnel,
+    tunnel: stream::Tunnel,
     certificate_issued: Option<u64>,
 }
 
@@ -1051,7 +1051,7 @@ async fn open_session(
     } = link;
     // Frames of streams inside the link go to its tunnel as they come;
     // the session sees messages only. The link's end ends the streams.
-    let tunnel = crate::tunnel::Tunnel::for_cloud(sender.clone());
+    let tunnel = stream::Tunnel::for_cloud(sender.clone());
     let reader_tunnel = tunnel.clone();
     let incoming = futures_util::stream::unfold(receiver, move |mut receiver| {
         let tunnel = reader_tunnel.clone();

@@ -47,7 +47,7 @@ pub struct EdgeHubConfig {
     pub alternates: Vec<String>,
     /// Serves the streams the cloud opens inside the link (logs, exec,
     /// port-forward, ...); none: every stream is refused.
-    pub streams: Option<Arc<dyn crate::tunnel::StreamHandler>>,
+    pub streams: Option<Arc<dyn stream::StreamHandler>>,
 }
 
 impl EdgeHubConfig {
@@ -566,7 +566,7 @@ async fn run_link(
         deliver(first, &sender, hive, config, stats).await;
     }
     // Streams the cloud opens inside the link; they end with it.
-    let tunnel = crate::tunnel::Tunnel::for_edge(sender.clone(), config.streams.clone());
+    let tunnel = stream::Tunnel::for_edge(sender.clone(), config.streams.clone());
     let _streams_end_with_the_link = tunnel.end_on_drop();
     let keepalive = config.keepalive;
     // A KubeEdge cloud sends no keepalives, but its WebSocket layer answers

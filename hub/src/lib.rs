@@ -34,7 +34,6 @@ pub mod protocol;
 pub mod queue;
 mod stats;
 pub mod store;
-pub mod tunnel;
 
 pub use acks::AckSink;
 pub use claims::NodeClaims;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{World, await_applied, edge_config, get, pod, start_cloud, start_edge};
-use hub::tunnel::{Chunk, PendingStream, StreamError, StreamHandler};
+use stream::{Chunk, PendingStream, StreamError, StreamHandler};
 use tokio::sync::mpsc;
 use transports::TransportKind;
 

@@ -18,12 +18,12 @@
 //! that replica ([`crate::peers`]): its log relayed as it comes, its
 //! WebSocket relayed frame by frame both ways, close included.
 
+use ::stream::{Chunk, TunnelStream};
 use actix_web::{HttpRequest, HttpResponse, web};
 use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
 use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
 use futures_util::stream;
-use hub::tunnel::{Chunk, TunnelStream};
 use serde_json::Value;
 
 use crate::peers::{FORWARDED_HEADER, PeerSocket, Peers, Route};

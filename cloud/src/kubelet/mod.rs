@@ -36,10 +36,10 @@ use apis::streams::{PodRef, StreamRequest, UpgradeTarget, channel, is_upgrade_he
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
-use hub::tunnel::{Chunk, StreamError, StreamWriter, TunnelStream};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use stream::{Chunk, StreamError, StreamWriter, TunnelStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};

@@ -41,7 +41,7 @@ pub const DEFAULT_TUNNEL_PORT: u16 = 10014;
 pub enum StreamPath {
     /// Through the node's KubeEdge edgestream tunnel.
     EdgeStream,
-    /// Through the node's own link (`hub::tunnel`).
+    /// Through the node's own link (`stream`).
     Link,
     /// Nowhere: the node is linked in KubeEdge's dialect (no streams in
     /// its link) and keeps no edgestream tunnel here.

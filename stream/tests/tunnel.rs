@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use beehive::Message;
 use bytes::Bytes;
-use hub::tunnel::{Chunk, PendingStream, StreamError, StreamHandler, Tunnel, TunnelStream, WINDOW};
+use stream::{Chunk, PendingStream, StreamError, StreamHandler, Tunnel, TunnelStream, WINDOW};
 use tokio::sync::mpsc;
 use transports::{DialOptions, Lane, Link, ListenOptions, Received, Transport, UnixSocket};
 

@@ -1,6 +1,9 @@
 //! Streams inside a node's link: a container's log, a terminal, a
 //! forwarded port, a metrics scrape, opened by the cloud, served by the
-//! edge, many at once, each with its own flow control.
+//! edge, many at once, each with its own flow control. KubeEdge's
+//! `pkg/stream` and its tunnel, shared the same way: cloudstream (the
+//! cloud's kubelet API) opens streams, edgestream (edged) serves them, and
+//! the hubs only carry the tunnel on a node's link.
 //!
 //! - Frames are raw link frames ([`frame`]) on the link's inner-stream
 //!   lane ([`transports::Lane::Stream`]): written only when no message
@@ -613,15 +616,16 @@ impl NodeTunnels {
         self.by_node.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `node`'s session `session` is up, with `tunnel`.
-    pub(crate) fn linked(&self, node: &str, session: u64, tunnel: Tunnel) {
+    /// `node`'s session `session` is up, with `tunnel` (cloudhub says so
+    /// as sessions come and go).
+    pub fn linked(&self, node: &str, session: u64, tunnel: Tunnel) {
         self.nodes().insert(node.to_owned(), (session, tunnel));
     }
 
     /// `node`'s session `session` is up in KubeEdge's dialect: its link
     /// carries no streams (a KubeEdge edgecore's streams come through its
     /// own edgestream tunnel, if it has one).
-    pub(crate) fn linked_kubeedge(&self, node: &str, session: u64) {
+    pub fn linked_kubeedge(&self, node: &str, session: u64) {
         self.kubeedge_nodes().insert(node.to_owned(), session);
     }
 
@@ -636,7 +640,7 @@ impl NodeTunnels {
 
     /// `node`'s session `session` ended (a newer one stays): its streams
     /// end with it.
-    pub(crate) fn unlinked(&self, node: &str, session: u64) {
+    pub fn unlinked(&self, node: &str, session: u64) {
         {
             let mut kubeedge = self.kubeedge_nodes();
             if kubeedge.get(node) == Some(&session) {
