@@ -496,11 +496,11 @@ pub mod kubernetes {
     use anyhow::{Result, bail};
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Node, Pod};
-    use kube::api::{Api, DeleteParams, ListParams, PostParams};
+    use kube::api::{Api, DeleteParams, ListParams};
 
     use super::{Cloudcore, WAIT};
     use crate::controller_bench::admitted_pod;
-    use crate::controller_bench::kubernetes::{create_all, gone_now, patch_all};
+    use crate::controller_bench::kubernetes::{gone_now, patch_all};
     use crate::hub_bench::node_name;
     use crate::report::Report;
 
@@ -547,6 +547,7 @@ pub mod kubernetes {
         Ok(serde_json::from_value(admitted_pod(name, namespace, node))?)
     }
 
+    /// Creates a pod of each name, bound to the node beside it.
     async fn create_pods(
         api: &Api<Pod>,
         names: &[(String, String)],
@@ -556,12 +557,9 @@ pub mod kubernetes {
             .iter()
             .map(|(name, node)| pod(name, namespace, node))
             .collect::<Result<Vec<_>>>()?;
-        create_all(pods, |pod| {
-            let api = api.clone();
-            async move { api.create(&PostParams::default(), &pod).await.map(drop) }
-        })
-        .await
-        .map(drop)
+        crate::controller_bench::kubernetes::create_pods(api, pods)
+            .await
+            .map(drop)
     }
 
     async fn patch_pods(api: &Api<Pod>, names: &[(String, String)], round: usize) -> Result<()> {

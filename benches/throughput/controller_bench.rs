@@ -741,6 +741,16 @@ pub(crate) mod kubernetes {
         Ok(started.elapsed())
     }
 
+    /// Creates `pods` through `api`, [`IN_FLIGHT`] at a time: how long
+    /// until the API server had answered every create.
+    pub(crate) async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> Result<Duration> {
+        create_all(pods, |pod| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &pod).await.map(drop) }
+        })
+        .await
+    }
+
     fn pods(names: &[String], namespace: &str, node: &str) -> Result<Vec<Pod>> {
         names
             .iter()
@@ -911,11 +921,7 @@ pub(crate) mod kubernetes {
         for run in 0..sizes.runs {
             let names: Vec<String> = (0..sizes.pods).map(|i| format!("r{run}-{i:05}")).collect();
             let objects = pods(&names, &raw_namespace, id)?;
-            let took = create_all(objects, |pod| {
-                let api = raw_pods.clone();
-                async move { api.create(&PostParams::default(), &pod).await.map(drop) }
-            })
-            .await?;
+            let took = create_pods(&raw_pods, objects).await?;
             raw.push(per_second(sizes.pods, took));
             let took = patch_all(&raw_pods, &names, &format!("r{run}")).await?;
             raw_patched.push(per_second(sizes.pods, took));
@@ -933,11 +939,7 @@ pub(crate) mod kubernetes {
                 let names: Vec<String> =
                     (0..sizes.pods).map(|i| format!("w{run}-{i:05}")).collect();
                 let objects = pods(&names, &raw_namespace, id)?;
-                let took = create_all(objects, |pod| {
-                    let api = raw_pods.clone();
-                    async move { api.create(&PostParams::default(), &pod).await.map(drop) }
-                })
-                .await?;
+                let took = create_pods(&raw_pods, objects).await?;
                 raw_watched.push(per_second(sizes.pods, took));
             }
         }
@@ -992,11 +994,7 @@ pub(crate) mod kubernetes {
                     &keys,
                     "pods from the API server",
                     async {
-                        let created = create_all(objects, |pod| {
-                            let api = ctl_pods.clone();
-                            async move { api.create(&PostParams::default(), &pod).await.map(drop) }
-                        })
-                        .await?;
+                        let created = create_pods(&ctl_pods, objects).await?;
                         Ok((created, cloud.controller.counts.borrow().sent - sent_before))
                     },
                 )
