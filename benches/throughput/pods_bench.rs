@@ -378,7 +378,7 @@ fn edgecore_rss(edgecore: &Path, pods: usize) -> Result<f64> {
     runtime.block_on(async {
         let cri = Cri::connect(&socket()).await?;
         for n in 0..pods {
-            edged::worker::teardown(
+            edged::teardown::teardown(
                 &cri,
                 &EdgedConfig::new(node.clone(), socket(), dir.path().join("edged")),
                 &format!("{node}-{n}"),

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
+use tracing::warn;
+
+use crate::actions::PullPolicy;
 
 /// The generated CRI v1 types and clients (`runtime.v1`).
 #[allow(missing_docs, clippy::all, clippy::unwrap_used)]
@@ -157,5 +160,82 @@ impl Cri {
             .await
             .map(tonic::Response::into_inner)
             .map_err(CriError::call("Version"))
+    }
+
+    /// The image's reference after pulling it as `policy` says.
+    pub async fn pull(&self, image: &str, policy: PullPolicy) -> Result<String, CriError> {
+        let mut images = self.images.clone();
+        let spec = api::ImageSpec {
+            image: image.to_owned(),
+            ..Default::default()
+        };
+        if policy != PullPolicy::Always {
+            let present = images
+                .image_status(api::ImageStatusRequest {
+                    image: Some(spec.clone()),
+                    verbose: false,
+                })
+                .await
+                .map_err(CriError::call("ImageStatus"))?
+                .into_inner()
+                .image;
+            if let Some(present) = present {
+                return Ok(present.id);
+            }
+            if policy == PullPolicy::Never {
+                return Err(CriError::Call {
+                    call: "ImageStatus",
+                    status: tonic::Status::not_found(format!(
+                        "image {image:?} is not present and imagePullPolicy is Never"
+                    )),
+                });
+            }
+        }
+        images
+            .pull_image(api::PullImageRequest {
+                image: Some(spec),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().image_ref)
+            .map_err(CriError::call("PullImage"))
+    }
+
+    /// Stops container `id` with `grace` seconds and removes it; a failure
+    /// is logged (the next sync sees what is left).
+    pub async fn remove_container(&self, id: &str, grace: i64) {
+        let mut runtime = self.runtime.clone();
+        let _ = runtime
+            .stop_container(api::StopContainerRequest {
+                container_id: id.to_owned(),
+                timeout: grace,
+            })
+            .await;
+        if let Err(status) = runtime
+            .remove_container(api::RemoveContainerRequest {
+                container_id: id.to_owned(),
+            })
+            .await
+        {
+            warn!(container = id, %status, "container not removed");
+        }
+    }
+
+    /// Stops and removes sandbox `id`; a failure is logged.
+    pub async fn remove_sandbox(&self, id: &str) {
+        let mut runtime = self.runtime.clone();
+        let _ = runtime
+            .stop_pod_sandbox(api::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_owned(),
+            })
+            .await;
+        if let Err(status) = runtime
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_owned(),
+            })
+            .await
+        {
+            warn!(sandbox = id, %status, "sandbox not removed");
+        }
     }
 }

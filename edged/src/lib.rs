@@ -6,6 +6,10 @@
 //! - [`Edged`]: the module; a [`worker::PodWorker`] per pod, the PLEG, the
 //!   node status, and the start-up reconciliation that adopts running
 //!   containers after a restart.
+//! - [`actions`]: a pod's decisions (sandbox, init order, restarts and
+//!   back-off, probes' effects, pulls) as a plain state machine over what
+//!   the runtime shows ([`observed`]); [`status`]: the pod's status from
+//!   the same. The worker is the I/O around them.
 //! - [`spec`]: a pod's spec as CRI configs; [`volumes`]: emptyDir,
 //!   hostPath, configMap and secret volumes; [`probes`]: startup, liveness
 //!   and readiness; [`gc`]: container and image garbage collection;
@@ -15,18 +19,22 @@
 //! - `testing` (feature `testing`): test node names whose pods are removed
 //!   when a test ends, and what tests left in containerd.
 
+pub mod actions;
 pub mod config;
 pub mod cri;
 pub mod gc;
 pub mod logs;
 pub mod module;
 pub mod node;
+pub mod observed;
 pub mod probes;
 pub mod server;
 pub mod spdy;
 pub mod spec;
 pub mod stats;
+pub mod status;
 pub mod streams;
+pub mod teardown;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tokens;

@@ -31,8 +31,9 @@ use crate::gc::{ImageCollector, ImageGcPolicy};
 use crate::node::NodeReporter;
 use crate::server::{self, EdgedServerHandle, PodsView};
 use crate::spec::{self, NODE, Objects, POD_UID};
+use crate::teardown::{Terminating, say_terminated, teardown};
 use crate::tokens::{AskId, Outcome, TokenBook, Verdict};
-use crate::worker::{PodWorker, Signal, Terminating, say_terminated, teardown};
+use crate::worker::{PodWorker, Signal};
 
 /// A failure to start edged.
 #[derive(Debug, thiserror::Error)]
