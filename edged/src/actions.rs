@@ -5,19 +5,20 @@
 //! call: [`crate::worker::PodWorker`] is the I/O around it, and tells the
 //! book how each start went.
 //!
-//! The rules, in the order a sync applies them:
-//! - the sandbox: the newest ready one is kept, the others go; with none
-//!   ready, all go and a new one is made ([`sandbox_plan`]);
+//! The rules, in the order a sync applies them (the worker first keeps
+//! the newest ready sandbox or makes one, as [`sandbox_plan`] says):
 //! - containers whose names the spec no longer has go;
 //! - init containers one at a time, in order: the first that has not
-//!   exited 0 is (re)started, and nothing after it runs; with
+//!   exited 0 is (re)started, and nothing after it runs or is probed; with
 //!   `restartPolicy: Never` one that failed stops the pod there;
 //! - then every container: dead ones beyond `max_dead_per_container` go
 //!   (the latest is kept, for its logs); a running one with the same spec
-//!   is left alone unless a probe says kill; one whose spec changed is
-//!   replaced; an exited one is restarted as `restartPolicy` says, after a
-//!   crash-loop back-off that doubles per restart up to `backoff_max` and
-//!   starts over once a container ran for twice that;
+//!   is left alone unless a probe says kill; a created one is started; one
+//!   whose spec changed is replaced at once; one of unknown state is
+//!   stopped and restarted; an exited one is restarted as
+//!   `restartPolicy` says (always for a new spec), after a crash-loop
+//!   back-off that doubles per restart up to `backoff_max` and is forgotten
+//!   once twice that passed since the last restart;
 //! - a start waits out the image-pull back-off of earlier failed pulls.
 
 use std::collections::HashMap;
@@ -127,14 +128,18 @@ pub enum Action {
         id: String,
         /// Seconds to stop in.
         grace: i64,
+        /// Why it goes.
+        why: Removal,
     },
     /// Start a container that was created but never started.
     StartCreated {
+        /// The container's name.
+        name: String,
         /// The runtime's id.
         id: String,
     },
-    /// Stop a container a probe failed; the next sync restarts it as the
-    /// policy says.
+    /// Stop a container a probe failed (the next sync restarts it as the
+    /// policy says), or one of unknown state before its restart.
     Kill {
         /// The container's name.
         name: String,
@@ -146,7 +151,8 @@ pub enum Action {
         reason: String,
     },
     /// Pull the container's image as `pull` says, make the container as
-    /// start `attempt` (or later: see [`PodBook::attempt`]) and start it.
+    /// start `attempt` (the worker goes past the attempts whose logs are on
+    /// disk) and start it.
     Start {
         /// The container's name.
         name: String,
@@ -157,6 +163,17 @@ pub enum Action {
         /// How its image is pulled.
         pull: PullPolicy,
     },
+}
+
+/// Why a container is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Its name is no longer in the spec.
+    Stray,
+    /// A dead one beyond `max_dead_per_container`.
+    Dead,
+    /// Its spec changed: a new one replaces it.
+    SpecChanged,
 }
 
 /// What one sync does, and when to sync again without a signal.
@@ -173,16 +190,6 @@ impl Plan {
     fn wake_at(&mut self, at: Option<Instant>) {
         self.wake = earliest(self.wake, at);
     }
-}
-
-/// The time a plan is made at: monotonic for back-offs, and the wall
-/// clock (since the epoch) to compare with the runtime's start times.
-#[derive(Debug, Clone, Copy)]
-pub struct Now {
-    /// Monotonic.
-    pub at: Instant,
-    /// Since the epoch.
-    pub wall: Duration,
 }
 
 /// The earlier of two wake-ups.
@@ -205,25 +212,38 @@ pub struct Waiting {
 }
 
 /// Failures of one kind (restarts, pulls) of one container, and when the
-/// next may be tried.
+/// next may be tried. As the kubelet's back-off, it is forgotten once
+/// twice the longest back-off passed since the last failure (the
+/// container ran that long, or nothing was tried).
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Backoff {
     failures: u32,
-    until: Option<Instant>,
+    /// When the last failure was counted, and until when the next waits.
+    last: Option<(Instant, Instant)>,
 }
 
 impl Backoff {
+    fn until(&self) -> Option<Instant> {
+        self.last.map(|(_, until)| until)
+    }
+
     fn ready(&self, now: Instant) -> bool {
-        self.until.is_none_or(|until| until <= now)
+        self.until().is_none_or(|until| until <= now)
     }
 
     fn fail(&mut self, now: Instant, limits: &Limits) {
+        if self
+            .last
+            .is_some_and(|(at, _)| now.saturating_duration_since(at) > limits.backoff_max * 2)
+        {
+            self.failures = 0;
+        }
         let delay = limits
             .backoff_initial
             .saturating_mul(2u32.saturating_pow(self.failures.min(16)))
             .min(limits.backoff_max);
         self.failures += 1;
-        self.until = Some(now + delay);
+        self.last = Some((now, now + delay));
     }
 }
 
@@ -251,29 +271,34 @@ impl PodBook {
         self.ready.get(name).copied()
     }
 
-    /// The containers (init and regular) whose probes are to run before
-    /// [`PodBook::plan`]: those running with their spec's hash.
+    /// The containers whose probes are to run before [`PodBook::plan`]:
+    /// those the plan visits (the first unfinished init container, or every
+    /// container once the init containers succeeded) that run with their
+    /// spec's hash.
     pub fn to_probe<'a>(
         spec: &'a PodSpec,
         observed: &'a HashMap<String, Observed>,
-    ) -> impl Iterator<Item = (&'a Container, &'a Seen)> {
-        containers(spec).filter_map(move |(container, _)| {
-            let latest = observed.get(&container.name)?.latest.as_ref()?;
-            (latest.state == RunState::Running && same_spec(latest, container))
-                .then_some((container, latest))
-        })
+    ) -> Vec<(&'a Container, &'a Seen)> {
+        visited(spec, observed)
+            .into_iter()
+            .filter_map(|(container, _)| {
+                let latest = observed.get(&container.name)?.latest.as_ref()?;
+                (latest.state == RunState::Running && same_spec(latest, container))
+                    .then_some((container, latest))
+            })
+            .collect()
     }
 
     /// The actions of one sync of `spec`, given what the runtime shows, the
-    /// probes' `verdicts` by container name, and the time. `pod` names the
-    /// pod in messages.
+    /// probes' `verdicts` by container name, and the time `now`. `pod`
+    /// names the pod in messages.
     pub fn plan(
         &mut self,
         pod: &str,
         spec: &PodSpec,
         mut observed: HashMap<String, Observed>,
         verdicts: &HashMap<String, Verdict>,
-        now: Now,
+        now: Instant,
         limits: &Limits,
     ) -> Plan {
         let mut plan = Plan::default();
@@ -288,41 +313,23 @@ impl PodBook {
         for name in strays {
             if let Some(seen) = observed.remove(&name) {
                 let ids = seen.latest.into_iter().map(|s| s.id).chain(seen.older);
-                plan.actions
-                    .extend(ids.map(|id| Action::Remove { id, grace: 0 }));
-            }
-        }
-        let policy = RestartPolicy::of(spec);
-        for container in spec.init_containers.iter().flatten() {
-            let seen = observed.remove(&container.name).unwrap_or_default();
-            match seen.latest.as_ref().map(|s| (s.state, s.exit_code)) {
-                Some((RunState::Exited, 0)) => continue,
-                Some((RunState::Exited, _)) if policy == RestartPolicy::Never => return plan,
-                _ => {
-                    let context = Context {
-                        pod,
-                        policy,
-                        grace,
-                        now: now.at,
-                        wall: now.wall,
-                        limits,
-                    };
-                    self.container(&mut plan, &context, container, seen, verdicts, true);
-                    return plan;
-                }
+                plan.actions.extend(ids.map(|id| Action::Remove {
+                    id,
+                    grace: 0,
+                    why: Removal::Stray,
+                }));
             }
         }
         let context = Context {
             pod,
-            policy,
+            policy: RestartPolicy::of(spec),
             grace,
-            now: now.at,
-            wall: now.wall,
+            now,
             limits,
         };
-        for container in &spec.containers {
-            let seen = observed.remove(&container.name).unwrap_or_default();
-            self.container(&mut plan, &context, container, seen, verdicts, false);
+        for (container, init) in visited(spec, &observed) {
+            let seen = observed.get(&container.name).cloned().unwrap_or_default();
+            self.container(&mut plan, &context, container, seen, verdicts, init);
         }
         plan
     }
@@ -346,6 +353,7 @@ impl PodBook {
             .extend(seen.older[..excess].iter().map(|id| Action::Remove {
                 id: id.clone(),
                 grace: 0,
+                why: Removal::Dead,
             }));
         let Some(latest) = seen.latest else {
             self.start(plan, context, container, init, 0);
@@ -355,11 +363,6 @@ impl PodBook {
         match latest.state {
             RunState::Running if same => {
                 self.waiting.remove(name);
-                // Stable long enough: the crash-loop back-off starts over.
-                let started = Duration::from_nanos(u64::try_from(latest.started_at).unwrap_or(0));
-                if context.wall.saturating_sub(started) > context.limits.backoff_max * 2 {
-                    self.restarts.remove(name);
-                }
                 let Some(verdict) = verdicts.get(name) else {
                     return;
                 };
@@ -379,26 +382,38 @@ impl PodBook {
                 }
             }
             RunState::Created if same => {
-                plan.actions.push(Action::StartCreated { id: latest.id });
+                plan.actions.push(Action::StartCreated {
+                    name: name.clone(),
+                    id: latest.id,
+                });
             }
             RunState::Running | RunState::Created => {
                 // Its spec changed: replaced at once.
                 plan.actions.push(Action::Remove {
                     id: latest.id,
                     grace: context.grace,
+                    why: Removal::SpecChanged,
                 });
                 self.start(plan, context, container, init, latest.attempt + 1);
             }
-            _ => {
-                // Exited (or unknown): restarted as the policy says, or at
-                // once for a new spec.
-                if same && !context.policy.restarts(latest.exit_code, init) {
+            RunState::Exited | RunState::Unknown => {
+                // Exited: restarted as the policy says (always for a new
+                // spec), after the crash-loop back-off. Of unknown state:
+                // stopped, then always restarted (as the kubelet does).
+                if latest.state == RunState::Unknown {
+                    plan.actions.push(Action::Kill {
+                        name: name.clone(),
+                        id: latest.id.clone(),
+                        grace: context.grace,
+                        reason: "the runtime does not know its state".to_owned(),
+                    });
+                } else if same && !context.policy.restarts(latest.exit_code, init) {
                     self.waiting.remove(name);
                     return;
                 }
                 let backoff = self.restarts.entry(name.clone()).or_default();
                 if !backoff.ready(context.now) {
-                    let until = backoff.until;
+                    let until = backoff.until();
                     self.waiting.insert(
                         name.clone(),
                         Waiting {
@@ -414,7 +429,7 @@ impl PodBook {
                 }
                 backoff.fail(context.now, context.limits);
                 // Look again when the next restart would be allowed.
-                plan.wake_at(backoff.until);
+                plan.wake_at(backoff.until());
                 // The old one stays, as the latest dead one, until the
                 // limit of dead containers trims it on a later pass.
                 self.start(plan, context, container, init, latest.attempt + 1);
@@ -442,7 +457,7 @@ impl PodBook {
                     message: format!("back-off pulling image {image:?}"),
                 },
             );
-            plan.wake_at(pulls.until);
+            plan.wake_at(pulls.until());
             return;
         }
         plan.actions.push(Action::Start {
@@ -484,7 +499,7 @@ impl PodBook {
         } else {
             "ErrImagePull"
         };
-        let until = backoff.until;
+        let until = backoff.until();
         self.waiting.insert(
             name.to_owned(),
             Waiting {
@@ -533,7 +548,6 @@ struct Context<'a> {
     policy: RestartPolicy,
     grace: i64,
     now: Instant,
-    wall: Duration,
     limits: &'a Limits,
 }
 
@@ -544,6 +558,27 @@ pub fn containers(spec: &PodSpec) -> impl Iterator<Item = (&Container, bool)> {
         .flatten()
         .map(|c| (c, true))
         .chain(spec.containers.iter().map(|c| (c, false)))
+}
+
+/// The containers one sync brings in line, in order: init containers up
+/// to the first that has not exited 0 (none when one failed under
+/// `restartPolicy: Never`: the pod stops there), or, once all of them
+/// succeeded, every container.
+fn visited<'a>(
+    spec: &'a PodSpec,
+    observed: &HashMap<String, Observed>,
+) -> Vec<(&'a Container, bool)> {
+    for init in spec.init_containers.iter().flatten() {
+        let latest = observed.get(&init.name).and_then(|o| o.latest.as_ref());
+        match latest.map(|s| (s.state, s.exit_code)) {
+            Some((RunState::Exited, 0)) => continue,
+            Some((RunState::Exited, _)) if RestartPolicy::of(spec) == RestartPolicy::Never => {
+                return Vec::new();
+            }
+            _ => return vec![(init, true)],
+        }
+    }
+    spec.containers.iter().map(|c| (c, false)).collect()
 }
 
 /// Whether `seen` was made from `container`'s spec as it is now.

@@ -31,7 +31,7 @@ pub struct Seen {
     pub exit_code: i32,
     /// Which start of this container name it is (0 for the first).
     pub attempt: u32,
-    /// The hash of the spec it was made from ([`spec::spec_hash`]).
+    /// The hash of the spec it was made from ([`crate::spec::spec_hash`]).
     pub spec_hash: Option<String>,
     /// When it started, in CRI nanoseconds since the epoch (0: never).
     pub started_at: i64,

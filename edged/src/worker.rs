@@ -3,8 +3,8 @@
 //! when it changes.
 //!
 //! The worker is the I/O around two plain pieces: [`PodBook::plan`]
-//! decides what a sync does (sandbox, init order, restarts and their
-//! back-off, probes' effects, image pulls) and [`pod_status`] what the
+//! decides what a sync does (init order, restarts and their back-off,
+//! probes' effects, image pulls; [`actions::sandbox_plan`] the sandbox) and [`pod_status`] what the
 //! status says; the worker lists the runtime, runs the probes, carries the
 //! actions out through CRI and tells the book how each start went.
 //! Containers already running with the same spec are left alone: that is
@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage};
@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::actions::{self, Action, Limits, Now, PodBook, PullPolicy, SandboxPlan, earliest};
+use crate::actions::{self, Action, Limits, PodBook, PullPolicy, Removal, SandboxPlan, earliest};
 use crate::config::EdgedConfig;
 use crate::cri::{Cri, CriError, api};
 use crate::observed::{Observed, SandboxSeen, Seen};
@@ -293,23 +293,19 @@ impl PodWorker {
         }
         let observed = self.observe(&sandbox).await?;
         let verdicts = self.probe(&spec, &observed).await;
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
         let plan = self.book.plan(
             &spec::pod_key(&self.pod),
             &spec,
             observed,
             &verdicts,
-            Now {
-                at: Instant::now(),
-                wall,
-            },
+            Instant::now(),
             &self.limits,
         );
         let mut wake = plan.wake;
+        // Each action's failure is the book's to note (a back-off, a
+        // waiting reason): the rest of the plan still runs, as planned.
         for action in plan.actions {
-            wake = earliest(wake, self.act(&sandbox, &spec, action).await?);
+            wake = earliest(wake, self.act(&sandbox, &spec, action).await);
         }
         Ok(wake)
     }
@@ -336,24 +332,37 @@ impl PodWorker {
     }
 
     /// Carries one action out; when to look again, if it says.
-    async fn act(
-        &mut self,
-        sandbox: &str,
-        spec: &PodSpec,
-        action: Action,
-    ) -> Result<Option<Instant>, CriError> {
+    async fn act(&mut self, sandbox: &str, spec: &PodSpec, action: Action) -> Option<Instant> {
         match action {
-            Action::Remove { id, grace } => {
+            Action::Remove { id, grace, why } => {
+                if why == Removal::SpecChanged {
+                    info!(pod = %spec::pod_key(&self.pod), container = %id, "spec changed; container replaced");
+                }
                 self.cri.remove_container(&id, grace).await;
-                Ok(None)
+                None
             }
-            Action::StartCreated { id } => {
+            Action::StartCreated { name, id } => {
                 let mut runtime = self.cri.runtime.clone();
-                runtime
+                let started = runtime
                     .start_container(api::StartContainerRequest { container_id: id })
-                    .await
-                    .map_err(CriError::call("StartContainer"))?;
-                Ok(None)
+                    .await;
+                match started {
+                    Ok(_) => {
+                        self.book.started(&name);
+                        None
+                    }
+                    Err(status) => {
+                        let message = status.message().to_owned();
+                        let wake = self.book.start_failed(
+                            &name,
+                            "RunContainerError",
+                            message,
+                            Instant::now(),
+                            &self.limits,
+                        );
+                        Some(wake)
+                    }
+                }
             }
             Action::Kill {
                 name,
@@ -369,7 +378,7 @@ impl PodWorker {
                         timeout: grace,
                     })
                     .await;
-                Ok(None)
+                None
             }
             Action::Start {
                 name,
@@ -378,10 +387,8 @@ impl PodWorker {
                 pull,
             } => {
                 let found = actions::containers(spec).find(|(c, i)| c.name == name && *i == init);
-                let Some((container, _)) = found else {
-                    return Ok(None);
-                };
-                Ok(self.start(sandbox, container, attempt, pull).await)
+                let (container, _) = found?;
+                self.start(sandbox, container, attempt, pull).await
             }
         }
     }

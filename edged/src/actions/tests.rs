@@ -63,23 +63,8 @@ fn observed(containers: &[(&Container, Seen)]) -> HashMap<String, Observed> {
     )
 }
 
-/// The wall clock a little after the containers' start.
-fn wall() -> Duration {
-    Duration::from_secs(1_700_000_060)
-}
-
 fn plan(book: &mut PodBook, spec: &PodSpec, seen: HashMap<String, Observed>, now: Instant) -> Plan {
-    book.plan(
-        POD,
-        spec,
-        seen,
-        &HashMap::new(),
-        Now {
-            at: now,
-            wall: wall(),
-        },
-        &limits(),
-    )
+    book.plan(POD, spec, seen, &HashMap::new(), now, &limits())
 }
 
 fn start(name: &str, init: bool, attempt: u32) -> Action {
@@ -174,27 +159,89 @@ fn a_crashing_container_backs_off_doubling_then_waits_in_crash_loop_back_off() {
 }
 
 #[test]
-fn the_back_off_tops_out_and_starts_over_after_a_long_run() {
+fn the_back_off_tops_out_and_is_forgotten_after_twice_the_longest() {
     let app = container("app", "busybox:1");
     let spec = pod_spec(&[], &[&app], "Always");
     let mut book = PodBook::default();
     let mut now = Instant::now();
-    for attempt in 0..10 {
+    let mut delays = Vec::new();
+    for attempt in 0..8 {
         let crashed = observed(&[(&app, seen(&app, "a", RunState::Exited, 1, attempt))]);
         let planned = plan(&mut book, &spec, crashed, now);
         assert_eq!(planned.actions.len(), 1, "attempt {attempt}");
-        let delay = planned.wake.map(|w| w - now);
-        assert!(delay <= Some(Duration::from_secs(300)), "{delay:?}");
+        delays.push(planned.wake.map(|w| (w - now).as_secs()));
         now += Duration::from_secs(300);
     }
-    // Running for over twice the longest back-off: the next crash restarts
-    // at once with the first delay.
-    let mut long = seen(&app, "b", RunState::Running, 0, 10);
-    long.started_at = 1_699_999_000_000_000_000;
-    plan(&mut book, &spec, observed(&[(&app, long)]), now);
-    let crashed = observed(&[(&app, seen(&app, "b", RunState::Exited, 1, 10))]);
+    let expected = [10, 20, 40, 80, 160, 300, 300, 300].map(Some);
+    assert_eq!(delays, expected);
+    // It ran for over twice the longest back-off since its last restart:
+    // the next crash restarts it with the first delay again.
+    now += Duration::from_secs(301);
+    let crashed = observed(&[(&app, seen(&app, "b", RunState::Exited, 1, 8))]);
     let restarted = plan(&mut book, &spec, crashed, now);
     assert_eq!(restarted.wake, Some(now + Duration::from_secs(10)));
+}
+
+#[test]
+fn a_created_container_is_started_or_replaced_if_its_spec_changed() {
+    let old = container("app", "busybox:1");
+    let new = container("app", "busybox:2");
+    let created = || observed(&[(&old, seen(&old, "a0", RunState::Created, 0, 0))]);
+    let now = Instant::now();
+    let same = plan(
+        &mut PodBook::default(),
+        &pod_spec(&[], &[&old], "Always"),
+        created(),
+        now,
+    );
+    assert_eq!(
+        same.actions,
+        vec![Action::StartCreated {
+            name: "app".to_owned(),
+            id: "a0".to_owned()
+        }]
+    );
+    let changed = plan(
+        &mut PodBook::default(),
+        &pod_spec(&[], &[&new], "Always"),
+        created(),
+        now,
+    );
+    assert_eq!(
+        changed.actions,
+        vec![
+            Action::Remove {
+                id: "a0".to_owned(),
+                grace: 30,
+                why: Removal::SpecChanged
+            },
+            start("app", false, 1)
+        ]
+    );
+}
+
+#[test]
+fn containers_are_not_probed_while_an_init_container_reruns() {
+    let (init, app) = (
+        container("init", "busybox:2"),
+        container("app", "busybox:1"),
+    );
+    let old_init = container("init", "busybox:1");
+    let spec = pod_spec(&[&init], &[&app], "Always");
+    let rerun = observed(&[
+        (&old_init, seen(&old_init, "i0", RunState::Exited, 1, 0)),
+        (&app, seen(&app, "a0", RunState::Running, 0, 0)),
+    ]);
+    assert!(PodBook::to_probe(&spec, &rerun).is_empty());
+    let done = observed(&[
+        (&init, seen(&init, "i1", RunState::Exited, 0, 1)),
+        (&app, seen(&app, "a0", RunState::Running, 0, 0)),
+    ]);
+    let probed: Vec<&str> = PodBook::to_probe(&spec, &done)
+        .into_iter()
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    assert_eq!(probed, vec!["app"]);
 }
 
 #[test]
@@ -229,7 +276,8 @@ fn a_changed_spec_replaces_the_container_at_once_with_its_grace() {
         vec![
             Action::Remove {
                 id: "a0".to_owned(),
-                grace: 7
+                grace: 7,
+                why: Removal::SpecChanged
             },
             start("app", false, 1),
         ]
@@ -252,17 +300,7 @@ fn probes_kill_a_container_or_say_whether_it_is_ready() {
             next: Some(due),
         },
     )]);
-    let probed = book.plan(
-        POD,
-        &spec,
-        running(),
-        &verdicts,
-        Now {
-            at: now,
-            wall: wall(),
-        },
-        &limits(),
-    );
+    let probed = book.plan(POD, &spec, running(), &verdicts, now, &limits());
     assert_eq!(
         probed,
         Plan {
@@ -280,17 +318,7 @@ fn probes_kill_a_container_or_say_whether_it_is_ready() {
             next: None,
         },
     )]);
-    let killed = book.plan(
-        POD,
-        &spec,
-        running(),
-        &verdicts,
-        Now {
-            at: now,
-            wall: wall(),
-        },
-        &limits(),
-    );
+    let killed = book.plan(POD, &spec, running(), &verdicts, now, &limits());
     assert_eq!(
         killed.actions,
         vec![Action::Kill {
@@ -514,8 +542,10 @@ impl Runtime {
 struct History {
     /// The last attempt started per container name.
     attempts: HashMap<String, u32>,
-    /// When each name was last restarted after it exited.
-    restarted: HashMap<String, Instant>,
+    /// Per name: when it was last restarted after it exited, and how many
+    /// such restarts came in a row (none more than twice the longest
+    /// back-off apart).
+    restarts: HashMap<String, (Instant, u32)>,
 }
 
 /// Whether the pod needs nothing of edged until the runtime changes (the
@@ -541,11 +571,65 @@ fn settled(spec: &PodSpec, observed: &HashMap<String, Observed>) -> bool {
     })
 }
 
+/// Whether every init container of `spec` has exited 0.
+fn initialized(spec: &PodSpec, observed: &HashMap<String, Observed>) -> bool {
+    spec.init_containers.iter().flatten().all(|i| {
+        let latest = observed.get(&i.name).and_then(|o| o.latest.as_ref());
+        latest.is_some_and(|s| s.state == RunState::Exited && s.exit_code == 0)
+    })
+}
+
+/// The world moves between syncs: containers exit (or vanish from the
+/// runtime's knowledge), the spec changes an image or a container, and
+/// now and then the sandbox goes with every container in it.
+fn perturb(rng: &mut fastrand::Rng, spec: &mut PodSpec, runtime: &mut Runtime, added: &mut u32) {
+    for c in &mut runtime.containers {
+        if c.seen.state == RunState::Running && rng.u8(..10) < 3 {
+            c.seen.state = if rng.u8(..20) == 0 {
+                RunState::Unknown
+            } else {
+                RunState::Exited
+            };
+            c.seen.exit_code = i32::from(rng.bool());
+        }
+    }
+    match rng.u8(..40) {
+        0 | 1 => {
+            let all: Vec<&mut Container> = spec
+                .init_containers
+                .iter_mut()
+                .flatten()
+                .chain(spec.containers.iter_mut())
+                .collect();
+            let len = all.len();
+            if let Some(c) = all.into_iter().nth(rng.usize(..len)) {
+                let images = ["busybox:2", "busybox:3", "busybox", "busybox:latest"];
+                c.image = Some(images[rng.usize(..images.len())].to_owned());
+            }
+        }
+        2 => {
+            *added += 1;
+            spec.containers
+                .push(container(&format!("extra{added}"), "busybox:1"));
+        }
+        3 if spec.containers.len() > 1 => {
+            spec.containers.remove(rng.usize(..spec.containers.len()));
+        }
+        _ => {}
+    }
+    if rng.u8(..50) == 0 {
+        runtime.containers.clear();
+    }
+}
+
 #[test]
 fn a_seeded_random_runtime_keeps_every_rule() {
-    let limits = limits();
     for seed in 0..300u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
+        let limits = Limits {
+            max_dead_per_container: rng.usize(1..4),
+            ..limits()
+        };
         let policy = ["Always", "OnFailure", "Never"][rng.usize(..3)];
         let inits: Vec<Container> = (0..rng.usize(..3))
             .map(|i| container(&format!("init{i}"), "busybox:1"))
@@ -564,38 +648,35 @@ fn a_seeded_random_runtime_keeps_every_rule() {
         };
         let mut book = PodBook::default();
         let mut history = History::default();
-        let t0 = Instant::now();
-        let mut now = t0;
-        let mut wall = Duration::from_secs(1_700_000_000);
+        let mut added = 0;
+        let mut now = Instant::now();
+        let mut wake: Option<Instant> = None;
         for step in 0..300 {
             let at = format!("seed {seed} step {step}");
-            // The world moves: time, exits, a spec change, a lost sandbox.
-            let passed = Duration::from_millis(rng.u64(..25_000));
-            now += passed;
-            wall += passed;
-            for c in &mut runtime.containers {
-                if c.seen.state == RunState::Running && rng.u8(..10) < 3 {
-                    c.seen.state = RunState::Exited;
-                    c.seen.exit_code = i32::from(rng.bool());
-                }
-            }
-            if rng.u8(..20) == 0 {
-                let all = spec
-                    .init_containers
-                    .iter_mut()
-                    .flatten()
-                    .chain(spec.containers.iter_mut());
-                let all: Vec<&mut Container> = all.collect();
-                let len = all.len();
-                if let Some(c) = all.into_iter().nth(rng.usize(..len)) {
-                    c.image = Some(format!("busybox:{}", rng.u8(2..9)));
-                }
-            }
-            if rng.u8(..50) == 0 {
-                runtime.containers.clear();
-            }
+            // Time passes: to the wake-up asked for, or a random while.
+            now = match wake.filter(|w| *w > now && rng.bool()) {
+                Some(w) => w,
+                None => now + Duration::from_millis(rng.u64(..25_000)),
+            };
+            perturb(&mut rng, &mut spec, &mut runtime, &mut added);
             let observed = runtime.observed();
-            let verdicts: HashMap<String, Verdict> = PodBook::to_probe(&spec, &observed)
+            let to_probe = PodBook::to_probe(&spec, &observed);
+            // Probed: the containers a sync visits, running as specified.
+            for (c, seen) in &to_probe {
+                assert!(
+                    seen.state == RunState::Running && same_spec(seen, c),
+                    "{at}"
+                );
+                if spec.containers.iter().any(|s| s.name == c.name) {
+                    assert!(
+                        initialized(&spec, &observed),
+                        "{at}: {} probed early",
+                        c.name
+                    );
+                }
+            }
+            let verdicts: HashMap<String, Verdict> = to_probe
+                .iter()
                 .map(|(c, _)| {
                     let verdict = Verdict {
                         ready: rng.bool(),
@@ -605,14 +686,21 @@ fn a_seeded_random_runtime_keeps_every_rule() {
                     (c.name.clone(), verdict)
                 })
                 .collect();
-            let planned = book.plan(
-                POD,
-                &spec,
-                observed.clone(),
-                &verdicts,
-                Now { at: now, wall },
-                &limits,
-            );
+            let planned = book.plan(POD, &spec, observed.clone(), &verdicts, now, &limits);
+            // Every kill verdict kills, every probe due wakes the worker.
+            for (name, verdict) in &verdicts {
+                let killed = planned
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, Action::Kill { name: n, .. } if n == name));
+                assert_eq!(killed, verdict.kill.is_some(), "{at}: {name}");
+                if let Some(next) = verdict.next {
+                    assert!(
+                        planned.wake.is_some_and(|w| w <= next),
+                        "{at}: {name}'s probe"
+                    );
+                }
+            }
             let acts = planned.actions.iter().any(|a| {
                 matches!(
                     a,
@@ -620,127 +708,29 @@ fn a_seeded_random_runtime_keeps_every_rule() {
                 )
             });
             if !acts && !settled(&spec, &observed) {
-                let wake = planned
+                let w = planned
                     .wake
                     .unwrap_or_else(|| panic!("{at}: work left and no wake-up"));
-                assert!(wake <= now + limits.backoff_max, "{at}: wakes too late");
+                assert!(w <= now + limits.backoff_max, "{at}: wakes too late");
             }
-            let mut wake = planned.wake;
+            wake = planned.wake;
             for action in planned.actions {
-                match action {
-                    Action::Remove { id, .. } => runtime.containers.retain(|c| c.seen.id != id),
-                    Action::StartCreated { id } => {
-                        if let Some(c) = runtime.find(&id) {
-                            c.seen.state = RunState::Running;
-                        }
-                    }
-                    Action::Kill { id, .. } => {
-                        if let Some(c) = runtime.find(&id) {
-                            c.seen.state = RunState::Exited;
-                            c.seen.exit_code = 137;
-                        }
-                    }
-                    Action::Start {
-                        name,
-                        init,
-                        attempt,
-                        pull,
-                    } => {
-                        let (c, _) = containers(&spec)
-                            .find(|(c, i)| c.name == name && *i == init)
-                            .unwrap_or_else(|| panic!("{at}: {name} is not in the spec"));
-                        let c = c.clone();
-                        // Never two of one name running.
-                        assert!(
-                            !runtime
-                                .containers
-                                .iter()
-                                .any(|r| r.name == name && r.seen.state == RunState::Running),
-                            "{at}: {name} started beside a running one"
-                        );
-                        // Attempts only grow.
-                        if let Some(last) = history.attempts.get(&name) {
-                            assert!(
-                                attempt > *last,
-                                "{at}: {name} attempt {attempt} after {last}"
-                            );
-                        }
-                        // Containers only once every init container succeeded.
-                        if !init {
-                            for i in spec.init_containers.iter().flatten() {
-                                let done = observed.get(&i.name).and_then(|o| o.latest.as_ref());
-                                assert!(
-                                    done.is_some_and(
-                                        |s| s.state == RunState::Exited && s.exit_code == 0
-                                    ),
-                                    "{at}: {name} started before {} succeeded",
-                                    i.name
-                                );
-                            }
-                        }
-                        let before = observed.get(&name).and_then(|o| o.latest.as_ref());
-                        if let Some(before) = before.filter(|s| s.state == RunState::Exited) {
-                            // Restarts as the policy says, never in a tight loop.
-                            if same_spec(before, &c) {
-                                assert!(
-                                    RestartPolicy::of(&spec).restarts(before.exit_code, init),
-                                    "{at}: {name} restarted against the policy"
-                                );
-                            }
-                            if let Some(last) = history.restarted.insert(name.clone(), now) {
-                                assert!(
-                                    now - last >= limits.backoff_initial,
-                                    "{at}: {name} restarted {:?} after the last",
-                                    now - last
-                                );
-                            }
-                        }
-                        let roll = rng.u8(..20);
-                        if roll < 3 {
-                            let woke = book.pull_failed(&name, pull, "no".to_owned(), now, &limits);
-                            wake = earliest(wake, Some(woke));
-                            continue;
-                        }
-                        book.pulled(&name);
-                        if roll < 5 {
-                            let woke = book.start_failed(
-                                &name,
-                                "CreateContainerError",
-                                "no".to_owned(),
-                                now,
-                                &limits,
-                            );
-                            wake = earliest(wake, Some(woke));
-                            continue;
-                        }
-                        history.attempts.insert(name.clone(), attempt);
-                        book.created(&name, attempt);
-                        runtime.next_id += 1;
-                        let mut made = seen(
-                            &c,
-                            &format!("c{}", runtime.next_id),
-                            RunState::Running,
-                            0,
-                            attempt,
-                        );
-                        made.started_at = i64::try_from(wall.as_nanos()).unwrap_or(i64::MAX);
-                        if roll < 6 {
-                            made.state = RunState::Created;
-                            book.start_failed(
-                                &name,
-                                "RunContainerError",
-                                "no".to_owned(),
-                                now,
-                                &limits,
-                            );
-                        } else {
-                            book.started(&name);
-                        }
-                        runtime.containers.push(SimContainer { name, seen: made });
-                    }
-                }
+                let woke = apply(
+                    &at,
+                    action,
+                    Sim {
+                        rng: &mut rng,
+                        spec: &spec,
+                        observed: &observed,
+                        runtime: &mut runtime,
+                        book: &mut book,
+                        history: &mut history,
+                        limits: &limits,
+                        now,
+                    },
+                );
+                wake = earliest(wake, woke);
             }
-            let _ = wake;
             // Strays are gone and dead containers stay bounded.
             for c in &runtime.containers {
                 assert!(
@@ -750,32 +740,174 @@ fn a_seeded_random_runtime_keeps_every_rule() {
                 );
             }
             for (name, group) in runtime.observed() {
-                let dead = group.older.len()
-                    + usize::from(group.latest.is_some_and(|l| l.state != RunState::Running));
+                let latest_dead = group.latest.is_some_and(|l| l.state != RunState::Running);
+                let dead = group.older.len() + usize::from(latest_dead);
                 assert!(
                     dead <= limits.max_dead_per_container + 1,
                     "{at}: {dead} dead {name}"
                 );
             }
-            // The status's restart counts are the latest attempts.
-            let observed = runtime.observed();
-            let placement = Placement {
-                sandbox: None,
-                sandbox_error: None,
-                node_ip: "",
-            };
-            let status = pod_status(&spec, &observed, &book, placement);
-            for s in status.container_statuses.iter().flatten() {
-                let attempt = observed
-                    .get(&s.name)
-                    .and_then(|o| o.latest.as_ref())
-                    .map_or(0, |l| l.attempt);
-                assert_eq!(
-                    s.restart_count,
-                    i32::try_from(attempt).unwrap_or(i32::MAX),
-                    "{at}"
-                );
-            }
         }
     }
+}
+
+/// What one action of the simulator touches.
+struct Sim<'a> {
+    rng: &'a mut fastrand::Rng,
+    spec: &'a PodSpec,
+    observed: &'a HashMap<String, Observed>,
+    runtime: &'a mut Runtime,
+    book: &'a mut PodBook,
+    history: &'a mut History,
+    limits: &'a Limits,
+    now: Instant,
+}
+
+/// Carries `action` out on the simulated runtime, checking the rules a
+/// start must keep; when to look again, as the worker would say.
+fn apply(at: &str, action: Action, sim: Sim<'_>) -> Option<Instant> {
+    let Sim {
+        rng,
+        spec,
+        observed,
+        runtime,
+        book,
+        history,
+        limits,
+        now,
+    } = sim;
+    match action {
+        Action::Remove { id, .. } => runtime.containers.retain(|c| c.seen.id != id),
+        Action::StartCreated { name, id } => {
+            if let Some(c) = runtime.find(&id) {
+                c.seen.state = RunState::Running;
+                book.started(&name);
+            }
+        }
+        Action::Kill { id, .. } => {
+            if let Some(c) = runtime.find(&id) {
+                c.seen.state = RunState::Exited;
+                c.seen.exit_code = 137;
+            }
+        }
+        Action::Start {
+            name,
+            init,
+            attempt,
+            pull,
+        } => {
+            let (c, _) = containers(spec)
+                .find(|(c, i)| c.name == name && *i == init)
+                .unwrap_or_else(|| panic!("{at}: {name} is not in the spec"));
+            let running = |r: &SimContainer| r.name == name && r.seen.state == RunState::Running;
+            assert!(
+                !runtime.containers.iter().any(running),
+                "{at}: {name} started beside a running one"
+            );
+            if let Some(last) = history.attempts.get(&name) {
+                assert!(
+                    attempt > *last,
+                    "{at}: {name} attempt {attempt} after {last}"
+                );
+            }
+            if !init {
+                assert!(
+                    initialized(spec, observed),
+                    "{at}: {name} before its init containers"
+                );
+            } else {
+                // Init containers one at a time, in order.
+                for earlier in spec.init_containers.iter().flatten() {
+                    if earlier.name == name {
+                        break;
+                    }
+                    let done = observed.get(&earlier.name).and_then(|o| o.latest.as_ref());
+                    assert!(
+                        done.is_some_and(|s| s.state == RunState::Exited && s.exit_code == 0),
+                        "{at}: {name} before {}",
+                        earlier.name
+                    );
+                }
+            }
+            let before = observed.get(&name).and_then(|o| o.latest.as_ref());
+            let exited = |s: &&Seen| matches!(s.state, RunState::Exited | RunState::Unknown);
+            if let Some(before) = before.filter(exited) {
+                if same_spec(before, c) && before.state == RunState::Exited {
+                    assert!(
+                        RestartPolicy::of(spec).restarts(before.exit_code, init),
+                        "{at}: {name} restarted against the policy"
+                    );
+                }
+                // The crash-loop back-off: doubling, capped, forgotten after
+                // twice the cap.
+                let streak = match history.restarts.get(&name) {
+                    Some((last, count)) if now - *last <= limits.backoff_max * 2 => {
+                        let least = limits
+                            .backoff_initial
+                            .saturating_mul(2u32.pow((*count - 1).min(16)))
+                            .min(limits.backoff_max);
+                        assert!(
+                            now - *last >= least,
+                            "{at}: {name} restarted {:?} after the last, {count} in a row",
+                            now - *last
+                        );
+                        count + 1
+                    }
+                    _ => 1,
+                };
+                history.restarts.insert(name.clone(), (now, streak));
+            }
+            let roll = rng.u8(..20);
+            if roll < 3 {
+                return Some(book.pull_failed(&name, pull, "no".to_owned(), now, limits));
+            }
+            book.pulled(&name);
+            if roll < 5 {
+                let reason = "CreateContainerError";
+                return Some(book.start_failed(&name, reason, "no".to_owned(), now, limits));
+            }
+            history.attempts.insert(name.clone(), attempt);
+            book.created(&name, attempt);
+            runtime.next_id += 1;
+            let mut made = seen(
+                c,
+                &format!("c{}", runtime.next_id),
+                RunState::Running,
+                0,
+                attempt,
+            );
+            let woke = if roll < 6 {
+                made.state = RunState::Created;
+                let reason = "RunContainerError";
+                Some(book.start_failed(&name, reason, "no".to_owned(), now, limits))
+            } else {
+                book.started(&name);
+                None
+            };
+            runtime.containers.push(SimContainer { name, seen: made });
+            return woke;
+        }
+    }
+    None
+}
+
+#[test]
+fn a_container_of_unknown_state_is_stopped_and_restarted_whatever_the_policy() {
+    let init = container("init", "busybox:1");
+    let app = container("app", "busybox:1");
+    let spec = pod_spec(&[&init], &[&app], "Never");
+    let unknown = observed(&[(&init, seen(&init, "i0", RunState::Unknown, 0, 0))]);
+    let planned = plan(&mut PodBook::default(), &spec, unknown, Instant::now());
+    assert_eq!(
+        planned.actions,
+        vec![
+            Action::Kill {
+                name: "init".to_owned(),
+                id: "i0".to_owned(),
+                grace: 30,
+                reason: "the runtime does not know its state".to_owned()
+            },
+            start("init", true, 1)
+        ]
+    );
 }
