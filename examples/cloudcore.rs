@@ -1131,6 +1131,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     let hub = CloudHub::start(
         &hive,
         CloudHubConfig {
+            node_events: controller.node_events(),
             endpoints,
             keepalive: Duration::from_secs(hub_settings.keepalive_interval),
             store: Some(data_dir.join("queues.redb")),

@@ -28,9 +28,6 @@ pub mod operation {
     pub const NODE_CONNECTED: &str = "connect";
     /// A node disconnected (hub event).
     pub const NODE_DISCONNECTED: &str = "disconnect";
-    /// A node acknowledged a deletion (a cloudhub event in the `nodeevents`
-    /// group; the resource is `node/<node>/<namespace>/<type>/<name>`).
-    pub const DELIVERED: &str = "delivered";
 }
 
 /// The resource of an inventory query: every controlled object the edge
@@ -105,8 +102,6 @@ pub mod group {
     pub const HUB: &str = "hub";
     /// User applications.
     pub const USER: &str = "user";
-    /// Hub events about nodes (connected / disconnected).
-    pub const NODE_EVENTS: &str = "nodeevents";
 }
 
 /// Module names.

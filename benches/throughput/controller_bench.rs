@@ -343,6 +343,7 @@ impl Cloud {
         let hub = CloudHub::start(
             &hive,
             CloudHubConfig {
+                node_events: controller.node_events(),
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
                     options,

@@ -232,6 +232,7 @@ impl Rig {
         let hub = CloudHub::start(
             &cloud,
             CloudHubConfig {
+                node_events: controller.node_events(),
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
                     options,

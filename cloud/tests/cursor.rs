@@ -85,6 +85,7 @@ impl Replica {
         let hub = CloudHub::start(
             &hive,
             CloudHubConfig {
+                node_events: controller.node_events(),
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
                     options: ListenOptions::new(free_address()).with_tls(server_tls),

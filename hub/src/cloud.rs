@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use beehive::constants::{group, module, operation};
+use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -20,6 +21,7 @@ use transports::{
 use crate::HubError;
 use crate::admission::LinkRefusal;
 use crate::dialect::Dialect;
+use crate::events::{NodeEvent, NodeEventKind};
 use crate::protocol::{self, Hello, Kind};
 use crate::queue::{AckOutcome, NodeQueue, PushOutcome};
 use crate::stats::HubStats;
@@ -73,6 +75,9 @@ pub struct CloudHubConfig {
     /// to them (a fresh set by default; give one to share it before the
     /// hub starts).
     pub streams: stream::NodeTunnels,
+    /// Where the node events go (connects, disconnects, deletions a node
+    /// holds): give the controller's, so it hears them.
+    pub node_events: crate::NodeEvents,
     /// Revoked node certificates (deleted nodes): a link presenting one
     /// is closed right after its handshake (none: no revocation).
     pub revocations: Option<Arc<dyn crate::certs::JoinLedger>>,
@@ -92,6 +97,7 @@ impl Default for CloudHubConfig {
             claims: None,
             acks: None,
             streams: stream::NodeTunnels::default(),
+            node_events: crate::NodeEvents::default(),
             revocations: None,
         }
     }
@@ -301,24 +307,15 @@ impl CloudHub {
         });
     }
 
-    /// Tells the `nodeevents` group that `node` came or went; a connect
-    /// says the node's dialect (`{"dialect": "kubeedge"}`).
-    /// Tells the node-event group that `node`'s session here ended; `served`
+    /// Tells the node events that `node`'s session here ended; `served`
     /// false when this replica no longer holds the node (another may serve
     /// it already: nothing is to be said of it from here).
     fn node_gone(&self, node: &str, served: bool) {
-        let hive = self.hive.clone();
-        let event = HiveMessage::new()
-            .build_router(
-                module::CLOUDHUB,
-                group::NODE_EVENTS,
-                format!("node/{node}"),
-                operation::NODE_DISCONNECTED,
-            )
-            .with_content(serde_json::json!({ "served": served }));
-        actix::spawn(async move {
-            let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
-        });
+        let kind = match served {
+            true => NodeEventKind::Disconnected,
+            false => NodeEventKind::ServedElsewhere,
+        };
+        self.node_event(node, kind);
     }
 
     /// The sink told what `node` acknowledges: only for nodes that report
@@ -340,36 +337,23 @@ impl CloudHub {
             .is_none_or(|claims| claims.holds(node))
     }
 
-    fn node_event(&self, node: &str, op: &str, dialect: Option<Dialect>) {
-        let hive = self.hive.clone();
-        let mut event = HiveMessage::new().build_router(
-            module::CLOUDHUB,
-            group::NODE_EVENTS,
-            format!("node/{node}"),
-            op,
-        );
-        if let Some(dialect) = dialect {
-            event = event.with_content(serde_json::json!({ "dialect": dialect }));
-        }
-        actix::spawn(async move {
-            // Nobody may be watching; that is fine.
-            let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
+    fn node_event(&self, node: &str, kind: NodeEventKind) {
+        // Nobody may be listening; that is fine.
+        self.config.node_events.publish(NodeEvent {
+            node: node.to_owned(),
+            kind,
         });
     }
 
-    /// Tells the node-event group that `node` acknowledged the deletion of
+    /// Tells the node events that `node` acknowledged the deletion of
     /// `resource` (`<namespace>/<type>/<name>`).
     fn delivered(&self, node: &str, resource: &str) {
-        let hive = self.hive.clone();
-        let event = HiveMessage::new().build_router(
-            module::CLOUDHUB,
-            group::NODE_EVENTS,
-            format!("node/{node}/{resource}"),
-            operation::DELIVERED,
-        );
-        actix::spawn(async move {
-            let _ = hive.send_to_group(group::NODE_EVENTS, event).await;
-        });
+        match resource.parse::<EdgeResource>() {
+            Ok(resource) => self.node_event(node, NodeEventKind::Deleted(resource)),
+            Err(err) => {
+                debug!(%node, resource, error = %err, "a deletion acknowledged for no object")
+            }
+        }
     }
 
     /// Sends again what nodes that may drop messages (KubeEdge's) left
@@ -752,7 +736,7 @@ impl Handler<SessionUp> for CloudHub {
         queue.set_resend_after(resend_after);
         queue.link_lost();
         self.pump(&up.node, ctx);
-        self.node_event(&up.node, operation::NODE_CONNECTED, Some(up.dialect));
+        self.node_event(&up.node, NodeEventKind::Connected(up.dialect));
         self.stats.set_connected(self.sessions.len());
     }
 }
@@ -1182,7 +1166,7 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
                     self.hive.send_resp(msg);
                 }
                 // The hub's own groups are the cloud's to speak in.
-                Ok(msg) if matches!(msg.group(), group::HUB | group::NODE_EVENTS) => {
+                Ok(msg) if msg.group() == group::HUB => {
                     warn!(node = %self.node, group = msg.group(), "message to a reserved group refused");
                     self.stats.count(&self.stats.foreign_messages);
                 }

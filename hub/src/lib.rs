@@ -15,8 +15,8 @@
 //! - Both sides send keepalives; a link silent for two intervals is closed on
 //!   either side, so a half-open link is noticed within two keepalive
 //!   intervals instead of TCP's minutes.
-//! - Node connect and disconnect are beehive messages to the `nodeevents`
-//!   group.
+//! - Node connects, disconnects and the deletions nodes hold are typed
+//!   [`NodeEvent`]s on a channel of their own ([`events`]).
 //! - Each endpoint speaks a [`Dialect`]: edgehive's own, or KubeEdge's, so
 //!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
 
@@ -27,6 +27,7 @@ pub mod claims;
 mod cloud;
 pub mod dialect;
 mod edge;
+pub mod events;
 /// KubeEdge's JSON message format (lives with the transports, which can
 /// carry it on a link).
 pub use transports::kubeedge;
@@ -40,6 +41,7 @@ pub use claims::NodeClaims;
 pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
 pub use dialect::Dialect;
 pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
+pub use events::{NodeEvent, NodeEventKind, NodeEvents};
 pub use stats::{Changes, EdgeHubStats, HubStats};
 
 /// Why a hub could not start.

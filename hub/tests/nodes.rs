@@ -6,39 +6,44 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use beehive::constants::{group, operation};
+use beehive::constants::group;
 use beehive::{Hive, HiveConfig};
-use common::{World, edge_config, eventually, get, pod, recorder, start_edge};
-use hub::{CloudHub, CloudHubConfig};
+use common::{World, edge_config, eventually, get, pod, start_edge};
+use hub::{CloudHub, CloudHubConfig, Dialect, NodeEvent, NodeEventKind};
 use transports::TransportKind;
 
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
 #[actix::test]
-async fn connects_and_disconnects_are_beehive_events() {
+async fn connects_and_disconnects_are_node_events() {
     let world = World::new(TransportKind::WebSocket);
-    let cloud = common::start_cloud(&world, &world.any_address(), None, KEEPALIVE).await;
-    let mut events = recorder(&cloud.hive, "nodewatcher", group::NODE_EVENTS);
+    let mut cloud = common::start_cloud(&world, &world.any_address(), None, KEEPALIVE).await;
     let edge = start_edge(
         edge_config(&world, "n1", Some("n1"), &cloud.address, KEEPALIVE),
         &world.path("edge.redb"),
     );
-    let connected = tokio::time::timeout(Duration::from_secs(30), events.recv())
+    let connected = tokio::time::timeout(Duration::from_secs(30), cloud.node_events.recv())
         .await
         .expect("event")
         .expect("open");
     assert_eq!(
-        (connected.operation(), connected.resource()),
-        (operation::NODE_CONNECTED, "node/n1")
+        connected,
+        NodeEvent {
+            node: "n1".to_owned(),
+            kind: NodeEventKind::Connected(Dialect::Native)
+        }
     );
     edge.hive.shutdown().await;
-    let gone = tokio::time::timeout(Duration::from_secs(30), events.recv())
+    let gone = tokio::time::timeout(Duration::from_secs(30), cloud.node_events.recv())
         .await
         .expect("event")
         .expect("open");
     assert_eq!(
-        (gone.operation(), gone.resource()),
-        (operation::NODE_DISCONNECTED, "node/n1")
+        gone,
+        NodeEvent {
+            node: "n1".to_owned(),
+            kind: NodeEventKind::Disconnected
+        }
     );
 }
 

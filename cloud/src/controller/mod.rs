@@ -46,6 +46,7 @@ use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use futures_util::{Stream, StreamExt};
+use hub::{Dialect, NodeEvent, NodeEventKind, NodeEvents};
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -264,6 +265,8 @@ impl Applied {
 
 enum Input {
     Hive(HiveMessage),
+    /// cloudhub's word about a node's link.
+    Node(NodeEvent),
     /// What a node reported holding, for its reconciliation.
     Inventory(String, Result<BTreeMap<String, String>, String>),
     /// What a KubeEdge node acknowledged, for the reconciliation of one
@@ -291,6 +294,8 @@ pub struct ControllerHandle {
     wait: Duration,
     /// What the controller has done so far.
     pub counts: watch::Receiver<ControllerCounts>,
+    /// Where cloudhub tells the controller of its nodes' links.
+    node_events: NodeEvents,
 }
 
 /// An object checked for an apply, packed until it is written
@@ -323,6 +328,12 @@ fn refused(err: DesiredError) -> ApiError {
 }
 
 impl ControllerHandle {
+    /// The channel the controller hears cloudhub's node events on: give it
+    /// to cloudhub ([`hub::CloudHubConfig::node_events`]).
+    pub fn node_events(&self) -> NodeEvents {
+        self.node_events.clone()
+    }
+
     /// Creates or replaces objects (status is the nodes' to set and is
     /// kept), as `kubectl apply` does, and answers once the controller has
     /// queued each for the nodes it goes to. Every object is checked first,
@@ -476,9 +487,9 @@ pub struct EdgeController;
 impl EdgeController {
     /// Starts the controller on `store` in `hive` (inside an actix System):
     /// the `edgecontroller` module in the `resource` group, where nodes'
-    /// messages arrive, and a relay in the `nodeevents` group for
-    /// cloudhub's connect and disconnect events. It lists every kind it
-    /// follows before it takes any message, then watches them.
+    /// messages arrive; cloudhub's node events come on the handle's
+    /// [`ControllerHandle::node_events`]. It lists every kind it follows
+    /// before it takes any message, then watches them.
     pub fn start(
         hive: &Hive,
         store: Arc<dyn DesiredState>,
@@ -529,11 +540,18 @@ impl EdgeController {
             Input::Hive,
         )
         .stopping_with(Input::Stop);
-        let relay = TaskDoor::new(NODE_EVENT_RELAY, group::NODE_EVENTS, inbox, Input::Hive);
-        for door in [main, relay] {
-            hive.start_module(move |_| door.clone())?;
-        }
+        hive.start_module(move |_| main.clone())?;
+        let node_events = NodeEvents::default();
+        let mut events = node_events.subscribe();
+        actix::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if inbox.send(Input::Node(event)).await.is_err() {
+                    break;
+                }
+            }
+        });
         Ok(ControllerHandle {
+            node_events,
             store,
             handled,
             wait,
@@ -558,9 +576,6 @@ type Taken = futures_util::future::BoxFuture<'static, bool>;
 struct SendBatch {
     sends: Vec<(String, Op, ObjectKey, u64, Option<Taken>)>,
 }
-
-/// Name of the module that relays cloudhub's node events to the controller.
-pub const NODE_EVENT_RELAY: &str = "edgecontroller-nodeevents";
 
 /// The watches of the followed kinds, polled in [`FOLLOWED`]'s order, so
 /// that of changes waiting at once, what is referenced (configmaps,
@@ -786,6 +801,7 @@ impl Controller {
                     }
                     Err(msg) => self.on_message(msg).await,
                 },
+                Input::Node(event) => self.on_node_event(event).await,
                 Input::Inventory(node, inventory) => {
                     let actions = self.reconciler.inventory(&node, inventory, &self.store);
                     self.act(actions).await;
@@ -1207,52 +1223,45 @@ impl Controller {
 
     // ----- what nodes say -----
 
+    /// A node linked or unlinked here, or holds a deletion.
+    async fn on_node_event(&mut self, event: NodeEvent) {
+        let NodeEvent { node, kind } = event;
+        if !valid_name(&node) {
+            warn!(%node, "node event for an invalid node name ignored");
+            return;
+        }
+        let actions = match kind {
+            NodeEventKind::Deleted(resource) => {
+                let Some(key) = ObjectKey::from_edge_resource(&resource) else {
+                    return;
+                };
+                self.reconciler.delivered(&node, &key)
+            }
+            NodeEventKind::Connected(dialect) => {
+                self.count(|c| c.node_events += 1);
+                let dialect = match dialect {
+                    Dialect::KubeEdge => NodeDialect::KubeEdge,
+                    Dialect::Native => NodeDialect::Native,
+                };
+                self.reconciler.connected(&node, dialect, &self.store)
+            }
+            // Served by another replica now: nothing to say of it here.
+            NodeEventKind::ServedElsewhere => {
+                self.count(|c| c.node_events += 1);
+                self.twin_syncs.remove(&node);
+                self.reconciler.served_elsewhere(&node);
+                return;
+            }
+            NodeEventKind::Disconnected => {
+                self.count(|c| c.node_events += 1);
+                self.twin_syncs.remove(&node);
+                self.reconciler.disconnected(&node)
+            }
+        };
+        self.act(actions).await;
+    }
+
     async fn on_message(&mut self, msg: HiveMessage) {
-        if msg.group() == group::NODE_EVENTS && msg.operation() == operation::DELIVERED {
-            // cloudhub: a node acknowledged a deletion.
-            if let Ok(resource) = msg.resource().parse::<CloudResource>()
-                && let Some(key) = ObjectKey::from_edge_resource(&resource.resource)
-            {
-                let actions = self.reconciler.delivered(&resource.node, &key);
-                self.act(actions).await;
-            }
-            return;
-        }
-        if msg.group() == group::NODE_EVENTS {
-            let Some(node) = msg.resource().strip_prefix("node/") else {
-                return;
-            };
-            if !valid_name(node) {
-                warn!(node, "node event for an invalid node name ignored");
-                return;
-            }
-            let node = node.to_owned();
-            self.count(|c| c.node_events += 1);
-            let actions = match msg.operation() {
-                operation::NODE_CONNECTED => {
-                    let dialect = match msg.content()["dialect"] == "kubeedge" {
-                        true => NodeDialect::KubeEdge,
-                        false => NodeDialect::Native,
-                    };
-                    let actions = self.reconciler.connected(&node, dialect, &self.store);
-                    self.act(actions).await;
-                    return;
-                }
-                // Served by another replica now: nothing to say of it here.
-                operation::NODE_DISCONNECTED if msg.content()["served"] == false => {
-                    self.twin_syncs.remove(&node);
-                    self.reconciler.served_elsewhere(&node);
-                    return;
-                }
-                operation::NODE_DISCONNECTED => {
-                    self.twin_syncs.remove(&node);
-                    self.reconciler.disconnected(&node)
-                }
-                _ => return,
-            };
-            self.act(actions).await;
-            return;
-        }
         let Ok(resource) = msg.resource().parse::<CloudResource>() else {
             debug!(resource = msg.resource(), "message without a node; ignored");
             self.refuse_sync(&msg, "no node/<node>/ in the resource");
@@ -2096,7 +2105,7 @@ impl StatusReport {
             msg.operation(),
             operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH
         );
-        if !status_operation || msg.group() == group::NODE_EVENTS {
+        if !status_operation {
             return Err(msg);
         }
         let Ok(resource) = msg.resource().parse::<CloudResource>() else {

@@ -163,6 +163,7 @@ impl Cloud {
         let kubeedge_options = ListenOptions::new(kubeedge_listen).with_tls(server_tls);
         let hub = loop {
             let config = CloudHubConfig {
+                node_events: controller.node_events(),
                 endpoints: vec![
                     CloudEndpoint {
                         kind: TransportKind::WebSocket,

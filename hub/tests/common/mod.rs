@@ -90,6 +90,8 @@ pub struct Cloud {
     pub address: String,
     /// What nodes sent up, as the cloud's `resource` group sees it.
     pub upstream: mpsc::UnboundedReceiver<Message>,
+    /// cloudhub's node events.
+    pub node_events: mpsc::UnboundedReceiver<hub::NodeEvent>,
 }
 
 pub async fn start_cloud(
@@ -100,11 +102,14 @@ pub async fn start_cloud(
 ) -> Cloud {
     let hive = Hive::new("cloud", HiveConfig::default());
     let upstream = recorder(&hive, "edgecontroller", group::RESOURCE);
+    let events = hub::NodeEvents::default();
+    let node_events = events.subscribe();
     let config = CloudHubConfig {
         endpoints: vec![world.endpoint(address)],
         keepalive,
         window: 64,
         store: store.map(Path::to_path_buf),
+        node_events: events,
         ..CloudHubConfig::default()
     };
     let handle = CloudHub::start(&hive, config).await.expect("cloudhub");
@@ -114,6 +119,7 @@ pub async fn start_cloud(
         handle,
         address,
         upstream,
+        node_events,
     }
 }
 
