@@ -988,7 +988,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
             max_watches_per_node: dynamic.max_watches_per_node,
             ..CenterConfig::default()
         };
-        ApplicationCenter::start(&hive, desired.api_server(), config)?;
+        ApplicationCenter::start(&hive, controller.node_links(), desired.api_server(), config)?;
     }
     // Streams to edge pods (logs, exec, port-forward, stats) go through
     // the nodes' links, kept by cloudhub.
@@ -1132,6 +1132,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         &hive,
         CloudHubConfig {
             node_events: controller.node_events(),
+            links: controller.node_links(),
             endpoints,
             keepalive: Duration::from_secs(hub_settings.keepalive_interval),
             store: Some(data_dir.join("queues.redb")),

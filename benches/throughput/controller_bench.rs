@@ -344,6 +344,7 @@ impl Cloud {
             &hive,
             CloudHubConfig {
                 node_events: controller.node_events(),
+                links: controller.node_links(),
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
                     options,

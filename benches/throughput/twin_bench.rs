@@ -233,6 +233,7 @@ impl Rig {
             &cloud,
             CloudHubConfig {
                 node_events: controller.node_events(),
+                links: controller.node_links(),
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
                     options,

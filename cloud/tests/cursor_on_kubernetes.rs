@@ -118,6 +118,7 @@ impl Replica {
             &hive,
             CloudHubConfig {
                 node_events: controller.node_events(),
+                links: controller.node_links(),
                 endpoints: vec![CloudEndpoint {
                     kind: TransportKind::WebSocket,
                     options: ListenOptions::new(free_address()).with_tls(server_tls),

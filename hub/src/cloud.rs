@@ -11,7 +11,7 @@ use actix::prelude::*;
 use beehive::constants::{group, module, operation};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 use transports::{
     Admission, AdmissionCheck, Lane, Link, LinkSender, ListenOptions, Listener, PeerIdentity,
@@ -22,6 +22,7 @@ use crate::HubError;
 use crate::admission::LinkRefusal;
 use crate::dialect::Dialect;
 use crate::events::{NodeEvent, NodeEventKind};
+use crate::links::{Delivery, Outcome, Refusal, ToNode};
 use crate::protocol::{self, Hello, Kind};
 use crate::queue::{AckOutcome, NodeQueue, PushOutcome};
 use crate::stats::HubStats;
@@ -78,6 +79,10 @@ pub struct CloudHubConfig {
     /// Where the node events go (connects, disconnects, deletions a node
     /// holds): give the controller's, so it hears them.
     pub node_events: crate::NodeEvents,
+    /// Where cloud modules hand messages for nodes and hear their outcome
+    /// (typed); cloudhub takes its receiving end when it starts. Give the
+    /// controller's.
+    pub links: crate::NodeLinks,
     /// Revoked node certificates (deleted nodes): a link presenting one
     /// is closed right after its handshake (none: no revocation).
     pub revocations: Option<Arc<dyn crate::certs::JoinLedger>>,
@@ -98,6 +103,7 @@ impl Default for CloudHubConfig {
             acks: None,
             streams: stream::NodeTunnels::default(),
             node_events: crate::NodeEvents::default(),
+            links: crate::NodeLinks::default(),
             revocations: None,
         }
     }
@@ -153,6 +159,52 @@ pub struct CloudHub {
     stop_accepting: watch::Sender<bool>,
     accepting: Vec<tokio::task::JoinHandle<()>>,
     tunnels: stream::NodeTunnels,
+}
+
+/// Where the outcome of a message for a node goes.
+enum Responder {
+    /// Nobody waits.
+    Nobody,
+    /// A beehive `send_sync`, answered with this response.
+    Hive(Box<HiveMessage>),
+    /// A [`NodeLinks`](crate::NodeLinks) sender.
+    Typed(oneshot::Sender<Outcome>),
+}
+
+impl Responder {
+    /// Tells the outcome; through beehive, a delivery is
+    /// `{"outcome": "queued"}` (and the like) and a refusal an `error`
+    /// operation with its reason ([`Refusal::reply`]).
+    fn answer(self, hive: &Hive, outcome: Outcome) {
+        match self {
+            Responder::Nobody => {}
+            Responder::Typed(tx) => {
+                let _ = tx.send(outcome);
+            }
+            Responder::Hive(reply) => {
+                let reply = *reply;
+                let reply = match outcome {
+                    Ok(delivery) => {
+                        reply.with_content(serde_json::json!({ "outcome": delivery.as_str() }))
+                    }
+                    Err(refusal) => refusal.reply(reply),
+                };
+                let _ = hive.send_resp(reply);
+            }
+        }
+    }
+}
+
+impl Handler<ToNode> for CloudHub {
+    type Result = ();
+
+    fn handle(&mut self, item: ToNode, ctx: &mut Context<Self>) {
+        let responder = match item.outcome {
+            Some(tx) => Responder::Typed(tx),
+            None => Responder::Nobody,
+        };
+        self.for_node(item.msg, responder, ctx);
+    }
 }
 
 impl CloudHub {
@@ -278,32 +330,93 @@ impl CloudHub {
         }
     }
 
-    /// Answers a cloud module's `send_sync` once its object is durable.
-    fn confirm(&self, reply: HiveMessage, outcome: PushOutcome) {
-        let queued = matches!(outcome, PushOutcome::Queued | PushOutcome::Coalesced);
-        let verdict = match outcome {
-            PushOutcome::Queued => "queued",
-            PushOutcome::Coalesced => "coalesced",
-            PushOutcome::Stale => "stale",
-            PushOutcome::Full => "full",
+    /// A message for a node. An object (it carries a resource version) is
+    /// queued until the node acknowledges it, and its outcome is told once
+    /// it is committed to the queue store, so a [`Delivery::Queued`]
+    /// object survives a crash of the cloud. Anything else goes on the
+    /// node's link now or never; a query sent through beehive is answered
+    /// by the node, or refused here if it has no link.
+    fn for_node(&mut self, msg: HiveMessage, responder: Responder, ctx: &mut Context<Self>) {
+        let Some((node, mut msg)) = protocol::to_edge(msg) else {
+            self.stats.count(&self.stats.unroutable);
+            debug!("downstream message without node/<node>/ in its resource; dropped");
+            responder.answer(&self.hive, Err(Refusal::NoNode));
+            return;
+        };
+        msg.header.sync = false;
+        if !protocol::needs_ack(&msg) {
+            // Responses, events and queries: now or never.
+            let sent = self
+                .sessions
+                .get(&node)
+                .is_some_and(|session| session.sender.try_send(&msg, Lane::Ordered).is_ok());
+            if !sent {
+                self.stats.count(&self.stats.unroutable);
+            }
+            let answered_by_node =
+                msg.operation() == operation::QUERY && matches!(responder, Responder::Hive(_));
+            match sent {
+                true if answered_by_node => {}
+                true => responder.answer(&self.hive, Ok(Delivery::Sent)),
+                false => responder.answer(&self.hive, Err(Refusal::NotLinked(node))),
+            }
+            return;
+        }
+        self.load_from_store(&node);
+        let before = self.queue_len(&node);
+        let pushed = self.queue(&node).push(msg.clone());
+        match pushed {
+            PushOutcome::Queued | PushOutcome::Coalesced => {
+                if let Some(store) = &self.store {
+                    store.put(&node, &msg);
+                }
+                if msg.operation() == operation::DELETE
+                    && let Some(acks) = self.acks_of(&node)
+                {
+                    acks.unsure(&node, msg.resource());
+                }
+                let after = self.queue_len(&node);
+                self.adjust_pending(before, after);
+                if self.sessions.contains_key(&node) {
+                    self.pump(&node, ctx);
+                } else {
+                    // Absent (perhaps never seen): the gone-long policy applies.
+                    self.gone_since
+                        .entry(node.clone())
+                        .or_insert_with(Instant::now);
+                }
+            }
+            PushOutcome::Stale => self.stats.count(&self.stats.stale),
+            PushOutcome::Full => {
+                self.stats.count(&self.stats.queue_full);
+                warn!(%node, "node queue full; object refused (the node needs a resync)");
+            }
+        }
+        self.confirm(responder, &node, pushed);
+    }
+
+    /// Answers who waits for an object's outcome once it is durable.
+    fn confirm(&self, responder: Responder, node: &str, pushed: PushOutcome) {
+        if matches!(responder, Responder::Nobody) {
+            return;
+        }
+        let outcome = match pushed {
+            PushOutcome::Queued => Ok(Delivery::Queued),
+            PushOutcome::Coalesced => Ok(Delivery::Coalesced),
+            PushOutcome::Stale => Ok(Delivery::Stale),
+            PushOutcome::Full => Err(Refusal::QueueFull(node.to_owned())),
         };
         let hive = self.hive.clone();
-        let store = self.store.clone().filter(|_| queued);
+        let store = self.store.clone().filter(|_| outcome.is_ok());
         actix::spawn(async move {
-            let committed = match store {
-                Some(store) => store.flush().await.map_err(|e| e.to_string()),
-                None => Ok(()),
+            let outcome = match store {
+                Some(store) => match store.flush().await {
+                    Ok(()) => outcome,
+                    Err(err) => Err(Refusal::NotDurable(err.to_string())),
+                },
+                None => outcome,
             };
-            let mut reply = match committed {
-                Ok(()) => reply.with_content(serde_json::json!({ "outcome": verdict })),
-                Err(err) => {
-                    reply.with_content(serde_json::json!({ "outcome": verdict, "error": err }))
-                }
-            };
-            if outcome == PushOutcome::Full || reply.content().get("error").is_some() {
-                reply.router.operation = operation::ERROR.to_owned();
-            }
-            hive.send_resp(reply);
+            responder.answer(&hive, outcome);
         });
     }
 
@@ -491,6 +604,13 @@ impl Module for CloudHub {
                 self.stats.clone(),
             )));
         }
+        // Only the first instance gets the channel from the cloud modules.
+        if let Some(inbox) = self.config.links.take_inbox() {
+            ctx.add_message_stream(futures_util::stream::unfold(
+                inbox,
+                |mut inbox| async move { inbox.recv().await.map(|item| (item, inbox)) },
+            ));
+        }
         if let Some(claims) = &self.config.claims {
             ctx.add_message_stream(futures_util::StreamExt::map(
                 claims.lost(),
@@ -506,87 +626,16 @@ impl Module for CloudHub {
         }
     }
 
-    /// A message for a node. An object (it carries a resource version) is
-    /// queued until the node acknowledges it; a cloud module that sent it
-    /// with `send_sync` is answered once the object is committed to the
-    /// queue store, so an answered object survives a crash of the cloud.
+    /// A message for a node through beehive; one sent with `send_sync` is
+    /// answered as [`CloudHub::for_node`] says.
     fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
-        let reply = msg
-            .is_sync()
-            .then(|| msg.response(module::CLOUDHUB, serde_json::Value::Null));
-        let Some((node, mut msg)) = protocol::to_edge(msg) else {
-            self.stats.count(&self.stats.unroutable);
-            debug!("downstream message without node/<node>/ in its resource; dropped");
-            if let Some(reply) = reply {
-                self.hive.send_resp(
-                    reply.with_content(
-                        serde_json::json!({"error": "no node/<node>/ in the resource"}),
-                    ),
-                );
-            }
-            return Ok(());
+        let responder = match msg.is_sync() {
+            true => Responder::Hive(Box::new(
+                msg.response(module::CLOUDHUB, serde_json::Value::Null),
+            )),
+            false => Responder::Nobody,
         };
-        msg.header.sync = false;
-        if !protocol::needs_ack(&msg) {
-            // Responses, events and queries: now or never.
-            let sent = self
-                .sessions
-                .get(&node)
-                .is_some_and(|session| session.sender.try_send(&msg, Lane::Ordered).is_ok());
-            if !sent {
-                self.stats.count(&self.stats.unroutable);
-            }
-            if let Some(reply) = reply {
-                if msg.operation() == operation::QUERY {
-                    // The node answers a query it got; one it did not get
-                    // is answered here, at once.
-                    if !sent {
-                        let mut refusal = reply.with_content(serde_json::json!(format!(
-                            "node {node} is not connected"
-                        )));
-                        refusal.router.operation = operation::ERROR.to_owned();
-                        self.hive.send_resp(refusal);
-                    }
-                    return Ok(());
-                }
-                self.hive
-                    .send_resp(reply.with_content(serde_json::json!({"sent": sent})));
-            }
-            return Ok(());
-        }
-        self.load_from_store(&node);
-        let before = self.queue_len(&node);
-        let outcome = self.queue(&node).push(msg.clone());
-        match outcome {
-            PushOutcome::Queued | PushOutcome::Coalesced => {
-                if let Some(store) = &self.store {
-                    store.put(&node, &msg);
-                }
-                if msg.operation() == operation::DELETE
-                    && let Some(acks) = self.acks_of(&node)
-                {
-                    acks.unsure(&node, msg.resource());
-                }
-                let after = self.queue_len(&node);
-                self.adjust_pending(before, after);
-                if self.sessions.contains_key(&node) {
-                    self.pump(&node, ctx);
-                } else {
-                    // Absent (perhaps never seen): the gone-long policy applies.
-                    self.gone_since
-                        .entry(node.clone())
-                        .or_insert_with(Instant::now);
-                }
-            }
-            PushOutcome::Stale => self.stats.count(&self.stats.stale),
-            PushOutcome::Full => {
-                self.stats.count(&self.stats.queue_full);
-                warn!(%node, "node queue full; object refused (the node needs a resync)");
-            }
-        }
-        if let Some(reply) = reply {
-            self.confirm(reply, outcome);
-        }
+        self.for_node(msg, responder, ctx);
         Ok(())
     }
 

@@ -16,7 +16,9 @@
 //!   either side, so a half-open link is noticed within two keepalive
 //!   intervals instead of TCP's minutes.
 //! - Node connects, disconnects and the deletions nodes hold are typed
-//!   [`NodeEvent`]s on a channel of their own ([`events`]).
+//!   [`NodeEvent`]s on a channel of their own ([`events`]); cloud modules
+//!   hand cloudhub messages for nodes on [`NodeLinks`] and hear a typed
+//!   [`Delivery`] or [`Refusal`] back ([`links`]).
 //! - Each endpoint speaks a [`Dialect`]: edgehive's own, or KubeEdge's, so
 //!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
 
@@ -28,6 +30,7 @@ mod cloud;
 pub mod dialect;
 mod edge;
 pub mod events;
+pub mod links;
 /// KubeEdge's JSON message format (lives with the transports, which can
 /// carry it on a link).
 pub use transports::kubeedge;
@@ -42,6 +45,7 @@ pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
 pub use dialect::Dialect;
 pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
 pub use events::{NodeEvent, NodeEventKind, NodeEvents};
+pub use links::{Delivery, NodeLinks, Outcome, Refusal};
 pub use stats::{Changes, EdgeHubStats, HubStats};
 
 /// Why a hub could not start.

@@ -32,11 +32,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use beehive::constants::{group, module, operation};
+use beehive::constants::group;
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
+use hub::NodeLinks;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -125,16 +126,19 @@ pub struct ApplicationCenter;
 
 impl ApplicationCenter {
     /// Starts the center in `hive` (module and group `dynamiccontroller`),
-    /// forwarding to `api`, or refusing everything without one.
+    /// forwarding to `api`, or refusing everything without one; its
+    /// answers and watched objects go to the nodes through `links`
+    /// (the controller's, [`crate::ControllerHandle::node_links`]).
     pub fn start(
         hive: &Hive,
+        links: NodeLinks,
         api: Option<Arc<dyn ApiServer>>,
         config: CenterConfig,
     ) -> Result<CenterHandle, beehive::Error> {
         let (inbox, inputs) = mpsc::channel(256);
         let (counts_tx, counts) = watch::channel(CenterCounts::default());
         let center = Center {
-            hive: hive.clone(),
+            links,
             api,
             watches: Watches::new(config.max_watches_per_node),
             running: HashMap::new(),
@@ -151,7 +155,7 @@ impl ApplicationCenter {
 }
 
 struct Center {
-    hive: Hive,
+    links: NodeLinks,
     api: Option<Arc<dyn ApiServer>>,
     watches: Watches,
     running: HashMap<(String, String), JoinHandle<()>>,
@@ -240,7 +244,7 @@ impl Center {
                     ));
                     return self.answer(&node, &msg, app, Err(refusal));
                 };
-                let (hive, counts) = (self.hive.clone(), self.counts.clone());
+                let (links, counts) = (self.links.clone(), self.counts.clone());
                 let read = call.read;
                 let pending = api.call(&node, call);
                 tokio::spawn(async move {
@@ -249,7 +253,7 @@ impl Center {
                         true => filtered(body),
                         false => body,
                     });
-                    answer_node(&hive, &counts, &node, &msg, app, answer);
+                    answer_node(&links, &counts, &node, &msg, app, answer);
                 });
             }
             Ok(Request::Watch(spec)) => self.start_watch(&node, msg, app, spec),
@@ -264,7 +268,7 @@ impl Center {
         app: Application,
         outcome: Result<Vec<u8>, ApiStatus>,
     ) {
-        answer_node(&self.hive, &self.counts, node, msg, app, outcome);
+        answer_node(&self.links, &self.counts, node, msg, app, outcome);
     }
 
     fn start_watch(&mut self, node: &str, msg: HiveMessage, app: Application, spec: WatchSpec) {
@@ -295,7 +299,7 @@ impl Center {
         info!(%node, id, resource = %spec.key.resource, "forwarded watch started");
         let follower = Follower {
             api,
-            hive: self.hive.clone(),
+            links: self.links.clone(),
             counts: self.counts.clone(),
             inbox: self.inbox.clone(),
             config: self.config.clone(),
@@ -386,7 +390,7 @@ impl Center {
         let mut answer = msg.response(MODULE, Value::Object(failed));
         answer.router.operation = wire::ANSWER.to_owned();
         answer.router.group = group::RESOURCE.to_owned();
-        send_to_node(&self.hive, answer);
+        send_to_node(&self.links, answer);
     }
 }
 
@@ -404,7 +408,7 @@ fn filtered(body: Vec<u8>) -> Vec<u8> {
 /// Answers the application in `msg` down `node`'s link: KubeEdge's
 /// `applicationResponse`, whose parent is the edge's message.
 fn answer_node(
-    hive: &Hive,
+    links: &NodeLinks,
     counts: &watch::Sender<CenterCounts>,
     node: &str,
     msg: &HiveMessage,
@@ -431,14 +435,14 @@ fn answer_node(
         )
         .with_parent(msg.id())
         .with_content(app.to_content());
-    send_to_node(hive, answer);
+    send_to_node(links, answer);
 }
 
 /// One forwarded watch: lists, queues what the node lacks, then follows
 /// the changes; lists again when the API server can no longer resume.
 struct Follower {
     api: Arc<dyn ApiServer>,
-    hive: Hive,
+    links: NodeLinks,
     counts: Arc<watch::Sender<CenterCounts>>,
     inbox: mpsc::Sender<Input>,
     config: CenterConfig,
@@ -492,7 +496,7 @@ impl Follower {
                 }
                 if let Some((msg, app)) = asked.take() {
                     answer_node(
-                        &self.hive,
+                        &self.links,
                         &self.counts,
                         &self.node,
                         &msg,
@@ -572,7 +576,14 @@ impl Follower {
     async fn end(self, asker: Option<(HiveMessage, Application)>, status: ApiStatus) {
         warn!(node = %self.node, id = %self.id, %status, "forwarded watch refused");
         if let Some((msg, app)) = asker {
-            answer_node(&self.hive, &self.counts, &self.node, &msg, app, Err(status));
+            answer_node(
+                &self.links,
+                &self.counts,
+                &self.node,
+                &msg,
+                app,
+                Err(status),
+            );
         }
         let _ = self
             .inbox
@@ -621,20 +632,13 @@ impl Follower {
             )
             .with_resource_version(version.to_string())
             .with_content(object);
-        match self
-            .hive
-            .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
-            .await
-        {
-            Ok(reply) if reply.operation() != operation::ERROR => {
+        match self.links.deliver(msg, self.config.send_timeout).await {
+            Ok(_) => {
                 self.counts.send_modify(|c| c.queued += 1);
                 return;
             }
-            Ok(reply) => {
-                warn!(node = %self.node, %resource, reason = %reply.content(), "cloudhub refused a watched object")
-            }
-            Err(err) => {
-                warn!(node = %self.node, %resource, error = %err, "a watched object was not queued")
+            Err(refusal) => {
+                warn!(node = %self.node, %resource, %refusal, "a watched object was not queued")
             }
         }
         self.view.forget(&resource);

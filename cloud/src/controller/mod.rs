@@ -46,7 +46,7 @@ use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use futures_util::{Stream, StreamExt};
-use hub::{Dialect, NodeEvent, NodeEventKind, NodeEvents};
+use hub::{Dialect, NodeEvent, NodeEventKind, NodeEvents, NodeLinks, Outcome};
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -296,6 +296,8 @@ pub struct ControllerHandle {
     pub counts: watch::Receiver<ControllerCounts>,
     /// Where cloudhub tells the controller of its nodes' links.
     node_events: NodeEvents,
+    /// Where the controller hands cloudhub messages for nodes.
+    links: NodeLinks,
 }
 
 /// An object checked for an apply, packed until it is written
@@ -332,6 +334,13 @@ impl ControllerHandle {
     /// to cloudhub ([`hub::CloudHubConfig::node_events`]).
     pub fn node_events(&self) -> NodeEvents {
         self.node_events.clone()
+    }
+
+    /// The channel the controller (and whoever answers nodes beside it,
+    /// as the application center) hands cloudhub messages for nodes on:
+    /// give it to cloudhub ([`hub::CloudHubConfig::links`]).
+    pub fn node_links(&self) -> NodeLinks {
+        self.links.clone()
     }
 
     /// Creates or replaces objects (status is the nodes' to set and is
@@ -499,9 +508,10 @@ impl EdgeController {
         let (counts_tx, counts) = watch::channel(ControllerCounts::default());
         let counts_tx = Arc::new(counts_tx);
         let tolerations = TolerationWriter::start(store.clone(), &config, counts_tx.clone());
+        let links = NodeLinks::default();
         let status = StatusWrites::start(
             store.clone(),
-            hive.clone(),
+            links.clone(),
             config.status_writes.clone().unwrap_or_else(|| {
                 if store.shares_request_budget() {
                     WriterConfig::default()
@@ -516,6 +526,7 @@ impl EdgeController {
         let reconciler = Reconciler::new().with_cursors(config.cursors.is_some());
         let controller = Controller {
             hive: hive.clone(),
+            links: links.clone(),
             store: store.clone(),
             config,
             inbox: inbox.clone(),
@@ -552,6 +563,7 @@ impl EdgeController {
         });
         Ok(ControllerHandle {
             node_events,
+            links,
             store,
             handled,
             wait,
@@ -613,6 +625,8 @@ impl Stream for Watches {
 /// The controller's state, owned by its task.
 struct Controller {
     hive: Hive,
+    /// Messages for nodes go to cloudhub here.
+    links: NodeLinks,
     store: Arc<dyn DesiredState>,
     config: ControllerConfig,
     /// Its own inbox, for answers that arrive from spawned tasks.
@@ -641,28 +655,51 @@ fn node_name(pod: &Value) -> Option<String> {
 }
 
 /// Sends an answer down to its node through cloudhub.
-pub(crate) fn send_to_node(hive: &Hive, answer: HiveMessage) {
-    send_to_node_in_order(hive, vec![answer]);
+pub(crate) fn send_to_node(links: &NodeLinks, answer: HiveMessage) {
+    send_to_node_in_order(links, vec![answer]);
 }
 
 /// Sends answers down through cloudhub, each after the one before (a
 /// node's answers go down its link in the order cloudhub takes them).
-fn send_to_node_in_order(hive: &Hive, mut answers: Vec<HiveMessage>) {
+fn send_to_node_in_order(links: &NodeLinks, mut answers: Vec<HiveMessage>) {
     for answer in &mut answers {
         // An answer is not an object to acknowledge.
         answer.header.resource_version.clear();
         answer.header.sync = false;
     }
-    let hive = hive.clone();
+    let links = links.clone();
     // tokio's spawn: answers are also sent from tasks outside actix's.
     tokio::spawn(async move {
         for answer in answers {
-            if let Err(err) = hive.send(module::CLOUDHUB, answer).await {
-                debug!(error = %err, "answer to a node not sent");
+            if let Err(refusal) = links.send(answer).await {
+                debug!(%refusal, "answer to a node not sent");
                 return;
             }
         }
     });
+}
+
+/// Whether cloudhub took object `key` (`op` at `version`) for `node`:
+/// counted, and logged when not. The one place the controller reads a
+/// [`hub::Outcome`] of an object.
+fn taken(
+    counts: &watch::Sender<ControllerCounts>,
+    node: &str,
+    (op, key, version): (Op, &EdgeResource, u64),
+    outcome: Outcome,
+) -> bool {
+    match outcome {
+        Ok(delivery) => {
+            debug!(%node, %key, ?op, version, ?delivery, "sent to the node");
+            counts.send_modify(|c| c.sent += 1);
+            true
+        }
+        Err(refusal) => {
+            warn!(%node, %key, ?op, %refusal, "cloudhub did not take a message for a node");
+            counts.send_modify(|c| c.send_failures += 1);
+            false
+        }
+    }
 }
 
 /// How often a node's unchanged status is written all the same (a
@@ -1074,14 +1111,10 @@ impl Controller {
                 return;
             }
         };
-        let sent = match self
-            .hive
-            .send_sync(module::CLOUDHUB, msg, self.config.send_timeout)
-            .await
-        {
-            Ok(reply) => reply.content()["sent"] == true,
-            Err(err) => {
-                debug!(%node, error = %err, "cloudhub did not take a membership update");
+        let sent = match self.links.deliver(msg, self.config.send_timeout).await {
+            Ok(_) => true,
+            Err(refusal) => {
+                debug!(%node, %refusal, "cloudhub did not take a membership update");
                 false
             }
         };
@@ -1119,38 +1152,16 @@ impl Controller {
             .build_router(source, group::RESOURCE, resource, op.operation())
             .with_resource_version(version.to_string())
             .with_content(object.clone());
-        let report = {
-            let (node, key, counts) = (node.to_owned(), key.clone(), self.counts.clone());
-            move |refused: Option<String>| match refused {
-                None => {
-                    debug!(%node, %key, ?op, version, "sent to the node");
-                    counts.send_modify(|c| c.sent += 1);
-                    true
-                }
-                Some(reason) => {
-                    warn!(%node, %key, ?op, %reason, "cloudhub did not take a message for a node");
-                    counts.send_modify(|c| c.send_failures += 1);
-                    false
-                }
+        let counts = self.counts.clone();
+        match self.links.queue(msg, self.config.send_timeout).await {
+            Ok(outcome) => {
+                let (node, key) = (node.to_owned(), key.clone());
+                Some(Box::pin(async move {
+                    taken(&counts, &node, (op, &key, version), outcome.await)
+                }))
             }
-        };
-        match self
-            .hive
-            .send_sync_queued(module::CLOUDHUB, msg, self.config.send_timeout)
-            .await
-        {
-            Ok(answer) => Some(Box::pin(async move {
-                let refused = match answer.await {
-                    Ok(reply) if reply.operation() == operation::ERROR => {
-                        Some(reply.content().to_string())
-                    }
-                    Ok(_) => None,
-                    Err(err) => Some(err.to_string()),
-                };
-                report(refused)
-            })),
-            Err(err) => {
-                report(Some(err.to_string()));
+            Err(refusal) => {
+                taken(&counts, node, (op, key, version), Err(refusal));
                 None
             }
         }
@@ -1435,7 +1446,7 @@ impl Controller {
         };
         info!(%node, devices = detail.devices.len(), "twin sync answered");
         let confirm = twin_sync::confirm_message(node, request);
-        send_to_node_in_order(&self.hive, vec![result, confirm]);
+        send_to_node_in_order(&self.links, vec![result, confirm]);
         self.count(|c| c.twin_syncs += 1);
     }
 
@@ -1484,7 +1495,7 @@ impl Controller {
 
     /// Sends an answer down to its node through cloudhub.
     fn send_to_node(&self, answer: HiveMessage) {
-        send_to_node(&self.hive, answer);
+        send_to_node(&self.links, answer);
     }
 
     /// Answers a node's request for a service account token (a KubeEdge
@@ -1508,7 +1519,7 @@ impl Controller {
             return self.refuse_sync(msg, "the pod is not bound to this node");
         }
         let request = apis::tokens::requested(&what.namespace, &what.name, spec, (pod_name, uid));
-        let (store, hive) = (self.store.clone(), self.hive.clone());
+        let (store, links) = (self.store.clone(), self.links.clone());
         let msg = msg.clone();
         actix::spawn(async move {
             let answer = match store.request_token(request).await {
@@ -1519,7 +1530,7 @@ impl Controller {
                 }
                 Err(err) => msg.error_response(module::EDGECONTROLLER, err.to_string()),
             };
-            send_to_node(&hive, answer);
+            send_to_node(&links, answer);
         });
     }
 
@@ -1532,9 +1543,9 @@ impl Controller {
                 Ok(review) => review,
                 Err(_) => return self.refuse_sync(msg, "an access review does not read"),
             };
-        let (access, hive, msg, node) = (
+        let (access, links, msg, node) = (
             self.config.token_access.clone(),
-            self.hive.clone(),
+            self.links.clone(),
             msg.clone(),
             node.to_owned(),
         );
@@ -1550,7 +1561,7 @@ impl Controller {
                     msg.error_response(module::EDGECONTROLLER, reason)
                 }
             };
-            send_to_node(&hive, answer);
+            send_to_node(&links, answer);
         });
     }
 
@@ -1802,7 +1813,7 @@ impl Controller {
     fn answer_now(&self, ticket: Option<Ticket>) {
         if let Some(ticket) = ticket {
             let _ =
-                status_writer::answer(&self.hive, ticket, &status_writer::Settled::Written, None);
+                status_writer::answer(&self.links, ticket, &status_writer::Settled::Written, None);
         }
     }
 

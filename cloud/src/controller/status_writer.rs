@@ -23,17 +23,18 @@
 //!
 //! [`StatusWrites`] is the task around it: the controller hands it writes
 //! and goes on (delivery to the edges never waits for the API server); the
-//! task writes, answers the edges through the hive, and counts.
+//! task writes, answers the edges through cloudhub's links, and counts.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use beehive::Message as HiveMessage;
 use beehive::constants::module;
-use beehive::{Hive, Message as HiveMessage};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use hub::NodeLinks;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
@@ -580,10 +581,10 @@ pub(super) struct StatusWrites {
 }
 
 impl StatusWrites {
-    /// Starts the writer's task on `store`, answering through `hive`.
+    /// Starts the writer's task on `store`, answering nodes through `links`.
     pub(super) fn start(
         store: Arc<dyn DesiredState>,
-        hive: Hive,
+        links: NodeLinks,
         config: WriterConfig,
         counts: Arc<watch::Sender<ControllerCounts>>,
     ) -> Self {
@@ -591,7 +592,7 @@ impl StatusWrites {
         let overlay = Overlay::default();
         tokio::spawn(write_paced(
             store,
-            hive,
+            links,
             config,
             counts,
             jobs,
@@ -689,7 +690,7 @@ impl StatusWrites {
 /// answers what waited; ends with the controller.
 async fn write_paced(
     store: Arc<dyn DesiredState>,
-    hive: Hive,
+    links: NodeLinks,
     config: WriterConfig,
     counts: Arc<watch::Sender<ControllerCounts>>,
     mut jobs: mpsc::UnboundedReceiver<Request>,
@@ -720,7 +721,7 @@ async fn write_paced(
                         }
                         Request::Follow(key, ticket) => {
                             if let Some(ticket) = writer.attach(&key, ticket) {
-                                answer(&hive, ticket, &Settled::Written, None);
+                                answer(&links, ticket, &Settled::Written, None);
                             }
                         }
                     }
@@ -761,7 +762,7 @@ async fn write_paced(
                 let stored = written.ok();
                 let (mut patches, mut devices) = (0, 0);
                 for (ticket, settled) in answers {
-                    match answer(&hive, ticket, &settled, stored.as_ref()) {
+                    match answer(&links, ticket, &settled, stored.as_ref()) {
                         Some(Answered::Patch) => patches += 1,
                         Some(Answered::Device) => devices += 1,
                         None => {}
@@ -812,7 +813,7 @@ pub(super) enum Answered {
 /// Answers `ticket` for a write that `settled`, `stored` the object as
 /// written.
 pub(super) fn answer(
-    hive: &Hive,
+    links: &NodeLinks,
     ticket: Ticket,
     settled: &Settled,
     stored: Option<&Value>,
@@ -823,13 +824,13 @@ pub(super) fn answer(
     };
     match (ticket, settled) {
         (Ticket::Replace(msg), Settled::Written) => {
-            send_to_node(hive, msg.response(module::EDGECONTROLLER, json!("OK")));
+            send_to_node(links, msg.response(module::EDGECONTROLLER, json!("OK")));
             None
         }
         (Ticket::Replace(msg), Settled::Failed { gone, reason }) => {
             let refusal = refusal(*gone, reason);
             send_to_node(
-                hive,
+                links,
                 msg.error_response(module::EDGECONTROLLER, refusal.message),
             );
             None
@@ -839,27 +840,27 @@ pub(super) fn answer(
                 Some(object) => kubeedge::object_answer(object.clone()),
                 None => Refusal::internal("the status was written, not read back").answer(),
             };
-            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            send_to_node(links, msg.response(module::EDGECONTROLLER, content));
             Some(Answered::Patch)
         }
         (Ticket::Patch(msg), Settled::Failed { gone, reason }) => {
             let content = refusal(*gone, reason).answer();
-            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            send_to_node(links, msg.response(module::EDGECONTROLLER, content));
             None
         }
         (Ticket::Device(node, msg), Settled::Written) => {
             // The edge's devicetwin stops sending it again.
-            send_to_node(hive, twin_sync::confirm_message(&node, &msg));
+            send_to_node(links, twin_sync::confirm_message(&node, &msg));
             Some(Answered::Device)
         }
         (Ticket::Object(msg, object), Settled::Written) => {
             let content = kubeedge::object_answer(object);
-            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            send_to_node(links, msg.response(module::EDGECONTROLLER, content));
             None
         }
         (Ticket::Object(msg, _), Settled::Failed { gone, reason }) => {
             let content = refusal(*gone, reason).answer();
-            send_to_node(hive, msg.response(module::EDGECONTROLLER, content));
+            send_to_node(links, msg.response(module::EDGECONTROLLER, content));
             None
         }
         // KubeEdge's cloud answers a report it does not take with nothing

@@ -155,8 +155,13 @@ impl Cloud {
             },
         };
         let controller = EdgeController::start(&hive, store, controller).expect("controller");
-        let center = ApplicationCenter::start(&hive, backend.api, CenterConfig::default())
-            .expect("application center");
+        let center = ApplicationCenter::start(
+            &hive,
+            controller.node_links(),
+            backend.api,
+            CenterConfig::default(),
+        )
+        .expect("application center");
         let (chain, key) = pki.server("localhost").expect("server cert");
         let server_tls = tls::server_config(chain, key, Some(&[pki.root()])).expect("tls");
         let options = ListenOptions::new(listen).with_tls(server_tls.clone());
@@ -164,6 +169,7 @@ impl Cloud {
         let hub = loop {
             let config = CloudHubConfig {
                 node_events: controller.node_events(),
+                links: controller.node_links(),
                 endpoints: vec![
                     CloudEndpoint {
                         kind: TransportKind::WebSocket,
