@@ -68,7 +68,7 @@ pub enum WriteOutcome {
 
 /// Whether version `new` should replace `held`: numeric comparison when both
 /// are numbers (as Kubernetes' are in practice), else the newer arrival wins.
-pub(crate) fn supersedes(new: &str, held: &str) -> bool {
+pub fn supersedes(new: &str, held: &str) -> bool {
     match (new.parse::<u64>(), held.parse::<u64>()) {
         (Ok(new), Ok(held)) => new > held,
         _ => new != held,

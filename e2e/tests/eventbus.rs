@@ -14,9 +14,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use twin::{BrokerAddress, EventBus, EventBusConfig};
 
-use support::{Mosquitto, WAIT, mapper};
-
-mod support;
+use e2e::mqtt::{Mosquitto, WAIT, mapper};
 
 async fn next(seen: &mut mpsc::UnboundedReceiver<Message>, what: &str) -> Message {
     tokio::time::timeout(WAIT, seen.recv())

@@ -6,8 +6,6 @@
 //! token from the answer. (The desired state here issues tokens of its
 //! own; tests/kubernetes.rs does it with kube-apiserver.)
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +14,7 @@ use apis::tokens::{AnswerError, TokenRequest, answered};
 use beehive::constants::module;
 use cloud::desired::{StoreFuture, WatchStream};
 use cloud::{DesiredError, DesiredState, EmbeddedStore};
-use common::{Backend, Cloud, Edge, next, pod_yaml};
+use e2e::{Backend, Cloud, Edge, next, pod_yaml};
 use serde_json::{Value, json};
 
 /// The embedded store, issuing tokens as an API server would and

@@ -7,15 +7,13 @@
 //! `common/kubeedge.rs`).
 #![cfg(feature = "kubernetes")]
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
 use cloud::applications::kubernetes::KubernetesApi;
 use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
-use common::kubeedge::{KubeEdgeEdge, ack, answered, application, application_content, watch_sync};
-use common::{Backend, Cloud};
+use e2e::kubeedge::{KubeEdgeEdge, ack, answered, application, application_content, watch_sync};
+use e2e::{Backend, Cloud};
 use serde_json::{Value, json};
 
 fn kubeconfig(test: &str) -> Option<String> {

@@ -12,12 +12,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use twin::{BrokerAddress, DeviceTwin, DeviceTwinConfig, EventBus, EventBusConfig};
 
-use common::{Cloud, Edge};
-use support::{Mosquitto, WAIT, mapper};
-
-#[path = "../../cloud/tests/common/mod.rs"]
-mod common;
-mod support;
+use e2e::mqtt::{Mosquitto, WAIT, mapper};
+use e2e::{Cloud, Edge};
 
 const NODE: &str = "edge-1";
 const DEVICE: &str = "thermo-1";

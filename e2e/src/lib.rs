@@ -1,9 +1,15 @@
-//! Real parts for meta's tests: a cloud (cloudhub, edgecontroller on redb,
+//! edgehive's test rig for tests that span crates: a cloud (cloudhub,
+//! edgecontroller and application center on a desired-state backend, the
 //! admin API) and edges (edgehub, metamanager on redb, MetaServer) linked
-//! over WebSocket with mutual TLS, each in its own hive in this process.
-#![allow(dead_code)]
+//! over WebSocket with mutual TLS, each in its own hive in this process;
+//! a scripted KubeEdge edge ([`kubeedge`]); a Mosquitto and an MQTT client
+//! playing a mapper ([`mqtt`]).
+// A test rig: its items are named for what tests call them, and
+// documented where the name does not say enough.
+#![allow(missing_docs)]
 
 pub mod kubeedge;
+pub mod mqtt;
 
 use std::time::Duration;
 

@@ -18,10 +18,7 @@ use twin::dmi::api::device_mapper_service_server::{
 use twin::dmi::api::{self, MapperInfo};
 use twin::{DeviceTwin, DeviceTwinConfig};
 
-use common::{Cloud, Edge};
-
-#[path = "../../cloud/tests/common/mod.rs"]
-mod common;
+use e2e::{Cloud, Edge};
 
 const NODE: &str = "edge-dmi";
 const WAIT: Duration = Duration::from_secs(20);

@@ -9,8 +9,6 @@
 //! was skipped otherwise.
 #![cfg(feature = "kubernetes")]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +20,7 @@ use cloud::replicas::CursorWriter;
 use cloud::replicas::cursor::decode;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::{ControllerConfig, ControllerHandle, EdgeController};
-use common::kubeedge::{KubeEdgeEdge, ack};
+use e2e::kubeedge::{KubeEdgeEdge, ack};
 use hub::{AckSink, CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, Dialect, NodeClaims};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;

@@ -1,6 +1,5 @@
 //! What the MQTT tests share: a Mosquitto of the test's own and a real
 //! MQTT client playing a mapper.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,15 +4,13 @@
 //! once released, every reported status lands, coalesced (fewer writes
 //! than reports).
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apis::kinds::{Kind, ObjectKey};
 use cloud::desired::{DesiredError, StoreFuture, TokenRequest, WatchStream};
 use cloud::{DesiredState, EmbeddedStore};
-use common::{Backend, Cloud, Edge, next, pod_yaml};
+use e2e::{Backend, Cloud, Edge, next, pod_yaml};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

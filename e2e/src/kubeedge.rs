@@ -19,6 +19,14 @@ pub struct KubeEdgeEdge {
 }
 
 impl KubeEdgeEdge {
+    /// Sends a request and returns the edgecontroller's answer to it.
+    pub async fn ask_controller(&mut self, frame: Value, what: &str) -> Value {
+        let answer = self.ask(frame, what).await;
+        assert_eq!(answer["route"]["operation"], "response", "{what}: {answer}");
+        assert_eq!(answer["route"]["source"], "edgecontroller", "{what}");
+        answer
+    }
+
     /// Dials the cloud's KubeEdge endpoint as KubeEdge's edgehub does:
     /// `node_id`, `project_id` and `ConnectionUse` headers, a certificate
     /// whose common name is `certified`.

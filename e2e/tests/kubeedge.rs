@@ -7,8 +7,6 @@
 //! and checked field by field. The last runs edgehive's own edge in
 //! KubeEdge's dialect.
 
-mod common;
-
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -17,23 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use apis::kinds::{Kind, ObjectKey};
 use cloud::desired::{StoreFuture, TokenRequest, WatchStream};
 use cloud::{ControllerConfig, DesiredError, DesiredState, EmbeddedStore};
-use common::kubeedge::{
+use e2e::kubeedge::{
     KubeEdgeEdge, ack, answered, application, application_content, keepalive, request,
     state_report, twin_report, twin_sync, watch_sync,
 };
-use common::{Backend, Cloud, Edge, configmap_yaml, next, pod_yaml};
+use e2e::{Backend, Cloud, Edge, configmap_yaml, next, pod_yaml};
 use hub::Dialect;
 use serde_json::{Value, json};
-
-impl KubeEdgeEdge {
-    /// Sends a request and returns the edgecontroller's answer to it.
-    async fn ask_controller(&mut self, frame: Value, what: &str) -> Value {
-        let answer = self.ask(frame, what).await;
-        assert_eq!(answer["route"]["operation"], "response", "{what}: {answer}");
-        assert_eq!(answer["route"]["source"], "edgecontroller", "{what}");
-        answer
-    }
-}
 
 /// Waits until cloudhub's counters satisfy `condition`.
 async fn hub_counts(cloud: &Cloud, what: &str, condition: impl Fn(&hub::HubStats) -> bool) {

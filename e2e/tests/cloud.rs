@@ -2,14 +2,12 @@
 //! go in through HTTP, objects travel over a real WebSocket link with
 //! mutual TLS, and each edge's metamanager stores what it gets.
 
-mod common;
-
 use std::time::Duration;
 
 use beehive::Message;
 use beehive::constants::{group, module, operation};
 use cloud::admin::client::ClientError;
-use common::{Cloud, Edge, configmap_yaml, next, pod_yaml};
+use e2e::{Cloud, Edge, configmap_yaml, next, pod_yaml};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 

@@ -4,8 +4,6 @@
 //! replica that takes the node over sends it nothing it acknowledged.
 #![cfg(feature = "etcd")]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +14,7 @@ use cloud::desired::{EtcdConfig, EtcdStore};
 use cloud::replicas::cursor::decode;
 use cloud::replicas::{ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
 use cloud::{ControllerConfig, ControllerHandle, EdgeController};
-use common::kubeedge::{KubeEdgeEdge, ack};
+use e2e::kubeedge::{KubeEdgeEdge, ack};
 use etcd::testing::Cluster;
 use hub::{AckSink, CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle, Dialect, NodeClaims};
 use serde_json::{Value, json};

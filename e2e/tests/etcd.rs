@@ -2,14 +2,12 @@
 //! two replicas' stores share one desired state.
 #![cfg(feature = "etcd")]
 
-mod common;
-
 use std::time::Duration;
 
 use apis::kinds::{Kind, ObjectKey};
 use cloud::desired::{DesiredError, DesiredState, EtcdConfig, EtcdStore, WatchEvent};
 use cloud::replicas::{ClaimsConfig, EtcdClaims};
-use common::{Backend, Cloud, Edge, next, pod_yaml};
+use e2e::{Backend, Cloud, Edge, next, pod_yaml};
 use etcd::testing::Cluster;
 use futures_util::StreamExt;
 use hub::NodeClaims;
