@@ -27,6 +27,7 @@ pub mod logs;
 pub mod module;
 pub mod node;
 pub mod observed;
+pub mod policy;
 pub mod probes;
 pub mod server;
 pub mod spdy;
