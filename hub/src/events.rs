@@ -72,8 +72,9 @@ impl NodeEvents {
         rx
     }
 
-    /// Tells every subscriber; those that went away are dropped.
-    pub fn publish(&self, event: NodeEvent) {
+    /// Tells every subscriber; those that went away are dropped (only
+    /// cloudhub publishes).
+    pub(crate) fn publish(&self, event: NodeEvent) {
         self.subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -5,10 +5,17 @@
 //!
 //! An object (a message with a resource version) is answered once it is
 //! committed to the node's queue store, so a [`Delivery::Queued`] object
-//! survives a crash of the cloud. Anything else is sent on the node's
+//! survives a crash of the cloud (with a queue store configured; without
+//! one the queues live in memory). Anything else is sent on the node's
 //! link now or never ([`Delivery::Sent`] or [`Refusal::NotLinked`]).
 //! Queries, whose answer is the node's, go through beehive's `send_sync`;
 //! cloudhub refuses them in the same terms ([`Refusal::reply`]).
+//!
+//! Unlike a beehive mailbox, the channel is not drained when cloudhub
+//! stops: what is still in it is dropped, and its senders hear
+//! [`Refusal::Stopped`]. Nothing acknowledged is lost by that, since an
+//! object is acknowledged only once committed, and the controller sends
+//! again what it did not see taken.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -136,7 +143,7 @@ impl NodeLinks {
             .map_err(|_| Refusal::Stopped)
     }
 
-    /// Hands `msg` to cloudhub and returns once cloudhub will take it next
+    /// Hands `msg` to cloudhub and returns once it is in cloudhub's channel
     /// (messages queued one after another arrive in that order), with its
     /// outcome to await, within `timeout` from now: a sender of many does
     /// not wait a commit for each.

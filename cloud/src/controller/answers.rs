@@ -6,6 +6,9 @@
 // The controller's types and imports.
 use super::*;
 
+/// How long an answer to a node waits for room in cloudhub's channel.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Sends an answer down to its node through cloudhub.
 pub(crate) fn send_to_node(links: &NodeLinks, answer: HiveMessage) {
     send_to_node_in_order(links, vec![answer]);
@@ -23,9 +26,14 @@ pub(super) fn send_to_node_in_order(links: &NodeLinks, mut answers: Vec<HiveMess
     // tokio's spawn: answers are also sent from tasks outside actix's.
     tokio::spawn(async move {
         for answer in answers {
-            if let Err(refusal) = links.send(answer).await {
-                debug!(%refusal, "answer to a node not sent");
-                return;
+            // Bounded, so a cloudhub that never drains its channel leaves
+            // no task behind.
+            match tokio::time::timeout(ANSWER_TIMEOUT, links.send(answer)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(refusal)) => return debug!(%refusal, "answer to a node not sent"),
+                Err(_) => {
+                    return debug!("answer to a node not sent: cloudhub's channel stayed full");
+                }
             }
         }
     });

@@ -17,7 +17,7 @@ use beehive::constants::{group, module, operation};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::{oneshot, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 use transports::{
     Admission, AdmissionCheck, Lane, Link, LinkSender, ListenOptions, Listener, PeerIdentity,
     Received, TransportError, TransportKind,
@@ -615,12 +615,18 @@ impl Module for CloudHub {
                 self.stats.clone(),
             )));
         }
-        // Only the first instance gets the channel from the cloud modules.
-        if let Some(inbox) = self.config.links.take_inbox() {
-            ctx.add_message_stream(futures_util::stream::unfold(
-                inbox,
-                |mut inbox| async move { inbox.recv().await.map(|item| (item, inbox)) },
-            ));
+        // Only the first instance gets the channel from the cloud modules
+        // (cloudhub is not restarted: its sockets and store would be gone).
+        match self.config.links.take_inbox() {
+            Some(inbox) => {
+                ctx.add_message_stream(futures_util::stream::unfold(
+                    inbox,
+                    |mut inbox| async move { inbox.recv().await.map(|item| (item, inbox)) },
+                ));
+            }
+            None => error!(
+                "cloudhub started again: the cloud modules' channel went with the first instance, so nothing reaches nodes"
+            ),
         }
         if let Some(claims) = &self.config.claims {
             ctx.add_message_stream(futures_util::StreamExt::map(
