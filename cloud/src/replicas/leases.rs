@@ -881,14 +881,15 @@ impl LeaseClaims {
         }
         let lock = inner.node_lock(node);
         let _one_at_a_time = lock.lock().await;
-        let (claim, held) = {
-            let mut state = inner.state();
-            (state.book.released(node, generation), state.book.len())
-        };
-        inner.counts.send_modify(|c| c.held = held);
+        let claim = inner.state().book.released(node, generation);
         if let Some(claim) = claim {
             inner.remove_claim(node, &claim).await;
         }
+        // Counted once the claim Lease is gone: until then another replica
+        // still finds the node held, and a count that dropped earlier told
+        // a watcher it could take the node over when it could not yet.
+        let held = inner.state().book.len();
+        inner.counts.send_modify(|c| c.held = held);
     }
 
     /// Stops renewing, lets every node go and deletes the replica's Lease
