@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::actions::{PodBook, RestartPolicy};
+use crate::cri::api;
 use crate::observed::{Observed, RunState};
 
 /// The pod's sandbox, as its status shows it.
@@ -32,6 +33,17 @@ pub struct SandboxInfo {
     pub ip: String,
     /// When it was made, in CRI nanoseconds.
     pub created_at: i64,
+}
+
+impl SandboxInfo {
+    /// Sandbox `id` as the runtime's status of it says.
+    pub fn of(id: &str, status: api::PodSandboxStatus) -> Self {
+        SandboxInfo {
+            id: id.to_owned(),
+            ip: status.network.map(|n| n.ip).unwrap_or_default(),
+            created_at: status.created_at,
+        }
+    }
 }
 
 /// Where the pod runs, for its status.

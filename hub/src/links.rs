@@ -135,12 +135,15 @@ impl NodeLinks {
         }
     }
 
-    /// Hands `msg` to cloudhub without waiting for its outcome.
-    pub async fn send(&self, msg: HiveMessage) -> Result<(), Refusal> {
-        self.tx
-            .send(ToNode { msg, outcome: None })
-            .await
-            .map_err(|_| Refusal::Stopped)
+    /// Hands `msg` to cloudhub without waiting for its outcome, waiting at
+    /// most `timeout` for room in the channel.
+    pub async fn send(&self, msg: HiveMessage, timeout: Duration) -> Result<(), Refusal> {
+        let sent = self.tx.send(ToNode { msg, outcome: None });
+        match tokio::time::timeout(timeout, sent).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Refusal::Stopped),
+            Err(_) => Err(Refusal::TimedOut(timeout)),
+        }
     }
 
     /// Hands `msg` to cloudhub and returns once it is in cloudhub's channel
@@ -240,6 +243,9 @@ mod tests {
         drop(inbox.recv().await);
         assert_eq!(pending.await, Err(Refusal::Stopped));
         drop(inbox);
-        assert_eq!(links.send(msg()).await, Err(Refusal::Stopped));
+        assert_eq!(
+            links.send(msg(), Duration::from_secs(5)).await,
+            Err(Refusal::Stopped)
+        );
     }
 }

@@ -364,11 +364,7 @@ impl PodWorker {
                 }
                 if self.sandbox.as_ref().is_none_or(|known| known.id != id) {
                     let status = self.cri.sandbox_status(&id).await?;
-                    self.sandbox = Some(SandboxInfo {
-                        id: id.clone(),
-                        ip: status.network.map(|n| n.ip).unwrap_or_default(),
-                        created_at: status.created_at,
-                    });
+                    self.sandbox = Some(SandboxInfo::of(&id, status));
                 }
                 return Ok(id);
             }
@@ -407,11 +403,7 @@ impl PodWorker {
                 status: tonic::Status::unavailable(format!("sandbox {id} is not ready")),
             });
         }
-        self.sandbox = Some(SandboxInfo {
-            id: id.clone(),
-            ip: status.network.map(|n| n.ip).unwrap_or_default(),
-            created_at: status.created_at,
-        });
+        self.sandbox = Some(SandboxInfo::of(&id, status));
         Ok(id)
     }
 
