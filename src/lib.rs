@@ -8,7 +8,9 @@
 //! | `edge` | edgehub, metamanager, edged, devicetwin, eventbus |
 //! | `cloud` | cloudhub, and the [`cloud`] control plane: edgecontroller, devicecontroller, desired-state backends, admin API |
 //! | `ws`, `quic`, `uds` | the transports |
-//! | `cli` | the binaries, and [`config`]: their configuration files |
+//!
+//! The binaries (`cloudcore`, `edgecore`, `edgehivectl`) are crates of
+//! their own under `cmd/`.
 //!
 //! ```toml
 //! [dependencies]
@@ -32,11 +34,6 @@ pub use stream;
 pub use transports;
 #[cfg(feature = "edge")]
 pub use twin;
-
-#[cfg(feature = "cli")]
-pub mod config;
-#[cfg(feature = "cli")]
-pub mod metrics;
 
 /// The README's code blocks, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

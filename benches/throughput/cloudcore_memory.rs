@@ -2,7 +2,7 @@
 //! runs it: its resident set (`VmRSS` of `/proc/<pid>/status`) at each
 //! step, each figure beside a baseline from the same run.
 //!
-//! `cargo bench --features cli --bench throughput -- memory`.
+//! `cargo bench --bench throughput -- memory`.
 //!
 //! - **Embedded store**: 3,000 configmaps of about 2.1 KiB (6.3 MB of JSON,
 //!   the "new user" case) applied through the admin API in one
@@ -84,7 +84,7 @@ impl Cloudcore {
             free_address(),
         );
         let log = std::fs::File::create(data.join("cloudcore.log"))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cloudcore"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_bench-cloudcore"));
         command.arg("--data-dir").arg(&data).arg("run");
         if let Some(kubeconfig) = kubeconfig {
             command.arg("--kubeconfig").arg(kubeconfig);
@@ -176,7 +176,7 @@ impl Cloudcore {
     /// containers: only delivery is measured); linked once cloudhub counts
     /// `linked` nodes.
     fn edgecore(&self, dir: &Path, node: &str, linked: usize) -> Result<ChildGuard> {
-        let token = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        let token = Command::new(env!("CARGO_BIN_EXE_bench-cloudcore"))
             .arg("--data-dir")
             .arg(&self.data)
             .args(["token", "--ttl-secs", "600"])
@@ -190,7 +190,7 @@ impl Cloudcore {
         }
         let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
         let data = dir.join(format!("edge-{node}"));
-        let joined = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+        let joined = Command::new(env!("CARGO_BIN_EXE_bench-edgecore"))
             .arg("--data-dir")
             .arg(&data)
             .args([
@@ -208,7 +208,7 @@ impl Cloudcore {
             bail!("edgecore join: {}", String::from_utf8_lossy(&joined.stderr));
         }
         let log = std::fs::File::create(dir.join(format!("edgecore-{node}.log")))?;
-        let child = Command::new(env!("CARGO_BIN_EXE_edgecore"))
+        let child = Command::new(env!("CARGO_BIN_EXE_bench-edgecore"))
             .arg("--data-dir")
             .arg(&data)
             .args(["run", "--cloud", &self.hub, "--transport", "ws"])

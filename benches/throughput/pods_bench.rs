@@ -69,7 +69,7 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
         }
         Ok::<_, anyhow::Error>(())
     })?;
-    let edgecore = Path::new(env!("CARGO_BIN_EXE_edgecore"));
+    let edgecore = Path::new(env!("CARGO_BIN_EXE_bench-edgecore"));
     let idle = edgecore_rss(edgecore, 0)?;
     let busy = edgecore_rss(edgecore, rss_pods)?;
     report.plain("pods/edgecore_rss", "rss_0_pods", idle / 1048576.0, "MiB");

@@ -4,7 +4,7 @@
 //! edgecontroller, whose token answer asks the desired state for a
 //! TokenRequest, for pods bound to that node only, and the edge reads the
 //! token from the answer. (The desired state here issues tokens of its
-//! own; tests/kubernetes.rs does it with kube-apiserver.)
+//! own; e2e/tests/kubernetes.rs does it with kube-apiserver.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

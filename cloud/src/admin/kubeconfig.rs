@@ -17,6 +17,13 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use transports::tls::{self, CertificateDer, Identity};
 
+/// cloudcore's data directory when its configuration names none.
+pub const DEFAULT_CLOUD_DATA_DIR: &str = "/var/lib/edgehive/cloud";
+
+/// The admin's kubeconfig in cloudcore's data directory: cloudcore writes
+/// it, edgehivectl reads it when no `--kubeconfig` is given.
+pub const FILE_NAME: &str = "admin.kubeconfig";
+
 /// A kubeconfig that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {

@@ -1,0 +1,11 @@
+//! `cloudcore` for the tests: the `cloudcore` crate's program, built by this
+//! package so that `CARGO_BIN_EXE_e2e-cloudcore` finds it, current, with this
+//! build's features.
+
+/// jemalloc, as the real binary has it.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn main() -> anyhow::Result<()> {
+    cloudcore::main()
+}

@@ -1,0 +1,264 @@
+//! What the process tests share: child processes with their log lines,
+//! free ports, polling, edgehivectl, and test nodes whose pods are removed
+//! when the test ends.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A child process whose stdout lines can be awaited.
+pub struct Process {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Process {
+    /// Starts `program` with `args`, logging at info.
+    pub fn start(program: &str, args: &[&str]) -> Process {
+        let mut child = Command::new(program)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Process { child, lines }
+    }
+
+    /// The first log line containing `needle`, within `limit`.
+    pub fn wait_for(&self, needle: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => continue,
+                Err(_) => panic!("no log line with {needle:?} within {limit:?}"),
+            }
+        }
+    }
+
+    /// The first log line containing any of `needles`, within `limit`.
+    pub fn wait_for_any(&self, needles: &[&str], limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if needles.iter().any(|n| line.contains(n)) => return line,
+                Ok(_) => continue,
+                Err(_) => panic!("no log line with any of {needles:?} within {limit:?}"),
+            }
+        }
+    }
+
+    /// The log lines that arrived and were not awaited (nor taken) yet.
+    pub fn take_lines(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Sends `signal` (`-TERM`, `-KILL`, ...).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// SIGTERM, and a clean exit.
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    /// [`Process::stop`], keeping the process's lines to read (a second
+    /// call finds the exit already made).
+    pub fn terminate(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            assert!(status.success(), "clean exit on SIGTERM: {status}");
+            return;
+        }
+        self.signal("-TERM");
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "clean exit on SIGTERM: {status}");
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback address whose port no concurrent test is handed: these
+/// tests stop and start processes on the same ports.
+pub use transports::testing::free_address;
+
+/// Polls `check` every 100 ms for up to a minute (for state that only a
+/// poll can see, such as a file that a process writes).
+pub fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A fresh directory for one test.
+pub fn tempfile_dir(name: &str) -> String {
+    let dir =
+        std::env::temp_dir().join(format!("edgehive-processes-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir.to_string_lossy().into_owned()
+}
+
+/// Runs edgehivectl; its exit status, stdout and stderr.
+pub fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
+        .arg("--server")
+        .arg(admin)
+        .args(args)
+        .output()
+        .expect("edgehivectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `cloudcore --data-dir CLOUD_DIR token ARGS` (through the admin API at
+/// `admin` when given): its exit status, stdout (trimmed) and stderr.
+pub fn cloudcore_token(
+    cloud_dir: &str,
+    admin: Option<&str>,
+    args: &[&str],
+) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_e2e-cloudcore"));
+    command.args(["--data-dir", cloud_dir, "token"]);
+    if let Some(admin) = admin {
+        command.args(["--admin", admin]);
+    }
+    let out = command.args(args).output().expect("cloudcore token");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `edgecore join` of node `node` (its data in `data_dir`) through the
+/// certificate endpoints at `certs`: its exit status and stderr.
+pub fn edgecore_join(certs: &str, token: &str, node: &str, data_dir: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_e2e-edgecore"))
+        .args(["--data-dir", data_dir, "join", "--certs", certs])
+        .args(["--token", token, "--node", node])
+        .output()
+        .expect("edgecore join");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Joins node `name` (its data in `data_dir`) to the cloud whose data is in
+/// `cloud_dir` and whose certificate endpoints are at `certs`, with a fresh
+/// token, as a user would: `cloudcore token`, then `edgecore join`.
+pub fn join_node(cloud_dir: &str, certs: &str, name: &str, data_dir: &str) {
+    let (ok, token, err) = cloudcore_token(cloud_dir, None, &["--ttl-secs", "600"]);
+    assert!(ok, "cloudcore token failed: {err}");
+    let (ok, err) = edgecore_join(certs, &token, name, data_dir);
+    assert!(ok, "edgecore join failed: {err}");
+}
+
+/// `cloudcore run` with its data in `cloud_dir`, cloudhub's WebSocket on
+/// `hub` and the certificate endpoints on `certs`, with `extra` arguments;
+/// metrics off unless `extra` says otherwise.
+pub fn start_cloudcore(cloud_dir: &str, hub: &str, certs: &str, extra: &[&str]) -> Process {
+    let mut args = vec![
+        "--data-dir",
+        cloud_dir,
+        "run",
+        "--ws",
+        hub,
+        "--certs",
+        certs,
+    ];
+    if !extra.contains(&"--metrics") {
+        args.extend(["--metrics", "off"]);
+    }
+    args.extend_from_slice(extra);
+    Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args)
+}
+
+/// `edgecore run` of a joined node (`data_dir`) linking to `cloud` (one
+/// address or several), with `extra` arguments; the local servers it is
+/// not given in `extra` on ports of their own choosing, metrics off.
+pub fn start_edgecore(data_dir: &str, cloud: &str, extra: &[&str]) -> Process {
+    let mut args = vec!["--data-dir", data_dir, "run", "--cloud", cloud];
+    for (flag, default) in [
+        ("--metaserver", "127.0.0.1:0"),
+        ("--edged-server", "127.0.0.1:0"),
+        ("--mqtt-broker", "127.0.0.1:0"),
+        ("--metrics", "off"),
+    ] {
+        if !extra.contains(&flag) {
+            args.extend([flag, default]);
+        }
+    }
+    args.extend_from_slice(extra);
+    Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args)
+}
+
+/// Gives the cloud in `to_dir` the CA of the one in `from_dir` (replicas
+/// of one cloud share a CA).
+pub fn share_ca(from_dir: &str, to_dir: &str) {
+    std::fs::create_dir_all(to_dir).expect("the replica's data dir");
+    let copied = Command::new("cp")
+        .args(["-r", &format!("{from_dir}/ca"), &format!("{to_dir}/ca")])
+        .status()
+        .expect("cp");
+    assert!(copied.success(), "the CA copied");
+}
+
+/// The containerd socket edged's tests use (`EDGEHIVE_CRI_SOCKET`, else
+/// the one `scripts/setup-containerd` starts).
+pub use edged::testing::cri_socket;
+
+/// A node for a test that runs pods (`test-<what>-<pid>`, `what` its own
+/// among the tests of its file): when it is dropped, also while a failed
+/// test unwinds, every pod sandbox of the node is removed from containerd
+/// with its containers. Declare it before the edgecore that runs the
+/// node's pods: locals are dropped in reverse, so the edge is killed
+/// first and cannot start them again.
+pub fn test_node(what: &str) -> edged::testing::TestNode {
+    edged::testing::TestNode::new(cri_socket(), what)
+}
+
+/// `GET /` over HTTP/1.0 from 127.0.0.1:`port` (a forwarded port): the
+/// whole answer.
+pub fn fetch(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the forwarded port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    tcp.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer);
+    answer
+}
