@@ -21,32 +21,63 @@
 //!   [`Delivery`] or [`Refusal`] back ([`links`]).
 //! - Each endpoint speaks a [`Dialect`]: edgehive's own, or KubeEdge's, so
 //!   an unmodified KubeEdge edgecore can join (see [`dialect`]).
+//!
+//! Features pick a side: `cloudhub` (the CA, the certificate server, the
+//! nodes' queues) and `edgehub`; a cloud build compiles no edgehub and an
+//! edge build no cloudhub. Both are on by default.
 
-pub mod acks;
-pub mod admission;
+// What both sides share: the link's messages and KubeEdge's dialect of
+// them, and node identity (certificates, join tokens).
 pub mod certs;
-pub mod claims;
-mod cloud;
 pub mod dialect;
-mod edge;
-pub mod events;
-pub mod links;
 /// KubeEdge's JSON message format (lives with the transports, which can
 /// carry it on a link).
 pub use transports::kubeedge;
 pub mod protocol;
-pub mod queue;
 mod stats;
+
+// cloudhub (KubeEdge's cloud/pkg/cloudhub): the nodes' queues and
+// sessions, the CA and certificate server, the typed seams to the cloud's
+// modules.
+#[cfg(feature = "cloudhub")]
+pub mod acks;
+#[cfg(feature = "cloudhub")]
+pub mod admission;
+#[cfg(feature = "cloudhub")]
+pub mod claims;
+#[cfg(feature = "cloudhub")]
+mod cloudhub;
+#[cfg(feature = "cloudhub")]
+pub mod events;
+#[cfg(feature = "cloudhub")]
+pub mod links;
+#[cfg(feature = "cloudhub")]
+pub mod queue;
+#[cfg(feature = "cloudhub")]
 pub mod store;
 
+// edgehub (KubeEdge's edge/pkg/edgehub): the edge's link to the cloud.
+#[cfg(feature = "edgehub")]
+mod edgehub;
+
+#[cfg(feature = "cloudhub")]
 pub use acks::AckSink;
+#[cfg(feature = "cloudhub")]
 pub use claims::NodeClaims;
-pub use cloud::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
+#[cfg(feature = "cloudhub")]
+pub use cloudhub::{CloudEndpoint, CloudHub, CloudHubConfig, CloudHubHandle};
 pub use dialect::Dialect;
-pub use edge::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
+#[cfg(feature = "edgehub")]
+pub use edgehub::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
+#[cfg(feature = "cloudhub")]
 pub use events::{NodeEvent, NodeEventKind, NodeEvents};
+#[cfg(feature = "cloudhub")]
 pub use links::{Delivery, NodeLinks, Outcome, Refusal};
-pub use stats::{Changes, EdgeHubStats, HubStats};
+pub use stats::Changes;
+#[cfg(feature = "edgehub")]
+pub use stats::EdgeHubStats;
+#[cfg(feature = "cloudhub")]
+pub use stats::HubStats;
 
 /// Why a hub could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +86,7 @@ pub enum HubError {
     #[error(transparent)]
     Transport(#[from] transports::TransportError),
     /// The queue store could not be opened.
+    #[cfg(feature = "cloudhub")]
     #[error(transparent)]
     Store(#[from] store::StoreError),
     /// The module could not start.

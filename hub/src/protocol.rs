@@ -137,6 +137,15 @@ pub fn to_edge(mut msg: Message) -> Option<(String, Message)> {
     Some((node, msg))
 }
 
+/// Whether `msg` from the other side answers a request still waiting here.
+#[cfg(any(feature = "cloudhub", feature = "edgehub"))]
+pub(crate) fn is_answer(hive: &beehive::Hive, msg: &Message) -> bool {
+    matches!(msg.operation(), operation::RESPONSE | operation::ERROR)
+        && msg
+            .parent_id()
+            .is_some_and(|parent| hive.is_pending(parent))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

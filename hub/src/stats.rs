@@ -1,5 +1,6 @@
 //! Counters of a hub, read by tests, benchmarks and /metrics.
 
+#[cfg(any(feature = "cloudhub", feature = "edgehub"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ pub struct Changes {
 }
 
 impl Changes {
+    #[cfg(any(feature = "cloudhub", feature = "edgehub"))]
     fn changed(&self) {
         self.notify.notify_waiters();
     }
@@ -32,6 +34,7 @@ impl Changes {
     }
 }
 
+#[cfg(feature = "cloudhub")]
 /// Counters of cloudhub.
 #[derive(Debug, Default)]
 pub struct HubStats {
@@ -68,6 +71,7 @@ pub struct HubStats {
     pub changes: Changes,
 }
 
+#[cfg(feature = "cloudhub")]
 impl HubStats {
     pub(crate) fn set_pending(&self, n: u64) {
         self.pending.store(n, Ordering::Relaxed);
@@ -96,6 +100,7 @@ impl HubStats {
     }
 }
 
+#[cfg(feature = "edgehub")]
 /// Counters of edgehub.
 #[derive(Debug, Default)]
 pub struct EdgeHubStats {
@@ -123,6 +128,7 @@ pub struct EdgeHubStats {
     pub changes: Changes,
 }
 
+#[cfg(feature = "edgehub")]
 impl EdgeHubStats {
     /// Adds one to `counter`.
     pub fn count(&self, counter: &AtomicU64) {

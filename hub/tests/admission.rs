@@ -3,6 +3,7 @@
 //! reason, before anything is upgraded: no `101`, no WebSocket frame.
 //! Real TLS, real certificates, a real WebSocket client and a raw one
 //! that reads every byte the cloud sends.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! link cut 200 times mid-stream, the cloud restarted, the edge restarted.
 //! Every object's final version arrives, every acknowledged object is in the
 //! edge's redb store, and no version is applied twice.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Node identity over real TLS: a node without a certificate, a node using
 //! another node's name, and a node asking for another node's messages are
 //! all refused.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! is refused by cloudhub. Token restrictions (one node, single use,
 //! revocation) hold, and a deleted node's certificate is refused by
 //! cloudhub and for renewal until the node joins again.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Half-open links: a peer that stops talking without closing (as a frozen
 //! process or a dead route leaves it) is dropped within two keepalive
 //! intervals, on both sides.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

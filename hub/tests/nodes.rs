@@ -1,5 +1,6 @@
 //! Node lifecycle as other cloud modules see it: connect and disconnect
 //! events, and a node gone long enough leaving memory but not the store.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! real metamanager on redb), over every transport: many streams at once,
 //! some drained, some stalled, while objects go down; and a link cut that
 //! ends every stream on both sides.
+#![cfg(all(feature = "cloudhub", feature = "edgehub"))]
 
 mod common;
 

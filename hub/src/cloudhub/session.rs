@@ -282,7 +282,7 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             Kind::Payload => match protocol::to_cloud(&self.node, msg)
                 .map(|msg| self.dialect.to_cloud_modules(msg))
             {
-                Ok(msg) if crate::edge::is_answer(&self.hive, &msg) => {
+                Ok(msg) if crate::protocol::is_answer(&self.hive, &msg) => {
                     self.hive.send_resp(msg);
                 }
                 // The hub's own groups are the cloud's to speak in.

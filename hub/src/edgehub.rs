@@ -160,14 +160,6 @@ pub fn route(cloud_group: &str) -> &str {
     }
 }
 
-/// Whether `msg` from the other side answers a request still waiting here.
-pub(crate) fn is_answer(hive: &Hive, msg: &HiveMessage) -> bool {
-    matches!(msg.operation(), operation::RESPONSE | operation::ERROR)
-        && msg
-            .parent_id()
-            .is_some_and(|parent| hive.is_pending(parent))
-}
-
 /// What a running edgehub tells its owner.
 #[derive(Clone)]
 pub struct EdgeHubHandle {
@@ -666,7 +658,7 @@ async fn deliver(
     stats: &Arc<EdgeHubStats>,
 ) {
     stats.count(&stats.downstream);
-    if is_answer(hive, &msg) {
+    if crate::protocol::is_answer(hive, &msg) {
         hive.send_resp(msg);
         return;
     }
