@@ -32,11 +32,18 @@ use futures_util::stream::BoxStream;
 use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 
-use crate::admin::client::{AdminClient, ClientError};
-use crate::admin::kubeconfig::AdminCredentials;
+use crate::admin_client::kubeconfig::AdminCredentials;
+use crate::admin_client::{AdminClient, ClientError};
 
 /// The header a forwarded request carries: the forwarding replica's name.
 pub const FORWARDED_HEADER: &str = "x-edgehive-forwarded-by";
+
+/// The group of the cloud's replicas forwarding to each other
+/// (this module): pods' logs, exec, attach, port-forward and
+/// resource metrics, and only for a user named
+/// [`REPLICA_USER_PREFIX`]`<replica>` (a name no node
+/// certificate can carry: the join endpoint signs node names only).
+pub const REPLICAS: &str = "edgehive:replicas";
 
 /// The common name of a replica's own client certificate, before its name.
 pub const REPLICA_USER_PREFIX: &str = "system:edgehive:replica:";
@@ -246,7 +253,7 @@ impl std::fmt::Debug for Peers {
 
 /// A WebSocket to a peer's admin API.
 pub type PeerSocket =
-    tokio_tungstenite::WebSocketStream<std::pin::Pin<Box<dyn crate::admin::client::Connection>>>;
+    tokio_tungstenite::WebSocketStream<std::pin::Pin<Box<dyn crate::admin_client::Connection>>>;
 
 impl Peers {
     /// Replica `me`'s peers as `directory` finds them, reached over HTTPS
@@ -456,6 +463,12 @@ async fn answered_in_time<T>(
         .map_err(|err| ForwardError::of(err, node, replica, url))
 }
 
+/// Whether another replica forwarded this request: it is answered here,
+/// never forwarded again.
+pub(crate) fn forwarded(request: &actix_web::HttpRequest) -> bool {
+    request.headers().contains_key(FORWARDED_HEADER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,7 +498,7 @@ mod tests {
         let identity = ca
             .issue_client(
                 "system:edgehive:replica:a",
-                crate::admin::auth::REPLICAS,
+                REPLICAS,
                 std::time::Duration::from_secs(60),
             )
             .expect("identity");

@@ -266,7 +266,7 @@ async fn replicas_registering_at_once_leave_one_configuration() {
         .await
         .expect("client");
     let pki = DevPki::new("admission test CA").expect("CA");
-    let ca = cloud::admin::kubeconfig::pem("CERTIFICATE", pki.root().as_ref());
+    let ca = cloud::admin_client::kubeconfig::pem("CERTIFICATE", pki.root().as_ref());
     // No namespace carries this label: no pod of other tests on this API
     // server is ever sent to this webhook.
     let unused = |endpoint: &Endpoint| {

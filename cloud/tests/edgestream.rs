@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use cloud::kubelet::edgestream::codec::{self, Message, MessageType};
-use cloud::kubelet::edgestream::{self, EdgeTunnels, TunnelConfig};
-use cloud::kubelet::review::{Access, Authorizer, Caller, Decision};
-use cloud::kubelet::{KubeletApiConfig, KubeletApiHandle};
+use cloud::cloudstream::edgestream::codec::{self, Message, MessageType};
+use cloud::cloudstream::edgestream::{self, EdgeTunnels, TunnelConfig};
+use cloud::cloudstream::{KubeletApiConfig, KubeletApiHandle};
+use cloud::reviews::{Access, Authorizer, Caller, Decision};
 use cloud::{DesiredState, EmbeddedStore};
 use futures_util::{SinkExt, StreamExt};
 use stream::NodeTunnels;
@@ -63,11 +63,11 @@ impl Cloud {
                 .expect("pod");
         }
         let store: Arc<dyn DesiredState> = Arc::new(store);
-        let streams = cloud::streams::PodStreams::new(NodeTunnels::default(), store);
+        let streams = cloud::cloudstream::streams::PodStreams::new(NodeTunnels::default(), store);
         let (chain, key) = pki.server("cloud").expect("server certificate");
         let server_tls = tls::server_config(chain, key, Some(&[pki.root()])).expect("TLS");
         let tunnels = EdgeTunnels::default();
-        let kubelet = cloud::kubelet::start(
+        let kubelet = cloud::cloudstream::start(
             KubeletApiConfig {
                 address: "127.0.0.1:0".to_owned(),
                 tls: server_tls.clone(),
@@ -639,9 +639,10 @@ async fn a_real_kubeedge_edgecore_serves_logs_exec_and_stats() {
         }))
         .await
         .expect("pod");
-    let streams = cloud::streams::PodStreams::new(NodeTunnels::default(), Arc::new(store));
+    let streams =
+        cloud::cloudstream::streams::PodStreams::new(NodeTunnels::default(), Arc::new(store));
     let (chain, key) = cloud.pki.server("cloud").expect("server certificate");
-    let kubelet = cloud::kubelet::start(
+    let kubelet = cloud::cloudstream::start(
         KubeletApiConfig {
             address: "127.0.0.1:0".to_owned(),
             tls: tls::server_config(chain.clone(), key.clone_key(), Some(&[cloud.pki.root()]))

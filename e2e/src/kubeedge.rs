@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use beehive::Uuid;
-use cloud::applications::wire::Application;
+use cloud::dynamiccontroller::wire::Application;
 use serde_json::{Value, json};
 use transports::tls;
 use transports::{DialOptions, Link, TransportKind};

@@ -282,7 +282,7 @@ impl Cloud {
 /// desired state and the API server behind it.
 pub struct Backend {
     pub store: Option<std::sync::Arc<dyn DesiredState>>,
-    pub api: Option<std::sync::Arc<dyn cloud::applications::ApiServer>>,
+    pub api: Option<std::sync::Arc<dyn cloud::dynamiccontroller::ApiServer>>,
 }
 
 pub struct Edge {

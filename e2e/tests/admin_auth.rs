@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cloud::AdminClient;
-use cloud::admin::kubeconfig::{AuthInfo, Kubeconfig, NamedUser};
+use cloud::admin_client::kubeconfig::{AuthInfo, Kubeconfig, NamedUser};
 use serde_json::Value;
 use support::{
     cri_socket, free_address, join_node, start_cloudcore, start_edgecore, tempfile_dir, test_node,
@@ -310,7 +310,8 @@ spec:
 /// `der` as base64 of its PEM, as kubeconfigs carry certificates and keys.
 fn base64_pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(cloud::admin::kubeconfig::pem(label, der))
+    base64::engine::general_purpose::STANDARD
+        .encode(cloud::admin_client::kubeconfig::pem(label, der))
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use beehive::Message;
 use beehive::constants::{group, module, operation};
-use cloud::admin::client::ClientError;
+use cloud::admin_client::ClientError;
 use e2e::{Cloud, Edge, configmap_yaml, next, pod_yaml};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use beehive::{Hive, HiveConfig};
-use cloud::controller::{Acked, ControllerCounts, DeliveryCursors};
 use cloud::desired::{EtcdConfig, EtcdStore};
+use cloud::edgecontroller::{Acked, ControllerCounts, DeliveryCursors};
 use cloud::replicas::cursor::decode;
 use cloud::replicas::{ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
 use cloud::{ControllerConfig, ControllerHandle, EdgeController};

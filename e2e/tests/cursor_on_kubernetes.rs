@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use beehive::{Hive, HiveConfig};
-use cloud::controller::{ControllerCounts, DeliveryCursors};
 use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
+use cloud::edgecontroller::{ControllerCounts, DeliveryCursors};
 use cloud::replicas::CursorWriter;
 use cloud::replicas::cursor::decode;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};

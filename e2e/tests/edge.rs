@@ -10,7 +10,7 @@ use beehive::constants::{group, module, operation};
 use beehive::testing::recorder;
 use beehive::{Hive, HiveConfig, Message};
 use cloud::AdminClient;
-use cloud::admin::client::ClientError;
+use cloud::admin_client::ClientError;
 use futures_util::StreamExt;
 use hub::{EdgeHub, EdgeHubConfig};
 use meta::{EdgeStore, MetaManager, MetaServer};

@@ -10,8 +10,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use cloud::applications::kubernetes::KubernetesApi;
 use cloud::desired::{KubeAccess, KubernetesConfig, KubernetesStore};
+use cloud::dynamiccontroller::kubernetes::KubernetesApi;
 use e2e::kubeedge::{KubeEdgeEdge, ack, answered, application, application_content, watch_sync};
 use e2e::{Backend, Cloud};
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cloud::AdminClient;
-use cloud::admin::kubeconfig::AdminCredentials;
+use cloud::admin_client::kubeconfig::AdminCredentials;
 use serde_json::Value;
 use support::{Process, free_address, join_node, start_cloudcore, tempfile_dir, until};
 use transports::testing::free_port;

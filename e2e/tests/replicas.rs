@@ -179,7 +179,7 @@ impl Ha {
         &self,
         events: &mut futures_util::stream::BoxStream<
             'static,
-            Result<serde_json::Value, cloud::admin::client::ClientError>,
+            Result<serde_json::Value, cloud::admin_client::ClientError>,
         >,
         name: &str,
     ) {
@@ -203,7 +203,7 @@ impl Ha {
         &self,
     ) -> futures_util::stream::BoxStream<
         'static,
-        Result<serde_json::Value, cloud::admin::client::ClientError>,
+        Result<serde_json::Value, cloud::admin_client::ClientError>,
     > {
         let edge_api = cloud::AdminClient::new(&self.metaserver);
         self.runtime

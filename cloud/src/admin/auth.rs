@@ -31,12 +31,8 @@ pub const ADMINS: &str = "edgehive:admins";
 /// The group whose members may read (not secrets), follow logs and read
 /// resource metrics.
 pub const VIEWERS: &str = "edgehive:viewers";
-/// The group of the cloud's replicas forwarding to each other
-/// ([`crate::peers`]): pods' logs, exec, attach, port-forward and
-/// resource metrics, and only for a user named
-/// [`crate::peers::REPLICA_USER_PREFIX`]`<replica>` (a name no node
-/// certificate can carry: the join endpoint signs node names only).
-pub const REPLICAS: &str = "edgehive:replicas";
+/// The group of the cloud's replicas ([`crate::peers::REPLICAS`]).
+pub use crate::peers::REPLICAS;
 
 /// Why the authentication settings cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -27,23 +27,17 @@ use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use futures_util::StreamExt as _;
 use futures_util::future::Either;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use apis::api::{self, ApiError, ObjectSource};
 use apis::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
 
-use crate::controller::ControllerHandle;
 use crate::desired::DesiredState;
+use crate::edgecontroller::ControllerHandle;
 
 pub mod auth;
-pub mod client;
-pub mod kubeconfig;
 pub use apis::manifest;
-pub mod metrics;
 pub mod pods;
-
-pub use client::AdminClient;
 
 /// The admin API's default address.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10003";
@@ -51,34 +45,10 @@ pub const DEFAULT_ADDRESS: &str = "127.0.0.1:10003";
 /// Manifests larger than this are refused before they are read whole.
 pub const MAX_MANIFEST_BYTES: usize = 8 << 20;
 
-/// Path of the apply endpoint.
-pub const APPLY_PATH: &str = "/apis/edgehive.io/v1/apply";
-/// Path of the delete-by-manifest endpoint.
-pub const DELETE_PATH: &str = "/apis/edgehive.io/v1/delete";
-/// Join tokens: `GET` lists their records, `POST` records one (a
-/// [`hub::certs::TokenRecord`]), `DELETE .../{id}` revokes one; `GET
-/// .../revokednodes` lists the deleted nodes whose certificates are revoked.
-pub const TOKENS_PATH: &str = "/apis/edgehive.io/v1/jointokens";
-
-/// What became of one object of a manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ObjectResult {
-    /// Its kind.
-    pub kind: String,
-    /// Its namespace (empty for nodes).
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// `created`, `configured`, `unchanged`, `deleted` or `not found`.
-    pub result: String,
-}
-
-/// The answer to an apply or a delete.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ManifestResults {
-    /// One entry per object, in manifest order.
-    pub results: Vec<ObjectResult>,
-}
+// The API's paths and answers, shared with its client.
+pub use crate::admin_client::{
+    APPLY_PATH, DELETE_PATH, ManifestResults, ObjectResult, TOKENS_PATH,
+};
 
 /// A running admin API.
 pub struct AdminApiHandle {
@@ -175,7 +145,7 @@ impl AdminApi {
     pub fn start(
         handle: ControllerHandle,
         address: &str,
-        streams: Option<crate::streams::PodStreams>,
+        streams: Option<crate::cloudstream::streams::PodStreams>,
     ) -> std::io::Result<AdminApiHandle> {
         AdminApi::start_with_ledger(handle, address, streams, None)
     }
@@ -184,7 +154,7 @@ impl AdminApi {
     pub fn start_with_ledger(
         handle: ControllerHandle,
         address: &str,
-        streams: Option<crate::streams::PodStreams>,
+        streams: Option<crate::cloudstream::streams::PodStreams>,
         ledger: Option<Arc<dyn hub::certs::JoinLedger>>,
     ) -> std::io::Result<AdminApiHandle> {
         if !is_loopback(address) {
@@ -203,7 +173,7 @@ impl AdminApi {
     pub fn start_tls(
         handle: ControllerHandle,
         address: &str,
-        streams: Option<crate::streams::PodStreams>,
+        streams: Option<crate::cloudstream::streams::PodStreams>,
         auth: AdminAuth,
         ledger: Option<Arc<dyn hub::certs::JoinLedger>>,
     ) -> std::io::Result<AdminApiHandle> {
@@ -213,7 +183,7 @@ impl AdminApi {
     fn serve(
         handle: ControllerHandle,
         address: &str,
-        streams: Option<crate::streams::PodStreams>,
+        streams: Option<crate::cloudstream::streams::PodStreams>,
         auth: Option<AdminAuth>,
         ledger: Option<Arc<dyn hub::certs::JoinLedger>>,
     ) -> std::io::Result<AdminApiHandle> {
@@ -221,9 +191,11 @@ impl AdminApi {
         let tokens = auth.as_ref().map(|auth| Arc::new(auth.tokens.clone()));
         let objects = web::Data::new(DesiredObjects(handle.store().clone()));
         let controller = web::Data::new(handle);
-        let metrics = streams
-            .clone()
-            .map(|streams| web::Data::new(metrics::ResourceMetrics::new(streams, None)));
+        let metrics = streams.clone().map(|streams| {
+            web::Data::new(crate::cloudstream::metrics::ResourceMetrics::new(
+                streams, None,
+            ))
+        });
         let streams = streams.map(web::Data::new);
         let server = HttpServer::new(move || {
             let tokens = tokens.clone();
@@ -252,7 +224,7 @@ impl AdminApi {
                     .app_data(streams.clone())
                     .app_data(metrics.clone())
                     .configure(pods::routes)
-                    .configure(metrics::routes),
+                    .configure(crate::cloudstream::metrics::routes),
                 _ => app,
             };
             app.configure(api::read_routes::<DesiredObjects>)

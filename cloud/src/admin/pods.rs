@@ -1,5 +1,5 @@
 //! A pod's streams through the admin API, at the Kubernetes API's paths,
-//! each through the pod's node link ([`crate::streams::PodStreams`]):
+//! each through the pod's node link ([`crate::cloudstream::streams::PodStreams`]):
 //! - `GET .../pods/{name}/log`: the container's log, streamed while
 //!   `follow`;
 //! - `GET .../pods/{name}/exec?command=..&stdin&stdout&stderr&tty` and
@@ -26,8 +26,8 @@ use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
 use futures_util::stream;
 use serde_json::Value;
 
-use crate::peers::{FORWARDED_HEADER, PeerSocket, Peers, Route};
-use crate::streams::PodStreams;
+use crate::cloudstream::streams::PodStreams;
+use crate::peers::{PeerSocket, Peers, Route};
 
 /// The WebSocket subprotocols of exec and attach, the preferred first.
 pub const CHANNEL_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -126,11 +126,7 @@ pub(crate) fn body_of(
     })
 }
 
-/// Whether another replica forwarded this request: it is answered here,
-/// never forwarded again.
-pub(crate) fn forwarded(request: &HttpRequest) -> bool {
-    request.headers().contains_key(FORWARDED_HEADER)
-}
+pub(crate) use crate::peers::forwarded;
 
 /// The request's path and query, as a peer is asked it.
 pub(crate) fn path_and_query(request: &HttpRequest) -> String {

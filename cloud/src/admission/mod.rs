@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use tracing::{debug, info, info_span, warn};
 
-use crate::kubelet::{Body, Handler, KubeletApiHandle, full, serve_tls, status};
+use crate::cloudstream::{Body, Handler, KubeletApiHandle, full, serve_tls, status};
 use review::EdgeNodes;
 
 /// Where the webhook listens by default: beside the kubelet API (10352)

@@ -23,8 +23,8 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::controller::eviction;
 use crate::desired::EDGE_NODE_LABEL;
+use crate::edgecontroller::eviction;
 
 /// The review's API version, the only one this webhook speaks.
 pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";

@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::controller::Acked;
+use crate::edgecontroller::Acked;
 
 /// A node's cursor: resource (`<namespace>/<type>/<name>`) to what it
 /// acknowledged.
@@ -653,8 +653,10 @@ mod takeovers {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::controller::reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
     use crate::desired::{SPEC_REVISION, WatchEvent, bound_node, desired_part, spec_revision};
+    use crate::edgecontroller::reconciler::{
+        Action, FOLLOWED, NodeDialect, Op, Reconciler, Version,
+    };
 
     const NODE: &str = "edge-1";
     const CONFIGMAPS: usize = 4;

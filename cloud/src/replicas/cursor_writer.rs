@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
 use super::cursor::{Cursor, CursorBook, Outcome, Seen, Stored, Write, decode, encode};
-use crate::controller::{Acked, DeliveryCursors};
+use crate::edgecontroller::{Acked, DeliveryCursors};
 
 /// How long one write (or read) of a cursor may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);

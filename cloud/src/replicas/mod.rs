@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 /// The controller asks a replica's claims (whichever engine keeps them)
 /// whether it holds a node, and which nodes no replica holds.
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
-impl<C: hub::NodeClaims> crate::controller::NodeHolders for C {
+impl<C: hub::NodeClaims> crate::edgecontroller::NodeHolders for C {
     fn holds(&self, node: &str) -> bool {
         hub::NodeClaims::holds(self, node)
     }

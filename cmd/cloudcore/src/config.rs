@@ -215,7 +215,7 @@ impl Default for MetricsServerSection {
     fn default() -> Self {
         MetricsServerSection {
             enable: false,
-            address: cloud::kubelet::metrics_api::DEFAULT_ADDRESS.to_owned(),
+            address: cloud::cloudstream::metrics_api::DEFAULT_ADDRESS.to_owned(),
             service_name: "cloudcore-metrics".to_owned(),
             cloud_nodes: true,
         }
@@ -292,10 +292,10 @@ impl Default for CloudStreamSection {
     fn default() -> Self {
         CloudStreamSection {
             enable: true,
-            address: cloud::kubelet::DEFAULT_ADDRESS.to_owned(),
+            address: cloud::cloudstream::DEFAULT_ADDRESS.to_owned(),
             advertise_address: String::new(),
             tls_stream_ca_file: String::new(),
-            tunnel_port: cloud::kubelet::edgestream::DEFAULT_TUNNEL_PORT,
+            tunnel_port: cloud::cloudstream::edgestream::DEFAULT_TUNNEL_PORT,
         }
     }
 }
@@ -355,7 +355,7 @@ impl Default for CloudCoreConfig {
         CloudCoreConfig {
             api_version: "cloudcore.config.edgehive.io/v1alpha1".to_owned(),
             kind: "CloudCore".to_owned(),
-            data_dir: PathBuf::from(cloud::admin::kubeconfig::DEFAULT_CLOUD_DATA_DIR),
+            data_dir: PathBuf::from(cloud::admin_client::kubeconfig::DEFAULT_CLOUD_DATA_DIR),
             log: "info".to_owned(),
             kube_api_config: KubeApiConfig::default(),
             etcd: EtcdSection::default(),

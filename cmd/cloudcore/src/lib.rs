@@ -21,17 +21,18 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use beehive::{Hive, HiveConfig};
 use clap::{Parser, Subcommand};
-use cloud::admin::metrics::{OtherKubelets, ResourceMetrics};
-use cloud::applications::ApiServer;
-use cloud::applications::kubernetes::KubernetesApi;
-use cloud::controller::{DeliveryCursors, KubeletEndpoint};
+use cloud::cloudstream::KubeletApiConfig;
+use cloud::cloudstream::KubeletEndpoint;
+use cloud::cloudstream::metrics::{OtherKubelets, ResourceMetrics};
+use cloud::cloudstream::metrics_api::{ClusterKubelets, MetricsApiConfig, published_front_proxy};
 use cloud::desired::{EtcdConfig, EtcdStore, KubeAccess, KubernetesConfig, KubernetesStore};
-use cloud::kubelet::KubeletApiConfig;
-use cloud::kubelet::metrics_api::{ClusterKubelets, MetricsApiConfig, published_front_proxy};
-use cloud::kubelet::review::{SubjectAccessReviews, TokenAccess, TokenReviews};
+use cloud::dynamiccontroller::ApiServer;
+use cloud::dynamiccontroller::kubernetes::KubernetesApi;
+use cloud::edgecontroller::DeliveryCursors;
 use cloud::ledger::StoredLedger;
 use cloud::replicas::leases::{LeaseClaims, LeaseClaimsConfig};
 use cloud::replicas::{ClaimCounts, ClaimsConfig, CursorConfig, CursorWriter, EtcdClaims};
+use cloud::reviews::{SubjectAccessReviews, TokenAccess, TokenReviews};
 use cloud::{
     AdminApi, ApplicationCenter, CenterConfig, ControllerConfig, DesiredState, EdgeController,
     EmbeddedStore, NodeHolders,
@@ -402,7 +403,7 @@ async fn start_admission(
     })
     .await
     .with_context(|| format!("modules.admission.address {}", section.address))?;
-    let ca_pem = cloud::admin::kubeconfig::pem("CERTIFICATE", ca.root().as_ref());
+    let ca_pem = cloud::admin_client::kubeconfig::pem("CERTIFICATE", ca.root().as_ref());
     let configuration = webhook::configuration(&section.configuration_name, &endpoint, &ca_pem);
     match webhook::register(store.client().clone(), &configuration).await {
         Ok(done) => {
@@ -450,7 +451,7 @@ async fn kubelet_api_config(
             let namespace = &settings.kube_api_config.namespace;
             let mut tries = 0;
             loop {
-                match cloud::kubelet::cluster_ca(store.client().clone(), namespace).await {
+                match cloud::cloudstream::cluster_ca(store.client().clone(), namespace).await {
                     Ok(pem) => break pem.into_bytes(),
                     Err(_) if tries < 10 => {
                         tries += 1;
@@ -478,7 +479,7 @@ async fn kubelet_api_config(
         address: section.address.clone(),
         tls: tls::server_config(chain, key, Some(&client_roots))?,
         authorizer: Arc::new(SubjectAccessReviews::new(store.client().clone())),
-        edge_tunnels: cloud::kubelet::edgestream::EdgeTunnels::default(),
+        edge_tunnels: cloud::cloudstream::edgestream::EdgeTunnels::default(),
     };
     let endpoint = KubeletEndpoint {
         address: advertise,
@@ -636,7 +637,7 @@ fn admin_kubeconfig(
 ) -> Result<String> {
     anyhow::ensure!(!user.is_empty(), "--user: a name");
     let identity = ca.issue_client(user, group, Duration::from_secs(days * 24 * 3600))?;
-    let kubeconfig = cloud::admin::kubeconfig::Kubeconfig::with_certificate(
+    let kubeconfig = cloud::admin_client::kubeconfig::Kubeconfig::with_certificate(
         "edgehive",
         server,
         &ca.root(),
@@ -655,7 +656,9 @@ const ADMIN_DAYS: u64 = 5 * 365;
 fn write_admin_kubeconfig(settings: &CloudCoreConfig, ca: &CloudCa) -> Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let path = settings.data_dir.join(cloud::admin::kubeconfig::FILE_NAME);
+    let path = settings
+        .data_dir
+        .join(cloud::admin_client::kubeconfig::FILE_NAME);
     if path.exists() {
         return Ok(());
     }
@@ -734,8 +737,10 @@ fn tokens(ca: &CloudCa, settings: &CloudCoreConfig, token: Token) -> Result<()> 
         None => None,
         Some(address) if address.starts_with("http://") => Some(cloud::AdminClient::new(address)),
         Some(address) if settings.modules.admin.authentication => {
-            let path = settings.data_dir.join(cloud::admin::kubeconfig::FILE_NAME);
-            match cloud::admin::kubeconfig::Kubeconfig::load(&path) {
+            let path = settings
+                .data_dir
+                .join(cloud::admin_client::kubeconfig::FILE_NAME);
+            match cloud::admin_client::kubeconfig::Kubeconfig::load(&path) {
                 Ok(credentials) => {
                     let server = token
                         .admin
@@ -993,7 +998,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
     // the nodes' links, kept by cloudhub.
     let tunnels = stream::NodeTunnels::default();
     let mut pod_streams =
-        cloud::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
+        cloud::cloudstream::streams::PodStreams::new(tunnels.clone(), controller.store().clone());
     // Replicas: what is asked of a node another replica holds is asked of
     // that replica's admin API, as this replica (its own certificate).
     if let Some(claims) = &claims {
@@ -1019,11 +1024,11 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                 .address
                 .rsplit_once(':')
                 .map_or("0.0.0.0", |(host, _)| host);
-            let tunnel = cloud::kubelet::edgestream::TunnelConfig {
+            let tunnel = cloud::cloudstream::edgestream::TunnelConfig {
                 address: format!("{host}:{port}"),
                 tls: server_tls.clone(),
             };
-            match cloud::kubelet::edgestream::start(tunnel, config.edge_tunnels.clone()).await {
+            match cloud::cloudstream::edgestream::start(tunnel, config.edge_tunnels.clone()).await {
                 Ok(handle) => Some(handle),
                 Err(err) => {
                     tracing::warn!(error = %err, port, "no edgestream tunnel port (modules.cloudStream.tunnelPort): KubeEdge edgecores get no logs or exec");
@@ -1034,7 +1039,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         _ => None,
     };
     let _kubelet_api = match kubelet_api {
-        Some((_, config)) => match cloud::kubelet::start(config, pod_streams.clone()).await {
+        Some((_, config)) => match cloud::cloudstream::start(config, pod_streams.clone()).await {
             Ok(handle) => {
                 tracing::info!(address = %handle.address, "kubelet API for edge nodes ready");
                 Some(handle)
@@ -1056,7 +1061,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
                     Arc::new(ClusterKubelets::new(store.client().clone())) as Arc<dyn OtherKubelets>
                 });
                 let metrics = ResourceMetrics::new(pod_streams.clone(), others);
-                anyhow::Ok(cloud::kubelet::metrics_api::start(config, metrics).await?)
+                anyhow::Ok(cloud::cloudstream::metrics_api::start(config, metrics).await?)
             };
             match started.await {
                 Ok(handle) => Some(handle),
@@ -1278,7 +1283,7 @@ async fn serve(ca: Arc<CloudCa>, settings: CloudCoreConfig) -> Result<()> {
         certs.stop().await;
     }
     for feeder in [
-        cloud::applications::wire::MODULE,
+        cloud::dynamiccontroller::wire::MODULE,
         beehive::constants::module::EDGECONTROLLER,
     ] {
         let stopped = hive.stop_module(feeder).await;

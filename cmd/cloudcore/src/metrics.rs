@@ -10,7 +10,7 @@ use hub::HubStats;
 pub(crate) trait CloudMetrics {
     /// The edgecontroller's counters: messages queued for nodes, and how
     /// they were batched at cloudhub.
-    fn controller(&mut self, counts: &cloud::controller::ControllerCounts);
+    fn controller(&mut self, counts: &cloud::edgecontroller::ControllerCounts);
 
     /// What cloudcore asked of the API server, by verb and resource, and
     /// the answers that told it to slow down.
@@ -21,7 +21,7 @@ pub(crate) trait CloudMetrics {
 }
 
 impl CloudMetrics for Exposition {
-    fn controller(&mut self, counts: &cloud::controller::ControllerCounts) {
+    fn controller(&mut self, counts: &cloud::edgecontroller::ControllerCounts) {
         self.counter(
             "edgehive_controller_sent_total",
             "Messages the edgecontroller queued for nodes.",

@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 use apis::kinds::Kind;
 use clap::{Parser, Subcommand, ValueEnum};
 use cloud::AdminClient;
-use cloud::admin::kubeconfig::Kubeconfig;
+use cloud::admin_client::kubeconfig::Kubeconfig;
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -339,8 +339,8 @@ pub fn main() {
 
 /// The client the flags, and the kubeconfig they lead to, ask for.
 fn client(args: &Args) -> Result<AdminClient> {
-    let default = std::path::Path::new(cloud::admin::kubeconfig::DEFAULT_CLOUD_DATA_DIR)
-        .join(cloud::admin::kubeconfig::FILE_NAME);
+    let default = std::path::Path::new(cloud::admin_client::kubeconfig::DEFAULT_CLOUD_DATA_DIR)
+        .join(cloud::admin_client::kubeconfig::FILE_NAME);
     let kubeconfig = match &args.kubeconfig {
         Some(path) => Some(path.clone()),
         None => std::fs::File::open(&default).is_ok().then_some(default),

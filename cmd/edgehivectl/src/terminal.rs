@@ -9,7 +9,7 @@ use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, Result, bail};
 use cloud::AdminClient;
-use cloud::admin::client::Connection;
+use cloud::admin_client::Connection;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;

@@ -1,5 +1,5 @@
 //! Where kube-apiserver reaches an edge node's kubelet API: the cloudcore
-//! serving it ([`crate::kubelet`]), written into the node's status so no
+//! serving it ([`crate::cloudstream`]), written into the node's status so no
 //! rule on the API server's host is needed. The API server dials the
 //! Node's first address of its preferred types at
 //! `daemonEndpoints.kubeletEndpoint.port`; the Node's `InternalIP` becomes

@@ -5,7 +5,7 @@
 //!
 //! metrics-server cannot do it for edge nodes: it scrapes each Node's
 //! address, and every edge Node names the same cloudcore (see
-//! [`crate::controller::KubeletEndpoint`]) on a path that names no node.
+//! [`crate::cloudstream::KubeletEndpoint`]) on a path that names no node.
 //! This server knows which nodes are linked here and asks each through its
 //! link; the cluster's own nodes it reads from their kubelets through the
 //! API server's node proxy ([`ClusterKubelets`]), so one APIService serves
@@ -33,9 +33,9 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::review::{Authorizer, Caller};
 use super::{Body, Handler, KubeletApiHandle, api_error, decide, full, status};
-use crate::admin::metrics::{GROUP_VERSION, MetricsQuery, ResourceMetrics};
+use crate::cloudstream::metrics::{GROUP_VERSION, MetricsQuery, ResourceMetrics};
+use crate::reviews::{Authorizer, Caller};
 
 /// Where the resource metrics API listens by default.
 pub const DEFAULT_ADDRESS: &str = "0.0.0.0:10353";
@@ -290,11 +290,11 @@ async fn serve(
         }
     }
     debug!(user = %caller.user, %path, "metrics API request");
-    let selector = match crate::admin::metrics::label_selector(request.uri().query().unwrap_or(""))
-    {
-        Ok(selector) => selector,
-        Err(err) => return api_error(&err),
-    };
+    let selector =
+        match crate::cloudstream::metrics::label_selector(request.uri().query().unwrap_or("")) {
+            Ok(selector) => selector,
+            Err(err) => return api_error(&err),
+        };
     match served.metrics.answer(&query, selector.as_ref()).await {
         Ok(answer) => json_response(&answer),
         Err(err) => api_error(&err),
@@ -347,7 +347,7 @@ impl ClusterKubelets {
         let path = format!("/api/v1/nodes/{name}/proxy/stats/summary?only_cpu_and_memory=true");
         let request = hyper::Request::get(path).body(Vec::new()).ok()?;
         let asked = tokio::time::timeout(
-            crate::admin::metrics::NODE_TIMEOUT,
+            crate::cloudstream::metrics::NODE_TIMEOUT,
             self.client.request_text(request),
         );
         match asked.await {
@@ -365,7 +365,7 @@ impl ClusterKubelets {
 }
 
 #[cfg(feature = "kubernetes")]
-impl crate::admin::metrics::OtherKubelets for ClusterKubelets {
+impl crate::cloudstream::metrics::OtherKubelets for ClusterKubelets {
     fn summaries<'a>(
         &'a self,
         only: Option<&'a str>,
@@ -373,7 +373,7 @@ impl crate::admin::metrics::OtherKubelets for ClusterKubelets {
         Box::pin(async move {
             use futures_util::StreamExt;
             let listed =
-                tokio::time::timeout(crate::admin::metrics::NODE_TIMEOUT, self.names(only));
+                tokio::time::timeout(crate::cloudstream::metrics::NODE_TIMEOUT, self.names(only));
             let Ok(names) = listed.await else {
                 warn!("the cluster's nodes were not listed in time");
                 return Vec::new();
@@ -414,18 +414,22 @@ impl crate::admin::metrics::OtherKubelets for ClusterKubelets {
                 };
                 metadata
             };
-            let listed =
-                match tokio::time::timeout(crate::admin::metrics::NODE_TIMEOUT, listing).await {
-                    Ok(Ok(listed)) => listed,
-                    Ok(Err(err)) => {
-                        warn!(error = %err, "the cluster's labels could not be listed");
-                        Vec::new()
-                    }
-                    Err(_) => {
-                        warn!("the cluster's labels were not listed in time");
-                        Vec::new()
-                    }
-                };
+            let listed = match tokio::time::timeout(
+                crate::cloudstream::metrics::NODE_TIMEOUT,
+                listing,
+            )
+            .await
+            {
+                Ok(Ok(listed)) => listed,
+                Ok(Err(err)) => {
+                    warn!(error = %err, "the cluster's labels could not be listed");
+                    Vec::new()
+                }
+                Err(_) => {
+                    warn!("the cluster's labels were not listed in time");
+                    Vec::new()
+                }
+            };
             listed
                 .into_iter()
                 .map(|meta| {

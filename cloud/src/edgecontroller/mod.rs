@@ -34,7 +34,6 @@
 
 mod answers;
 mod bound;
-pub mod endpoint;
 pub mod eviction;
 pub mod kubeedge;
 mod nodes;
@@ -42,9 +41,9 @@ pub mod reconciler;
 mod status_reports;
 pub mod status_writer;
 mod toleration_writer;
-pub mod twin_reports;
-pub mod twin_sync;
 
+use crate::cloudstream::KubeletEndpoint;
+use crate::devicecontroller::twin_sync;
 pub(crate) use answers::send_to_node;
 use status_reports::{STATUS_BATCH, StatusReport};
 
@@ -71,10 +70,9 @@ use apis::devices::Device;
 use apis::kinds::{Kind, ObjectKey, valid_name};
 use apis::termination::PodTerminated;
 
-use crate::admin::manifest;
 use crate::desired::packed::Packed;
 use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
-pub use endpoint::KubeletEndpoint;
+use apis::manifest;
 use kubeedge::Refusal;
 pub use reconciler::Acked;
 use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Termination, Version};
@@ -130,7 +128,7 @@ pub struct ControllerConfig {
     /// Kubernetes mode: who service account tokens are and what they may
     /// read, for edges' MetaServers with `requireAuthorization`. `None`:
     /// every token is refused (no API server issues them).
-    pub token_access: Option<crate::kubelet::review::TokenAccess>,
+    pub token_access: Option<crate::reviews::TokenAccess>,
     /// How status writes (pods', devices', nodes') are paced, off the
     /// delivery path (see [`status_writer`]). `None`: as the store needs,
     /// a kubelet's budget ([`WriterConfig::default`]) where it shares an

@@ -1,8 +1,8 @@
 //! The resource metrics API (`metrics.k8s.io/v1beta1`, what `kubectl top`
 //! reads) for the nodes linked to this cloud: each node's Summary, asked
-//! through its link ([`crate::streams::PodStreams::stats`]), as
+//! through its link ([`crate::cloudstream::streams::PodStreams::stats`]), as
 //! `NodeMetrics` and `PodMetrics` ([`ResourceMetrics`]). The admin API
-//! serves it; in Kubernetes mode so does [`crate::kubelet::metrics_api`]
+//! serves it; in Kubernetes mode so does [`crate::cloudstream::metrics_api`]
 //! for kube-apiserver's aggregation layer, with the cluster's own nodes
 //! beside the edge's ([`OtherKubelets`]).
 //!
@@ -34,9 +34,9 @@ use apis::streams::StatsKind;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::kubelet::review::Access;
+use crate::cloudstream::streams::PodStreams;
 use crate::peers::{ForwardError, Route};
-use crate::streams::PodStreams;
+use crate::reviews::Access;
 
 /// The API's group and version.
 pub const GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
@@ -516,7 +516,7 @@ async fn answer(
     let query = MetricsQuery::from_path(request.path())
         .ok_or_else(|| ApiError::BadRequest(format!("no such metrics: {}", request.path())))?;
     let selector = label_selector(request.query_string())?;
-    let forwarded = super::pods::forwarded(&request);
+    let forwarded = crate::peers::forwarded(&request);
     Ok(HttpResponse::Ok().json(
         metrics
             .answer_as(&query, selector.as_ref(), forwarded)

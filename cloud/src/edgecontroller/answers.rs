@@ -5,6 +5,7 @@
 
 // The controller's types and imports.
 use super::*;
+use crate::devicecontroller::twin_sync;
 
 /// How long an answer to a node waits for room in cloudhub's channel.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -222,8 +223,7 @@ impl Controller {
             node.to_owned(),
         );
         actix::spawn(async move {
-            let answer =
-                crate::kubelet::review::review_edge_request(access.as_ref(), &node, &review).await;
+            let answer = crate::reviews::review_edge_request(access.as_ref(), &node, &review).await;
             let answer = match answer
                 .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string()))
             {

@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::controller::send_to_node;
+use crate::edgecontroller::send_to_node;
 use requests::{ApiCall, Request};
 use watches::{Admission, ApiEvent, Outgoing, WatchSpec, WatchView, Watches};
 use wire::{ApiStatus, Application};

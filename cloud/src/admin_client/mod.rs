@@ -20,8 +20,38 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use transports::tls::ServerName;
 
-use super::kubeconfig::AdminCredentials;
-use super::{APPLY_PATH, DELETE_PATH, ManifestResults};
+use kubeconfig::AdminCredentials;
+
+pub mod kubeconfig;
+
+/// Path of the apply endpoint.
+pub const APPLY_PATH: &str = "/apis/edgehive.io/v1/apply";
+/// Path of the delete-by-manifest endpoint.
+pub const DELETE_PATH: &str = "/apis/edgehive.io/v1/delete";
+/// Join tokens: `GET` lists their records, `POST` records one (a
+/// [`hub::certs::TokenRecord`]), `DELETE .../{id}` revokes one; `GET
+/// .../revokednodes` lists the deleted nodes whose certificates are revoked.
+pub const TOKENS_PATH: &str = "/apis/edgehive.io/v1/jointokens";
+
+/// What became of one object of a manifest.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectResult {
+    /// Its kind.
+    pub kind: String,
+    /// Its namespace (empty for nodes).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// `created`, `configured`, `unchanged`, `deleted` or `not found`.
+    pub result: String,
+}
+
+/// The answer to an apply or a delete.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ManifestResults {
+    /// One entry per object, in manifest order.
+    pub results: Vec<ObjectResult>,
+}
 
 /// TCP keepalive of connections to an admin API: probes after this long
 /// without traffic,

@@ -1,7 +1,7 @@
 //! The kubelet API of edge nodes, served by cloudcore (Kubernetes mode):
 //! kube-apiserver calls it for `kubectl logs`, `exec`, `attach`,
 //! `port-forward` and a node's stats, as it calls a kubelet, and each call
-//! goes through the node's link ([`crate::streams::PodStreams`]).
+//! goes through the node's link ([`crate::cloudstream::streams::PodStreams`]).
 //!
 //! - TLS, with a client certificate required and checked against the API
 //!   server's kubelet-client CA; the certificate names the caller, and the
@@ -22,9 +22,13 @@
 //!   cloud instead ([`edgestream`]).
 
 pub mod edgestream;
+pub mod endpoint;
+pub mod metrics;
 pub mod metrics_api;
-pub mod review;
 pub mod route;
+pub mod streams;
+
+pub use endpoint::KubeletEndpoint;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -44,8 +48,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::streams::PodStreams;
-use review::{Access, Authorizer, Caller};
+use crate::cloudstream::streams::PodStreams;
+use crate::reviews::{Access, Authorizer, Caller};
 use route::{KubeletRequest, RouteError};
 
 /// Where the kubelet API listens by default: not the kubelet's 10250 (a

@@ -360,7 +360,7 @@ fn newer(version: Option<u64>, held: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::applications::wire::Target;
+    use crate::dynamiccontroller::wire::Target;
 
     fn services() -> ResourceKey {
         match Target::parse("/core/v1/services/default/null") {

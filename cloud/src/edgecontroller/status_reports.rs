@@ -4,6 +4,7 @@
 
 // The controller's types and imports.
 use super::*;
+use crate::devicecontroller::{twin_reports, twin_sync};
 
 /// Status reports stored in one commit at most.
 pub(super) const STATUS_BATCH: usize = 512;

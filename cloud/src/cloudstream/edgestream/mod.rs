@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn a_tunnel_speaks_for_the_node_its_certificate_names() {
         use super::server::admit;
-        use crate::kubelet::review::Caller;
+        use crate::reviews::Caller;
         use hyper::StatusCode;
         let node = |name: &str| Caller::new(name.to_owned(), vec!["system:nodes".to_owned()]);
         let path = server::CONNECT_PATH;

@@ -42,8 +42,9 @@ use tracing::{debug, info, warn};
 use apis::kinds::ObjectKey;
 
 use super::kubeedge::{self, Refusal};
-use super::{ControllerCounts, send_to_node, twin_sync};
+use super::{ControllerCounts, send_to_node};
 use crate::desired::{DesiredError, DesiredState, revision_of};
+use crate::devicecontroller::twin_sync;
 
 /// How status writes are paced.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,15 +50,7 @@ impl From<QueryError> for RouteError {
     }
 }
 
-/// The authorization attributes of a request, as the kubelet forms them:
-/// `verb` on `nodes/<subresource>` of the node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attributes {
-    /// `get`, `create`, ...
-    pub verb: &'static str,
-    /// `proxy`, `stats`, `metrics`, `log`, `healthz`.
-    pub subresource: &'static str,
-}
+pub use crate::reviews::Attributes;
 
 /// The attributes `method` on `path` is authorized by. A stream into a
 /// pod (exec, attach, port-forward) is `create` however it is asked (a

@@ -24,7 +24,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::codec::{self, MAX_MESSAGE};
 use super::session::{EdgeTunnels, OUTGOING_QUEUE, Outgoing, TunnelSession};
-use crate::kubelet::review::Caller;
+use crate::reviews::Caller;
 
 /// The path KubeEdge's edge dials.
 pub const CONNECT_PATH: &str = "/v1/kubeedge/connect";

@@ -13,7 +13,15 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::route::Attributes;
+/// The authorization attributes of a request, as the kubelet forms them:
+/// `verb` on `nodes/<subresource>` of the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributes {
+    /// `get`, `create`, ...
+    pub verb: &'static str,
+    /// `proxy`, `stats`, `metrics`, `log`, `healthz`.
+    pub subresource: &'static str,
+}
 
 /// A caller, from its verified client certificate (or a token's review,
 /// or the front proxy's headers).
