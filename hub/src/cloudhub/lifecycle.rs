@@ -4,6 +4,7 @@
 //! down; and a claim this replica lost. The handlers keep the node's queue
 //! and say so on the node events.
 
+use super::sessions::{NotOpened, Opened};
 use super::*;
 
 /// A node's session is up.
@@ -43,47 +44,48 @@ pub(super) struct NewSessionId;
 impl Handler<NewSessionId> for CloudHub {
     type Result = u64;
     fn handle(&mut self, _: NewSessionId, _: &mut Context<Self>) -> u64 {
-        self.next_session += 1;
-        self.next_session
+        self.book.new_id()
     }
 }
 
 impl Handler<SessionUp> for CloudHub {
     type Result = ();
     fn handle(&mut self, up: SessionUp, ctx: &mut Context<Self>) {
-        if let Some(claims) = &self.config.claims
-            && !claims.holds(&up.node)
-        {
-            // Its claim ended between the claim and now: another replica
-            // may serve the node already.
-            warn!(node = %up.node, session = up.id, "claim gone before the session started; link closed");
-            actix::spawn(async move { up.sender.close().await });
-            return;
-        }
-        info!(node = %up.node, session = up.id, "node connected");
-        if self
-            .sessions
-            .get(&up.node)
-            .is_some_and(|current| current.id > up.id)
-        {
-            // An older session reporting late: the newer one stays.
-            actix::spawn(async move { up.sender.close().await });
-            return;
-        }
-        if let Some(old) = self.sessions.insert(
-            up.node.clone(),
-            Session {
-                id: up.id,
-                sender: up.sender,
-                dialect: up.dialect,
-                claim: up.claim,
-                held_back: false,
-                certificate_issued: up.certificate_issued,
-                closing: false,
-            },
-        ) {
-            // A reconnect while the old link lingers: the new one wins.
-            actix::spawn(async move { old.sender.close().await });
+        let claim_held = self
+            .config
+            .claims
+            .as_ref()
+            .is_none_or(|claims| claims.holds(&up.node));
+        let session = Session::new(
+            up.id,
+            up.sender,
+            up.dialect,
+            up.claim,
+            up.certificate_issued,
+        );
+        match self.book.open(&up.node, session, claim_held) {
+            Opened::Refused { sender, why } => {
+                match why {
+                    // Its claim ended between the claim and now: another
+                    // replica may serve the node already.
+                    NotOpened::ClaimGone => {
+                        warn!(node = %up.node, session = up.id, "claim gone before the session started; link closed")
+                    }
+                    // An older session reporting late: the newer one stays.
+                    NotOpened::Superseded => {
+                        debug!(node = %up.node, session = up.id, "a newer link is current; this one closed")
+                    }
+                }
+                actix::spawn(async move { sender.close().await });
+                return;
+            }
+            Opened::Current { replaced } => {
+                info!(node = %up.node, session = up.id, "node connected");
+                if let Some(old) = replaced {
+                    // A reconnect while the old link lingers: the new one wins.
+                    actix::spawn(async move { old.close().await });
+                }
+            }
         }
         if up.dialect == Dialect::Native {
             self.tunnels.linked(&up.node, up.id, up.tunnel);
@@ -92,7 +94,6 @@ impl Handler<SessionUp> for CloudHub {
         }
         // Counted once the session is in place (streams may be opened).
         self.stats.count(&self.stats.sessions_opened);
-        self.gone_since.remove(&up.node);
         self.load_from_store(&up.node);
         if let (Some(acks), Some(queue)) = (self.acks_of(&up.node), self.queues.get(&up.node))
             && !queue.is_empty()
@@ -114,9 +115,7 @@ impl Handler<SessionUp> for CloudHub {
                 }
                 hub.do_send(Recorded { node, id });
             });
-            if let Some(session) = self.sessions.get_mut(&up.node) {
-                session.held_back = true;
-            }
+            self.book.hold_back(&up.node);
         }
         let window = up.dialect.window(self.config.window);
         let resend_after = up
@@ -129,7 +128,7 @@ impl Handler<SessionUp> for CloudHub {
         queue.link_lost();
         self.pump(&up.node, ctx);
         self.node_event(&up.node, NodeEventKind::Connected(up.dialect));
-        self.stats.set_connected(self.sessions.len());
+        self.stats.set_connected(self.book.len());
     }
 }
 
@@ -144,12 +143,7 @@ pub(super) struct Recorded {
 impl Handler<Recorded> for CloudHub {
     type Result = ();
     fn handle(&mut self, recorded: Recorded, ctx: &mut Context<Self>) {
-        if let Some(session) = self
-            .sessions
-            .get_mut(&recorded.node)
-            .filter(|session| session.id == recorded.id)
-        {
-            session.held_back = false;
+        if self.book.recorded(&recorded.node, recorded.id) {
             self.pump(&recorded.node, ctx);
         }
     }
@@ -168,14 +162,7 @@ impl Handler<ClaimLost> for CloudHub {
     fn handle(&mut self, lost: ClaimLost, _: &mut Context<Self>) {
         let ClaimLost { node, generation } = lost;
         // A session claimed under a newer lease is not this claim's.
-        if self
-            .sessions
-            .get(&node)
-            .is_none_or(|session| session.claim != Some(generation))
-        {
-            return;
-        }
-        let Some(session) = self.sessions.remove(&node) else {
+        let Some(session) = self.book.claim_lost(&node, generation, Instant::now()) else {
             return;
         };
         warn!(%node, session = session.id, "claim on the node lost; its link is closed");
@@ -185,9 +172,8 @@ impl Handler<ClaimLost> for CloudHub {
         if let Some(queue) = self.queues.get_mut(&node) {
             queue.link_lost();
         }
-        self.gone_since.insert(node.clone(), Instant::now());
         self.node_gone(&node, false);
-        self.stats.set_connected(self.sessions.len());
+        self.stats.set_connected(self.book.len());
         actix::spawn(async move { session.sender.close().await });
     }
 }
@@ -195,33 +181,25 @@ impl Handler<ClaimLost> for CloudHub {
 impl Handler<SessionDown> for CloudHub {
     type Result = ();
     fn handle(&mut self, down: SessionDown, _: &mut Context<Self>) {
-        if self
-            .sessions
-            .get(&down.node)
-            .is_none_or(|s| s.id != down.id)
-        {
+        let Some(ended) = self.book.close(&down.node, down.id, Instant::now()) else {
             return;
-        }
+        };
         info!(node = %down.node, session = down.id, "node disconnected");
         self.tunnels.unlinked(&down.node, down.id);
-        let ended = self.sessions.remove(&down.node);
         let served = self.holds(&down.node);
         if let Some(acks) = &self.config.acks {
             // Before the claim is given up: what the node acknowledged is
             // recorded under it.
             acks.ended(&down.node);
         }
-        if let (Some(claims), Some(generation)) =
-            (&self.config.claims, ended.and_then(|session| session.claim))
-        {
+        if let (Some(claims), Some(generation)) = (&self.config.claims, ended.claim) {
             claims.release(&down.node, generation);
         }
         if let Some(queue) = self.queues.get_mut(&down.node) {
             queue.link_lost();
         }
-        self.gone_since.insert(down.node.clone(), Instant::now());
         self.node_gone(&down.node, served);
-        self.stats.set_connected(self.sessions.len());
+        self.stats.set_connected(self.book.len());
     }
 }
 

@@ -35,9 +35,11 @@ use crate::store::QueueStore;
 
 mod lifecycle;
 mod session;
+mod sessions;
 
 use lifecycle::{Acked, ClaimLost, NewSessionId, SessionDown, SessionUp};
 use session::{accept_loop, admission};
+use sessions::{Session, SessionBook};
 
 /// One address cloudhub listens on.
 #[derive(Clone)]
@@ -131,21 +133,6 @@ pub struct CloudHubHandle {
     pub streams: stream::NodeTunnels,
 }
 
-struct Session {
-    id: u64,
-    sender: LinkSender,
-    dialect: Dialect,
-    /// The generation of this session's claim on the node (replicas).
-    claim: Option<u64>,
-    /// Nothing is sent from the queue until what it held at the start was
-    /// recorded as unsure (see [`crate::AckSink::recorded`]).
-    held_back: bool,
-    /// When the node's certificate was issued (a link without one: none).
-    certificate_issued: Option<u64>,
-    /// Being closed: its certificate was revoked.
-    closing: bool,
-}
-
 /// How often live links are checked against the revoked nodes.
 const REVOCATION_CHECK: Duration = Duration::from_secs(1);
 
@@ -159,12 +146,10 @@ pub struct CloudHub {
     config: Arc<CloudHubConfig>,
     listeners: Vec<(CloudEndpoint, Listener)>,
     queues: HashMap<String, NodeQueue>,
-    sessions: HashMap<String, Session>,
-    /// When each disconnected node left.
-    gone_since: HashMap<String, Instant>,
+    /// Which link is each node's, and since when the others are gone.
+    book: SessionBook<LinkSender>,
     store: Option<QueueStore>,
     stats: Arc<HubStats>,
-    next_session: u64,
     pending_total: usize,
     /// Tells the accept loops to stop and release their addresses.
     stop_accepting: watch::Sender<bool>,
@@ -254,11 +239,9 @@ impl CloudHub {
                 config: config.clone(),
                 listeners,
                 queues: HashMap::new(),
-                sessions: HashMap::new(),
-                gone_since: HashMap::new(),
+                book: SessionBook::default(),
                 store,
                 stats: hub_stats.clone(),
-                next_session: 0,
                 pending_total: 0,
                 stop_accepting: watch::channel(false).0,
                 accepting: Vec::new(),
@@ -292,7 +275,7 @@ impl CloudHub {
 
     /// Puts as much of `node`'s queue on the wire as its window allows.
     fn pump(&mut self, node: &str, ctx: &mut Context<Self>) {
-        let Some(session) = self.sessions.get(node).filter(|s| !s.held_back) else {
+        let Some(session) = self.book.ready(node) else {
             return;
         };
         let sender = session.sender.clone();
@@ -358,7 +341,7 @@ impl CloudHub {
         if !protocol::needs_ack(&msg) {
             // Responses, events and queries: now or never.
             let sent = self
-                .sessions
+                .book
                 .get(&node)
                 .is_some_and(|session| session.sender.try_send(&msg, Lane::Ordered).is_ok());
             if !sent {
@@ -388,13 +371,11 @@ impl CloudHub {
                 }
                 let after = self.queue_len(&node);
                 self.adjust_pending(before, after);
-                if self.sessions.contains_key(&node) {
+                if self.book.linked(&node) {
                     self.pump(&node, ctx);
                 } else {
                     // Absent (perhaps never seen): the gone-long policy applies.
-                    self.gone_since
-                        .entry(node.clone())
-                        .or_insert_with(Instant::now);
+                    self.book.absent(&node, Instant::now());
                 }
             }
             PushOutcome::Stale => self.stats.count(&self.stats.stale),
@@ -447,7 +428,7 @@ impl CloudHub {
     /// a session here counts as one: it may be.
     fn acks_of(&self, node: &str) -> Option<&Arc<dyn crate::AckSink>> {
         let reports = self
-            .sessions
+            .book
             .get(node)
             .is_some_and(|session| session.dialect.reports_inventory());
         self.config.acks.as_ref().filter(|_| !reports)
@@ -485,7 +466,7 @@ impl CloudHub {
     fn resend_overdue(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let nodes: Vec<String> = self
-            .sessions
+            .book
             .iter()
             // A link still writing what it was given is slow, not lossy:
             // its objects are not overdue yet.
@@ -514,39 +495,26 @@ impl CloudHub {
         let Some(ledger) = &self.config.revocations else {
             return;
         };
-        if self
-            .sessions
-            .values()
-            .all(|s| s.closing || s.certificate_issued.is_none())
-        {
+        if !self.book.any_revocable() {
             return;
         }
         let revocations = ledger.revocations();
-        for (node, session) in self.sessions.iter_mut() {
-            let Some(issued) = session.certificate_issued else {
-                continue;
-            };
-            if session.closing || !revocations.revoked(node, issued) {
-                continue;
-            }
-            warn!(%node, session = session.id, "the node's certificate was revoked (the node was deleted); its link is closed");
-            session.closing = true;
-            let sender = session.sender.clone();
+        for (node, sender) in self
+            .book
+            .revoked(|node, issued| revocations.revoked(node, issued))
+        {
+            warn!(%node, "the node's certificate was revoked (the node was deleted); its link is closed");
+            let sender = sender.clone();
             actix::spawn(async move { sender.close().await });
         }
     }
 
     /// Drops the in-memory queues of nodes gone longer than `evict_after`.
     fn evict_gone(&mut self) {
-        let evict_after = self.config.evict_after;
-        let gone: Vec<String> = self
-            .gone_since
-            .iter()
-            .filter(|(_, since)| since.elapsed() >= evict_after)
-            .map(|(node, _)| node.clone())
-            .collect();
-        for node in gone {
-            self.gone_since.remove(&node);
+        for node in self
+            .book
+            .gone_longer_than(self.config.evict_after, Instant::now())
+        {
             if self.store.is_some() {
                 // Still in the store; loaded again when the node returns.
                 let before = self.queue_len(&node);
@@ -595,7 +563,7 @@ impl Module for CloudHub {
                     let count = objects.len();
                     for (node, msg) in objects {
                         self.queue(&node).push(msg);
-                        self.gone_since.entry(node).or_insert_with(Instant::now);
+                        self.book.absent(&node, Instant::now());
                     }
                     info!(objects = count, "downstream queues loaded");
                     let held: usize = self.queues.values().map(NodeQueue::len).sum();
@@ -657,7 +625,7 @@ impl Module for CloudHub {
     }
 
     fn cleanup(&mut self, _ctx: &mut Context<Self>) -> ResponseActFuture<Self, ()> {
-        let senders: Vec<LinkSender> = self.sessions.drain().map(|(_, s)| s.sender).collect();
+        let senders: Vec<LinkSender> = self.book.drain();
         let store = self.store.take();
         self.stop_accepting.send_replace(true);
         let accepting = std::mem::take(&mut self.accepting);

@@ -3,6 +3,7 @@
 //! `NodeSession` actor that reads one node's link and writes its queue's
 //! window to it.
 
+use super::sessions::{Beat, Liveness, Upstream, upstream};
 use super::*;
 
 /// The check of `endpoint`'s upgrade requests: cloudhub's own
@@ -185,9 +186,7 @@ async fn open_session(
             hive,
             sender: session_sender,
             dialect,
-            keepalive: config.keepalive,
-            last_seen: Instant::now(),
-            last_sent: Instant::now(),
+            liveness: Liveness::new(config.keepalive, dialect, Instant::now()),
             stats,
         }
     });
@@ -215,9 +214,7 @@ struct NodeSession {
     hive: Hive,
     sender: LinkSender,
     dialect: Dialect,
-    keepalive: Duration,
-    last_seen: Instant,
-    last_sent: Instant,
+    liveness: Liveness,
     stats: Arc<HubStats>,
 }
 
@@ -225,22 +222,19 @@ impl Actor for NodeSession {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Checked four times an interval, so a link silent for 1.75
-        // intervals is closed within two.
-        ctx.run_interval(self.keepalive / 4, |session, ctx| {
-            if session.last_seen.elapsed() > session.keepalive * 7 / 4 {
-                warn!(node = %session.node, "no keepalive from the node; closing its link");
-                session.stats.count(&session.stats.keepalive_timeouts);
-                ctx.stop();
-                return;
-            }
-            if session.dialect.cloud_keeps_alive()
-                && session.last_sent.elapsed() >= session.keepalive
-            {
-                session.last_sent = Instant::now();
-                let _ = session
-                    .sender
-                    .try_send(&protocol::keepalive(module::CLOUDHUB), Lane::Ordered);
+        ctx.run_interval(self.liveness.period(), |session, ctx| {
+            match session.liveness.check(Instant::now()) {
+                Beat::Quiet => {}
+                Beat::Silent => {
+                    warn!(node = %session.node, "no keepalive from the node; closing its link");
+                    session.stats.count(&session.stats.keepalive_timeouts);
+                    ctx.stop();
+                }
+                Beat::SpeakFirst => {
+                    let _ = session
+                        .sender
+                        .try_send(&protocol::keepalive(module::CLOUDHUB), Lane::Ordered);
+                }
             }
         });
     }
@@ -265,51 +259,42 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
                 return;
             }
         };
-        self.last_seen = Instant::now();
-        match self.dialect.kind(&msg) {
-            Kind::Keepalive => {}
-            Kind::Ack(id) => self.hub.do_send(Acked {
+        self.liveness.heard(Instant::now());
+        let hive = self.hive.clone();
+        match upstream(&self.node, self.dialect, msg, |msg| {
+            crate::protocol::is_answer(&hive, msg)
+        }) {
+            Upstream::Keepalive => {}
+            Upstream::Ack(id) => self.hub.do_send(Acked {
                 node: self.node.clone(),
                 id,
             }),
-            Kind::Hello => debug!(node = %self.node, "second hello ignored"),
-            // KubeEdge's edges report failures this way; its cloud only logs them.
-            Kind::Payload
-                if self.dialect == Dialect::KubeEdge && msg.operation() == operation::ERROR =>
-            {
+            Upstream::SecondHello => debug!(node = %self.node, "second hello ignored"),
+            Upstream::ReportedError(msg) => {
                 warn!(node = %self.node, resource = msg.resource(), content = %msg.content(), "the node reports an error");
             }
-            Kind::Payload => match protocol::to_cloud(&self.node, msg)
-                .map(|msg| self.dialect.to_cloud_modules(msg))
-            {
-                Ok(msg) if crate::protocol::is_answer(&self.hive, &msg) => {
-                    self.hive.send_resp(msg);
-                }
-                // The hub's own groups are the cloud's to speak in.
-                Ok(msg) if msg.group() == group::HUB => {
-                    warn!(node = %self.node, group = msg.group(), "message to a reserved group refused");
-                    self.stats.count(&self.stats.foreign_messages);
-                }
-                Ok(msg) => {
-                    self.stats.count(&self.stats.upstream);
-                    let hive = self.hive.clone();
-                    let stats = self.stats.clone();
-                    let target = msg.group().to_owned();
-                    // In order, and the link waits while the cloud module is full.
-                    ctx.wait(
-                        async move {
-                            if hive.send_to_group(&target, msg).await.is_err() {
-                                stats.count(&stats.unroutable);
-                            }
+            Upstream::Answer(msg) => {
+                self.hive.send_resp(msg);
+            }
+            Upstream::ToGroup(msg) => {
+                self.stats.count(&self.stats.upstream);
+                let hive = self.hive.clone();
+                let stats = self.stats.clone();
+                let target = msg.group().to_owned();
+                // In order, and the link waits while the cloud module is full.
+                ctx.wait(
+                    async move {
+                        if hive.send_to_group(&target, msg).await.is_err() {
+                            stats.count(&stats.unroutable);
                         }
-                        .into_actor(self),
-                    );
-                }
-                Err(refusal) => {
-                    warn!(error = %refusal, "message refused");
-                    self.stats.count(&self.stats.foreign_messages);
-                }
-            },
+                    }
+                    .into_actor(self),
+                );
+            }
+            Upstream::Refused(reason) => {
+                warn!(node = %self.node, %reason, "message refused");
+                self.stats.count(&self.stats.foreign_messages);
+            }
         }
     }
 
