@@ -38,6 +38,7 @@ pub mod eviction;
 pub mod kubeedge;
 mod nodes;
 pub mod reconciler;
+mod requests;
 mod status_reports;
 pub mod status_writer;
 mod toleration_writer;
@@ -45,6 +46,7 @@ mod toleration_writer;
 use crate::cloudstream::KubeletEndpoint;
 use crate::devicecontroller::twin_sync;
 pub(crate) use answers::send_to_node;
+use requests::{NodeRequest, Read};
 use status_reports::{STATUS_BATCH, StatusReport};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -765,23 +767,19 @@ impl Controller {
                         // Status reports waiting behind this one are stored
                         // with it, in one commit; anything else waits its
                         // turn.
-                        let mut reports = vec![first];
-                        while reports.len() < STATUS_BATCH {
-                            match requests.try_recv() {
-                                Ok(Input::Hive(next)) => match StatusReport::of(next) {
-                                    Ok(report) => reports.push(report),
-                                    Err(other) => {
-                                        carried = Some(Input::Hive(other));
-                                        break;
-                                    }
+                        let (reports, next) = requests::gather(
+                            first,
+                            STATUS_BATCH,
+                            || requests.try_recv().ok(),
+                            |input| match input {
+                                Input::Hive(msg) => match StatusReport::of(msg) {
+                                    Ok(report) => Read::Report(report),
+                                    Err(msg) => Read::Other(Input::Hive(msg)),
                                 },
-                                Ok(other) => {
-                                    carried = Some(other);
-                                    break;
-                                }
-                                Err(_) => break,
-                            }
-                        }
+                                other => Read::Other(other),
+                            },
+                        );
+                        carried = next;
                         self.bound_statuses(reports);
                     }
                     Err(msg) => self.on_message(msg).await,
@@ -1187,27 +1185,23 @@ impl Controller {
         };
         let node = resource.node.clone();
         let edge = resource.resource;
-        if twin_sync::is_detail_request(&edge) {
-            return self.twin_sync(&node, msg);
-        }
-        match (msg.operation(), edge.resource_type.as_str()) {
-            (_, resource_type::LEASE) => self.lease(&node, &edge, &msg),
-            (operation::QUERY, _) => self.answer_query(&node, &edge, &msg),
-            (operation::INSERT | operation::UPDATE, resource_type::NODE) => {
-                let answer = match edge.name == node {
-                    true => self.adopt_node(&node, msg.content()).await,
-                    false => Err(Refusal::forbidden("a node registers only itself")),
-                };
+        match NodeRequest::of(&node, &edge, msg.operation()) {
+            NodeRequest::TwinSync => self.twin_sync(&node, msg),
+            NodeRequest::Lease => self.lease(&node, &edge, &msg),
+            NodeRequest::Query => self.answer_query(&node, &edge, &msg),
+            NodeRequest::RegisterNode => {
+                let answer = self.adopt_node(&node, msg.content()).await;
                 self.answer_node_write(&node, &msg, answer);
             }
-            (operation::PATCH, resource_type::NODE_PATCH) => {
+            NodeRequest::ForeignNode => {
+                let answer = Err(Refusal::forbidden("a node registers only itself"));
+                self.answer_node_write(&node, &msg, answer);
+            }
+            NodeRequest::PatchNode => {
                 let answer = self.patch_node(&node, &edge, msg.content()).await;
                 self.answer_node_write(&node, &msg, answer);
             }
-            (
-                operation::UPLOAD | operation::UPDATE | operation::INSERT | operation::PATCH,
-                resource_type::NODE_STATUS,
-            ) => {
+            NodeRequest::NodeStatus => {
                 let status = kubeedge::status_of(msg.content());
                 // Answered "OK" by the status writer once written.
                 let ticket = msg.is_sync().then(|| Ticket::Replace(msg.clone()));
@@ -1215,7 +1209,7 @@ impl Controller {
                     self.refuse_sync(&msg, &refusal.message)
                 }
             }
-            (operation::DELETE, resource_type::POD) => {
+            NodeRequest::PodTerminated => {
                 let answer = match PodTerminated::of(&edge.namespace, &edge.name, &msg) {
                     Some(stopped) => self.pod_terminated(&node, stopped).await,
                     None => Err(Refusal::bad_request("a pod's delete names its uid")),
@@ -1225,14 +1219,14 @@ impl Controller {
                     Err(refusal) => self.answer_node(&msg, kubeedge::status_error(&refusal)),
                 }
             }
-            (operation::PATCH, resource_type::POD_PATCH) => {
+            NodeRequest::PodPatch => {
                 // A readable one is a status report, taken with the others.
                 let reason = kubeedge::patch_of(msg.content()).err();
                 let reason = reason.unwrap_or_else(|| "unreadable patch".to_owned());
                 self.answer_write(&msg, Err(Refusal::bad_request(reason)));
             }
-            (op, kind) => {
-                debug!(%node, op, kind, "not for the edgecontroller; ignored");
+            NodeRequest::Other => {
+                debug!(%node, op = msg.operation(), kind = %edge.resource_type, "not for the edgecontroller; ignored");
                 self.refuse_sync(&msg, "the edgecontroller does not take this");
             }
         }
