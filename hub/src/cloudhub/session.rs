@@ -260,10 +260,10 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             }
         };
         self.liveness.heard(Instant::now());
-        let hive = self.hive.clone();
-        match upstream(&self.node, self.dialect, msg, |msg| {
-            crate::protocol::is_answer(&hive, msg)
-        }) {
+        let decided = upstream(&self.node, self.dialect, msg, |msg| {
+            crate::protocol::is_answer(&self.hive, msg)
+        });
+        match decided {
             Upstream::Keepalive => {}
             Upstream::Ack(id) => self.hub.do_send(Acked {
                 node: self.node.clone(),
