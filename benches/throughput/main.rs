@@ -23,7 +23,7 @@ use clap::Parser;
 
 use report::Report;
 
-/// The binaries' allocator (cmd/cloudcore/src/lib.rs), for everything the
+/// The binaries' allocator (cmd/cloudcore/src/main.rs), for everything the
 /// bench runs in its own process (the controller group's cloud and edge,
 /// the hive, hub and meta groups) and in its child modes.
 #[global_allocator]

@@ -9,6 +9,7 @@ use cmd_common::config::Check;
 
 use crate::config::CloudCoreConfig;
 
+/// The cloud side of edgehive.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 pub(crate) struct Args {

@@ -26,10 +26,10 @@ use meta::{EdgeStore, MetaManager, MetaServer};
 use metrics::EdgeMetrics as _;
 use transports::{DialOptions, TransportKind, tls};
 
-/// The edge side of edgehive.
 pub mod config;
 mod metrics;
 
+/// The edge side of edgehive.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
