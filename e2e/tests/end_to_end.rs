@@ -19,7 +19,9 @@ use std::time::Duration;
 use edged::Cri;
 use edged::cri::api;
 use serde_json::Value;
-use support::{Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until};
+use support::{
+    CloudcoreRun, Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until,
+};
 
 mod support;
 
@@ -160,7 +162,6 @@ fn scrape(runtime: &tokio::runtime::Runtime, address: &str) -> String {
 }
 
 fn the_system_end_to_end(transport: &str) {
-    let cloudcore = env!("CARGO_BIN_EXE_e2e-cloudcore");
     let edgecore = env!("CARGO_BIN_EXE_e2e-edgecore");
     let mapper = env!("CARGO_BIN_EXE_e2e-mapper");
     // Declared first, dropped last: after the edge, its pods are removed.
@@ -192,25 +193,12 @@ fn the_system_end_to_end(transport: &str) {
         "kubeedge" => ("--kubeedge-ws".to_owned(), "ws"),
         other => (format!("--{other}"), other),
     };
-    let cloud_args: Vec<String> = [
-        "--data-dir",
-        &cloud_dir,
-        "run",
-        &cloud_flag,
-        &hub,
-        "--certs",
-        &certs,
-        "--admin",
-        &admin,
-        "--admin-insecure",
-        "--metrics",
-        &cloud_metrics,
-        "--keepalive-secs",
-        "2",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let cloud_args: Vec<&str> = cloud_args.iter().map(String::as_str).collect();
+    let cloud_run = CloudcoreRun::new(&cloud_dir, &certs)
+        .with(&cloud_flag, &hub)
+        .with("--admin", &admin)
+        .flag("--admin-insecure")
+        .with("--metrics", &cloud_metrics)
+        .with("--keepalive-secs", "2");
     let mut edge_args: Vec<String> = [
         "--data-dir",
         &edge_dir,
@@ -246,7 +234,7 @@ fn the_system_end_to_end(transport: &str) {
     }
     let edge_args: Vec<&str> = edge_args.iter().map(String::as_str).collect();
 
-    let cloud = Process::start(cloudcore, &cloud_args);
+    let cloud = cloud_run.start();
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     let join = |name: &str, data_dir: &str| join_node(&cloud_dir, &certs, name, data_dir);
     if transport != "uds" {
@@ -330,7 +318,7 @@ fn the_system_end_to_end(transport: &str) {
 
     // The cloud comes back: the node is Ready, the status converges and
     // nothing was re-created.
-    let cloud = Process::start(cloudcore, &cloud_args);
+    let cloud = cloud_run.start();
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(60),

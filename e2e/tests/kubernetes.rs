@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use edged::testing::TestNode;
 use serde_json::Value;
-use support::{Process, free_address, join_node, share_ca, tempfile_dir, test_node, until};
+use support::{
+    CloudcoreRun, Process, free_address, join_node, share_ca, tempfile_dir, test_node, until,
+};
 
 mod support;
 
@@ -77,7 +79,7 @@ fn cri_socket() -> String {
 struct Cluster {
     kubeconfig: String,
     cloud: Option<Process>,
-    cloud_args: Vec<String>,
+    cloud_run: CloudcoreRun,
     /// The edge's MetaServer: what the edge holds.
     metaserver: String,
     edge: Option<Process>,
@@ -148,39 +150,21 @@ impl Cluster {
             free_address(),
             free_address(),
         );
-        let hub_flag = match dialect {
-            "kubeedge" => "--kubeedge-ws",
-            _ => "--ws",
-        };
-        let mut cloud_args: Vec<String> = global.iter().map(|a| (*a).to_owned()).collect();
-        cloud_args.extend(
-            [
-                "--data-dir",
-                &cloud_dir,
-                "run",
-                "--kubeconfig",
-                &kubeconfig,
-                hub_flag,
-                &hub,
-                "--certs",
-                &certs,
-                "--admin",
-                &admin,
-                "--admin-insecure",
-                "--metrics",
-                &metrics,
-                "--stream",
-                &stream,
-                "--metrics-server",
-                &metrics_server,
-                "--keepalive-secs",
-                "2",
-            ]
-            .map(str::to_owned),
-        );
-        cloud_args.extend(run.iter().map(|a| (*a).to_owned()));
-        let args: Vec<&str> = cloud_args.iter().map(String::as_str).collect();
-        let cloud = Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args);
+        let cloud_run = CloudcoreRun::new(&cloud_dir, &certs)
+            .global(global)
+            .with("--kubeconfig", &kubeconfig)
+            .with("--admin", &admin)
+            .flag("--admin-insecure")
+            .with("--metrics", &metrics)
+            .with("--stream", &stream)
+            .with("--metrics-server", &metrics_server)
+            .with("--keepalive-secs", "2");
+        let cloud_run = match dialect {
+            "kubeedge" => cloud_run.kubeedge_hub(&hub),
+            _ => cloud_run.hub(&hub),
+        }
+        .and(run);
+        let cloud = cloud_run.start();
         cloud.wait_for("certificate endpoints ready", Duration::from_secs(90));
         join_node(&cloud_dir, &certs, &node, &edge_dir);
         let metaserver = free_address();
@@ -219,7 +203,7 @@ impl Cluster {
         let cloud = Some(cloud);
         Cluster {
             kubeconfig,
-            cloud_args,
+            cloud_run,
             metaserver,
             cloud,
             edge: None,
@@ -251,10 +235,7 @@ impl Cluster {
         // Dropping a process kills it (SIGKILL) and reaps it, so its ports
         // are free for the next.
         drop(self.cloud.take());
-        let args: Vec<&str> = self.cloud_args.iter().map(String::as_str).collect();
-        let cloud = self
-            .cloud
-            .insert(Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args));
+        let cloud = self.cloud.insert(self.cloud_run.start());
         cloud.wait_for(
             &format!("node connected node={}", self.node),
             Duration::from_secs(90),
@@ -264,12 +245,10 @@ impl Cluster {
     /// cloudcore's `/metrics` page.
     fn cloud_metrics(&self) -> String {
         let at = self
-            .cloud_args
-            .iter()
-            .position(|arg| arg == "--metrics")
-            .and_then(|at| self.cloud_args.get(at + 1))
+            .cloud_run
+            .value_of("--metrics")
             .expect("cloudcore runs with --metrics");
-        let mut tcp = std::net::TcpStream::connect(at.as_str()).expect("cloudcore's metrics");
+        let mut tcp = std::net::TcpStream::connect(at).expect("cloudcore's metrics");
         tcp.set_read_timeout(Some(Duration::from_secs(20)))
             .expect("timeout");
         tcp.write_all(b"GET /metrics HTTP/1.0\r\nHost: cloudcore\r\n\r\n")
@@ -290,10 +269,7 @@ impl Cluster {
 
     /// cloudcore's data directory.
     fn cloud_dir(&self) -> String {
-        let at = self.cloud_args.iter().position(|a| a == "--data-dir");
-        at.and_then(|i| self.cloud_args.get(i + 1))
-            .cloned()
-            .unwrap_or_default()
+        self.cloud_run.dir().to_owned()
     }
 
     fn ready(&self) -> Option<String> {
@@ -1121,32 +1097,16 @@ fn k8s_replica_with_admin(
     admin: &str,
 ) -> (Process, String, String) {
     let (hub, certs) = (free_address(), free_address());
-    let process = Process::start(
-        env!("CARGO_BIN_EXE_e2e-cloudcore"),
-        &[
-            "--data-dir",
-            dir,
-            "run",
-            "--kubeconfig",
-            kubeconfig,
-            "--ws",
-            &hub,
-            "--certs",
-            &certs,
-            "--admin",
-            admin,
-            "--metrics",
-            &free_address(),
-            "--stream",
-            "off",
-            "--keepalive-secs",
-            "2",
-            "--replica",
-            name,
-            "--claim-ttl-secs",
-            "3",
-        ],
-    );
+    let process = CloudcoreRun::new(dir, &certs)
+        .hub(&hub)
+        .with("--kubeconfig", kubeconfig)
+        .with("--admin", admin)
+        .with("--metrics", &free_address())
+        .with("--stream", "off")
+        .with("--keepalive-secs", "2")
+        .with("--replica", name)
+        .with("--claim-ttl-secs", "3")
+        .start();
     process.wait_for("certificate endpoints ready", Duration::from_secs(90));
     (process, hub, certs)
 }

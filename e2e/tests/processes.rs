@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use support::{Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until};
+use support::{
+    CloudcoreRun, Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until,
+};
 
 mod support;
 
@@ -20,7 +22,7 @@ const CALM_KEEPALIVE_SECS: u64 = 10;
 struct Pair {
     cloud: Process,
     /// How cloudcore was started, to start it again.
-    cloud_args: Vec<String>,
+    cloud_run: CloudcoreRun,
     edge: Process,
     admin: String,
     metaserver: String,
@@ -31,7 +33,6 @@ struct Pair {
 }
 
 fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
-    let cloudcore = env!("CARGO_BIN_EXE_e2e-cloudcore");
     let edgecore = env!("CARGO_BIN_EXE_e2e-edgecore");
     let dir = tempfile_dir(name);
     let cloud_dir = format!("{dir}/cloud");
@@ -45,26 +46,13 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     let keepalive = keepalive_secs.to_string();
     let socket = cri_socket().display().to_string();
 
-    let cloud_args: Vec<String> = [
-        "--data-dir",
-        &cloud_dir,
-        "run",
-        "--ws",
-        &hub,
-        "--certs",
-        &certs,
-        "--admin",
-        &admin,
-        "--admin-insecure",
-        "--metrics",
-        &cloud_metrics,
-        "--keepalive-secs",
-        &keepalive,
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let args: Vec<&str> = cloud_args.iter().map(String::as_str).collect();
-    let cloud = Process::start(cloudcore, &args);
+    let cloud_run = CloudcoreRun::new(&cloud_dir, &certs)
+        .hub(&hub)
+        .with("--admin", &admin)
+        .flag("--admin-insecure")
+        .with("--metrics", &cloud_metrics)
+        .with("--keepalive-secs", &keepalive);
+    let cloud = cloud_run.start();
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     join_node(&cloud_dir, &certs, node, &edge_dir);
 
@@ -98,7 +86,7 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     edge.wait_for("metaserver ready", Duration::from_secs(30));
     Pair {
         cloud,
-        cloud_args,
+        cloud_run,
         edge,
         admin,
         metaserver,
@@ -377,8 +365,7 @@ fn a_sigterm_during_a_write_storm_answers_only_what_was_queued() {
     assert!(dropped.is_empty(), "{dropped:#?}");
 
     // Started again: every object answered 200 reaches the edge.
-    let args: Vec<&str> = pair.cloud_args.iter().map(String::as_str).collect();
-    let cloud = Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args);
+    let cloud = pair.cloud_run.start();
     cloud.wait_for("node connected node=edge-storm", Duration::from_secs(60));
     let held = until("every answered device at the edge", || {
         let held = held_devices(&pair.metaserver)?;

@@ -33,7 +33,9 @@ use beehive::{Hive, HiveConfig};
 use etcd::testing::Cluster;
 use hub::{EdgeHub, EdgeHubConfig};
 use meta::{EdgeStore, MetaManager, StoreChange};
-use support::{Process, cloudcore_token, free_address, share_ca, tempfile_dir, until};
+use support::{
+    CloudcoreRun, Process, cloudcore_token, free_address, share_ca, tempfile_dir, until,
+};
 use transports::{DialOptions, TransportKind, tls};
 
 mod support;
@@ -102,31 +104,16 @@ impl Replica {
 
     fn start(&mut self, etcd: &str) {
         let (ttl, keepalive) = (CLAIM_TTL_SECS.to_string(), KEEPALIVE_SECS.to_string());
-        let process = Process::start(
-            env!("CARGO_BIN_EXE_e2e-cloudcore"),
-            &[
-                "--data-dir",
-                &self.dir,
-                "run",
-                "--ws",
-                &self.hub,
-                "--certs",
-                &self.certs,
-                "--admin",
-                &self.admin,
-                "--admin-insecure",
-                "--metrics",
-                &self.metrics,
-                "--keepalive-secs",
-                &keepalive,
-                "--etcd",
-                etcd,
-                "--replica",
-                self.name,
-                "--claim-ttl-secs",
-                &ttl,
-            ],
-        );
+        let process = CloudcoreRun::new(&self.dir, &self.certs)
+            .hub(&self.hub)
+            .with("--admin", &self.admin)
+            .flag("--admin-insecure")
+            .with("--metrics", &self.metrics)
+            .with("--keepalive-secs", &keepalive)
+            .with("--etcd", etcd)
+            .with("--replica", self.name)
+            .with("--claim-ttl-secs", &ttl)
+            .start();
         let ready = process.wait_for("certificate endpoints ready", Duration::from_secs(30));
         self.logs.push(ready);
         self.process = Some(process);

@@ -186,24 +186,100 @@ pub fn join_node(cloud_dir: &str, certs: &str, name: &str, data_dir: &str) {
     assert!(ok, "edgecore join failed: {err}");
 }
 
+/// `cloudcore run` as every process suite starts it: the one place its
+/// command line is spelled. [`CloudcoreRun::new`] names the data directory
+/// and the certificate endpoints; cloudhub listens where [`CloudcoreRun::hub`]
+/// (or [`CloudcoreRun::kubeedge_hub`]) says; metrics are off unless a
+/// `--metrics` is given.
+#[derive(Debug, Clone)]
+pub struct CloudcoreRun {
+    global: Vec<String>,
+    dir: String,
+    run: Vec<String>,
+}
+
+impl CloudcoreRun {
+    /// Its data in `dir`, its certificate endpoints on `certs`.
+    pub fn new(dir: &str, certs: &str) -> CloudcoreRun {
+        CloudcoreRun {
+            global: Vec::new(),
+            dir: dir.to_owned(),
+            run: vec!["--certs".to_owned(), certs.to_owned()],
+        }
+    }
+
+    /// cloudhub's WebSocket, in edgehive's dialect, on `address`.
+    pub fn hub(self, address: &str) -> CloudcoreRun {
+        self.with("--ws", address)
+    }
+
+    /// cloudhub's WebSocket, in KubeEdge's dialect, on `address`.
+    pub fn kubeedge_hub(self, address: &str) -> CloudcoreRun {
+        self.with("--kubeedge-ws", address)
+    }
+
+    /// `flag value` after `run`.
+    pub fn with(mut self, flag: &str, value: &str) -> CloudcoreRun {
+        self.run.extend([flag.to_owned(), value.to_owned()]);
+        self
+    }
+
+    /// `flag` alone after `run`.
+    pub fn flag(mut self, flag: &str) -> CloudcoreRun {
+        self.run.push(flag.to_owned());
+        self
+    }
+
+    /// `args` after `run`, as they are.
+    pub fn and(mut self, args: &[&str]) -> CloudcoreRun {
+        self.run.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    /// `args` before `run` (`--config FILE`).
+    pub fn global(mut self, args: &[&str]) -> CloudcoreRun {
+        self.global.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// The value given to `flag` after `run`.
+    pub fn value_of(&self, flag: &str) -> Option<&str> {
+        let at = self.run.iter().position(|arg| arg == flag)?;
+        self.run.get(at + 1).map(String::as_str)
+    }
+
+    /// The whole command line.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = self.global.clone();
+        args.extend(["--data-dir".to_owned(), self.dir.clone(), "run".to_owned()]);
+        args.extend(self.run.iter().cloned());
+        if self.value_of("--metrics").is_none() {
+            args.extend(["--metrics".to_owned(), "off".to_owned()]);
+        }
+        args
+    }
+
+    /// Starts it.
+    pub fn start(&self) -> Process {
+        let args = self.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args)
+    }
+}
+
 /// `cloudcore run` with its data in `cloud_dir`, cloudhub's WebSocket on
 /// `hub` and the certificate endpoints on `certs`, with `extra` arguments;
 /// metrics off unless `extra` says otherwise.
 pub fn start_cloudcore(cloud_dir: &str, hub: &str, certs: &str, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--data-dir",
-        cloud_dir,
-        "run",
-        "--ws",
-        hub,
-        "--certs",
-        certs,
-    ];
-    if !extra.contains(&"--metrics") {
-        args.extend(["--metrics", "off"]);
-    }
-    args.extend_from_slice(extra);
-    Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args)
+    CloudcoreRun::new(cloud_dir, certs)
+        .hub(hub)
+        .and(extra)
+        .start()
 }
 
 /// `edgecore run` of a joined node (`data_dir`) linking to `cloud` (one
