@@ -295,19 +295,7 @@ impl AdminClient {
         &self,
         path: &str,
     ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, path, None))
-            .await
-            .map_err(|_| self.unreachable("no answer in time"))??;
-        if !response.status().is_success() {
-            let status = response.status().as_u16();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| self.unreachable(e))?
-                .to_bytes();
-            return Err(server_error(status, &body));
-        }
+        let response = self.open(path).await?;
         let address = self.address.clone();
         let chunks = stream::unfold(Some(response.into_body()), move |body| {
             let address = address.clone();
@@ -343,19 +331,7 @@ impl AdminClient {
     ) -> Result<BoxStream<'static, Result<Value, ClientError>>, ClientError> {
         let separator = if path.contains('?') { '&' } else { '?' };
         let path = format!("{path}{separator}watch=true");
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, &path, None))
-            .await
-            .map_err(|_| self.unreachable("no answer in time"))??;
-        if !response.status().is_success() {
-            let status = response.status().as_u16();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| self.unreachable(e))?
-                .to_bytes();
-            return Err(server_error(status, &body));
-        }
+        let response = self.open(&path).await?;
         let address = self.address.clone();
         let lines = stream::unfold(
             (response.into_body(), Vec::<u8>::new(), address),
@@ -399,6 +375,25 @@ impl AdminClient {
             return Err(server_error(status, &body));
         }
         serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected(e.to_string()))
+    }
+
+    /// A GET of `path` whose body is read as it arrives: the response
+    /// once its head says success, the server's refusal otherwise.
+    async fn open(&self, path: &str) -> Result<Response<Incoming>, ClientError> {
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, path, None))
+            .await
+            .map_err(|_| self.unreachable("no answer in time"))??;
+        if !response.status().is_success() {
+            let status = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| self.unreachable(e))?
+                .to_bytes();
+            return Err(server_error(status, &body));
+        }
+        Ok(response)
     }
 
     async fn send(

@@ -191,23 +191,8 @@ pub fn apply_listener_flag(enable: &mut bool, address: &mut String, flag: Option
 }
 
 /// `true`: the default of an `enable` key.
-pub fn yes() -> bool {
+fn yes() -> bool {
     true
-}
-
-/// A module that can be switched off.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Switch {
-    /// Whether it runs.
-    #[serde(default = "yes")]
-    pub enable: bool,
-}
-
-impl Default for Switch {
-    fn default() -> Self {
-        Switch { enable: true }
-    }
 }
 
 /// `path`, or `dir/name` when `path` is empty.
