@@ -44,7 +44,7 @@ impl Module for Store {
         match msg.operation() {
             operation::QUERY => {
                 let listing = json!(self.objects);
-                self.hive.send_resp(msg.response(self.name(), listing));
+                self.hive.send_resp(msg.response("metamanager", listing));
             }
             _ => {
                 self.objects

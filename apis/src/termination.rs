@@ -32,8 +32,8 @@
 //! assert_eq!(PodTerminated::of("default", "web", &msg), Some(stopped));
 //! ```
 
-use beehive::Message;
 use beehive::constants::{group, operation, resource_type};
+use beehive::{IntoRouteName, Message};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -73,7 +73,7 @@ impl PodTerminated {
     }
 
     /// edgehive's form, sent by `source` (edged) up through edgehub.
-    pub fn message(&self, source: &str) -> Message {
+    pub fn message(&self, source: impl IntoRouteName) -> Message {
         let content = match &self.uid {
             Some(uid) => json!({ "uid": uid }),
             None => json!({}),

@@ -18,8 +18,8 @@
 
 use std::time::{Duration, Instant};
 
-use beehive::Message;
 use beehive::constants::{group, operation, resource_type};
+use beehive::{IntoRouteName, Message};
 use serde_json::{Value, json};
 
 use crate::kinds::token_name;
@@ -84,7 +84,7 @@ impl TokenRequest {
 
     /// The question `source` (an edge module) asks the cloud for this
     /// token, through edgehub (send it with `send_sync`).
-    pub fn query(&self, source: &str) -> Message {
+    pub fn query(&self, source: impl IntoRouteName) -> Message {
         Message::new()
             .build_router(source, group::RESOURCE, self.resource(), operation::QUERY)
             .with_content(self.body())

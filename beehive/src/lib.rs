@@ -43,6 +43,7 @@ pub use door::TaskDoor;
 pub use door::testing;
 pub use error::Error;
 pub use hive::{Hive, HiveStats, ModuleInfo, ResponseOutcome, ShutdownReport, StartOutcome};
-pub use message::{Header, Message, MessageError, Router};
+pub use message::{Header, IntoRouteName, Message, MessageError, Router};
 pub use module::{Module, ModuleError};
+pub use smol_str::SmolStr;
 pub use uuid::Uuid;

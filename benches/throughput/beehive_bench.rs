@@ -1,6 +1,8 @@
 //! `beehive` scenarios: the six verbs against the same work through raw
 //! tokio channels. Everything runs on one actix arbiter (one thread), hive
-//! and baseline alike.
+//! and baseline alike, except the `_two_threads` sends: their senders run on
+//! a second arbiter, as a module on its own thread sends to one on another
+//! (and as Go's beehive spreads its goroutines over both cores).
 
 use std::time::{Duration, Instant};
 
@@ -96,14 +98,36 @@ fn config() -> HiveConfig {
     .unwrap_or_default()
 }
 
+/// Where the sending tasks run.
+#[derive(Clone, Copy)]
+enum Senders<'a> {
+    /// On the receiver's arbiter: one thread does all the work.
+    Beside,
+    /// On an arbiter of their own: two threads.
+    Apart(&'a actix::ArbiterHandle),
+}
+
+impl Senders<'_> {
+    fn spawn(self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        match self {
+            Senders::Beside => {
+                actix::spawn(task);
+            }
+            Senders::Apart(arbiter) => {
+                arbiter.spawn(task);
+            }
+        }
+    }
+}
+
 /// `senders` tasks send `n` messages in all to one module.
-async fn hive_send(senders: usize, n: usize) -> Result<Duration> {
+async fn hive_send(senders: usize, n: usize, place: Senders<'_>) -> Result<Duration> {
     let hive = Hive::new("bench", config());
     let finished = start_counter(&hive, "sink", n)?;
     let start = Instant::now();
     for _ in 0..senders {
         let hive = hive.clone();
-        actix::spawn(async move {
+        place.spawn(async move {
             for _ in 0..n / senders {
                 if hive.send("sink", fresh()).await.is_err() {
                     return;
@@ -118,7 +142,7 @@ async fn hive_send(senders: usize, n: usize) -> Result<Duration> {
 }
 
 /// The same through one raw bounded tokio channel.
-async fn raw_send(senders: usize, n: usize) -> Result<Duration> {
+async fn raw_send(senders: usize, n: usize, place: Senders<'_>) -> Result<Duration> {
     let (tx, mut rx) = mpsc::channel::<Message>(MAILBOX);
     let sink = actix::spawn(async move {
         let mut seen = 0;
@@ -133,7 +157,7 @@ async fn raw_send(senders: usize, n: usize) -> Result<Duration> {
     let start = Instant::now();
     for _ in 0..senders {
         let tx = tx.clone();
-        actix::spawn(async move {
+        place.spawn(async move {
             for _ in 0..n / senders {
                 if tx.send(fresh()).await.is_err() {
                     return;
@@ -279,16 +303,23 @@ fn rate(n: usize, elapsed: Duration) -> f64 {
 pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
     actix::System::new().block_on(async move {
         // Warm up allocators and code paths once.
-        hive_send(1, scale.messages / 10 + 4).await?;
-        raw_send(1, scale.messages / 10 + 4).await?;
+        hive_send(1, scale.messages / 10 + 4, Senders::Beside).await?;
+        raw_send(1, scale.messages / 10 + 4, Senders::Beside).await?;
 
-        for (scenario, senders) in [("beehive/send_1to1", 1), ("beehive/send_4to1", 4)] {
+        let second = actix::Arbiter::new();
+        let apart = Senders::Apart(&second.handle());
+        for (scenario, senders, place) in [
+            ("beehive/send_1to1", 1, Senders::Beside),
+            ("beehive/send_4to1", 4, Senders::Beside),
+            ("beehive/send_1to1_two_threads", 1, apart),
+            ("beehive/send_4to1_two_threads", 4, apart),
+        ] {
             let n = scale.messages / 4 * 4;
             let mut hive = Vec::new();
             let mut raw = Vec::new();
             for _ in 0..scale.runs {
-                hive.push(rate(n, hive_send(senders, n).await?));
-                raw.push(rate(n, raw_send(senders, n).await?));
+                hive.push(rate(n, hive_send(senders, n, place).await?));
+                raw.push(rate(n, raw_send(senders, n, place).await?));
             }
             report.with_baseline(
                 scenario,
@@ -360,6 +391,7 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
             median(raw),
             "4 raw tokio mpsc",
         );
+        second.stop();
         Ok(())
     })
 }

@@ -359,7 +359,7 @@ impl Edge {
             .build_router(
                 module::EDGED,
                 group::META,
-                resource,
+                beehive::SmolStr::new(resource),
                 beehive::constants::operation::UPDATE,
             )
             .with_content(status);

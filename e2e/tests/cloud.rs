@@ -327,7 +327,7 @@ async fn an_edge_asks_the_cloud_for_what_it_does_not_hold() {
     cloud
         .apply("apiVersion: v1\nkind: Service\nmetadata: {name: shop}\nspec: {ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: private}\n")
         .await;
-    let query = |resource: &str| {
+    let query = |resource: &'static str| {
         Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY)
     };
     let answer = a

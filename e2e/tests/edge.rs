@@ -27,7 +27,12 @@ async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Message>, what: &str
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn object(op: &str, resource: &str, version: u64, content: Value) -> Message {
+fn object(
+    op: &'static str,
+    resource: impl beehive::IntoRouteName,
+    version: u64,
+    content: Value,
+) -> Message {
     Message::new()
         .build_router(module::EDGEHUB, group::RESOURCE, resource, op)
         .with_resource_version(version.to_string())
@@ -117,7 +122,7 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
     );
 
     // Queries are answered from the store: one object, and a list.
-    let query = |resource: &str| {
+    let query = |resource: &'static str| {
         Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY)
     };
     let one = hive
@@ -206,7 +211,7 @@ async fn queries_are_answered_with_the_cloud_unreachable() {
     )
     .await;
 
-    let query = |resource: &str| {
+    let query = |resource: &'static str| {
         Message::new().build_router(module::EDGED, group::META, resource, operation::QUERY)
     };
     let held = hive

@@ -73,7 +73,7 @@ impl Edge {
     }
 
     /// Delivers a pod as the cloud would: through metamanager.
-    async fn send(&self, op: &str, pod: &Value, version: u64) {
+    async fn send(&self, op: &'static str, pod: &Value, version: u64) {
         let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
         let msg = Message::new()

@@ -17,9 +17,10 @@
 //! default; edgehive always makes it.
 
 use apis::termination::PodTerminated;
-use beehive::Message;
+use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
+use beehive::{Message, SmolStr};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use transports::{Codec, DialOptions, ListenOptions};
@@ -166,7 +167,7 @@ impl Dialect {
             Dialect::KubeEdge => {
                 // KubeEdge answers in the object's own route, "OK".
                 let mut ack = msg.response(msg.router.source.clone(), json!("OK"));
-                ack.router.destination.clear();
+                ack.router.destination = SmolStr::default();
                 ack.header.resource_version.clear();
                 ack
             }
@@ -209,7 +210,7 @@ impl Dialect {
                 msg.content = stopped.message(module::EDGED).content;
             }
             if msg.group() == group::META {
-                msg.router.group = group::RESOURCE.to_owned();
+                msg.router.group = group::RESOURCE.into_route_name();
             }
             msg.header.sync = matches!(
                 msg.operation(),
@@ -255,13 +256,13 @@ impl Dialect {
                 }
                 let patch = json!({ "status": status });
                 msg.router.resource =
-                    format!("{}/{patch_type}/{}", resource.namespace, resource.name);
-                msg.router.operation = operation::PATCH.to_owned();
+                    format!("{}/{patch_type}/{}", resource.namespace, resource.name).into();
+                msg.router.operation = operation::PATCH.into_route_name();
                 msg.content = Value::String(patch.to_string());
             }
         }
         if msg.group() == group::RESOURCE {
-            msg.router.group = group::META.to_owned();
+            msg.router.group = group::META.into_route_name();
         }
         msg.header.resource_version.clear();
         msg.header.sync = false;
@@ -401,7 +402,7 @@ mod tests {
         );
         // The cloud takes it as edgehive's word, waiting for an answer.
         let mut at_cloud = sent.clone();
-        at_cloud.router.resource = format!("node/n1/{}", sent.resource());
+        at_cloud.router.resource = format!("node/n1/{}", sent.resource()).into();
         let taken = Dialect::KubeEdge.to_cloud_modules(at_cloud);
         assert!(taken.is_sync());
         assert_eq!(taken.group(), "resource");
@@ -412,7 +413,7 @@ mod tests {
         // An older edge's bare uid reads alike; the native form is left.
         let mut older = taken.clone();
         older.content = json!("u-1");
-        older.router.group = "meta".to_owned();
+        older.router.group = "meta".into_route_name();
         let taken = Dialect::KubeEdge.to_cloud_modules(older);
         assert_eq!(
             PodTerminated::of("ns", "web", &taken),

@@ -379,7 +379,12 @@ mod tests {
 
     fn status(resource: &str, version: u64) -> HiveMessage {
         HiveMessage::new()
-            .build_router("edged", "resource", resource, "update")
+            .build_router(
+                "edged",
+                "resource",
+                beehive::SmolStr::new(resource),
+                "update",
+            )
             .with_resource_version(version.to_string())
     }
 

@@ -21,6 +21,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use beehive::IntoRouteName as _;
 use beehive::Message as HiveMessage;
 use beehive::constants::operation;
 use tokio::sync::{mpsc, oneshot};
@@ -81,7 +82,7 @@ impl Refusal {
     /// operation with the reason as its content (the one shape cloudhub
     /// refuses in).
     pub fn reply(&self, mut request_reply: HiveMessage) -> HiveMessage {
-        request_reply.router.operation = operation::ERROR.to_owned();
+        request_reply.router.operation = operation::ERROR.into_route_name();
         request_reply.with_content(serde_json::Value::String(self.to_string()))
     }
 }

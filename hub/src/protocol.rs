@@ -2,6 +2,7 @@
 //! hello that opens a session, keepalives, and acknowledgements. All are
 //! ordinary beehive messages in the `hub` group.
 
+use beehive::IntoRouteName as _;
 use beehive::Message;
 use beehive::constants::{group, operation};
 use beehive::resource::{CloudResource, EdgeResource};
@@ -25,15 +26,15 @@ pub fn hello(node: &str) -> Message {
 }
 
 /// A keepalive from `source`.
-pub fn keepalive(source: &str) -> Message {
+pub fn keepalive(source: &'static str) -> Message {
     Message::new().build_router(source, group::HUB, "node", operation::KEEPALIVE)
 }
 
 /// The acknowledgement of `msg`: a response in the hub group whose
 /// `parent_id` is `msg`'s id.
-pub fn ack(msg: &Message, source: &str) -> Message {
+pub fn ack(msg: &Message, source: &'static str) -> Message {
     let mut ack = msg.response(source, serde_json::Value::Null);
-    ack.router.group = group::HUB.to_owned();
+    ack.router.group = group::HUB.into_route_name();
     ack.content = serde_json::Value::Null;
     ack
 }
@@ -111,8 +112,8 @@ pub fn to_cloud(node: &str, mut msg: Message) -> Result<Message, Refusal> {
         return Ok(msg);
     }
     msg.router.resource = match resource.parse::<EdgeResource>() {
-        Ok(edge) => edge.on_node(node).to_string(),
-        Err(_) => format!("node/{node}/{resource}"),
+        Ok(edge) => edge.on_node(node).to_string().into(),
+        Err(_) => format!("node/{node}/{resource}").into(),
     };
     Ok(msg)
 }
@@ -133,7 +134,7 @@ pub fn to_edge(mut msg: Message) -> Option<(String, Message)> {
             (node.to_owned(), edge.to_owned())
         }
     };
-    msg.router.resource = edge;
+    msg.router.resource = edge.into();
     Some((node, msg))
 }
 
@@ -151,7 +152,12 @@ mod tests {
     use super::*;
 
     fn upstream(resource: &str) -> Message {
-        Message::new().build_router("edged", "resource", resource, "update")
+        Message::new().build_router(
+            "edged",
+            "resource",
+            beehive::SmolStr::new(resource),
+            "update",
+        )
     }
 
     #[test]

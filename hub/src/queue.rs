@@ -473,7 +473,7 @@ mod tests {
         q.push(object("a", 1));
         let v1 = q.next_batch();
         let mut deletion = object("a", 2);
-        deletion.router.operation = "delete".to_owned();
+        deletion.router.operation = beehive::SmolStr::new_static("delete");
         q.push(deletion);
         // v1 is held until the deletion behind it arrives.
         assert_eq!(

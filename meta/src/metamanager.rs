@@ -15,6 +15,7 @@
 //! between writes (see [`crate::tombstones`]).
 
 use actix::prelude::*;
+use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
@@ -344,7 +345,7 @@ async fn pass_on_in_order(
             // group); edgehub keeps it while offline. Its asker has been
             // answered here already.
             let mut msg = msg;
-            msg.router.group = group::RESOURCE.to_owned();
+            msg.router.group = group::RESOURCE.into_route_name();
             msg.header.sync = false;
             if let Err(err) = hive.send(module::EDGEHUB, msg).await {
                 debug!(error = %err, "status not sent up");

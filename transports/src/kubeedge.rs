@@ -16,7 +16,7 @@
 //! [`crate::Codec::KubeEdgeJson`]; the native edgehive link stays
 //! MessagePack.
 
-use beehive::{Header, Message, Router};
+use beehive::{Header, Message, Router, SmolStr};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -56,16 +56,16 @@ struct WireHeader {
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct WireRoute {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    source: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    destination: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    group: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    operation: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    resource: String,
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    source: SmolStr,
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    destination: SmolStr,
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    group: SmolStr,
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    operation: SmolStr,
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    resource: SmolStr,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

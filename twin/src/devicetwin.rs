@@ -25,7 +25,7 @@ use apis::devices::DeviceStatus;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::message::now_millis;
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage, TaskDoor};
+use beehive::{Hive, Message as HiveMessage, SmolStr, TaskDoor};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -194,7 +194,7 @@ impl Twins {
         let query = HiveMessage::new().build_router(
             module::DEVICETWIN,
             group::META,
-            resource,
+            SmolStr::new(resource),
             operation::QUERY,
         );
         match self

@@ -16,8 +16,9 @@
 use std::time::Duration;
 
 use actix::prelude::*;
+use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation};
-use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use beehive::{Hive, Message as HiveMessage, Module, ModuleError, SmolStr};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -193,11 +194,16 @@ async fn deliver(hive: &Hive, topic: &str, payload: &[u8]) {
     let content = crate::protocol::content_of(payload);
     let to = destination(topic);
     let msg = HiveMessage::new()
-        .build_router(module::EVENTBUS, group::BUS, topic, operation::PUBLISH)
+        .build_router(
+            module::EVENTBUS,
+            group::BUS,
+            SmolStr::new(topic),
+            operation::PUBLISH,
+        )
         .with_content(content);
     let sent = if to == module::EDGEHUB {
         let mut msg = msg;
-        msg.router.group = group::USER.to_owned();
+        msg.router.group = group::USER.into_route_name();
         hive.send(to, msg).await
     } else {
         hive.send_to_group(to, msg).await

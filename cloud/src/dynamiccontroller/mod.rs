@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use beehive::IntoRouteName as _;
 use beehive::Message as HiveMessage;
 use beehive::constants::group;
 use beehive::{Hive, TaskDoor};
@@ -388,8 +389,8 @@ impl Center {
             }
         }
         let mut answer = msg.response(MODULE, Value::Object(failed));
-        answer.router.operation = wire::ANSWER.to_owned();
-        answer.router.group = group::RESOURCE.to_owned();
+        answer.router.operation = wire::ANSWER.into_route_name();
+        answer.router.group = group::RESOURCE.into_route_name();
         send_to_node(&self.links, answer);
     }
 }

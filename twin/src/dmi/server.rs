@@ -21,7 +21,7 @@ use std::time::Duration;
 use apis::devices::{Device, DeviceModel};
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage};
+use beehive::{Hive, Message as HiveMessage, SmolStr};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -266,8 +266,12 @@ struct Store {
 impl Store {
     /// What metamanager holds at `resource` (`*/device`: a list).
     async fn query(&self, resource: &str) -> Result<Option<Value>, Status> {
-        let query =
-            HiveMessage::new().build_router(SOURCE, group::META, resource, operation::QUERY);
+        let query = HiveMessage::new().build_router(
+            SOURCE,
+            group::META,
+            SmolStr::new(resource),
+            operation::QUERY,
+        );
         let answer = self
             .hive
             .send_sync(module::METAMANAGER, query, self.timeout)

@@ -198,7 +198,12 @@ fn payload(resource: &str, target: &str) -> HiveMessage {
 }
 
 fn payload_with(resource: &str, target: &str, op: &str) -> HiveMessage {
-    HiveMessage::new().build_router("edged", target, resource, op)
+    HiveMessage::new().build_router(
+        "edged",
+        beehive::SmolStr::new(target),
+        beehive::SmolStr::new(resource),
+        beehive::SmolStr::new(op),
+    )
 }
 
 #[test]
