@@ -28,14 +28,17 @@
 //! What it sends to nodes goes on cloudhub's [`hub::NodeLinks`].
 //!
 //! This file is the task and its sends; beside it, by concern: `nodes`
-//! (a node's Node and Lease, nodes no replica holds), `answers` (what nodes'
-//! requests are answered with), `status_reports` (statuses nodes report,
-//! batched for the status writer).
+//! (a node's Node and Lease, nodes no replica holds; their rules in
+//! `adoption` and `leases`), `answers` (what nodes' requests are answered
+//! with), `status_reports` (statuses nodes report, batched for the status
+//! writer).
 
+mod adoption;
 mod answers;
 mod bound;
 pub mod eviction;
 pub mod kubeedge;
+mod leases;
 mod nodes;
 pub mod reconciler;
 mod requests;
@@ -60,8 +63,6 @@ use beehive::resource::{CloudResource, EdgeResource};
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use futures_util::{Stream, StreamExt};
 use hub::{Dialect, NodeEvent, NodeEventKind, NodeEvents, NodeLinks, Outcome};
-use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -76,6 +77,7 @@ use crate::desired::packed::Packed;
 use crate::desired::{DesiredError, DesiredState, WatchEvent, WatchStream, revision_of};
 use apis::manifest;
 use kubeedge::Refusal;
+use leases::{LeaseBook, RenewalRounds};
 pub use reconciler::Acked;
 use reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Termination, Version};
 use status_writer::{StatusWrites, Ticket, WriterConfig};
@@ -320,10 +322,6 @@ pub struct Admitted {
     packed: Packed,
 }
 
-/// Node Lease renewals in flight at most: each is a connection to the API
-/// server (HTTP/1.1), and a round of 1,000 nodes takes some 30 round trips.
-const LEASES_IN_FLIGHT: usize = 32;
-
 /// How often an apply writes a spec again over a status written meanwhile.
 const APPLY_ATTEMPTS: usize = 5;
 
@@ -536,6 +534,7 @@ impl EdgeController {
         let (handled_tx, handled) = watch::channel(Handled::new());
         let wait = config.send_timeout * 2;
         let reconciler = Reconciler::new().with_cursors(config.cursors.is_some());
+        let (renewals_ended, rounds_ended) = mpsc::unbounded_channel();
         let controller = Controller {
             hive: hive.clone(),
             links: links.clone(),
@@ -543,11 +542,13 @@ impl EdgeController {
             config,
             inbox: inbox.clone(),
             reconciler,
-            leases: HashMap::new(),
+            leases: LeaseBook::default(),
             watches: Watches::default(),
             tolerations,
             status,
-            renewing: Arc::default(),
+            renewals: RenewalRounds::default(),
+            renewals_ended,
+            rounds_ended,
             counts: counts_tx,
             handled: handled_tx,
             twin_syncs: HashMap::new(),
@@ -644,17 +645,19 @@ struct Controller {
     /// Its own inbox, for answers that arrive from spawned tasks.
     inbox: mpsc::Sender<Input>,
     reconciler: Reconciler,
-    /// Each KubeEdge node's lease (kept in memory: it is renewed every
-    /// few seconds).
-    leases: HashMap<String, Value>,
+    /// Each KubeEdge node's own Lease, answered from memory.
+    leases: LeaseBook,
     watches: Watches,
     /// Lengthens offline tolerations of pods admission did not, off the
     /// delivery path.
     tolerations: TolerationWriter,
     /// Writes statuses, coalesced and paced, off the delivery path.
     status: StatusWrites,
-    /// Whether a round of lease renewals is under way.
-    renewing: Arc<std::sync::atomic::AtomicBool>,
+    /// When heartbeat Leases are renewed; each round's end comes back
+    /// through `renewals_ended` (one round at a time: one end at most).
+    renewals: RenewalRounds,
+    renewals_ended: mpsc::UnboundedSender<u64>,
+    rounds_ended: mpsc::UnboundedReceiver<u64>,
     counts: Arc<watch::Sender<ControllerCounts>>,
     handled: watch::Sender<Handled>,
     /// KubeEdge nodes' twin syncs waiting for devices and models to be
@@ -698,17 +701,6 @@ fn unconditional(mut object: Value) -> Value {
     object
 }
 
-/// The `resourceVersion` of a stored object.
-fn version_of(object: &Value) -> Option<String> {
-    let version = object.pointer("/metadata/resourceVersion")?.as_str()?;
-    (!version.is_empty()).then(|| version.to_owned())
-}
-
-fn now() -> Time {
-    let now = jiff::Timestamp::now();
-    Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
 impl Controller {
     async fn run(mut self, mut requests: mpsc::Receiver<Input>) {
         let mut retry = tokio::time::interval(self.config.retry_every);
@@ -732,6 +724,11 @@ impl Controller {
                 Some(input) => Some(input),
                 None => tokio::select! {
                     biased;
+                    // A renewal round's end before the next tick.
+                    Some(round) = self.rounds_ended.recv() => {
+                        self.renewals.ended(round);
+                        continue;
+                    }
                     // The timers first: under a steady flow of requests
                     // and watch events they would otherwise never be
                     // polled, and Leases would lapse.
@@ -794,13 +791,7 @@ impl Controller {
                     self.act(actions).await;
                     self.count(|c| c.cursors_read += 1);
                 }
-                Input::Unclaimed(nodes) => {
-                    for (node, version) in nodes {
-                        if !self.reconciler.is_connected(&node) {
-                            self.write_node(&node, None, Some(&version), None).await;
-                        }
-                    }
-                }
+                Input::Unclaimed(nodes) => self.mark_unclaimed(nodes).await,
                 Input::Stop(done) => {
                     drop(self);
                     debug!("edgecontroller stopped");
@@ -966,7 +957,7 @@ impl Controller {
                 } => self.send_membership(&node, &device, &object, joined).await,
                 Action::AskInventory { node } => self.ask_inventory(&node),
                 Action::ReadCursor { node, session } => self.read_cursor(&node, session),
-                Action::UpdateNode { node } => self.update_node(&node, None).await,
+                Action::UpdateNode { node } => self.update_node(&node).await,
                 Action::FinishDeletion { key, uid } => {
                     if let Err(refusal) = self.finish_deletion(&key, uid.as_deref()).await {
                         debug!(%key, %refusal, "deletion left for the next word");
@@ -1187,14 +1178,14 @@ impl Controller {
         let edge = resource.resource;
         match NodeRequest::of(&node, &edge, msg.operation()) {
             NodeRequest::TwinSync => self.twin_sync(&node, msg),
-            NodeRequest::Lease => self.lease(&node, &edge, &msg),
+            NodeRequest::Lease(request) => self.lease(&node, &edge, request, &msg),
             NodeRequest::Query => self.answer_query(&node, &edge, &msg),
             NodeRequest::RegisterNode => {
                 let answer = self.adopt_node(&node, msg.content()).await;
                 self.answer_node_write(&node, &msg, answer);
             }
             NodeRequest::ForeignNode => {
-                let answer = Err(Refusal::forbidden("a node registers only itself"));
+                let answer = Err(adoption::NodeRefused::RegistersAnother.into());
                 self.answer_node_write(&node, &msg, answer);
             }
             NodeRequest::PatchNode => {

@@ -1,8 +1,9 @@
 //! The controller shell's own rules, as plain functions: what a node's
 //! message asks of the edgecontroller ([`NodeRequest::of`], the one place
-//! KubeEdge's operation and resource-type strings are matched), and how
-//! status reports waiting in the input are gathered into one commit
-//! ([`gather`]). The shell (`mod.rs`) carries the answers out.
+//! KubeEdge's operation and resource-type strings are matched, a Lease's
+//! operations among them), and how status reports waiting in the input are
+//! gathered into one commit ([`gather`]). The shell (`mod.rs`) carries the
+//! answers out.
 
 use beehive::constants::{operation, resource_type};
 use beehive::resource::EdgeResource;
@@ -14,8 +15,8 @@ use crate::devicecontroller::twin_sync;
 pub(crate) enum NodeRequest {
     /// A KubeEdge devicetwin's sync: its node's devices.
     TwinSync,
-    /// Its node Lease: read or renewed.
-    Lease,
+    /// Its node Lease: read, written, or something else asked of it.
+    Lease(LeaseRequest),
     /// An object the node may read, read.
     Query,
     /// The node registers (or updates) itself.
@@ -34,6 +35,17 @@ pub(crate) enum NodeRequest {
     Other,
 }
 
+/// What a node asks of its Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseRequest {
+    /// Its Lease, read.
+    Read,
+    /// Its Lease, created or renewed.
+    Write,
+    /// Anything else: refused.
+    Other,
+}
+
 impl NodeRequest {
     /// What `operation` on `resource` (the node's own form, without
     /// `node/<node>/`) from `node` asks.
@@ -42,7 +54,11 @@ impl NodeRequest {
             return NodeRequest::TwinSync;
         }
         match (operation, resource.resource_type.as_str()) {
-            (_, resource_type::LEASE) => NodeRequest::Lease,
+            (operation::QUERY, resource_type::LEASE) => NodeRequest::Lease(LeaseRequest::Read),
+            (operation::INSERT | operation::UPDATE, resource_type::LEASE) => {
+                NodeRequest::Lease(LeaseRequest::Write)
+            }
+            (_, resource_type::LEASE) => NodeRequest::Lease(LeaseRequest::Other),
             (operation::QUERY, _) => NodeRequest::Query,
             (operation::INSERT | operation::UPDATE, resource_type::NODE) => {
                 match resource.name == node {
@@ -107,8 +123,31 @@ mod tests {
     fn each_message_a_node_sends_asks_one_thing() {
         use NodeRequest::*;
         for (resource, op, expected) in [
-            ("default/lease/edge-1", operation::QUERY, Lease),
-            ("default/lease/edge-1", operation::UPDATE, Lease),
+            (
+                "default/lease/edge-1",
+                operation::QUERY,
+                Lease(LeaseRequest::Read),
+            ),
+            (
+                "default/lease/edge-1",
+                operation::INSERT,
+                Lease(LeaseRequest::Write),
+            ),
+            (
+                "default/lease/edge-1",
+                operation::UPDATE,
+                Lease(LeaseRequest::Write),
+            ),
+            (
+                "default/lease/edge-1",
+                operation::DELETE,
+                Lease(LeaseRequest::Other),
+            ),
+            (
+                "default/lease/edge-2",
+                operation::QUERY,
+                Lease(LeaseRequest::Read),
+            ),
             ("default/configmap/cfg", operation::QUERY, Query),
             ("default/node/edge-1", operation::INSERT, RegisterNode),
             ("default/node/edge-1", operation::UPDATE, RegisterNode),
