@@ -10,10 +10,10 @@ use actix_web::http::StatusCode;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpResponse, ResponseError};
 use futures_util::stream::BoxStream;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::k8s::Status;
 use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ListWriter, ObjectKey};
 use crate::selector::LabelSelector;
 

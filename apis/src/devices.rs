@@ -8,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::{ListableResource, Metadata, NamespaceResourceScope, Resource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::k8s::{ListableResource, ObjectMeta, Resource};
 
 /// The API group of KubeEdge's devices.
 pub const GROUP: &str = "devices.kubeedge.io";
@@ -210,42 +210,23 @@ impl Device {
     }
 }
 
-/// Implements k8s-openapi's resource traits for a namespaced kind of this
+/// Implements [`Resource`] and [`ListableResource`] for a kind of this
 /// group.
 macro_rules! resource {
-    ($t:ty, $kind:literal, $list:literal, $plural:literal) => {
+    ($t:ty, $kind:literal, $list:literal) => {
         impl Resource for $t {
             const API_VERSION: &'static str = API_VERSION;
-            const GROUP: &'static str = GROUP;
             const KIND: &'static str = $kind;
-            const VERSION: &'static str = VERSION;
-            const URL_PATH_SEGMENT: &'static str = $plural;
-            type Scope = NamespaceResourceScope;
         }
 
         impl ListableResource for $t {
             const LIST_KIND: &'static str = $list;
         }
-
-        impl Metadata for $t {
-            type Ty = ObjectMeta;
-            fn metadata(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn metadata_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
     };
 }
 
-resource!(Device, "Device", "DeviceList", "devices");
-resource!(
-    DeviceModel,
-    "DeviceModel",
-    "DeviceModelList",
-    "devicemodels"
-);
+resource!(Device, "Device", "DeviceList");
+resource!(DeviceModel, "DeviceModel", "DeviceModelList");
 
 #[cfg(test)]
 mod tests {
@@ -294,7 +275,7 @@ mod tests {
             back["spec"]["properties"][0]["visitors"],
             manifest["spec"]["properties"][0]["visitors"]
         );
-        assert_eq!(<Device as Resource>::URL_PATH_SEGMENT, "devices");
+        assert_eq!(<Device as ListableResource>::LIST_KIND, "DeviceList");
     }
 
     #[test]

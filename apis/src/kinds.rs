@@ -1,18 +1,20 @@
 //! The Kubernetes kinds edgehive carries between cloud and edge, and what
 //! the rest of the crate needs to know of each: its URL plural, its beehive
-//! resource type, whether it is namespaced, and its k8s-openapi type (for
-//! validation, lists and watch events, so no Kubernetes shape is written by
-//! hand here).
+//! resource type, whether it is namespaced, its `apiVersion`, and how its
+//! lists and watch events are written (an object goes in them as stored,
+//! once it reads as its kind's type in [`crate::k8s`] or
+//! [`crate::devices`]; see [`Kind::carried`]).
+//!
+//! The checks against the whole Kubernetes schema (`Kind::check`,
+//! `Kind::check_status`) are the cloud's, in `crate::schema`, with the
+//! `kubernetes` feature.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::devices::{Device, DeviceModel, DeviceStatus};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Node, NodeStatus, Pod, PodSpec, PodStatus, Secret, Service,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, WatchEvent};
-use k8s_openapi::{List, ListableResource, Resource};
+use crate::devices::{Device, DeviceModel};
+use crate::k8s::{self, ListMeta, PodSpec, Status, WatchEvent};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
@@ -41,46 +43,6 @@ pub enum Kind {
     DeviceModel,
 }
 
-/// Runs `$body` with `$t` standing for the k8s-openapi type of `$kind`.
-macro_rules! typed {
-    ($kind:expr, $t:ident => $body:expr) => {
-        match $kind {
-            Kind::Pod => {
-                type $t = Pod;
-                $body
-            }
-            Kind::ConfigMap => {
-                type $t = ConfigMap;
-                $body
-            }
-            Kind::Secret => {
-                type $t = Secret;
-                $body
-            }
-            Kind::Service => {
-                type $t = Service;
-                $body
-            }
-            Kind::Endpoints => {
-                type $t = Endpoints;
-                $body
-            }
-            Kind::Node => {
-                type $t = Node;
-                $body
-            }
-            Kind::Device => {
-                type $t = Device;
-                $body
-            }
-            Kind::DeviceModel => {
-                type $t = DeviceModel;
-                $body
-            }
-        }
-    };
-}
-
 /// An object that is not a valid instance of its kind.
 #[derive(Debug, thiserror::Error)]
 #[error("not a valid {kind}: {reason}")]
@@ -106,12 +68,44 @@ impl Kind {
 
     /// The `kind` field, e.g. `Pod`.
     pub fn name(self) -> &'static str {
-        typed!(self, T => <T as Resource>::KIND)
+        match self {
+            Kind::Pod => "Pod",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Secret => "Secret",
+            Kind::Service => "Service",
+            Kind::Endpoints => "Endpoints",
+            Kind::Node => "Node",
+            Kind::Device => "Device",
+            Kind::DeviceModel => "DeviceModel",
+        }
+    }
+
+    /// The `kind` of its lists, e.g. `PodList`.
+    pub fn list_name(self) -> &'static str {
+        match self {
+            Kind::Pod => "PodList",
+            Kind::ConfigMap => "ConfigMapList",
+            Kind::Secret => "SecretList",
+            Kind::Service => "ServiceList",
+            Kind::Endpoints => "EndpointsList",
+            Kind::Node => "NodeList",
+            Kind::Device => "DeviceList",
+            Kind::DeviceModel => "DeviceModelList",
+        }
     }
 
     /// The URL plural, e.g. `pods`.
     pub fn plural(self) -> &'static str {
-        typed!(self, T => <T as Resource>::URL_PATH_SEGMENT)
+        match self {
+            Kind::Pod => "pods",
+            Kind::ConfigMap => "configmaps",
+            Kind::Secret => "secrets",
+            Kind::Service => "services",
+            Kind::Endpoints => "endpoints",
+            Kind::Node => "nodes",
+            Kind::Device => "devices",
+            Kind::DeviceModel => "devicemodels",
+        }
     }
 
     /// The beehive resource type, e.g. `pod`.
@@ -130,7 +124,10 @@ impl Kind {
 
     /// Its `apiVersion`, e.g. `v1`.
     pub fn api_version(self) -> &'static str {
-        typed!(self, T => <T as Resource>::API_VERSION)
+        match self {
+            Kind::Device | Kind::DeviceModel => crate::devices::API_VERSION,
+            _ => "v1",
+        }
     }
 
     /// The URL prefix its paths start with: `/api/v1` for the core kinds,
@@ -157,24 +154,6 @@ impl Kind {
             Kind::Device => Some(resource_type::DEVICE_STATUS),
             _ => None,
         }
-    }
-
-    /// Checks that `status` is a valid status of this kind.
-    pub fn check_status(self, status: &Value) -> Result<(), InvalidObject> {
-        let fails = |reason: String| InvalidObject {
-            kind: self.name(),
-            reason,
-        };
-        if !status.is_object() {
-            return Err(fails("a status is an object".to_owned()));
-        }
-        let read = match self {
-            Kind::Pod => PodStatus::deserialize(status).map(drop),
-            Kind::Device => DeviceStatus::deserialize(status).map(drop),
-            Kind::Node => NodeStatus::deserialize(status).map(drop),
-            _ => return Err(fails("this kind has no status".to_owned())),
-        };
-        read.map_err(|err| fails(err.to_string()))
     }
 
     /// Whether objects of this kind live in a namespace.
@@ -220,47 +199,85 @@ impl Kind {
             .find(|k| k.resource_type() == resource_type)
     }
 
-    /// Checks that `object` is a valid instance of this kind (it reads as
-    /// the k8s-openapi type).
-    pub fn check(self, object: &Value) -> Result<(), InvalidObject> {
-        typed!(self, T => parse::<T>(self, object).map(drop))
+    /// Checks that `object` reads as this kind's type in [`crate::k8s`]
+    /// (or [`crate::devices`]): what lists and watch events ask of an
+    /// object before they carry it. Fields those types do not model are
+    /// not looked at (the cloud checks the whole schema when it takes an
+    /// object in).
+    pub fn readable(self, object: &Value) -> Result<(), InvalidObject> {
+        match self {
+            Kind::Pod => parse::<k8s::Pod>(self, object),
+            Kind::ConfigMap => parse::<k8s::ConfigMap>(self, object),
+            Kind::Secret => parse::<k8s::Secret>(self, object),
+            Kind::Service | Kind::Endpoints => parse::<k8s::Object>(self, object),
+            Kind::Node => parse::<k8s::Node>(self, object),
+            Kind::Device => parse::<Device>(self, object),
+            Kind::DeviceModel => parse::<DeviceModel>(self, object),
+        }
     }
 
-    /// A Kubernetes list (`PodList`, ...) of `items` at `resource_version`.
+    /// `object` as a list or a watch event carries it, if it is
+    /// [`readable`](Kind::readable). A core kind's object goes as it is
+    /// stored, with its `apiVersion` and `kind` (added if it has none, as
+    /// k8s-openapi's types always wrote them); a device or device model as
+    /// its type in [`crate::devices`] writes it.
+    pub fn carried(self, object: &Value) -> Result<Cow<'_, Value>, InvalidObject> {
+        match self {
+            Kind::Device => rewrite::<Device>(self, object).map(Cow::Owned),
+            Kind::DeviceModel => rewrite::<DeviceModel>(self, object).map(Cow::Owned),
+            _ => {
+                self.readable(object)?;
+                let has = |field: &str| object.get(field).is_some_and(|v| !v.is_null());
+                if has("apiVersion") && has("kind") {
+                    return Ok(Cow::Borrowed(object));
+                }
+                let mut object = object.clone();
+                if let Some(fields) = object.as_object_mut() {
+                    fields.insert("apiVersion".to_owned(), self.api_version().into());
+                    fields.insert("kind".to_owned(), self.name().into());
+                }
+                Ok(Cow::Owned(object))
+            }
+        }
+    }
+
+    /// A Kubernetes list (`PodList`, ...) of `items` at `resource_version`,
+    /// each as it is [`carried`](Kind::carried); an item that is not
+    /// readable is left out.
     pub fn list(self, items: Vec<Value>, resource_version: String) -> Result<Value, InvalidObject> {
-        typed!(self, T => {
-            // One unreadable object must not hide the others.
-            let items = items
-                .iter()
-                .filter_map(|item| match parse::<T>(self, item) {
-                    Ok(item) => Some(item),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "object left out of a list");
-                        None
-                    }
-                })
-                .collect::<Vec<T>>();
-            to_value(self, &List::<T> {
-                items,
-                metadata: ListMeta {
-                    resource_version: Some(resource_version),
-                    ..ListMeta::default()
-                },
+        // One unreadable object must not hide the others.
+        let items: Vec<Value> = items
+            .iter()
+            .filter_map(|item| match self.carried(item) {
+                Ok(item) => Some(item.into_owned()),
+                Err(err) => {
+                    tracing::warn!(error = %err, "object left out of a list");
+                    None
+                }
             })
-        })
+            .collect();
+        let metadata = ListMeta {
+            resource_version: Some(resource_version),
+            ..ListMeta::default()
+        };
+        Ok(serde_json::json!({
+            "apiVersion": self.api_version(),
+            "kind": self.list_name(),
+            "items": items,
+            "metadata": to_value(self, &metadata)?,
+        }))
     }
 
-    /// A Kubernetes watch event of `change` to `object`.
+    /// A Kubernetes watch event of `change` to `object`, as it is
+    /// [`carried`](Kind::carried).
     pub fn watch_event(self, change: Change, object: &Value) -> Result<Value, InvalidObject> {
-        typed!(self, T => {
-            let object = parse::<T>(self, object)?;
-            let event = match change {
-                Change::Added => WatchEvent::Added(object),
-                Change::Modified => WatchEvent::Modified(object),
-                Change::Deleted => WatchEvent::Deleted(object),
-            };
-            to_value(self, &event)
-        })
+        let object = self.carried(object)?;
+        let event = match change {
+            Change::Added => WatchEvent::Added(object),
+            Change::Modified => WatchEvent::Modified(object),
+            Change::Deleted => WatchEvent::Deleted(object),
+        };
+        to_value(self, &event)
     }
 }
 
@@ -280,14 +297,29 @@ pub fn expired_event(message: &str) -> Value {
         status: Some("Failure".to_owned()),
         ..Status::default()
     };
-    serde_json::to_value(WatchEvent::<Pod>::ErrorStatus(status)).unwrap_or(Value::Null)
+    serde_json::to_value(WatchEvent::<Value>::ErrorStatus(status)).unwrap_or(Value::Null)
 }
 
-fn parse<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<T, InvalidObject> {
-    T::deserialize(object).map_err(|err| InvalidObject {
+/// `object` read as `T` and written back.
+fn rewrite<T: DeserializeOwned + Serialize>(
+    kind: Kind,
+    object: &Value,
+) -> Result<Value, InvalidObject> {
+    let typed = T::deserialize(object).map_err(|err| InvalidObject {
         kind: kind.name(),
         reason: err.to_string(),
-    })
+    })?;
+    to_value(kind, &typed)
+}
+
+/// Checks that `object` reads as `T`.
+fn parse<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<(), InvalidObject> {
+    T::deserialize(object)
+        .map(drop)
+        .map_err(|err| InvalidObject {
+            kind: kind.name(),
+            reason: err.to_string(),
+        })
 }
 
 fn to_value<T: Serialize>(kind: Kind, value: &T) -> Result<Value, InvalidObject> {
@@ -304,9 +336,9 @@ pub const CORE_PREFIX: &str = "/api/v1";
 pub const DEVICES_PREFIX: &str = "/apis/devices.kubeedge.io/v1beta1";
 
 /// A Kubernetes list of one kind written as JSON item by item: the same
-/// JSON as [`Kind::list`] gives (each item read as its k8s-openapi type,
-/// one that does not read left out), without the items ever held at once,
-/// as values or as types. The resource version comes last: a source knows
+/// JSON as [`Kind::list`] gives (each item as it is
+/// [`carried`](Kind::carried), one that is not readable left out),
+/// without the items ever held at once. The resource version comes last: a source knows
 /// it once it has handed out every item.
 #[derive(Debug)]
 pub struct ListWriter {
@@ -318,10 +350,9 @@ pub struct ListWriter {
 impl ListWriter {
     /// An empty list of `kind`.
     pub fn new(kind: Kind) -> ListWriter {
-        // Keys in the order k8s-openapi serializes a List in.
+        // Keys in sorted order, as a `Value` writes them.
         let mut out = br#"{"apiVersion":"#.to_vec();
-        let api_version = typed!(kind, T => <T as Resource>::API_VERSION);
-        write_json(&mut out, api_version);
+        write_json(&mut out, kind.api_version());
         out.extend_from_slice(br#","items":["#);
         ListWriter {
             kind,
@@ -338,12 +369,12 @@ impl ListWriter {
         if self.items > 0 {
             self.out.push(b',');
         }
-        let written = typed!(kind, T => parse::<T>(kind, item).and_then(|typed| {
-            serde_json::to_writer(&mut self.out, &typed).map_err(|err| InvalidObject {
+        let written = kind.carried(item).and_then(|item| {
+            serde_json::to_writer(&mut self.out, &*item).map_err(|err| InvalidObject {
                 kind: kind.name(),
                 reason: err.to_string(),
             })
-        }));
+        });
         match written {
             Ok(()) => self.items += 1,
             Err(err) => {
@@ -366,8 +397,7 @@ impl ListWriter {
     /// The list's JSON, current at `resource_version`.
     pub fn finish(mut self, resource_version: &str) -> Vec<u8> {
         self.out.extend_from_slice(br#"],"kind":"#);
-        let list_kind = typed!(self.kind, T => <T as ListableResource>::LIST_KIND);
-        write_json(&mut self.out, list_kind);
+        write_json(&mut self.out, self.kind.list_name());
         self.out
             .extend_from_slice(br#","metadata":{"resourceVersion":"#);
         write_json(&mut self.out, resource_version);
@@ -655,9 +685,59 @@ mod tests {
         assert_eq!(event["object"]["kind"], "Pod");
         assert!(
             Kind::Pod
-                .check(&json!({"spec": {"containers": 5}}))
+                .readable(&json!({"spec": {"containers": 5}}))
                 .is_err()
         );
+    }
+
+    /// Objects as the cloud stores them (written by k8s-openapi) go into
+    /// lists and watch events as k8s-openapi's types put them there.
+    #[test]
+    fn lists_and_events_carry_what_k8s_openapi_carried() {
+        use k8s_openapi::api::core::v1 as their;
+        let real: Value =
+            serde_json::from_str(include_str!("k8s/testdata/pod.json")).expect("a pod");
+        let pod: their::Pod = serde_json::from_value(real).expect("reads");
+        let stored = serde_json::to_value(&pod).expect("the pod as the cloud stores it");
+        let their_list = k8s_openapi::List {
+            items: vec![pod.clone()],
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
+                resource_version: Some("9".to_owned()),
+                ..Default::default()
+            },
+        };
+        assert_eq!(
+            Kind::Pod
+                .list(vec![stored.clone()], "9".to_owned())
+                .expect("list"),
+            serde_json::to_value(&their_list).expect("theirs")
+        );
+        let mut writer = ListWriter::new(Kind::Pod);
+        writer.push(&stored);
+        let written: Value = serde_json::from_slice(&writer.finish("9")).expect("JSON");
+        assert_eq!(written, serde_json::to_value(&their_list).expect("theirs"));
+        let their_event = k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent::Added(pod);
+        assert_eq!(
+            Kind::Pod
+                .watch_event(Change::Added, &stored)
+                .expect("event"),
+            serde_json::to_value(&their_event).expect("theirs")
+        );
+        // An object stored without `apiVersion` and `kind` gets them, as
+        // k8s-openapi gave them.
+        let bare = json!({"metadata": {"name": "cm"}, "data": {"k": "v"}});
+        let their_cm: their::ConfigMap = serde_json::from_value(bare.clone()).expect("reads");
+        assert_eq!(
+            Kind::ConfigMap
+                .watch_event(Change::Deleted, &bare)
+                .expect("event")["object"],
+            serde_json::to_value(&their_cm).expect("theirs")
+        );
+        // What k8s-openapi did not know is carried too, now.
+        let newer = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "fromAFutureRelease": true}]}});
+        let event = Kind::Pod.watch_event(Change::Added, &newer).expect("event");
+        assert_eq!(event["object"], newer);
     }
 
     #[test]

@@ -3,19 +3,21 @@
 //! - [`kinds`]: the Kubernetes kinds edgehive carries between cloud and
 //!   edge, their keys, and what references what (a pod its configmaps and
 //!   secrets, a device its model);
+//! - [`k8s`]: the Kubernetes objects (`core/v1`, `meta/v1`) as edgehive
+//!   reads them, as its own serde types: the part it models, and every
+//!   other field kept as it came;
 //! - [`devices`]: KubeEdge's device CRDs (`devices.kubeedge.io/v1beta1`
 //!   `Device` and `DeviceModel`), written from KubeEdge's public API
-//!   definitions; they implement k8s-openapi's `Resource` traits, so lists
-//!   and watch events of them are built the way the core kinds' are;
+//!   definitions;
 //! - [`twin`]: KubeEdge's device twin messages (twins, membership), which
 //!   the edge's devicetwin publishes and the cloud answers a KubeEdge
 //!   edge's twin sync in;
 //! - [`selector`]: label selectors, as lists take them;
 //! - [`access`]: what a request asks (verb, resource, namespace, name),
 //!   and the review an edge asks of the cloud for an application's token;
-//! - [`manifest`]: reading Kubernetes manifests (YAML or JSON, one object,
-//!   several documents or a `List`), every object checked before any is
-//!   used (the cloud's admin API applies them);
+//! - `manifest` (feature `kubernetes`): reading Kubernetes manifests (YAML
+//!   or JSON, one object, several documents or a `List`), every object
+//!   checked before any is used (the cloud's admin API applies them);
 //! - [`tokens`]: service account tokens for pods' projected volumes:
 //!   which a pod needs, the question an edge asks its cloud for one, the
 //!   object the edge keeps it in, and when it is due again;
@@ -23,14 +25,25 @@
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike;
 //! - [`termination`]: the edge's word that a pod being deleted has
-//!   stopped there, which finishes its graceful deletion.
+//!   stopped there, which finishes its graceful deletion;
+//! - `defaults` and `schema` (feature `kubernetes`): the cloud's
+//!   API-server defaulting, and its checks of objects against the whole
+//!   Kubernetes schema.
+//!
+//! Only the cloud turns `kubernetes` on: it brings in k8s-openapi, which
+//! the edge does without.
 
 pub mod access;
 pub mod api;
+#[cfg(feature = "kubernetes")]
 pub mod defaults;
 pub mod devices;
+pub mod k8s;
 pub mod kinds;
+#[cfg(feature = "kubernetes")]
 pub mod manifest;
+#[cfg(feature = "kubernetes")]
+mod schema;
 pub mod selector;
 pub mod streams;
 pub mod termination;

@@ -15,11 +15,11 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use apis::k8s::Pod;
 use apis::streams::{Io, LogOptions, PodRef, StreamRequest, channel};
 use bytes::Bytes;
 use edged::Cri;
 use edged::cri::api;
-use k8s_openapi::api::core::v1::Pod;
 use stream::{Chunk, PendingStream, StreamHandler, Tunnel, TunnelStream};
 use transports::{DialOptions, Link, ListenOptions, Received, Transport, UnixSocket};
 

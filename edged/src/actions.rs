@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use apis::k8s::{Container, PodSpec};
 
 use crate::config::EdgedConfig;
 use crate::observed::{Observed, RunState, SandboxSeen, Seen};

@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use apis::k8s::Pod;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
-use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};

@@ -6,11 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use apis::k8s::{NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo, Quantity, Time};
 use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage};
-use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::debug;
 
 use crate::config::EdgedConfig;
@@ -109,6 +107,7 @@ impl NodeReporter {
         let mut addresses = vec![NodeAddress {
             type_: "Hostname".to_owned(),
             address: self.config.node.clone(),
+            ..Default::default()
         }];
         if !self.config.node_ip.is_empty() {
             addresses.insert(
@@ -116,6 +115,7 @@ impl NodeReporter {
                 NodeAddress {
                     type_: "InternalIP".to_owned(),
                     address: self.config.node_ip.clone(),
+                    ..Default::default()
                 },
             );
         }
@@ -128,8 +128,9 @@ impl NodeReporter {
                 status: ready.to_owned(),
                 reason: Some(reason.to_owned()),
                 message: Some(message),
-                last_transition_time: self.ready_since.clone(),
+                last_transition_time: self.ready_since,
                 last_heartbeat_time: None,
+                ..Default::default()
             }]),
             node_info: Some(NodeSystemInfo {
                 architecture: architecture().to_owned(),

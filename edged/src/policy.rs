@@ -1,7 +1,7 @@
 //! The pod spec's policies as enums, defaulted as Kubernetes defaults
 //! them: how an image is pulled, and what is restarted.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use apis::k8s::{Container, PodSpec};
 
 /// How an image is pulled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

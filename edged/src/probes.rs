@@ -8,8 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Container, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use apis::k8s::{Container, IntOrString, Probe};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::debug;
 

@@ -11,8 +11,7 @@ use std::sync::{Arc, RwLock};
 
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpResponse, HttpServer, web};
-use k8s_openapi::List;
-use k8s_openapi::api::core::v1::Pod;
+use apis::k8s::{List, Pod};
 use serde::Deserialize;
 use tracing::{info, warn};
 

@@ -6,8 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use apis::k8s::{Container, Pod, Quantity};
 use serde_json::Value;
 
 use crate::cri::api;
@@ -151,15 +150,61 @@ pub fn sandbox_config(
 }
 
 /// A hash of a container's spec that stays the same across edged builds
-/// (FNV-1a of its JSON), so an upgraded edged still adopts its containers.
+/// (FNV-1a of its canonical JSON, see [`canonical_json`]), so an upgraded
+/// edged still adopts its containers.
 pub fn spec_hash(container: &Container) -> String {
-    let text = serde_json::to_string(container).unwrap_or_default();
+    let text = serde_json::to_value(container)
+        .map(|value| canonical_json(&value))
+        .unwrap_or_default();
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// `value` as JSON text with the keys of every object sorted and its
+/// `null` members left out: the text k8s-openapi wrote for a container
+/// (its fields in sorted order, an unset one left out), which edged
+/// hashed before it read pods as its own types. A container's fields that
+/// edged does not model (kept in `rest`, written after the others) and
+/// any serde_json build (`preserve_order` or not) give the same text.
+fn canonical_json(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut members: Vec<(&String, &Value)> =
+                    map.iter().filter(|(_, v)| !v.is_null()).collect();
+                members.sort_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (index, (key, member)) in members.into_iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    write(&Value::String(key.clone()), out);
+                    out.push(':');
+                    write(member, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            // A scalar's text cannot fail to be written.
+            scalar => out.push_str(&serde_json::to_string(scalar).unwrap_or_default()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
 }
 
 /// Whether `name` may name a container or a volume: a DNS-1123 label, so
@@ -407,6 +452,41 @@ pub fn container_config(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The hash an edged built on k8s-openapi gave this container (a
+    /// defaulted one, with fields edged does not model): an upgraded edged
+    /// gives the same, so it adopts the container instead of replacing it.
+    #[test]
+    fn the_spec_hash_is_the_one_edged_gave_before() {
+        let container: Container = serde_json::from_value(json!({
+            "name": "web", "image": "registry.example/web:1.4.2", "imagePullPolicy": "IfNotPresent",
+            "command": ["/bin/web"], "args": ["--port=8080"],
+            "env": [{"name": "MODE", "value": "prod"},
+                    {"name": "POD", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+            "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+            "resources": {"limits": {"cpu": "500m", "memory": "128Mi"},
+                          "requests": {"cpu": "500m", "memory": "128Mi"}},
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+                "failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1, "timeoutSeconds": 1},
+            "securityContext": {"runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}},
+            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+            "volumeMounts": [{"mountPath": "/etc/web", "name": "conf", "readOnly": true}]
+        }))
+        .expect("container");
+        assert_eq!(spec_hash(&container), "5ae447a252826e12");
+        // A null member is as good as none (k8s-openapi dropped both).
+        let mut with_null = container.clone();
+        with_null.rest.insert("stdinOnce".to_owned(), Value::Null);
+        assert_eq!(spec_hash(&with_null), spec_hash(&container));
+        // Any change of the spec is a new hash.
+        let mut changed = container;
+        changed.rest.insert(
+            "terminationMessagePolicy".to_owned(),
+            json!("FallbackToLogsOnError"),
+        );
+        assert_ne!(spec_hash(&changed), "5ae447a252826e12");
+    }
 
     #[test]
     fn quantities_convert() {

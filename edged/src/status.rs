@@ -14,11 +14,10 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{
+use apis::k8s::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, PodCondition, PodSpec, PodStatus,
+    ContainerStateWaiting, ContainerStatus, PodCondition, PodSpec, PodStatus, Time,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::actions::{PodBook, RestartPolicy};
 use crate::cri::api;
@@ -142,12 +141,14 @@ fn container_status(
             waiting: Some(ContainerStateWaiting {
                 reason: Some(waiting.reason.clone()),
                 message: Some(waiting.message.clone()),
+                ..Default::default()
             }),
             ..Default::default()
         },
         (Some(s), None) if s.state == RunState::Running => ContainerState {
             running: Some(ContainerStateRunning {
                 started_at: time(s.started_at),
+                ..Default::default()
             }),
             ..Default::default()
         },
@@ -174,6 +175,7 @@ fn container_status(
             waiting: Some(ContainerStateWaiting {
                 reason: Some("ContainerCreating".to_owned()),
                 message: None,
+                ..Default::default()
             }),
             ..Default::default()
         },

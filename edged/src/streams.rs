@@ -14,12 +14,12 @@ mod port_forward;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use apis::k8s::Pod;
 use apis::streams::{
     Io, LogOptions, PodRef, StatsKind, StreamRequest, UpgradeTarget, channel, is_upgrade_header,
 };
 use bytes::Bytes;
 use futures_util::FutureExt as _;
-use k8s_openapi::api::core::v1::Pod;
 use port_forward::{RuntimeSocket, carry, port_forward};
 use stream::{Chunk, PendingStream, StreamHandler};
 use tokio_tungstenite::tungstenite::Message as WsMessage;

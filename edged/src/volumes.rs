@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume, VolumeProjection};
+use apis::k8s::{Container, KeyToPath, Pod, Volume, VolumeProjection};
 use serde_json::Value;
 
 use crate::cri::api;

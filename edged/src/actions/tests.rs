@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use apis::k8s::{Container, PodSpec};
 
 use super::*;
 use crate::status::{Placement, pod_status};

@@ -1,9 +1,9 @@
 //! Port forwarding into a pod: through the runtime's streaming server when\nit offers one, else a TCP connection in the pod's network namespace,\ncarried both ways.
 
+use apis::k8s::Pod;
 use apis::streams::{UpgradeTarget, channel};
 use bytes::Bytes;
 use futures_util::{SinkExt as _, StreamExt as _};
-use k8s_openapi::api::core::v1::Pod;
 use stream::{Chunk, PendingStream};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 

@@ -16,9 +16,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use apis::k8s::{Container, Pod, PodSpec, PodStatus};
 use beehive::constants::{group, module, operation};
 use beehive::{Hive, Message as HiveMessage};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
