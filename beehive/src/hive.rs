@@ -2,6 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 // The hive's maps are looked up on every send (a module's or group's name)
@@ -156,6 +159,49 @@ struct PendingGuard {
 impl Drop for PendingGuard {
     fn drop(&mut self) {
         self.hive.pending().remove(&self.id);
+    }
+}
+
+/// A [`Hive::send`] under way: done at once when the mailbox had room,
+/// else waiting for it.
+#[must_use = "a send to a full mailbox waits only while awaited"]
+pub struct Sending(SendingState);
+
+enum SendingState {
+    /// Taken or refused already; `None` once the outcome was returned.
+    Done(Option<Result<(), Error>>),
+    /// The mailbox was full: waits for room.
+    Waiting(Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>),
+}
+
+impl Sending {
+    fn done(outcome: Result<(), Error>) -> Sending {
+        Sending(SendingState::Done(Some(outcome)))
+    }
+}
+
+impl Future for Sending {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            // As any future: polling again after the outcome was taken is
+            // the caller's bug (futures::future::Ready panics alike).
+            SendingState::Done(outcome) => {
+                Poll::Ready(outcome.take().expect("a send polled after it finished"))
+            }
+            SendingState::Waiting(waiting) => waiting.as_mut().poll(cx),
+        }
+    }
+}
+
+impl std::fmt::Debug for Sending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.0 {
+            SendingState::Done(_) => "done",
+            SendingState::Waiting(_) => "waiting for room",
+        };
+        f.debug_tuple("Sending").field(&state).finish()
     }
 }
 
@@ -322,25 +368,31 @@ impl Hive {
 
     /// Sends `msg` to the module `destination`. Waits while its mailbox is
     /// full; an unknown or stopped destination is an error.
-    pub async fn send(&self, destination: &str, msg: Message) -> Result<(), Error> {
-        let (mailbox, msg) = {
-            let registry = self.read();
-            let slot = registry
-                .modules
-                .get(destination)
-                .ok_or_else(|| Error::UnknownModule(destination.to_owned()))?;
-            match slot.mailbox.try_send(msg) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Closed(_)) => {
-                    return Err(Error::ModuleStopped(destination.to_owned()));
-                }
-                Err(TrySendError::Full(msg)) => (slot.mailbox.clone(), msg),
-            }
+    ///
+    /// The message is offered to the mailbox at once, when `send` is
+    /// called: a mailbox with room takes it without a future being built
+    /// around it (the common case, and most of a send's cost otherwise), and
+    /// only a full one leaves a [`Sending`] that waits for room.
+    pub fn send(&self, destination: &str, msg: Message) -> Sending {
+        let registry = self.read();
+        let Some(slot) = registry.modules.get(destination) else {
+            return Sending::done(Err(Error::UnknownModule(destination.to_owned())));
         };
-        mailbox
-            .send(msg)
-            .await
-            .map_err(|_| Error::ModuleStopped(destination.to_owned()))
+        match slot.mailbox.try_send(msg) {
+            Ok(()) => Sending::done(Ok(())),
+            Err(TrySendError::Closed(_)) => {
+                Sending::done(Err(Error::ModuleStopped(destination.to_owned())))
+            }
+            Err(TrySendError::Full(msg)) => {
+                let (mailbox, destination) = (slot.mailbox.clone(), destination.to_owned());
+                Sending(SendingState::Waiting(Box::pin(async move {
+                    mailbox
+                        .send(msg)
+                        .await
+                        .map_err(|_| Error::ModuleStopped(destination))
+                })))
+            }
+        }
     }
 
     /// Sends without waiting: a full mailbox is [`Error::MailboxFull`].
