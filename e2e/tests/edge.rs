@@ -544,7 +544,7 @@ async fn write_storm_child() {
                 let id = writer * 1_000_000 + n;
                 let msg = object(
                     operation::INSERT,
-                    &format!("default/configmap/c{id}"),
+                    format!("default/configmap/c{id}"),
                     id + 1,
                     json!({"pad": "x".repeat(1024)}),
                 );
