@@ -42,7 +42,9 @@ pub use door::TaskDoor;
 #[cfg(feature = "testing")]
 pub use door::testing;
 pub use error::Error;
-pub use hive::{Hive, HiveStats, ModuleInfo, ResponseOutcome, Sending, ShutdownReport, StartOutcome};
+pub use hive::{
+    Hive, HiveStats, ModuleInfo, ResponseOutcome, Sending, ShutdownReport, StartOutcome,
+};
 pub use message::{Header, IntoRouteName, Message, MessageError, Router};
 pub use module::{Module, ModuleError};
 pub use smol_str::SmolStr;

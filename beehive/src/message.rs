@@ -67,9 +67,11 @@ pub struct Router {
 
 /// What a route's names are made from, without a copy where none is
 /// needed: a `&'static str` (the constants modules, groups and operations
-/// are named by) is kept as a pointer, owned text is moved in, and a
-/// [`SmolStr`] (a name read off another message) is shared. Borrowed text
-/// of a shorter life is copied by saying so: `SmolStr::new(text)`.
+/// are named by) is kept as a pointer, and a [`SmolStr`] (a name read off
+/// another message) is shared. Owned text up to 23 bytes is kept inline;
+/// longer text is copied once into an allocation its clones then share
+/// (a `String`'s buffer cannot be taken over). Borrowed text of a shorter
+/// life is copied by saying so, `SmolStr::new(text)`, or as a `&String`.
 pub trait IntoRouteName {
     /// The name as a route keeps it.
     fn into_route_name(self) -> SmolStr;

@@ -149,12 +149,50 @@ pub fn sandbox_config(
     }
 }
 
+/// The fields of a container its hash covers: Kubernetes 1.34's
+/// (k8s-openapi `v1_34`, which edged hashed through before it read pods as
+/// its own types). A field a newer API server adds, or defaults, is left
+/// out, as it was then: an upgrade of the control plane or of edged does
+/// not change the hash, and so restarts no container.
+const HASHED_FIELDS: [&str; 25] = [
+    "args",
+    "command",
+    "env",
+    "envFrom",
+    "image",
+    "imagePullPolicy",
+    "lifecycle",
+    "livenessProbe",
+    "name",
+    "ports",
+    "readinessProbe",
+    "resizePolicy",
+    "resources",
+    "restartPolicy",
+    "restartPolicyRules",
+    "securityContext",
+    "startupProbe",
+    "stdin",
+    "stdinOnce",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "tty",
+    "volumeDevices",
+    "volumeMounts",
+    "workingDir",
+];
+
 /// A hash of a container's spec that stays the same across edged builds
-/// (FNV-1a of its canonical JSON, see [`canonical_json`]), so an upgraded
-/// edged still adopts its containers.
+/// (FNV-1a of its canonical JSON, see [`canonical_json`], over
+/// [`HASHED_FIELDS`]), so an upgraded edged still adopts its containers.
 pub fn spec_hash(container: &Container) -> String {
     let text = serde_json::to_value(container)
-        .map(|value| canonical_json(&value))
+        .map(|mut value| {
+            if let Some(fields) = value.as_object_mut() {
+                fields.retain(|key, _| HASHED_FIELDS.contains(&key.as_str()));
+            }
+            canonical_json(&value)
+        })
         .unwrap_or_default();
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
@@ -479,6 +517,13 @@ mod tests {
         let mut with_null = container.clone();
         with_null.rest.insert("stdinOnce".to_owned(), Value::Null);
         assert_eq!(spec_hash(&with_null), spec_hash(&container));
+        // A field Kubernetes 1.34 does not have (a newer API server's, or
+        // one it defaults) leaves the hash as it was: k8s-openapi dropped it.
+        let mut newer = container.clone();
+        newer
+            .rest
+            .insert("someFieldAfter134".to_owned(), json!({"enabled": true}));
+        assert_eq!(spec_hash(&newer), "5ae447a252826e12");
         // Any change of the spec is a new hash.
         let mut changed = container;
         changed.rest.insert(

@@ -3,9 +3,9 @@
 //! ordinary beehive messages in the `hub` group.
 
 use beehive::IntoRouteName as _;
-use beehive::Message;
 use beehive::constants::{group, operation};
 use beehive::resource::{CloudResource, EdgeResource};
+use beehive::{Message, SmolStr};
 use serde::{Deserialize, Serialize};
 
 /// Operation of the first message on a link.
@@ -125,16 +125,30 @@ pub fn to_cloud(node: &str, mut msg: Message) -> Result<Message, Refusal> {
 /// `node/<node>/twin`.
 pub fn to_edge(mut msg: Message) -> Option<(String, Message)> {
     let (node, edge) = match msg.resource().parse::<CloudResource>() {
-        Ok(cloud) => (cloud.node, cloud.resource.to_string()),
+        Ok(cloud) => {
+            // The text after `node/<node>/`, as the parse found it: the
+            // edge's resource (but for the `/` an empty name leaves at the
+            // end, which the edge's form does without). Cut from the
+            // message's own text, a long resource is copied once.
+            let written = msg
+                .resource()
+                .get("node/".len() + cloud.node.len() + 1..)
+                .unwrap_or_default();
+            let edge = match cloud.resource.name.is_empty() {
+                true => written.strip_suffix('/').unwrap_or(written),
+                false => written,
+            };
+            (cloud.node, SmolStr::new(edge))
+        }
         Err(_) => {
             let (node, edge) = msg.resource().strip_prefix("node/")?.split_once('/')?;
             if node.is_empty() || edge.is_empty() || edge.contains('/') {
                 return None;
             }
-            (node.to_owned(), edge.to_owned())
+            (node.to_owned(), SmolStr::new(edge))
         }
     };
-    msg.router.resource = edge.into();
+    msg.router.resource = edge;
     Some((node, msg))
 }
 
@@ -194,6 +208,22 @@ mod tests {
         assert_eq!((node.as_str(), edge.resource()), ("n1", "twin"));
         for odd in ["node/n1/", "node//twin", "node/n1//pod", "node/n1"] {
             assert!(to_edge(upstream(odd)).is_none(), "{odd}");
+        }
+        // The edge's form is the parsed resource's, whatever its length:
+        // a list's trailing `/` goes, a name keeps its slashes.
+        for (cloud, edge) in [
+            ("node/n1/default/pod/", "default/pod"),
+            ("node/n1/default/pod", "default/pod"),
+            ("node/n1/default/configmap/a/b", "default/configmap/a/b"),
+            (
+                "node/edge-node-0042/kube-system/pod/coredns-5d78c9869d-xk2lp",
+                "kube-system/pod/coredns-5d78c9869d-xk2lp",
+            ),
+        ] {
+            let (_, msg) = to_edge(upstream(cloud)).expect(cloud);
+            let parsed = cloud.parse::<CloudResource>().expect(cloud);
+            assert_eq!(msg.resource(), edge, "{cloud}");
+            assert_eq!(msg.resource(), parsed.resource.to_string(), "{cloud}");
         }
     }
 

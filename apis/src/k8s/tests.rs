@@ -337,3 +337,26 @@ fn the_other_kinds_keep_everything_but_their_metadata_as_it_came() {
     assert_eq!(read.metadata.name.as_deref(), Some("web"));
     assert_eq!(serde_json::to_value(&read).expect("writes"), service);
 }
+
+#[test]
+fn quantities_given_as_numbers_are_read_as_their_text_as_k8s_openapi_reads_them() {
+    let given = json!({"limits": {"cpu": 2, "memory": 134217728_u64, "ephemeral-storage": 0.5},
+                       "requests": {"cpu": "250m"}});
+    let ours: ResourceRequirements = serde_json::from_value(given.clone()).expect("ours");
+    let theirs: k8s_openapi::api::core::v1::ResourceRequirements =
+        serde_json::from_value(given).expect("theirs");
+    assert_eq!(
+        serde_json::to_value(&ours).expect("ours written"),
+        serde_json::to_value(&theirs).expect("theirs written")
+    );
+    let limits = ours.limits.expect("limits");
+    assert_eq!(limits.get("cpu"), Some(&Quantity("2".to_owned())));
+    assert_eq!(
+        limits.get("memory"),
+        Some(&Quantity("134217728".to_owned()))
+    );
+    assert_eq!(
+        limits.get("ephemeral-storage"),
+        Some(&Quantity("0.5".to_owned()))
+    );
+}

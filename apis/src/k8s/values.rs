@@ -8,10 +8,31 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A resource quantity (`500m`, `128Mi`, `2`), kept as the text it was
 /// given: the edge reads the few it needs (see edged's `spec`), the cloud's
-/// defaulting writes them in canonical form.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// defaulting writes them in canonical form. A JSON number (`"cpu": 2`,
+/// which clients send and Kubernetes accepts) is read as its text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct Quantity(pub String);
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The text of a quantity, or a number written as one.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Text(String),
+            Whole(i64),
+            Large(u64),
+            Fraction(f64),
+        }
+        Ok(Quantity(match Given::deserialize(deserializer)? {
+            Given::Text(text) => text,
+            Given::Whole(number) => number.to_string(),
+            Given::Large(number) => number.to_string(),
+            Given::Fraction(number) => number.to_string(),
+        }))
+    }
+}
 
 /// A number or a name, e.g. a port (`8080` or `http`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -17,6 +17,18 @@ fn now() -> Time {
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
+/// Tells the controller a round of Lease renewals ended, when dropped.
+struct RoundEnd {
+    ended: mpsc::UnboundedSender<u64>,
+    id: u64,
+}
+
+impl Drop for RoundEnd {
+    fn drop(&mut self) {
+        let _ = self.ended.send(self.id);
+    }
+}
+
 impl Controller {
     /// Starts a round of heartbeat Lease renewals of the connected nodes,
     /// if [`leases::RenewalRounds`] says so, off the controller's task (a
@@ -34,6 +46,12 @@ impl Controller {
             self.renewals_ended.clone(),
         );
         actix::spawn(async move {
+            // The round's end is told however the task ends, a panic
+            // included: a round never told would stop renewals for good.
+            let _end = RoundEnd {
+                ended,
+                id: round.id,
+            };
             // A few at a time: kube's client speaks HTTP/1.1, so every
             // renewal in flight is a connection of its own, and a round
             // of 1,000 at once opened 1,000 TLS connections to the API
@@ -41,17 +59,20 @@ impl Controller {
             // heap at 1,000 nodes, and a peak three times that).
             let mut renewals = futures_util::stream::iter(round.nodes)
                 .map(|node| {
-                    let renewed = store.renew_lease(&node, duration);
+                    // A renewal slower than the Lease's own duration is of
+                    // no use, and must not hold the round (and the next).
+                    let renewed =
+                        tokio::time::timeout(duration, store.renew_lease(&node, duration));
                     async move { (node, renewed.await) }
                 })
                 .buffer_unordered(round.in_flight);
             while let Some((node, renewed)) = renewals.next().await {
                 match renewed {
-                    Ok(()) => counts.send_modify(|c| c.leases_renewed += 1),
-                    Err(err) => warn!(%node, error = %err, "node lease not renewed"),
+                    Ok(Ok(())) => counts.send_modify(|c| c.leases_renewed += 1),
+                    Ok(Err(err)) => warn!(%node, error = %err, "node lease not renewed"),
+                    Err(_) => warn!(%node, ?duration, "node lease renewal timed out"),
                 }
             }
-            let _ = ended.send(round.id);
         });
     }
 
