@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 
 use super::{ApiVersion, KindName, ObjectMeta, core_kind, nullable};
 
-/// ConfigMap holds configuration data for pods to consume.
+/// A `ConfigMap`: named pieces of plain configuration that pods take in as
+/// files or environment variables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMap {
@@ -19,14 +20,13 @@ pub struct ConfigMap {
     /// Always `ConfigMap`; checked when read.
     #[serde(default)]
     pub kind: KindName<ConfigMap>,
-    /// Data contains the configuration data.
+    /// The values, by key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<BTreeMap<String, String>>,
-    /// Immutable, if set to true, ensures that data stored in the ConfigMap
-    /// cannot be updated (only object metadata can be modified).
+    /// If true, `data` can no longer change; only the metadata can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub immutable: Option<bool>,
-    /// Standard object's metadata.
+    /// The ConfigMap's name, namespace, labels and other metadata.
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: ObjectMeta,
     /// The fields edgehive does not model, kept as they came.
@@ -34,7 +34,8 @@ pub struct ConfigMap {
     pub rest: Map<String, Value>,
 }
 
-/// Secret holds secret data of a certain type.
+/// A `Secret`: credentials, keys or tokens that pods take in as files or
+/// environment variables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Secret {
@@ -44,21 +45,21 @@ pub struct Secret {
     /// Always `Secret`; checked when read.
     #[serde(default)]
     pub kind: KindName<Secret>,
-    /// Data contains the secret data, each value base64 as on the wire
-    /// (not decoded here).
+    /// The values, by key, each still base64 as on the wire (not decoded here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<BTreeMap<String, String>>,
-    /// Immutable, if set to true, ensures that data stored in the Secret cannot
-    /// be updated (only object metadata can be modified).
+    /// If true, `data` can no longer change; only the metadata can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub immutable: Option<bool>,
-    /// Standard object's metadata.
+    /// The secret's name, namespace, labels and other metadata.
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: ObjectMeta,
-    /// stringData allows specifying non-binary secret data in string form.
+    /// Values given as plain text when writing; the API server folds them into
+    /// `data` and never hands them back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub string_data: Option<BTreeMap<String, String>>,
-    /// Used to facilitate programmatic handling of secret data.
+    /// What sort of secret this is (`Opaque`, `kubernetes.io/dockerconfigjson`,
+    /// ...); `Opaque` if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
     /// The fields edgehive does not model, kept as they came.
@@ -72,7 +73,7 @@ core_kind!(Secret, "Secret", "SecretList");
 /// its metadata, and every other field as it came.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Object {
-    /// Standard object metadata.
+    /// The object's name, namespace, labels and other metadata.
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: ObjectMeta,
     /// Every other field, `apiVersion` and `kind` among them.

@@ -9,53 +9,57 @@ use serde_json::{Map, Value};
 
 use super::{ApiVersion, KindName, ListableResource, Resource, Time, nullable};
 
-/// ObjectMeta is metadata that all persisted resources must have, which
-/// includes all objects users must create.
+/// The metadata every stored object carries: who it is (name, namespace, uid),
+/// its labels and annotations, and its version and deletion state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
-    /// Annotations is an unstructured key value map stored with a resource that
-    /// may be set by external tools to store and retrieve arbitrary metadata.
+    /// Free-form key/value notes that people and tools attach to the object;
+    /// nothing selects by them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
-    /// CreationTimestamp is a timestamp representing the server time when this
-    /// object was created.
+    /// When the API server stored the object for the first time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<Time>,
-    /// Number of seconds allowed for this object to gracefully terminate before
-    /// it will be removed from the system.
+    /// How many seconds the object is given to shut down once its deletion was
+    /// asked for; edged uses it as a deleted pod's grace period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_grace_period_seconds: Option<i64>,
-    /// DeletionTimestamp is RFC 3339 date and time at which this resource will
-    /// be deleted.
+    /// Set once deletion has been asked for: the time by which the object
+    /// should be gone. edged tears down a pod that has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<Time>,
-    /// Must be empty before the object is deleted from the registry.
+    /// Names of the parties whose cleanup must finish before the server really
+    /// removes the object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalizers: Option<Vec<String>>,
-    /// GenerateName is an optional prefix, used by the server, to generate a
-    /// unique name ONLY IF the Name field has not been provided.
+    /// A prefix the server turns into a unique name, used only when `name` is
+    /// empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_name: Option<String>,
-    /// A sequence number representing a specific generation of the desired
-    /// state.
+    /// A counter the server bumps each time the desired state (the spec)
+    /// changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
-    /// Map of string keys and values that can be used to organize and
-    /// categorize (scope and select) objects.
+    /// Key/value tags by which selectors (services, controllers, ...) pick
+    /// objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
-    /// Name must be unique within a namespace.
+    /// The object's name, which no other object of its kind has in the same
+    /// namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Namespace defines the space within which each name must be unique.
+    /// The namespace the object lives in; unset for cluster-wide kinds such as
+    /// `Node`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// An opaque value that represents the internal version of this object that
-    /// can be used by clients to determine when objects have changed.
+    /// The server's version of the object: an opaque string that changes
+    /// whenever the object does, and that watches and conditional updates refer
+    /// to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
-    /// UID is the unique in time and space value for this object.
+    /// The id the server gave the object, never reused: it tells apart objects
+    /// that had the same name at different times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     /// The fields edgehive does not model, kept as they came.
@@ -63,25 +67,23 @@ pub struct ObjectMeta {
     pub rest: Map<String, Value>,
 }
 
-/// ListMeta describes metadata that synthetic resources must have, including
-/// lists and various status objects.
+/// The metadata of a list (and of a `Status`): its version and where a paged
+/// list goes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListMeta {
-    /// continue may be set if the user set a limit on the number of items
-    /// returned, and indicates that the server has more data available.
+    /// Set when a limit cut the list short: the token to ask for the next page
+    /// with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_: Option<String>,
-    /// remainingItemCount is the number of subsequent items in the list which
-    /// are not included in this list response.
+    /// How many items are left after this page of a paged list, when the server
+    /// can tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining_item_count: Option<i64>,
-    /// String that identifies the server's internal version of this object that
-    /// can be used by clients to determine when objects have changed.
+    /// The server's version of the list, from which a watch can start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
-    /// Deprecated: selfLink is a legacy read-only field that is no longer
-    /// populated by the system.
+    /// Deprecated; the server no longer fills it in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_link: Option<String>,
 }
@@ -101,7 +103,7 @@ pub struct Status {
     /// Extended data about the reason, as the server gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
-    /// A human-readable description of the status.
+    /// What happened, in words for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// List metadata (always written, usually empty).
@@ -110,7 +112,7 @@ pub struct Status {
     /// A machine-readable reason, e.g. `NotFound`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// `Success` or `Failure`.
+    /// `Failure` for an error, `Success` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 }

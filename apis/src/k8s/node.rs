@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::{ApiVersion, KindName, ObjectMeta, Quantity, Time, core_kind, nullable};
 
-/// Node is a worker node in Kubernetes.
+/// A `Node`: a machine that runs pods. For the edge, the node it is itself.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Node {
@@ -18,10 +18,10 @@ pub struct Node {
     /// Always `Node`; checked when read.
     #[serde(default)]
     pub kind: KindName<Node>,
-    /// Standard object's metadata.
+    /// The node's name, labels and annotations.
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: ObjectMeta,
-    /// Most recently observed status of the node.
+    /// What was last reported about the node; edged reports its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<NodeStatus>,
     /// The fields edgehive does not model, kept as they came.
@@ -29,24 +29,28 @@ pub struct Node {
     pub rest: Map<String, Value>,
 }
 
-/// NodeStatus is information about the current status of a node.
+/// The state of a node as reported: resources, addresses, conditions and
+/// machine facts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
-    /// List of addresses reachable to the node.
+    /// The addresses at which the node can be reached (host name, internal and
+    /// external IPs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addresses: Option<Vec<NodeAddress>>,
-    /// Allocatable represents the resources of a node that are available for
-    /// scheduling.
+    /// The part of `capacity` that pods can be scheduled against, by resource
+    /// name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocatable: Option<BTreeMap<String, Quantity>>,
-    /// Capacity represents the total resources of a node.
+    /// Everything the node has (`cpu`, `memory`, `pods`, ...), by resource
+    /// name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<BTreeMap<String, Quantity>>,
-    /// Conditions is an array of current observed node conditions.
+    /// The node's conditions (`Ready` and the pressure conditions) as last
+    /// seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<NodeCondition>>,
-    /// Set of ids/uuids to uniquely identify the node.
+    /// Ids of the machine and versions of its software.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_info: Option<NodeSystemInfo>,
     /// The fields edgehive does not model, kept as they came.
@@ -54,26 +58,27 @@ pub struct NodeStatus {
     pub rest: Map<String, Value>,
 }
 
-/// NodeCondition contains condition information for a node.
+/// One condition of a node, such as `Ready`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCondition {
-    /// Last time we got an update on a given condition.
+    /// When the condition was last reported, changed or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,
-    /// Last time the condition transit from one status to another.
+    /// When the condition's status last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
-    /// Human readable message indicating details about last transition.
+    /// Details of the last change, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// (brief) reason for the condition's last transition.
+    /// A short machine-readable cause of the last change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Status of the condition, one of True, False, Unknown.
+    /// `True` if the condition holds, `False` if not, `Unknown` if that cannot
+    /// be told.
     #[serde(default, deserialize_with = "nullable")]
     pub status: String,
-    /// Type of node condition.
+    /// Which condition this is: `Ready`, `MemoryPressure`, `DiskPressure`, ...
     #[serde(default, deserialize_with = "nullable")]
     pub type_: String,
     /// The fields edgehive does not model, kept as they came.
@@ -81,14 +86,15 @@ pub struct NodeCondition {
     pub rest: Map<String, Value>,
 }
 
-/// NodeAddress contains information for the node's address.
+/// One address of a node, with what kind of address it is.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeAddress {
-    /// The node address.
+    /// The address itself: an IP or a host name.
     #[serde(default, deserialize_with = "nullable")]
     pub address: String,
-    /// Node address type, one of Hostname, ExternalIP or InternalIP.
+    /// What kind of address: `Hostname`, `InternalIP`, `ExternalIP`,
+    /// `InternalDNS` or `ExternalDNS`.
     #[serde(default, deserialize_with = "nullable")]
     pub type_: String,
     /// The fields edgehive does not model, kept as they came.
@@ -96,39 +102,40 @@ pub struct NodeAddress {
     pub rest: Map<String, Value>,
 }
 
-/// NodeSystemInfo is a set of ids/uuids to uniquely identify the node.
+/// Ids of a node's machine and versions of its software, as edged reports them
+/// for its own.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSystemInfo {
-    /// The Architecture reported by the node
+    /// The CPU architecture, as Go names it (`amd64`, `arm64`, ...).
     #[serde(default, deserialize_with = "nullable")]
     pub architecture: String,
-    /// Boot ID reported by the node.
+    /// An id that changes each time the machine boots.
     #[serde(rename = "bootID", default, deserialize_with = "nullable")]
     pub boot_id: String,
-    /// ContainerRuntime Version reported by the node through runtime remote API
-    /// (e.g.
+    /// The container runtime, as `name://version` (`containerd://1.7.2`).
     #[serde(default, deserialize_with = "nullable")]
     pub container_runtime_version: String,
-    /// Kernel Version reported by the node from 'uname -r' (e.g.
+    /// The kernel release, as `uname -r` prints it.
     #[serde(default, deserialize_with = "nullable")]
     pub kernel_version: String,
-    /// Deprecated: KubeProxy Version reported by the node.
+    /// Deprecated; left empty by edged.
     #[serde(default, deserialize_with = "nullable")]
     pub kube_proxy_version: String,
-    /// Kubelet Version reported by the node.
+    /// The version of the node agent, in kubelet's form; edged gives its own.
     #[serde(default, deserialize_with = "nullable")]
     pub kubelet_version: String,
-    /// MachineID reported by the node.
+    /// The machine's id, from `/etc/machine-id`.
     #[serde(rename = "machineID", default, deserialize_with = "nullable")]
     pub machine_id: String,
-    /// The Operating System reported by the node
+    /// The operating system, as Go names it (`linux`, `windows`).
     #[serde(default, deserialize_with = "nullable")]
     pub operating_system: String,
-    /// OS Image reported by the node from /etc/os-release (e.g.
+    /// The OS distribution and release, from `/etc/os-release` (`Debian
+    /// GNU/Linux 12 (bookworm)`).
     #[serde(default, deserialize_with = "nullable")]
     pub os_image: String,
-    /// SystemUUID reported by the node.
+    /// The hardware's UUID, as its firmware gives it.
     #[serde(rename = "systemUUID", default, deserialize_with = "nullable")]
     pub system_uuid: String,
     /// The fields edgehive does not model, kept as they came.

@@ -11,7 +11,7 @@ use super::{
 };
 use super::{ObjectFieldSelector, ResourceFieldSelector};
 
-/// Pod is a collection of containers that can run on a host.
+/// A `Pod`: containers that run together on one node, and what edged runs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pod {
@@ -21,13 +21,14 @@ pub struct Pod {
     /// Always `Pod`; checked when read.
     #[serde(default)]
     pub kind: KindName<Pod>,
-    /// Standard object's metadata.
+    /// The pod's name, namespace, uid, labels and annotations.
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: ObjectMeta,
-    /// Specification of the desired behavior of the pod.
+    /// What is to run: the containers, volumes and settings edged acts on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<PodSpec>,
-    /// Most recently observed status of the pod.
+    /// What the pod is doing, as last reported; edged reports it for the pods
+    /// it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
     /// The fields edgehive does not model, kept as they came.
@@ -35,41 +36,44 @@ pub struct Pod {
     pub rest: Map<String, Value>,
 }
 
-/// PodSpec is a description of a pod.
+/// What a pod runs and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpec {
-    /// List of containers belonging to the pod.
+    /// The pod's containers, run side by side.
     #[serde(default, deserialize_with = "nullable")]
     pub containers: Vec<Container>,
-    /// Host networking requested for this pod.
+    /// Whether the pod uses the node's network namespace rather than one of its
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_network: Option<bool>,
-    /// The pod's hostname; a system-defined value if unset.
+    /// The host name inside the pod; the pod's name if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
-    /// ImagePullSecrets is an optional list of references to secrets in the
-    /// same namespace to use for pulling any of the images used by this
-    /// PodSpec.
+    /// Secrets (in the pod's namespace) holding registry credentials for
+    /// pulling the pod's images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
-    /// List of initialization containers belonging to the pod.
+    /// Containers run one after another, each until it succeeds, before
+    /// `containers` start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_containers: Option<Vec<Container>>,
-    /// NodeName indicates in which node this pod is scheduled.
+    /// The node the pod is bound to; edged runs the pods bound to its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
-    /// Restart policy for all containers within the pod.
+    /// When an exited container is started again: `Always` (the default),
+    /// `OnFailure` or `Never`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
-    /// ServiceAccountName is the name of the ServiceAccount to use to run this
-    /// pod.
+    /// The service account the pod runs as; its tokens are the ones projected
+    /// into the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Optional duration in seconds the pod needs to terminate gracefully.
+    /// Seconds a container has to stop after the stop signal before it is
+    /// killed; 30 if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
-    /// List of volumes that can be mounted by containers belonging to the pod.
+    /// The volumes the pod's containers can mount, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes: Option<Vec<Volume>>,
     /// The fields edgehive does not model, kept as they came.
@@ -77,12 +81,11 @@ pub struct PodSpec {
     pub rest: Map<String, Value>,
 }
 
-/// LocalObjectReference contains enough information to let you locate the
-/// referenced object inside the same namespace.
+/// Names an object in the same namespace.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalObjectReference {
-    /// Name of the referent.
+    /// The object's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
     /// The fields edgehive does not model, kept as they came.
@@ -90,62 +93,68 @@ pub struct LocalObjectReference {
     pub rest: Map<String, Value>,
 }
 
-/// A single application container that you want to run within a pod.
+/// One container of a pod: what edged asks the CRI runtime to create and start.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Container {
-    /// Arguments to the entrypoint.
+    /// Arguments to the command; the image's `CMD` if unset. `$(VAR)` is
+    /// replaced by the container's variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
-    /// Entrypoint array.
+    /// The command to run instead of the image's `ENTRYPOINT`; not run in a
+    /// shell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    /// List of environment variables to set in the container.
+    /// Variables for the container's environment; they win over `env_from` on a
+    /// clash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
-    /// List of sources to populate environment variables in the container.
+    /// ConfigMaps and secrets whose every key becomes an environment variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_from: Option<Vec<EnvFromSource>>,
-    /// Container image name.
+    /// The image edged pulls for this container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// Image pull policy.
+    /// When edged pulls the image: `Always`, `IfNotPresent` or `Never`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
-    /// Periodic probe of container liveness.
+    /// The check that tells whether the container is alive; edged restarts the
+    /// container when it fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub liveness_probe: Option<Probe>,
-    /// Name of the container specified as a DNS_LABEL.
+    /// The container's name: a DNS label, unique in the pod.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// List of ports to expose from the container.
+    /// The ports the container serves; informational, except for host port
+    /// mappings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<ContainerPort>>,
-    /// Periodic probe of container service readiness.
+    /// The check that tells whether the container can take requests; while it
+    /// fails, the pod is not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness_probe: Option<Probe>,
-    /// Compute Resources required by this container.
+    /// The CPU, memory and other resources the container asks for and may use
+    /// at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// StartupProbe indicates that the Pod has successfully initialized.
+    /// The check that tells whether the container has finished starting; the
+    /// other probes wait until it passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_probe: Option<Probe>,
-    /// Whether this container should allocate a buffer for stdin in the
-    /// container runtime.
+    /// Whether the runtime keeps a stdin buffer for the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<bool>,
-    /// Whether the container runtime should close the stdin channel after it
-    /// has been opened by a single attach.
+    /// Whether the container's stdin is closed when the first attached client
+    /// leaves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_once: Option<bool>,
-    /// Whether this container should allocate a TTY for itself, also requires
-    /// 'stdin' to be true.
+    /// Whether the container gets a terminal (`stdin` must be set too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tty: Option<bool>,
-    /// Pod volumes to mount into the container's filesystem.
+    /// Where the pod's volumes appear inside the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mounts: Option<Vec<VolumeMount>>,
-    /// Container's working directory.
+    /// The directory the command starts in; the image's own if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
     /// The fields edgehive does not model, kept as they came.
@@ -153,17 +162,17 @@ pub struct Container {
     pub rest: Map<String, Value>,
 }
 
-/// EnvVar represents an environment variable present in a Container.
+/// One environment variable of a container.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvVar {
-    /// Name of the environment variable.
+    /// The variable's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
     /// The variable's value (`$(VAR_NAME)` references expanded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
-    /// Source for the environment variable's value.
+    /// Where the value comes from, when `value` is not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_from: Option<EnvVarSource>,
     /// The fields edgehive does not model, kept as they came.
@@ -171,22 +180,22 @@ pub struct EnvVar {
     pub rest: Map<String, Value>,
 }
 
-/// EnvVarSource represents a source for the value of an EnvVar.
+/// Where an environment variable's value is read from: one of these is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvVarSource {
-    /// Selects a key of a ConfigMap.
+    /// A key of a ConfigMap in the pod's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_key_ref: Option<ConfigMapKeySelector>,
-    /// Selects a field of the pod (`metadata.name`, `spec.nodeName`,
-    /// `status.podIP`, ...).
+    /// A field of the pod (`metadata.name`, `spec.nodeName`, `status.podIP`,
+    /// ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_ref: Option<ObjectFieldSelector>,
-    /// Selects a resource limit or request of the container (`limits.cpu`,
+    /// A resource limit or request of the container (`limits.cpu`,
     /// `requests.memory`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_field_ref: Option<ResourceFieldSelector>,
-    /// Selects a key of a secret in the pod's namespace
+    /// A key of one of the pod namespace's secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_key_ref: Option<SecretKeySelector>,
     /// The fields edgehive does not model, kept as they came.
@@ -194,17 +203,17 @@ pub struct EnvVarSource {
     pub rest: Map<String, Value>,
 }
 
-/// Selects a key from a ConfigMap.
+/// Picks one key of a ConfigMap.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapKeySelector {
-    /// The key to select.
+    /// The key whose value is taken.
     #[serde(default, deserialize_with = "nullable")]
     pub key: String,
-    /// Name of the referent.
+    /// The ConfigMap's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// Specify whether the ConfigMap or its key must be defined
+    /// If true, a missing ConfigMap or key is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -212,17 +221,17 @@ pub struct ConfigMapKeySelector {
     pub rest: Map<String, Value>,
 }
 
-/// SecretKeySelector selects a key of a Secret.
+/// Picks one key of a secret.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeySelector {
-    /// The key of the secret to select from.
+    /// The key whose value is taken.
     #[serde(default, deserialize_with = "nullable")]
     pub key: String,
-    /// Name of the referent.
+    /// The secret's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// Specify whether the Secret or its key must be defined
+    /// If true, a missing secret or key is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -230,17 +239,17 @@ pub struct SecretKeySelector {
     pub rest: Map<String, Value>,
 }
 
-/// EnvFromSource represents the source of a set of ConfigMaps or Secrets
+/// A ConfigMap or secret whose keys all become environment variables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvFromSource {
-    /// The ConfigMap to select from
+    /// The ConfigMap to take variables from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_ref: Option<ConfigMapEnvSource>,
-    /// Optional text to prepend to the name of each environment variable.
+    /// A string put before the name of every variable taken from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
-    /// The Secret to select from
+    /// The secret to take variables from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretEnvSource>,
     /// The fields edgehive does not model, kept as they came.
@@ -248,15 +257,14 @@ pub struct EnvFromSource {
     pub rest: Map<String, Value>,
 }
 
-/// ConfigMapEnvSource selects a ConfigMap to populate the environment variables
-/// with.
+/// The ConfigMap an `env_from` entry reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapEnvSource {
-    /// Name of the referent.
+    /// The ConfigMap's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// Specify whether the ConfigMap must be defined
+    /// If true, a missing ConfigMap is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -264,14 +272,14 @@ pub struct ConfigMapEnvSource {
     pub rest: Map<String, Value>,
 }
 
-/// SecretEnvSource selects a Secret to populate the environment variables with.
+/// The secret an `env_from` entry reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretEnvSource {
-    /// Name of the referent.
+    /// The secret's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// Specify whether the Secret must be defined
+    /// If true, a missing secret is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -279,23 +287,25 @@ pub struct SecretEnvSource {
     pub rest: Map<String, Value>,
 }
 
-/// ContainerPort represents a network port in a single container.
+/// A port a container listens on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerPort {
-    /// Number of port to expose on the pod's IP address.
+    /// The port number inside the container, on the pod's IP.
     #[serde(default, deserialize_with = "nullable")]
     pub container_port: i32,
-    /// What host IP to bind the external port to.
+    /// The host address a `host_port` is bound on.
     #[serde(rename = "hostIP", default, skip_serializing_if = "Option::is_none")]
     pub host_ip: Option<String>,
-    /// Number of port to expose on the host.
+    /// A port of the node passed through to `container_port`; with host
+    /// networking, the same number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_port: Option<i32>,
-    /// If specified, this must be an IANA_SVC_NAME and unique within the pod.
+    /// A name for the port (an IANA service name, unique in the pod) by which
+    /// probes and services can refer to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Protocol for port.
+    /// `TCP` (the default), `UDP` or `SCTP`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
     /// The fields edgehive does not model, kept as they came.
@@ -303,14 +313,15 @@ pub struct ContainerPort {
     pub rest: Map<String, Value>,
 }
 
-/// ResourceRequirements describes the compute resource requirements.
+/// The compute resources a container asks for and is held to.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRequirements {
-    /// Limits describes the maximum amount of compute resources allowed.
+    /// The most the container may use, by resource (`cpu`, `memory`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<BTreeMap<String, Quantity>>,
-    /// Requests describes the minimum amount of compute resources required.
+    /// What the container is scheduled by and guaranteed, by resource; where
+    /// unset, the same as `limits`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<BTreeMap<String, Quantity>>,
     /// The fields edgehive does not model, kept as they came.
@@ -318,21 +329,20 @@ pub struct ResourceRequirements {
     pub rest: Map<String, Value>,
 }
 
-/// VolumeMount describes a mounting of a Volume within a container.
+/// Where a pod volume appears in a container.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeMount {
-    /// Path within the container at which the volume should be mounted.
+    /// The path in the container where the volume is mounted.
     #[serde(default, deserialize_with = "nullable")]
     pub mount_path: String,
-    /// This must match the Name of a Volume.
+    /// The name of the pod volume to mount.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// Mounted read-only if true, read-write otherwise (false or unspecified).
+    /// Whether the container sees the volume read-only; read-write if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
-    /// Path within the volume from which the container's volume should be
-    /// mounted.
+    /// A path inside the volume to mount instead of its root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_path: Option<String>,
     /// The fields edgehive does not model, kept as they came.

@@ -6,43 +6,41 @@ use serde_json::{Map, Value};
 
 use super::{Time, nullable};
 
-/// PodStatus represents information about the status of a pod.
+/// What is known of a pod's state; edged reports it for the pods it runs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStatus {
-    /// Current service state of pod.
+    /// The pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`,
+    /// `Ready`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<PodCondition>>,
-    /// Statuses of containers in this pod.
+    /// One status for each container of the spec's `containers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_statuses: Option<Vec<ContainerStatus>>,
-    /// hostIP holds the IP address of the host to which the pod is assigned.
+    /// The IP of the node the pod runs on.
     #[serde(rename = "hostIP", default, skip_serializing_if = "Option::is_none")]
     pub host_ip: Option<String>,
-    /// Statuses of init containers in this pod.
+    /// One status for each init container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container_statuses: Option<Vec<ContainerStatus>>,
-    /// A human readable message indicating details about why the pod is in this
-    /// condition.
+    /// Why the pod is in its current state, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// The phase of a Pod is a simple, high-level summary of where the Pod is
-    /// in its lifecycle.
+    /// Where the pod is in its life: `Pending`, `Running`, `Succeeded`,
+    /// `Failed` or `Unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// podIP address allocated to the pod.
+    /// The pod's IP address, once it has one.
     #[serde(rename = "podIP", default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
     /// The pod's Quality of Service class (`Guaranteed`, `Burstable`,
     /// `BestEffort`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos_class: Option<String>,
-    /// A brief CamelCase message indicating details about why the pod is in
-    /// this state.
+    /// A short CamelCase cause of the current state (`Evicted`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// RFC 3339 date and time at which the object was acknowledged by the
-    /// Kubelet.
+    /// When the node (edged, for us) took the pod on, before pulling any image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     /// The fields edgehive does not model, kept as they came.
@@ -50,26 +48,28 @@ pub struct PodStatus {
     pub rest: Map<String, Value>,
 }
 
-/// PodCondition contains details for the current condition of this pod.
+/// One condition of a pod, such as `Ready`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodCondition {
-    /// Last time we probed the condition.
+    /// When the condition was last checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
-    /// Last time the condition transitioned from one status to another.
+    /// When the condition's status last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
-    /// Human-readable message indicating details about last transition.
+    /// Details of the last change, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Unique, one-word, CamelCase reason for the condition's last transition.
+    /// A one-word CamelCase cause of the last change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Status is the status of the condition.
+    /// `True` if the condition holds, `False` if not, `Unknown` if that cannot
+    /// be told.
     #[serde(default, deserialize_with = "nullable")]
     pub status: String,
-    /// Type is the type of the condition.
+    /// Which condition: `PodScheduled`, `Initialized`, `ContainersReady`,
+    /// `Ready`, ...
     #[serde(default, deserialize_with = "nullable")]
     pub type_: String,
     /// The fields edgehive does not model, kept as they came.
@@ -77,43 +77,43 @@ pub struct PodCondition {
     pub rest: Map<String, Value>,
 }
 
-/// ContainerStatus contains details for the current status of this container.
+/// What is known of one container of a pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
-    /// ContainerID is the ID of the container in the format
-    /// '\<type\>://\<container_id\>'.
+    /// The runtime's id for the container, as `runtime://id`
+    /// (`containerd://...`).
     #[serde(
         rename = "containerID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub container_id: Option<String>,
-    /// Image is the name of container image that the container is running.
+    /// The image the container runs, as the runtime names it.
     #[serde(default, deserialize_with = "nullable")]
     pub image: String,
-    /// ImageID is the image ID of the container's image.
+    /// The id (digest) of the image the container runs.
     #[serde(rename = "imageID", default, deserialize_with = "nullable")]
     pub image_id: String,
-    /// LastTerminationState holds the last termination state of the container
-    /// to help debug container crashes and restarts.
+    /// How the container's previous run ended, if it has been restarted: the
+    /// clue to a crash loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_state: Option<ContainerState>,
-    /// Name is a DNS_LABEL representing the unique name of the container.
+    /// The container's name, as in the pod's spec.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// Ready specifies whether the container is currently passing its readiness
-    /// check.
+    /// Whether the container passes its readiness probe (or, without one, is
+    /// running).
     #[serde(default, deserialize_with = "nullable")]
     pub ready: bool,
-    /// RestartCount holds the number of times the container has been restarted.
+    /// How many times the container has been started again.
     #[serde(default, deserialize_with = "nullable")]
     pub restart_count: i32,
-    /// Started indicates whether the container has finished its postStart
-    /// lifecycle hook and passed its startup probe.
+    /// Whether the container has passed its startup probe and run its
+    /// `postStart` hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
-    /// State holds details about the container's current condition.
+    /// What the container is doing now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<ContainerState>,
     /// The fields edgehive does not model, kept as they came.
@@ -121,17 +121,17 @@ pub struct ContainerStatus {
     pub rest: Map<String, Value>,
 }
 
-/// ContainerState holds a possible state of container.
+/// The state a container is in: one of the three is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerState {
-    /// Details about a running container
+    /// Set while the container runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<ContainerStateRunning>,
-    /// Details about a terminated container
+    /// Set once the container has exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminated: Option<ContainerStateTerminated>,
-    /// Details about a waiting container
+    /// Set while the container cannot run yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<ContainerStateWaiting>,
     /// The fields edgehive does not model, kept as they came.
@@ -139,11 +139,11 @@ pub struct ContainerState {
     pub rest: Map<String, Value>,
 }
 
-/// ContainerStateRunning is a running state of a container.
+/// A container that is running.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStateRunning {
-    /// Time at which the container was last (re-)started
+    /// When the container last started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     /// The fields edgehive does not model, kept as they came.
@@ -151,33 +151,33 @@ pub struct ContainerStateRunning {
     pub rest: Map<String, Value>,
 }
 
-/// ContainerStateTerminated is a terminated state of a container.
+/// A container that has exited.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStateTerminated {
-    /// Container's ID in the format '\<type\>://\<container_id\>'
+    /// The runtime's id for the container, as `runtime://id`.
     #[serde(
         rename = "containerID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub container_id: Option<String>,
-    /// Exit status from the last termination of the container
+    /// The code the container exited with.
     #[serde(default, deserialize_with = "nullable")]
     pub exit_code: i32,
-    /// Time at which the container last terminated
+    /// When the container exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
-    /// Message regarding the last termination of the container
+    /// What happened, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// (brief) reason from the last termination of the container
+    /// A short cause (`Completed`, `Error`, `OOMKilled`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Signal from the last termination of the container
+    /// The signal that ended the container, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
-    /// Time at which previous execution of the container started
+    /// When this run of the container started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     /// The fields edgehive does not model, kept as they came.
@@ -185,14 +185,15 @@ pub struct ContainerStateTerminated {
     pub rest: Map<String, Value>,
 }
 
-/// ContainerStateWaiting is a waiting state of a container.
+/// A container that does not run yet.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStateWaiting {
-    /// Message regarding why the container is not yet running.
+    /// Why not, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// (brief) reason the container is not yet running.
+    /// A short cause (`ContainerCreating`, `ImagePullBackOff`,
+    /// `CrashLoopBackOff`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The fields edgehive does not model, kept as they came.

@@ -6,43 +6,42 @@ use serde_json::{Map, Value};
 
 use super::{IntOrString, nullable};
 
-/// Probe describes a health check to be performed against a container to
-/// determine whether it is alive or ready to receive traffic.
+/// A check edged runs on a container, by one of four means: a command, an HTTP
+/// GET, a TCP connect or a gRPC health check.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Probe {
-    /// Exec specifies a command to execute in the container.
+    /// Run a command in the container; exit status 0 passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecAction>,
-    /// Minimum consecutive failures for the probe to be considered failed after
-    /// having succeeded.
+    /// How many failures in a row, after a pass, make the probe fail; 3 if
+    /// unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_threshold: Option<i32>,
-    /// GRPC specifies a GRPC HealthCheckRequest.
+    /// Ask the container's gRPC health service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc: Option<GRPCAction>,
-    /// HTTPGet specifies an HTTP GET request to perform.
+    /// Send an HTTP GET; a status from 200 to 399 passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_get: Option<HTTPGetAction>,
-    /// Number of seconds after the container has started before liveness probes
-    /// are initiated.
+    /// Seconds to wait after the container starts before the first check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_delay_seconds: Option<i32>,
-    /// How often (in seconds) to perform the probe.
+    /// Seconds between checks; 10 if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period_seconds: Option<i32>,
-    /// Minimum consecutive successes for the probe to be considered successful
-    /// after having failed.
+    /// How many passes in a row, after a failure, make the probe pass; 1 if
+    /// unset, and always 1 for liveness and startup probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_threshold: Option<i32>,
-    /// TCPSocket specifies a connection to a TCP port.
+    /// Open a TCP connection; connecting passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_socket: Option<TCPSocketAction>,
-    /// Optional duration in seconds the pod needs to terminate gracefully upon
-    /// probe failure.
+    /// For liveness and startup probes: the grace period to stop the container
+    /// with when the probe fails, in place of the pod's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
-    /// Number of seconds after which the probe times out.
+    /// Seconds a check may take before it counts as failed; 1 if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<i32>,
     /// The fields edgehive does not model, kept as they came.
@@ -50,12 +49,12 @@ pub struct Probe {
     pub rest: Map<String, Value>,
 }
 
-/// ExecAction describes a "run in container" action.
+/// A probe that runs a command in the container.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecAction {
-    /// Command is the command line to execute inside the container, the working
-    /// directory for the command  is root ('/') in the container's filesystem.
+    /// The command and its arguments, run as is (no shell) with `/` as working
+    /// directory; exit status 0 is healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     /// The fields edgehive does not model, kept as they came.
@@ -63,23 +62,23 @@ pub struct ExecAction {
     pub rest: Map<String, Value>,
 }
 
-/// HTTPGetAction describes an action based on HTTP Get requests.
+/// A probe by HTTP GET.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HTTPGetAction {
-    /// Host name to connect to, defaults to the pod IP.
+    /// The host to connect to; the pod's IP if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// Custom headers to set in the request.
+    /// Extra headers to send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_headers: Option<Vec<HTTPHeader>>,
-    /// Path to access on the HTTP server.
+    /// The path to ask for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// Name or number of the port to access on the container.
+    /// The container's port, by number or by name.
     #[serde(default, deserialize_with = "nullable")]
     pub port: IntOrString,
-    /// Scheme to use for connecting to the host.
+    /// `HTTP` (the default) or `HTTPS`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheme: Option<String>,
     /// The fields edgehive does not model, kept as they came.
@@ -87,14 +86,14 @@ pub struct HTTPGetAction {
     pub rest: Map<String, Value>,
 }
 
-/// HTTPHeader describes a custom header to be used in HTTP probes
+/// A header an HTTP probe sends.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HTTPHeader {
-    /// The header field name.
+    /// The header's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// The header field value
+    /// The header's value.
     #[serde(default, deserialize_with = "nullable")]
     pub value: String,
     /// The fields edgehive does not model, kept as they came.
@@ -102,14 +101,14 @@ pub struct HTTPHeader {
     pub rest: Map<String, Value>,
 }
 
-/// TCPSocketAction describes an action based on opening a socket
+/// A probe that opens a TCP connection.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TCPSocketAction {
-    /// Optional: Host name to connect to, defaults to the pod IP.
+    /// The host to connect to; the pod's IP if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// Number or name of the port to access on the container.
+    /// The container's port, by number or by name.
     #[serde(default, deserialize_with = "nullable")]
     pub port: IntOrString,
     /// The fields edgehive does not model, kept as they came.
@@ -117,11 +116,11 @@ pub struct TCPSocketAction {
     pub rest: Map<String, Value>,
 }
 
-/// GRPCAction specifies an action involving a GRPC service.
+/// A probe by gRPC health check.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GRPCAction {
-    /// Port number of the gRPC service.
+    /// The port the container's gRPC server listens on.
     #[serde(default, deserialize_with = "nullable")]
     pub port: i32,
     /// The service to name in the gRPC `HealthCheckRequest` (gRPC's health

@@ -7,37 +7,35 @@ use serde_json::{Map, Value};
 
 use super::{Quantity, nullable};
 
-/// Volume represents a named volume in a pod that may be accessed by any
-/// container in the pod.
+/// A named volume of a pod, which its containers can mount; one source is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Volume {
-    /// configMap represents a configMap that should populate this volume
+    /// Files made from the keys of a ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapVolumeSource>,
-    /// downwardAPI represents downward API about the pod that should populate
-    /// this volume
+    /// Files holding facts about the pod (name, labels, annotations, ...).
     #[serde(
         rename = "downwardAPI",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub downward_api: Option<DownwardAPIVolumeSource>,
-    /// emptyDir represents a temporary directory that shares a pod's lifetime.
+    /// An empty directory made for the pod and removed with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub empty_dir: Option<EmptyDirVolumeSource>,
-    /// hostPath represents a pre-existing file or directory on the host machine
-    /// that is directly exposed to the container.
+    /// A file or directory of the node itself, handed through to the
+    /// containers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<HostPathVolumeSource>,
-    /// name of the volume.
+    /// The volume's name, by which mounts refer to it.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// projected items for all in one resources secrets, configmaps, and
-    /// downward API
+    /// Several sources (ConfigMaps, secrets, pod facts, tokens) in one
+    /// directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projected: Option<ProjectedVolumeSource>,
-    /// secret represents a secret that should populate this volume.
+    /// Files made from the keys of a secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretVolumeSource>,
     /// The fields edgehive does not model, kept as they came.
@@ -45,22 +43,22 @@ pub struct Volume {
     pub rest: Map<String, Value>,
 }
 
-/// Adapts a ConfigMap into a volume.
+/// A volume of files made from a ConfigMap's keys.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapVolumeSource {
-    /// defaultMode is optional: mode bits used to set permissions on created
-    /// files by default.
+    /// Permission bits for the files (0644 if unset), unless an item sets its
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_mode: Option<i32>,
     /// Which keys become which files; every key, as a file of its name, if
     /// unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<KeyToPath>>,
-    /// Name of the referent.
+    /// The ConfigMap's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// optional specify whether the ConfigMap or its keys must be defined
+    /// If true, a missing ConfigMap or key is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -68,22 +66,22 @@ pub struct ConfigMapVolumeSource {
     pub rest: Map<String, Value>,
 }
 
-/// Adapts a Secret into a volume.
+/// A volume of files made from a secret's keys.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretVolumeSource {
-    /// defaultMode is Optional: mode bits used to set permissions on created
-    /// files by default.
+    /// Permission bits for the files (0644 if unset), unless an item sets its
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_mode: Option<i32>,
     /// Which keys become which files; every key, as a file of its name, if
     /// unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<KeyToPath>>,
-    /// optional field specify whether the Secret or its keys must be defined
+    /// If true, a missing secret or key is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
-    /// secretName is the name of the secret in the pod's namespace to use.
+    /// The secret's name, in the pod's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
     /// The fields edgehive does not model, kept as they came.
@@ -91,16 +89,15 @@ pub struct SecretVolumeSource {
     pub rest: Map<String, Value>,
 }
 
-/// Represents an empty directory for a pod.
+/// An empty directory that lives as long as the pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EmptyDirVolumeSource {
-    /// medium represents what type of storage medium should back this
-    /// directory.
+    /// What holds the directory: `""` (the default) for the node's disk,
+    /// `Memory` for a tmpfs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub medium: Option<String>,
-    /// sizeLimit is the total amount of local storage required for this
-    /// EmptyDir volume.
+    /// The most local storage the directory may take up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_limit: Option<Quantity>,
     /// The fields edgehive does not model, kept as they came.
@@ -108,11 +105,11 @@ pub struct EmptyDirVolumeSource {
     pub rest: Map<String, Value>,
 }
 
-/// Represents a host path mapped into a pod.
+/// A path on the node, mounted into the pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostPathVolumeSource {
-    /// path of the directory on the host.
+    /// The path on the node.
     #[serde(default, deserialize_with = "nullable")]
     pub path: String,
     /// The type of the host path (`Directory`, `DirectoryOrCreate`, ...); `""`
@@ -124,15 +121,15 @@ pub struct HostPathVolumeSource {
     pub rest: Map<String, Value>,
 }
 
-/// Represents a projected volume source
+/// A volume that puts several sources together in one directory.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProjectedVolumeSource {
-    /// defaultMode are the mode bits used to set permissions on created files
-    /// by default.
+    /// Permission bits for the files (0644 if unset), unless an item sets its
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_mode: Option<i32>,
-    /// sources is the list of volume projections.
+    /// The sources, each written into the directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<VolumeProjection>>,
     /// The fields edgehive does not model, kept as they came.
@@ -140,25 +137,24 @@ pub struct ProjectedVolumeSource {
     pub rest: Map<String, Value>,
 }
 
-/// Projection that may be projected along with other supported volume types.
+/// One source of a projected volume; one field is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeProjection {
-    /// configMap information about the configMap data to project
+    /// Keys of a ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapProjection>,
-    /// downwardAPI information about the downwardAPI data to project
+    /// Facts about the pod.
     #[serde(
         rename = "downwardAPI",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub downward_api: Option<DownwardAPIProjection>,
-    /// secret information about the secret data to project
+    /// Keys of a secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretProjection>,
-    /// serviceAccountToken is information about the serviceAccountToken data to
-    /// project
+    /// A token for the pod's service account, as the cloud issued it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_token: Option<ServiceAccountTokenProjection>,
     /// The fields edgehive does not model, kept as they came.
@@ -166,7 +162,7 @@ pub struct VolumeProjection {
     pub rest: Map<String, Value>,
 }
 
-/// Adapts a ConfigMap into a projected volume.
+/// ConfigMap keys as files of a projected volume.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapProjection {
@@ -174,10 +170,10 @@ pub struct ConfigMapProjection {
     /// unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<KeyToPath>>,
-    /// Name of the referent.
+    /// The ConfigMap's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// optional specify whether the ConfigMap or its keys must be defined
+    /// If true, a missing ConfigMap or key is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -185,7 +181,7 @@ pub struct ConfigMapProjection {
     pub rest: Map<String, Value>,
 }
 
-/// Adapts a secret into a projected volume.
+/// Secret keys as files of a projected volume.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretProjection {
@@ -193,10 +189,10 @@ pub struct SecretProjection {
     /// unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<KeyToPath>>,
-    /// Name of the referent.
+    /// The secret's name.
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// optional field specify whether the Secret or its key must be defined
+    /// If true, a missing secret or key is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
     /// The fields edgehive does not model, kept as they came.
@@ -204,11 +200,11 @@ pub struct SecretProjection {
     pub rest: Map<String, Value>,
 }
 
-/// Represents downward API info for projecting into a projected volume.
+/// Facts about the pod as files of a projected volume.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DownwardAPIProjection {
-    /// Items is a list of DownwardAPIVolume file
+    /// The files, and what each one holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<DownwardAPIVolumeFile>>,
     /// The fields edgehive does not model, kept as they came.
@@ -216,14 +212,15 @@ pub struct DownwardAPIProjection {
     pub rest: Map<String, Value>,
 }
 
-/// DownwardAPIVolumeSource represents a volume containing downward API info.
+/// A volume of files holding facts about the pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DownwardAPIVolumeSource {
-    /// Optional: mode bits to use on created files by default.
+    /// Permission bits for the files (0644 if unset), unless an item sets its
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_mode: Option<i32>,
-    /// Items is a list of downward API volume file
+    /// The files, and what each one holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<DownwardAPIVolumeFile>>,
     /// The fields edgehive does not model, kept as they came.
@@ -231,25 +228,24 @@ pub struct DownwardAPIVolumeSource {
     pub rest: Map<String, Value>,
 }
 
-/// DownwardAPIVolumeFile represents information to create the file containing
-/// the pod field
+/// One file of a downward API volume, and the fact it holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DownwardAPIVolumeFile {
-    /// Required: Selects a field of the pod: only annotations, labels, name,
-    /// namespace and uid are supported.
+    /// The pod field to write: `metadata.name`, `metadata.namespace`,
+    /// `metadata.uid`, `metadata.labels` or `metadata.annotations` (or one
+    /// label or annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_ref: Option<ObjectFieldSelector>,
-    /// Optional: mode bits used to set permissions on this file, must be an
-    /// octal value between 0000 and 0777 or a decimal value between 0 and 511.
+    /// Permission bits for this file (0 to 0777); the volume's default if
+    /// unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<i32>,
-    /// Required: Path is  the relative path name of the file to be created.
+    /// The file's path, relative to the volume's root.
     #[serde(default, deserialize_with = "nullable")]
     pub path: String,
-    /// Selects a resource of the container: only resources limits and requests
-    /// (limits.cpu, limits.memory, requests.cpu and requests.memory) are
-    /// currently supported.
+    /// A container's limit or request to write (`limits.cpu`,
+    /// `requests.memory`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_field_ref: Option<ResourceFieldSelector>,
     /// The fields edgehive does not model, kept as they came.
@@ -257,15 +253,14 @@ pub struct DownwardAPIVolumeFile {
     pub rest: Map<String, Value>,
 }
 
-/// ObjectFieldSelector selects an APIVersioned field of an object.
+/// Points at a field of an object (for us, of the pod).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectFieldSelector {
-    /// Version of the schema the FieldPath is written in terms of, defaults to
-    /// "v1".
+    /// The API version the path is meant in; `v1` if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
-    /// Path of the field to select in the specified API version.
+    /// The field's path, such as `metadata.name`.
     #[serde(default, deserialize_with = "nullable")]
     pub field_path: String,
     /// The fields edgehive does not model, kept as they came.
@@ -273,18 +268,19 @@ pub struct ObjectFieldSelector {
     pub rest: Map<String, Value>,
 }
 
-/// ResourceFieldSelector represents container resources (cpu, memory) and their
-/// output format
+/// Points at a resource limit or request of a container, and the unit to give
+/// it in.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceFieldSelector {
-    /// Container name: required for volumes, optional for env vars
+    /// The container; needed in a volume, the variable's own container if unset
+    /// in an environment variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_name: Option<String>,
-    /// Specifies the output format of the exposed resources, defaults to "1"
+    /// The unit the value is given in (`1m`, `1Mi`, ...); `1` if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub divisor: Option<Quantity>,
-    /// Required: resource to select
+    /// The limit or request to read: `limits.cpu`, `requests.memory`, ...
     #[serde(default, deserialize_with = "nullable")]
     pub resource: String,
     /// The fields edgehive does not model, kept as they came.
@@ -292,20 +288,18 @@ pub struct ResourceFieldSelector {
     pub rest: Map<String, Value>,
 }
 
-/// ServiceAccountTokenProjection represents a projected service account token
-/// volume.
+/// A service account token written into a projected volume.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceAccountTokenProjection {
-    /// audience is the intended audience of the token.
+    /// Whom the token is meant for; the API server if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
-    /// expirationSeconds is the requested duration of validity of the service
-    /// account token.
+    /// How long the token is asked to last (an hour if unset, ten minutes at
+    /// least).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiration_seconds: Option<i64>,
-    /// path is the path relative to the mount point of the file to project the
-    /// token into.
+    /// The file the token goes into, relative to the mount point.
     #[serde(default, deserialize_with = "nullable")]
     pub path: String,
     /// The fields edgehive does not model, kept as they came.
@@ -313,17 +307,17 @@ pub struct ServiceAccountTokenProjection {
     pub rest: Map<String, Value>,
 }
 
-/// Maps a string key to a path within a volume.
+/// Which file a key of a ConfigMap or secret becomes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyToPath {
-    /// key is the key to project.
+    /// The key to write.
     #[serde(default, deserialize_with = "nullable")]
     pub key: String,
-    /// mode is Optional: mode bits used to set permissions on this file.
+    /// Permission bits for this file; the volume's default if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<i32>,
-    /// path is the relative path of the file to map the key to.
+    /// The file's path, relative to the volume's root (no `..`).
     #[serde(default, deserialize_with = "nullable")]
     pub path: String,
     /// The fields edgehive does not model, kept as they came.
