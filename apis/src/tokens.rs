@@ -229,12 +229,8 @@ pub enum AnswerError {
 /// The `status` (`token`, `expirationTimestamp`) of the cloud's answer to
 /// a token question, or why there is none.
 pub fn answered(reply: &Message) -> Result<Value, AnswerError> {
-    if reply.operation() == operation::ERROR {
-        let reason = match reply.content() {
-            Value::String(reason) => reason.clone(),
-            other => other.to_string(),
-        };
-        return Err(AnswerError::Refused(reason));
+    if let Some(refused) = reply.failure() {
+        return Err(AnswerError::Refused(refused.reason));
     }
     // A KubeEdge cloud may send the object as JSON text.
     let parsed;

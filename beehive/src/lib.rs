@@ -45,7 +45,7 @@ pub use error::Error;
 pub use hive::{
     Hive, HiveStats, ModuleInfo, ResponseOutcome, Sending, ShutdownReport, StartOutcome,
 };
-pub use message::{Header, IntoRouteName, Message, MessageError, Router};
+pub use message::{Failure, Header, IntoRouteName, Message, MessageError, Router};
 pub use module::{Module, ModuleError};
 pub use smol_str::SmolStr;
 pub use uuid::Uuid;

@@ -107,6 +107,37 @@ impl IntoRouteName for &String {
     }
 }
 
+/// Why a request was not done, as an `error` response says it: the one
+/// shape of a failure between modules ([`Message::failed`] writes it,
+/// [`Message::failure`] reads it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Failure {
+    /// What went wrong, for people and logs.
+    pub reason: String,
+    /// Whether the request may succeed if made again (a store that failed
+    /// to commit), unlike a refusal, which is final.
+    pub retryable: bool,
+}
+
+impl Failure {
+    /// A final refusal: asking again cannot help.
+    pub fn refused(reason: impl Into<String>) -> Failure {
+        Failure {
+            reason: reason.into(),
+            retryable: false,
+        }
+    }
+
+    /// A failure the same request may not meet again.
+    pub fn retryable(reason: impl Into<String>) -> Failure {
+        Failure {
+            reason: reason.into(),
+            retryable: true,
+        }
+    }
+}
+
 /// One beehive message. Content carries any serde value.
 ///
 /// ```
@@ -233,30 +264,73 @@ impl Message {
         resp
     }
 
-    /// An error response to this message: like [`Message::response`] with
-    /// operation `error` and the reason as content.
-    pub fn error_response(&self, source: impl IntoRouteName, reason: impl Into<String>) -> Message {
-        let mut resp = self.response(source, Value::String(reason.into()));
+    /// The error response to this message saying `failure`: like
+    /// [`Message::response`], with operation `error`. A final refusal's
+    /// content is its reason as a string (KubeEdge's form); a retryable
+    /// failure's is `{"reason": ..., "retryable": true}`. Read back with
+    /// [`Message::failure`].
+    pub fn failed(&self, source: impl IntoRouteName, failure: Failure) -> Message {
+        let content = match failure.retryable {
+            false => Value::String(failure.reason),
+            true => serde_json::json!({ "reason": failure.reason, "retryable": true }),
+        };
+        let mut resp = self.response(source, content);
         resp.router.operation = SmolStr::new_static(operation::ERROR);
         resp
     }
 
-    /// An error response that says the request may succeed if made again
-    /// (a store that failed to commit, say), unlike a refusal, which is
-    /// final: content `{"reason": ..., "retryable": true}`.
+    /// A final refusal of this message: [`Message::failed`] with
+    /// [`Failure::refused`].
+    pub fn error_response(&self, source: impl IntoRouteName, reason: impl Into<String>) -> Message {
+        self.failed(source, Failure::refused(reason))
+    }
+
+    /// A failure that may not happen again (a store that failed to
+    /// commit, say): [`Message::failed`] with [`Failure::retryable`].
     pub fn retryable_error(
         &self,
         source: impl IntoRouteName,
         reason: impl Into<String>,
     ) -> Message {
-        let reason = reason.into();
-        self.error_response(source, reason.clone())
-            .with_content(serde_json::json!({ "reason": reason, "retryable": true }))
+        self.failed(source, Failure::retryable(reason))
     }
 
-    /// Whether this (error) response says the request may be made again.
+    /// Why the request this message answers was not done, if it is an
+    /// error response; the one reader of the forms [`Message::failed`]
+    /// writes (and of a KubeEdge peer's: a string, or any JSON, read as
+    /// its text).
+    pub fn failure(&self) -> Option<Failure> {
+        if self.operation() != operation::ERROR {
+            return None;
+        }
+        let reason = |value: &Value| match value {
+            Value::String(reason) => reason.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        Some(match &self.content {
+            Value::Object(fields) if fields.get("reason").is_some_and(Value::is_string) => {
+                Failure {
+                    reason: reason(&fields["reason"]),
+                    retryable: fields.get("retryable") == Some(&Value::Bool(true)),
+                }
+            }
+            other => Failure::refused(reason(other)),
+        })
+    }
+
+    /// This answer, or why the request it answers was not done.
+    pub fn into_answer(self) -> Result<Message, Failure> {
+        match self.failure() {
+            Some(failure) => Err(failure),
+            None => Ok(self),
+        }
+    }
+
+    /// Whether this is an error response saying the request may be made
+    /// again.
     pub fn is_retryable(&self) -> bool {
-        self.content.get("retryable") == Some(&Value::Bool(true))
+        self.failure().is_some_and(|failure| failure.retryable)
     }
 
     /// This message's id.
@@ -324,6 +398,40 @@ impl Message {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_failure_reads_back_as_it_was_written_and_a_peers_in_any_form() {
+        let request = Message::new().build_router("edged", "meta", "default/pod/web", "query");
+        for failure in [
+            Failure::refused("not held"),
+            Failure::retryable("disk full"),
+        ] {
+            let answer = request.failed("metamanager", failure.clone());
+            assert_eq!(answer.operation(), operation::ERROR);
+            assert_eq!(answer.parent_id(), Some(request.id()));
+            assert_eq!(answer.failure(), Some(failure.clone()));
+            assert_eq!(answer.is_retryable(), failure.retryable);
+            assert_eq!(answer.into_answer(), Err(failure));
+        }
+        // A final refusal's content is its reason, as KubeEdge writes one.
+        let refused = request.error_response("metamanager", "not held");
+        assert_eq!(refused.content(), &json!("not held"));
+        // A peer's error of another shape is read as its text.
+        for (content, reason) in [
+            (json!({"code": 404}), r#"{"code":404}"#),
+            (Value::Null, ""),
+            (json!({"reason": 7}), r#"{"reason":7}"#),
+        ] {
+            let mut odd = request.response("cloud", content);
+            odd.router.operation = SmolStr::new_static(operation::ERROR);
+            assert_eq!(odd.failure(), Some(Failure::refused(reason)));
+        }
+        // Any other answer is no failure, whatever it carries.
+        let answer = request.response("metamanager", json!({"reason": "x", "retryable": true}));
+        assert_eq!(answer.failure(), None);
+        assert!(!answer.is_retryable());
+        assert!(answer.into_answer().is_ok());
+    }
 
     #[test]
     fn builder_sets_every_field() {

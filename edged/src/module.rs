@@ -277,7 +277,7 @@ impl Core {
                 .await
             {
                 Ok(answer) => match answer.content().as_array() {
-                    Some(listed) if answer.operation() != operation::ERROR => listed.clone(),
+                    Some(listed) if answer.failure().is_none() => listed.clone(),
                     _ => {
                         warn!(kind, answer = %answer.content(), "metamanager did not list");
                         complete = false;
@@ -646,8 +646,10 @@ impl Core {
                 .send_sync(module::METAMANAGER, msg, STORE_TIMEOUT)
                 .await
             {
-                Ok(reply) if reply.operation() != operation::ERROR => return,
-                Ok(reply) => reply.content().to_string(),
+                Ok(reply) => match reply.into_answer() {
+                    Ok(_) => return,
+                    Err(refused) => refused.reason,
+                },
                 Err(err) => err.to_string(),
             };
             let _ = inbox.send(Input::TokenNotKept { key, id, reason }).await;
@@ -665,12 +667,12 @@ impl Core {
                 .send_sync(module::METAMANAGER, msg, STORE_TIMEOUT)
                 .await
             {
-                Ok(reply) if reply.operation() != operation::ERROR => {
-                    debug!(token = %key, "service account token deleted");
-                }
-                Ok(reply) => {
-                    warn!(token = %key, reason = %reply.content(), "service account token not deleted")
-                }
+                Ok(reply) => match reply.into_answer() {
+                    Ok(_) => debug!(token = %key, "service account token deleted"),
+                    Err(refused) => {
+                        warn!(token = %key, reason = %refused, "service account token not deleted")
+                    }
+                },
                 Err(err) => warn!(token = %key, error = %err, "service account token not deleted"),
             }
         });

@@ -292,12 +292,11 @@ impl AccessReviewer for HubReviewer {
                 .send_sync(module::EDGEHUB, query, timeout)
                 .await
                 .map_err(|err| err.to_string())?;
-            if reply.operation() == operation::ERROR {
-                return Err(reply
-                    .content()
-                    .as_str()
-                    .unwrap_or("the cloud refused the review")
-                    .to_owned());
+            if let Some(refused) = reply.failure() {
+                return Err(match refused.reason.is_empty() {
+                    true => "the cloud refused the review".to_owned(),
+                    false => refused.reason,
+                });
             }
             serde_json::from_value(reply.content().clone())
                 .map_err(|err| format!("the cloud's answer does not read: {err}"))

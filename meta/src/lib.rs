@@ -18,7 +18,7 @@ pub mod store;
 pub mod tombstones;
 
 pub use apis::{Kind, ObjectKey};
-pub use metamanager::MetaManager;
+pub use metamanager::{MetaManager, WriteAnswer};
 pub use metaserver::{Authorization, MetaServer, MetaServerError, MetaServerHandle};
 pub use store::{
     EdgeStore, PruneBatch, Record, StoreChange, StoreError, TombstoneCounts, WriteOutcome,

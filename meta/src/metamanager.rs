@@ -267,17 +267,43 @@ impl MetaManager {
                 .send_sync(module::EDGEHUB, query, CLOUD_QUERY_TIMEOUT)
                 .await
             {
-                Ok(reply) if reply.operation() != operation::ERROR => {
-                    msg.response(module::METAMANAGER, reply.content().clone())
-                }
-                Ok(reply) => {
-                    let reason = reply.content().as_str().unwrap_or("refused").to_owned();
-                    msg.error_response(module::METAMANAGER, format!("{not_held}: {reason}"))
-                }
+                Ok(reply) => match reply.into_answer() {
+                    Ok(reply) => msg.response(module::METAMANAGER, reply.content),
+                    Err(refused) => {
+                        msg.error_response(module::METAMANAGER, format!("{not_held}: {refused}"))
+                    }
+                },
                 Err(err) => msg.error_response(module::METAMANAGER, format!("{not_held}: {err}")),
             };
             hive.send_resp(answer);
         });
+    }
+}
+
+/// metamanager's answer to a write it committed: `{"applied": bool}`,
+/// false when the store held a newer version already (the write changed
+/// nothing). A write it could not commit is answered as a
+/// [`beehive::Failure`] instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriteAnswer {
+    /// Whether the write changed the store.
+    pub applied: bool,
+}
+
+impl WriteAnswer {
+    /// The answer as a response's content.
+    pub fn content(self) -> serde_json::Value {
+        json!({ "applied": self.applied })
+    }
+
+    /// The answer `reply` carries, or why the write was not done.
+    pub fn of(reply: &HiveMessage) -> Result<WriteAnswer, beehive::Failure> {
+        if let Some(failure) = reply.failure() {
+            return Err(failure);
+        }
+        reply
+            .body()
+            .map_err(|err| beehive::Failure::refused(format!("not a write's answer: {err}")))
     }
 }
 
@@ -314,10 +340,10 @@ async fn confirm_in_order(hive: Hive, mut written: mpsc::UnboundedReceiver<Writt
         match committed.await {
             Ok(outcome) => {
                 if msg.is_sync() {
-                    let applied = outcome == WriteOutcome::Applied;
-                    hive.send_resp(
-                        msg.response(module::METAMANAGER, json!({ "applied": applied })),
-                    );
+                    let answer = WriteAnswer {
+                        applied: outcome == WriteOutcome::Applied,
+                    };
+                    hive.send_resp(msg.response(module::METAMANAGER, answer.content()));
                 }
                 if outcome == WriteOutcome::Applied {
                     let _ = pass_on.send((msg, resource));
@@ -353,5 +379,33 @@ async fn pass_on_in_order(
         } else if let Some(target) = acting_group(&resource.resource_type) {
             let _ = hive.send_to_group(target, msg).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_answer_reads_back_from_its_response_and_a_failure_from_an_error() {
+        let write = HiveMessage::new().build_router(
+            module::EDGEHUB,
+            group::RESOURCE,
+            "default/pod/web",
+            operation::UPDATE,
+        );
+        for applied in [true, false] {
+            let answer = WriteAnswer { applied };
+            let reply = write.response(module::METAMANAGER, answer.content());
+            assert_eq!(reply.content(), &json!({ "applied": applied }));
+            assert_eq!(WriteAnswer::of(&reply), Ok(answer));
+        }
+        let failed = write.retryable_error(module::METAMANAGER, "disk full");
+        assert_eq!(
+            WriteAnswer::of(&failed),
+            Err(beehive::Failure::retryable("disk full"))
+        );
+        let odd = write.response(module::METAMANAGER, json!(["not", "an", "answer"]));
+        assert!(WriteAnswer::of(&odd).is_err_and(|failure| !failure.retryable));
     }
 }

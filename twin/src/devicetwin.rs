@@ -202,11 +202,13 @@ impl Twins {
             .send_sync(module::METAMANAGER, query, self.config.store_timeout)
             .await
         {
-            Ok(answer) if answer.operation() != operation::ERROR => Some(answer.content().clone()),
-            Ok(answer) => {
-                debug!(resource, answer = %answer.content(), "not held");
-                None
-            }
+            Ok(answer) => match answer.into_answer() {
+                Ok(answer) => Some(answer.content),
+                Err(refused) => {
+                    debug!(resource, %refused, "not held");
+                    None
+                }
+            },
             Err(err) => {
                 warn!(resource, error = %err, "metamanager did not answer");
                 None
@@ -277,8 +279,10 @@ impl Twins {
             let hive = self.hive.clone();
             async move {
                 let stored = match hive.send_sync(module::METAMANAGER, msg, timeout).await {
-                    Ok(reply) if reply.operation() != operation::ERROR => Ok(()),
-                    Ok(reply) => Err(reply.content().to_string()),
+                    Ok(reply) => reply
+                        .into_answer()
+                        .map(drop)
+                        .map_err(|refused| refused.reason),
                     Err(err) => Err(err.to_string()),
                 };
                 (write.id, stored)

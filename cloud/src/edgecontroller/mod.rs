@@ -1095,11 +1095,11 @@ impl Controller {
         let node = node.to_owned();
         actix::spawn(async move {
             let inventory = match hive.send_sync(module::CLOUDHUB, query, timeout).await {
-                Ok(answer) if answer.operation() != operation::ERROR => {
-                    BTreeMap::<String, String>::deserialize(answer.content())
-                        .map_err(|err| format!("unreadable inventory: {err}"))
-                }
-                Ok(answer) => Err(answer.content().to_string()),
+                Ok(answer) => match answer.into_answer() {
+                    Ok(answer) => BTreeMap::<String, String>::deserialize(answer.content())
+                        .map_err(|err| format!("unreadable inventory: {err}")),
+                    Err(refused) => Err(refused.reason),
+                },
                 Err(err) => Err(err.to_string()),
             };
             let _ = inbox.send(Input::Inventory(node, inventory)).await;

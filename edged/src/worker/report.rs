@@ -29,7 +29,7 @@ impl PodWorker {
         else {
             return;
         };
-        if answer.operation() == operation::ERROR {
+        if answer.failure().is_some() {
             return;
         }
         let Ok(status) = <PodStatus as serde::Deserialize>::deserialize(answer.content()) else {

@@ -347,16 +347,14 @@ pub(crate) async fn deliver(
         let confirmed = match hive.send_to_group_sync(&target, msg, timeout).await {
             Ok(responses) => match responses
                 .iter()
-                .find(|(_, r)| r.operation() == operation::ERROR)
+                .find_map(|(module, r)| Some((module, r.failure()?)))
             {
                 // Not stored, but it may be next time: do not acknowledge.
-                Some((module, failure)) if failure.is_retryable() => {
-                    Confirmation::NotYet(format!("{module}: {}", failure.content()))
+                Some((module, failure)) if failure.retryable => {
+                    Confirmation::NotYet(format!("{module}: {failure}"))
                 }
                 // A module looked at it and said no: resending cannot help.
-                Some((module, refusal)) => {
-                    Confirmation::Refused(format!("{module}: {}", refusal.content()))
-                }
+                Some((module, refusal)) => Confirmation::Refused(format!("{module}: {refusal}")),
                 None => Confirmation::Persisted,
             },
             // No module of that group was ever started on this edge: nobody

@@ -277,7 +277,7 @@ impl Store {
             .send_sync(module::METAMANAGER, query, self.timeout)
             .await
             .map_err(|err| Status::unavailable(format!("the edge's store: {err}")))?;
-        Ok((answer.operation() != operation::ERROR).then(|| answer.content().clone()))
+        Ok(answer.into_answer().ok().map(|answer| answer.content))
     }
 
     async fn list<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, Status> {
