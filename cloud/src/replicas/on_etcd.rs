@@ -347,22 +347,24 @@ impl EtcdClaims {
         }
         let lock = inner.node_lock(node);
         let _one_at_a_time = lock.lock().await;
-        let (revision, held) = {
-            let mut book = inner.book();
-            (book.released(node, generation), book.len())
-        };
-        inner.counts.send_modify(|c| c.held = held);
-        let Some(revision) = revision else {
-            return;
-        };
-        let _permit = inner.in_flight.acquire().await;
-        if let Err(err) = inner
-            .etcd
-            .delete(inner.key(node).as_bytes(), revision)
-            .await
-        {
-            debug!(node, error = %err, "claim not removed; it ends with the lease");
+        let revision = inner.book().released(node, generation);
+        if let Some(revision) = revision {
+            let _permit = inner.in_flight.acquire().await;
+            if let Err(err) = inner
+                .etcd
+                .delete(inner.key(node).as_bytes(), revision)
+                .await
+            {
+                debug!(node, error = %err, "claim not removed; it ends with the lease");
+            }
         }
+        // Counted once the claim key is gone (as the Leases' claims do):
+        // until then another replica still finds the node held, and a
+        // count that dropped earlier told a watcher it could take the node
+        // over when it could not yet (e2e::cursor's move_node saw that
+        // under load: the next replica refused the node).
+        let held = inner.book().len();
+        inner.counts.send_modify(|c| c.held = held);
     }
 
     /// Stops renewing and ends the lease now (a replica told to stop):
