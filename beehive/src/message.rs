@@ -300,7 +300,7 @@ impl Message {
     /// writes (and of a KubeEdge peer's: a string, or any JSON, read as
     /// its text).
     pub fn failure(&self) -> Option<Failure> {
-        if self.operation() != operation::ERROR {
+        if !self.is_failure() {
             return None;
         }
         let reason = |value: &Value| match value {
@@ -317,6 +317,12 @@ impl Message {
             }
             other => Failure::refused(reason(other)),
         })
+    }
+
+    /// Whether this is an error response (what [`Message::failure`] reads),
+    /// without reading its reason.
+    pub fn is_failure(&self) -> bool {
+        self.operation() == operation::ERROR
     }
 
     /// This answer, or why the request it answers was not done.

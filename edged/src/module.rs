@@ -277,7 +277,7 @@ impl Core {
                 .await
             {
                 Ok(answer) => match answer.content().as_array() {
-                    Some(listed) if answer.failure().is_none() => listed.clone(),
+                    Some(listed) if !answer.is_failure() => listed.clone(),
                     _ => {
                         warn!(kind, answer = %answer.content(), "metamanager did not list");
                         complete = false;

@@ -269,6 +269,9 @@ impl MetaManager {
             {
                 Ok(reply) => match reply.into_answer() {
                     Ok(reply) => msg.response(module::METAMANAGER, reply.content),
+                    Err(refused) if refused.reason.is_empty() => {
+                        msg.error_response(module::METAMANAGER, format!("{not_held}: refused"))
+                    }
                     Err(refused) => {
                         msg.error_response(module::METAMANAGER, format!("{not_held}: {refused}"))
                     }

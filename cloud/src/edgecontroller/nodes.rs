@@ -45,13 +45,15 @@ impl Controller {
             self.config.lease_duration,
             self.renewals_ended.clone(),
         );
+        // The round's end is told however its task ends, a panic or a
+        // drop before its first poll included: a round never told would
+        // stop renewals for good.
+        let end = RoundEnd {
+            ended,
+            id: round.id,
+        };
         actix::spawn(async move {
-            // The round's end is told however the task ends, a panic
-            // included: a round never told would stop renewals for good.
-            let _end = RoundEnd {
-                ended,
-                id: round.id,
-            };
+            let _end = end;
             // A few at a time: kube's client speaks HTTP/1.1, so every
             // renewal in flight is a connection of its own, and a round
             // of 1,000 at once opened 1,000 TLS connections to the API
@@ -66,6 +68,12 @@ impl Controller {
                     async move { (node, renewed.await) }
                 })
                 .buffer_unordered(round.in_flight);
+            // Each renewal is bounded, the round is not: against a hung
+            // API server it takes its renewals' timeouts in turn (nothing
+            // would renew meanwhile anyway), and once the server answers
+            // again the rest go through at its pace. A round cut short
+            // instead would start over from the same first nodes each
+            // tick and, under a slow server, never reach the last ones.
             while let Some((node, renewed)) = renewals.next().await {
                 match renewed {
                     Ok(Ok(())) => counts.send_modify(|c| c.leases_renewed += 1),

@@ -29,7 +29,7 @@ impl PodWorker {
         else {
             return;
         };
-        if answer.failure().is_some() {
+        if answer.is_failure() {
             return;
         }
         let Ok(status) = <PodStatus as serde::Deserialize>::deserialize(answer.content()) else {

@@ -271,7 +271,11 @@ impl StreamHandler<Result<HiveMessage, TransportError>> for NodeSession {
             }),
             Upstream::SecondHello => debug!(node = %self.node, "second hello ignored"),
             Upstream::ReportedError(msg) => {
-                warn!(node = %self.node, resource = msg.resource(), content = %msg.content(), "the node reports an error");
+                let reason = msg
+                    .failure()
+                    .map(|failure| failure.reason)
+                    .unwrap_or_default();
+                warn!(node = %self.node, resource = msg.resource(), %reason, "the node reports an error");
             }
             Upstream::Answer(msg) => {
                 self.hive.send_resp(msg);
