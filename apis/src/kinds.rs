@@ -247,9 +247,11 @@ impl Kind {
     pub fn list(self, items: Vec<Value>, resource_version: String) -> Result<Value, InvalidObject> {
         // One unreadable object must not hide the others.
         let items: Vec<Value> = items
-            .iter()
-            .filter_map(|item| match self.carried(item) {
-                Ok(item) => Some(item.into_owned()),
+            .into_iter()
+            .filter_map(|item| match self.carried(&item).map(rewritten) {
+                // Carried as it is: the item itself, not a copy of it.
+                Ok(None) => Some(item),
+                Ok(Some(rewritten)) => Some(rewritten),
                 Err(err) => {
                     tracing::warn!(error = %err, "object left out of a list");
                     None
@@ -300,26 +302,34 @@ pub fn expired_event(message: &str) -> Value {
     serde_json::to_value(WatchEvent::<Value>::ErrorStatus(status)).unwrap_or(Value::Null)
 }
 
+/// What [`Kind::carried`] made of an object, if not the object itself.
+fn rewritten(carried: Cow<'_, Value>) -> Option<Value> {
+    match carried {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(rewritten) => Some(rewritten),
+    }
+}
+
 /// `object` read as `T` and written back.
 fn rewrite<T: DeserializeOwned + Serialize>(
     kind: Kind,
     object: &Value,
 ) -> Result<Value, InvalidObject> {
-    let typed = T::deserialize(object).map_err(|err| InvalidObject {
-        kind: kind.name(),
-        reason: err.to_string(),
-    })?;
-    to_value(kind, &typed)
+    to_value(kind, &read::<T>(kind, object)?)
 }
 
-/// Checks that `object` reads as `T`.
-fn parse<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<(), InvalidObject> {
-    T::deserialize(object)
-        .map(drop)
-        .map_err(|err| InvalidObject {
-            kind: kind.name(),
-            reason: err.to_string(),
-        })
+/// Checks that `object` reads as `T` (this crate's types here, the whole
+/// schema's in `schema`).
+pub(crate) fn parse<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<(), InvalidObject> {
+    read::<T>(kind, object).map(drop)
+}
+
+/// `object` read as `T`.
+fn read<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<T, InvalidObject> {
+    T::deserialize(object).map_err(|err| InvalidObject {
+        kind: kind.name(),
+        reason: err.to_string(),
+    })
 }
 
 fn to_value<T: Serialize>(kind: Kind, value: &T) -> Result<Value, InvalidObject> {

@@ -7,11 +7,10 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Node, NodeStatus, Pod, PodStatus, Secret, Service,
 };
 use serde::Deserialize as _;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::devices::{Device, DeviceModel, DeviceStatus};
-use crate::kinds::{InvalidObject, Kind};
+use crate::kinds::{InvalidObject, Kind, parse};
 
 impl Kind {
     /// Checks that `object` is a valid instance of this kind: it reads as
@@ -47,15 +46,6 @@ impl Kind {
         };
         read.map_err(|err| fails(err.to_string()))
     }
-}
-
-fn parse<T: DeserializeOwned>(kind: Kind, object: &Value) -> Result<(), InvalidObject> {
-    T::deserialize(object)
-        .map(drop)
-        .map_err(|err| InvalidObject {
-            kind: kind.name(),
-            reason: err.to_string(),
-        })
 }
 
 #[cfg(test)]

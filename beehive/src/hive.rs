@@ -162,6 +162,14 @@ impl Drop for PendingGuard {
     }
 }
 
+/// Why [`Hive::offer`] did not hand a message over.
+enum Offered {
+    /// No such module, or it stopped.
+    Refused(Error),
+    /// Its mailbox is full: the mailbox, and the message back.
+    Full(mpsc::Sender<Message>, Message),
+}
+
 /// A [`Hive::send`] under way: done at once when the mailbox had room,
 /// else waiting for it.
 #[must_use = "a send to a full mailbox waits only while awaited"]
@@ -374,17 +382,11 @@ impl Hive {
     /// around it (the common case, and most of a send's cost otherwise), and
     /// only a full one leaves a [`Sending`] that waits for room.
     pub fn send(&self, destination: &str, msg: Message) -> Sending {
-        let registry = self.read();
-        let Some(slot) = registry.modules.get(destination) else {
-            return Sending::done(Err(Error::UnknownModule(destination.to_owned())));
-        };
-        match slot.mailbox.try_send(msg) {
+        match self.offer(destination, msg) {
             Ok(()) => Sending::done(Ok(())),
-            Err(TrySendError::Closed(_)) => {
-                Sending::done(Err(Error::ModuleStopped(destination.to_owned())))
-            }
-            Err(TrySendError::Full(msg)) => {
-                let (mailbox, destination) = (slot.mailbox.clone(), destination.to_owned());
+            Err(Offered::Refused(err)) => Sending::done(Err(err)),
+            Err(Offered::Full(mailbox, msg)) => {
+                let destination = destination.to_owned();
                 Sending(SendingState::Waiting(Box::pin(async move {
                     mailbox
                         .send(msg)
@@ -397,14 +399,27 @@ impl Hive {
 
     /// Sends without waiting: a full mailbox is [`Error::MailboxFull`].
     pub fn try_send(&self, destination: &str, msg: Message) -> Result<(), Error> {
+        self.offer(destination, msg)
+            .map_err(|offered| match offered {
+                Offered::Refused(err) => err,
+                Offered::Full(..) => Error::MailboxFull(destination.to_owned()),
+            })
+    }
+
+    /// Offers `msg` to `destination`'s mailbox without waiting, for
+    /// [`Hive::send`] and [`Hive::try_send`].
+    #[allow(clippy::result_large_err)] // The error is the message handed back, whole.
+    fn offer(&self, destination: &str, msg: Message) -> Result<(), Offered> {
         let registry = self.read();
         let slot = registry
             .modules
             .get(destination)
-            .ok_or_else(|| Error::UnknownModule(destination.to_owned()))?;
+            .ok_or_else(|| Offered::Refused(Error::UnknownModule(destination.to_owned())))?;
         slot.mailbox.try_send(msg).map_err(|err| match err {
-            TrySendError::Full(_) => Error::MailboxFull(destination.to_owned()),
-            TrySendError::Closed(_) => Error::ModuleStopped(destination.to_owned()),
+            TrySendError::Full(msg) => Offered::Full(slot.mailbox.clone(), msg),
+            TrySendError::Closed(_) => {
+                Offered::Refused(Error::ModuleStopped(destination.to_owned()))
+            }
         })
     }
 

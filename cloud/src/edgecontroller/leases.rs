@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::kubeedge::Refusal;
 use super::requests::LeaseRequest;
+use crate::desired::revision_of;
 
 /// What a node is answered of a Lease.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +77,7 @@ impl LeaseBook {
             },
             LeaseRequest::Write => {
                 let mut lease = content.clone();
-                let version = self.version(node).unwrap_or(0) + 1;
+                let version = self.leases.get(node).map_or(0, revision_of) + 1;
                 if let Some(metadata) = lease.get_mut("metadata").and_then(Value::as_object_mut) {
                     metadata.insert("resourceVersion".into(), json!(version.to_string()));
                 }
@@ -85,16 +86,6 @@ impl LeaseBook {
             }
             LeaseRequest::Other => LeaseAnswer::Refused(LeaseRefused::Operation),
         }
-    }
-
-    /// The `resourceVersion` of `node`'s Lease as held, if it has one.
-    fn version(&self, node: &str) -> Option<u64> {
-        self.leases
-            .get(node)?
-            .pointer("/metadata/resourceVersion")?
-            .as_str()?
-            .parse()
-            .ok()
     }
 }
 
