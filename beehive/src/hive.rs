@@ -13,7 +13,6 @@ use std::time::Duration;
 // and group names, the ids of its own requests; the network only looks up),
 // and foldhash's maps are seeded at random all the same.
 use foldhash::HashMap;
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 use tracing::{debug, info, warn};
@@ -22,6 +21,7 @@ use uuid::Uuid;
 use crate::config::HiveConfig;
 use crate::counts::HandledCounts;
 use crate::error::Error;
+use crate::mailbox::{Mailbox, Refused, mailbox};
 use crate::runtime::{Control, in_actix_system, supervise};
 use crate::{Message, Module};
 
@@ -61,7 +61,7 @@ struct Registry {
 #[derive(Clone)]
 struct Member {
     name: String,
-    mailbox: mpsc::Sender<Message>,
+    mailbox: Mailbox<Message>,
 }
 
 impl Registry {
@@ -86,7 +86,7 @@ struct Slot {
     group: String,
     /// Messages it handled, by operation (kept across restarts).
     handled: Arc<HandledCounts>,
-    mailbox: mpsc::Sender<Message>,
+    mailbox: Mailbox<Message>,
     control: mpsc::UnboundedSender<Control>,
     flush_timeout: Duration,
     running: bool,
@@ -167,7 +167,7 @@ enum Offered {
     /// No such module, or it stopped.
     Refused(Error),
     /// Its mailbox is full: the mailbox, and the message back.
-    Full(mpsc::Sender<Message>, Message),
+    Full(Mailbox<Message>, Message),
 }
 
 /// A [`Hive::send`] under way: done at once when the mailbox had room,
@@ -281,7 +281,7 @@ impl Hive {
             info!(hive = self.name(), module = %name, "module disabled by config");
             return Ok(StartOutcome::Disabled);
         }
-        let (mailbox, inbox) = mpsc::channel(config.mailbox_capacity.max(1));
+        let (mailbox, inbox) = mailbox(config.mailbox_capacity);
         let (control, controls) = mpsc::unbounded_channel();
         {
             let mut registry = self.write();
@@ -415,11 +415,9 @@ impl Hive {
             .modules
             .get(destination)
             .ok_or_else(|| Offered::Refused(Error::UnknownModule(destination.to_owned())))?;
-        slot.mailbox.try_send(msg).map_err(|err| match err {
-            TrySendError::Full(msg) => Offered::Full(slot.mailbox.clone(), msg),
-            TrySendError::Closed(_) => {
-                Offered::Refused(Error::ModuleStopped(destination.to_owned()))
-            }
+        slot.mailbox.try_send(msg).map_err(|refused| match refused {
+            Refused::Full(msg) => Offered::Full(slot.mailbox.clone(), msg),
+            Refused::Closed(_) => Offered::Refused(Error::ModuleStopped(destination.to_owned())),
         })
     }
 
@@ -685,13 +683,12 @@ impl Hive {
             .iter()
             .filter_map(|name| {
                 let slot = registry.modules.get(name)?;
-                let capacity = slot.mailbox.max_capacity();
                 Some(ModuleInfo {
                     name: name.clone(),
                     group: slot.group.clone(),
                     running: slot.running,
-                    queued: capacity.saturating_sub(slot.mailbox.capacity()),
-                    capacity,
+                    queued: slot.mailbox.queued(),
+                    capacity: slot.mailbox.capacity(),
                     restarts: slot.restarts,
                 })
             })

@@ -30,6 +30,7 @@ mod counts;
 mod door;
 mod error;
 mod hive;
+mod mailbox;
 pub mod message;
 mod module;
 pub mod names;

@@ -15,6 +15,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::config::{Exit, ModuleConfig};
 use crate::counts::HandledCounts;
 use crate::hive::Hive;
+use crate::mailbox::Inbox;
 use crate::{Message, Module};
 
 /// Messages handled per poll before the loop yields to other actors.
@@ -28,7 +29,7 @@ pub(crate) enum Control {
 
 /// What the delivery loop hands back to the supervisor when its actor is gone.
 struct Returned {
-    mailbox: mpsc::Receiver<Message>,
+    mailbox: Inbox<Message>,
     exit: Exit,
 }
 
@@ -39,7 +40,7 @@ struct DeliveryLoop {
     hive: Hive,
     /// Where the module's messages are counted.
     handled: Arc<HandledCounts>,
-    mailbox: Option<mpsc::Receiver<Message>>,
+    mailbox: Option<Inbox<Message>>,
     shutdown: Option<oneshot::Receiver<()>>,
     /// A shutdown was requested: the mailbox is closed and drains.
     draining: bool,
@@ -157,7 +158,7 @@ impl<M: Module> ActorFuture<M> for DeliveryLoop {
 fn start_incarnation<M: Module>(
     hive: &Hive,
     mut module: M,
-    mailbox: mpsc::Receiver<Message>,
+    mailbox: Inbox<Message>,
     flush_timeout: Duration,
 ) -> (oneshot::Sender<()>, oneshot::Receiver<Returned>) {
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
@@ -191,7 +192,7 @@ pub(crate) async fn supervise<M, F>(
     name: String,
     first: M,
     mut factory: F,
-    mut mailbox: mpsc::Receiver<Message>,
+    mut mailbox: Inbox<Message>,
     mut control: mpsc::UnboundedReceiver<Control>,
     config: ModuleConfig,
 ) where

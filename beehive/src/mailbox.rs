@@ -1,0 +1,254 @@
+//! A module's mailbox: a bounded queue that many senders fill and one
+//! module drains, taking everything waiting at once.
+//!
+//! A send is one short lock around a push. The module takes the whole queue
+//! under one lock and then handles what it took without touching the lock
+//! again, so on the module's side a message costs nothing shared. A tokio
+//! bounded channel costs several atomic operations per message on each side,
+//! and its receiver takes a mutex per message to give back a permit; with
+//! this mailbox a hive send costs about half as much (docs/benchmarks.md).
+//! The lock is `parking_lot`'s: it spins briefly before it sleeps, so a
+//! sender and a module on two threads meet in batches rather than waking
+//! each other for every message.
+//!
+//! **Capacity.** `capacity` messages may wait for the module to take them;
+//! a sender finding that many waits (or gets [`Refused::Full`]). What the
+//! module took and has not handled yet is held apart, so during a burst up
+//! to twice `capacity` messages exist. [`Mailbox::queued`] counts both.
+//!
+//! **Closing.** After [`Inbox::close`] (or once the inbox is dropped) every
+//! send is refused, and what is queued still drains: a send is checked
+//! against the close under the same lock it pushes under, so nothing slips
+//! in behind the last message drained. When every [`Mailbox`] is dropped the
+//! inbox drains and then ends too.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// Batches smaller than this end a burst: the module's spare buffer is then
+/// cut down to this size, so a mailbox that once filled does not keep the
+/// burst's memory.
+const SPARE: usize = 64;
+
+/// Creates a mailbox holding up to `capacity` waiting messages (at least 1).
+pub(crate) fn mailbox<T>(capacity: usize) -> (Mailbox<T>, Inbox<T>) {
+    let shared = Arc::new(Shared {
+        waiting: Mutex::new(Waiting {
+            queue: VecDeque::new(),
+            closed: false,
+            senders_gone: false,
+            module: None,
+            senders_wait: false,
+        }),
+        capacity: capacity.max(1),
+        room: Notify::new(),
+        senders: AtomicUsize::new(1),
+        in_hand: InHand(AtomicUsize::new(0)),
+    });
+    (
+        Mailbox {
+            shared: shared.clone(),
+        },
+        Inbox {
+            shared,
+            taken: VecDeque::new(),
+            last_batch: 0,
+        },
+    )
+}
+
+/// Why [`Mailbox::try_send`] did not take a message; the message comes back.
+#[derive(Debug)]
+pub(crate) enum Refused<T> {
+    /// `capacity` messages wait already.
+    Full(T),
+    /// The inbox was closed or dropped.
+    Closed(T),
+}
+
+struct Shared<T> {
+    waiting: Mutex<Waiting<T>>,
+    capacity: usize,
+    /// Wakes senders waiting for room (or for the close).
+    room: Notify,
+    /// Live [`Mailbox`] handles.
+    senders: AtomicUsize,
+    in_hand: InHand,
+}
+
+/// What the module took and has not handled yet, written by the module
+/// alone, on a cache line of its own so that writing it does not slow
+/// senders taking the lock beside it.
+#[repr(align(128))]
+struct InHand(AtomicUsize);
+
+/// What the lock guards.
+struct Waiting<T> {
+    queue: VecDeque<T>,
+    closed: bool,
+    senders_gone: bool,
+    /// The module's task, parked on an empty queue.
+    module: Option<Waker>,
+    /// A sender waits for room: the next take wakes it.
+    senders_wait: bool,
+}
+
+/// The sending side; cheap to clone.
+pub(crate) struct Mailbox<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Clone for Mailbox<T> {
+    fn clone(&self) -> Self {
+        self.shared.senders.fetch_add(1, Ordering::Relaxed);
+        Mailbox {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Mailbox<T> {
+    fn drop(&mut self) {
+        if self.shared.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let module = {
+                let mut waiting = self.shared.waiting.lock();
+                waiting.senders_gone = true;
+                waiting.module.take()
+            };
+            if let Some(module) = module {
+                module.wake();
+            }
+        }
+    }
+}
+
+impl<T> Mailbox<T> {
+    /// Queues `msg` if there is room, without waiting.
+    pub(crate) fn try_send(&self, msg: T) -> Result<(), Refused<T>> {
+        self.push(msg, false)
+    }
+
+    /// Queues `msg`, waiting for room; a closed inbox hands it back.
+    pub(crate) async fn send(&self, mut msg: T) -> Result<(), T> {
+        loop {
+            // Registered before the queue is looked at, so a take between
+            // the look and the wait still wakes this sender.
+            let room = self.shared.room.notified();
+            let mut room = std::pin::pin!(room);
+            room.as_mut().enable();
+            match self.push(msg, true) {
+                Ok(()) => return Ok(()),
+                Err(Refused::Closed(back)) => return Err(back),
+                Err(Refused::Full(back)) => msg = back,
+            }
+            room.await;
+        }
+    }
+
+    /// Queues `msg` if there is room; `wait_for_room` asks the next take
+    /// to wake senders when there is none.
+    fn push(&self, msg: T, wait_for_room: bool) -> Result<(), Refused<T>> {
+        let mut waiting = self.shared.waiting.lock();
+        if waiting.closed {
+            return Err(Refused::Closed(msg));
+        }
+        if waiting.queue.len() >= self.shared.capacity {
+            waiting.senders_wait |= wait_for_room;
+            return Err(Refused::Full(msg));
+        }
+        waiting.queue.push_back(msg);
+        let module = waiting.module.take();
+        drop(waiting);
+        if let Some(module) = module {
+            module.wake();
+        }
+        Ok(())
+    }
+
+    /// Messages waiting and taken but not yet handled.
+    pub(crate) fn queued(&self) -> usize {
+        let waiting = self.shared.waiting.lock().queue.len();
+        waiting + self.shared.in_hand.0.load(Ordering::Relaxed)
+    }
+
+    /// How many messages may wait before senders do.
+    pub(crate) fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+}
+
+/// The module's side: one per mailbox, handed from one incarnation of a
+/// module to the next together with what it took and did not handle.
+pub(crate) struct Inbox<T> {
+    shared: Arc<Shared<T>>,
+    /// Taken from the queue, not yet handed out, oldest first.
+    taken: VecDeque<T>,
+    /// Size of the last batch taken.
+    last_batch: usize,
+}
+
+impl<T> Drop for Inbox<T> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl<T> Inbox<T> {
+    /// The next message, in the order sent; `None` once the mailbox is
+    /// closed (or every sender is gone) and empty.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if let Some(msg) = self.taken.pop_front() {
+            self.shared
+                .in_hand
+                .0
+                .store(self.taken.len(), Ordering::Relaxed);
+            return Poll::Ready(Some(msg));
+        }
+        if self.last_batch < SPARE && self.taken.capacity() > SPARE {
+            self.taken.shrink_to(SPARE);
+        }
+        let mut waiting = self.shared.waiting.lock();
+        if waiting.queue.is_empty() {
+            if waiting.closed || waiting.senders_gone {
+                return Poll::Ready(None);
+            }
+            match &waiting.module {
+                Some(parked) if parked.will_wake(cx.waker()) => {}
+                _ => waiting.module = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
+        std::mem::swap(&mut waiting.queue, &mut self.taken);
+        let senders_wait = std::mem::take(&mut waiting.senders_wait);
+        drop(waiting);
+        if senders_wait {
+            self.shared.room.notify_waiters();
+        }
+        self.last_batch = self.taken.len();
+        let msg = self.taken.pop_front();
+        self.shared
+            .in_hand
+            .0
+            .store(self.taken.len(), Ordering::Relaxed);
+        Poll::Ready(msg)
+    }
+
+    /// [`Inbox::poll_recv`] as a future.
+    pub(crate) async fn recv(&mut self) -> Option<T> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Refuses every later send; what is queued still drains.
+    pub(crate) fn close(&mut self) {
+        self.shared.waiting.lock().closed = true;
+        self.shared.room.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests;
