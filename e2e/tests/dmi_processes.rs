@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Process, ctl, free_address, join_node, start_cloudcore, tempfile_dir, until};
+use support::{
+    EdgecoreRun, Process, ctl, free_address, join_node, start_cloudcore, tempfile_dir, until,
+};
 
 mod support;
 
@@ -48,30 +50,15 @@ fn a_dmi_mapper_process_drives_a_device_from_the_cloud() {
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
     join_node(&cloud_dir, &certs, &node, &edge_dir);
     let dmi_socket = format!("{dir}/kubeedge/dmi.sock");
-    let edge_args = [
-        "--data-dir",
-        &edge_dir,
-        "run",
-        "--cloud",
-        &hub,
-        "--transport",
-        "ws",
-        "--metaserver",
-        &free_address(),
-        "--edged-server",
-        &free_address(),
-        "--mqtt-broker",
-        &free_address(),
-        "--metrics",
-        "off",
-        "--keepalive-secs",
-        "2",
-        "--cri-socket",
-        "off",
-        "--dmi-socket",
-        &dmi_socket,
-    ];
-    let edge = Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &edge_args);
+    let edge_run = EdgecoreRun::new(&edge_dir, &hub)
+        .with("--transport", "ws")
+        .with("--metaserver", &free_address())
+        .with("--edged-server", &free_address())
+        .with("--mqtt-broker", &free_address())
+        .with("--keepalive-secs", "2")
+        .with("--cri-socket", "off")
+        .with("--dmi-socket", &dmi_socket);
+    let edge = edge_run.start();
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),
@@ -126,7 +113,7 @@ fn a_dmi_mapper_process_drives_a_device_from_the_cloud() {
     // what it holds, and the mapper registers with it again.
     drop(cloud);
     drop(edge);
-    let edge = Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &edge_args);
+    let edge = edge_run.start();
     edge.wait_for("DMI server listening", Duration::from_secs(30));
     // It knows the mapper still (kept across its restart) and gives it its
     // device again.

@@ -20,7 +20,8 @@ use edged::Cri;
 use edged::cri::api;
 use serde_json::Value;
 use support::{
-    CloudcoreRun, Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until,
+    CloudcoreRun, EdgecoreRun, Process, cri_socket, ctl, free_address, join_node, tempfile_dir,
+    test_node, until,
 };
 
 mod support;
@@ -162,7 +163,6 @@ fn scrape(runtime: &tokio::runtime::Runtime, address: &str) -> String {
 }
 
 fn the_system_end_to_end(transport: &str) {
-    let edgecore = env!("CARGO_BIN_EXE_e2e-edgecore");
     let mapper = env!("CARGO_BIN_EXE_e2e-mapper");
     // Declared first, dropped last: after the edge, its pods are removed.
     let node_guard = test_node(&format!("e2e-{transport}"));
@@ -199,40 +199,21 @@ fn the_system_end_to_end(transport: &str) {
         .flag("--admin-insecure")
         .with("--metrics", &cloud_metrics)
         .with("--keepalive-secs", "2");
-    let mut edge_args: Vec<String> = [
-        "--data-dir",
-        &edge_dir,
-        "run",
-        "--cloud",
-        &hub,
-        "--transport",
-        edge_transport,
-        "--metaserver",
-        &metaserver,
-        "--edged-server",
-        &edged_server,
-        "--mqtt-broker",
-        &broker,
-        "--metrics",
-        &edge_metrics,
-        "--node-ip",
-        "127.0.0.1",
-        "--keepalive-secs",
-        "2",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    edge_args.extend([
-        "--cri-socket".to_owned(),
-        cri_socket().display().to_string(),
-    ]);
+    let mut edge_run = EdgecoreRun::new(&edge_dir, &hub)
+        .with("--transport", edge_transport)
+        .with("--metaserver", &metaserver)
+        .with("--edged-server", &edged_server)
+        .with("--mqtt-broker", &broker)
+        .with("--metrics", &edge_metrics)
+        .with("--node-ip", "127.0.0.1")
+        .with("--keepalive-secs", "2")
+        .with("--cri-socket", &cri_socket().display().to_string());
     if transport == "uds" {
-        edge_args.extend(["--node".to_owned(), node.clone()]);
+        edge_run = edge_run.with("--node", &node);
     }
     if transport == "kubeedge" {
-        edge_args.extend(["--dialect".to_owned(), "kubeedge".to_owned()]);
+        edge_run = edge_run.with("--dialect", "kubeedge");
     }
-    let edge_args: Vec<&str> = edge_args.iter().map(String::as_str).collect();
 
     let cloud = cloud_run.start();
     cloud.wait_for("certificate endpoints ready", Duration::from_secs(30));
@@ -240,7 +221,7 @@ fn the_system_end_to_end(transport: &str) {
     if transport != "uds" {
         join(&node, &edge_dir);
     }
-    let edge = Process::start(edgecore, &edge_args);
+    let edge = edge_run.start();
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),
@@ -290,7 +271,7 @@ fn the_system_end_to_end(transport: &str) {
     // edgecore restarts while the cloud is down: same container, same
     // attempt.
     edge.stop();
-    let edge = Process::start(edgecore, &edge_args);
+    let edge = edge_run.start();
     edge.wait_for("metaserver ready", Duration::from_secs(30));
     // The restarted edged's own live view (its HTTP server), not what
     // the store held from before.

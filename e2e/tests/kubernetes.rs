@@ -25,7 +25,8 @@ use std::time::Duration;
 use edged::testing::TestNode;
 use serde_json::Value;
 use support::{
-    CloudcoreRun, Process, free_address, join_node, share_ca, tempfile_dir, test_node, until,
+    CloudcoreRun, EdgecoreRun, Process, free_address, join_node, share_ca, tempfile_dir, test_node,
+    until,
 };
 
 mod support;
@@ -83,7 +84,7 @@ struct Cluster {
     /// The edge's MetaServer: what the edge holds.
     metaserver: String,
     edge: Option<Process>,
-    edge_args: Vec<String>,
+    edge_run: EdgecoreRun,
     edge_dir: String,
     node: String,
     namespace: String,
@@ -172,31 +173,16 @@ impl Cluster {
             true => cri_socket(),
             false => "off".to_owned(),
         };
-        let mut edge_args: Vec<String> = [
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &hub,
-            "--metaserver",
-            &metaserver,
-            "--edged-server",
-            &free_address(),
-            "--mqtt-broker",
-            &free_address(),
-            "--metrics",
-            &free_address(),
-            "--node-ip",
-            "127.0.0.1",
-            "--keepalive-secs",
-            "2",
-            "--cri-socket",
-            &cri,
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let mut edge_run = EdgecoreRun::new(&edge_dir, &hub)
+            .with("--metaserver", &metaserver)
+            .with("--edged-server", &free_address())
+            .with("--mqtt-broker", &free_address())
+            .with("--metrics", &free_address())
+            .with("--node-ip", "127.0.0.1")
+            .with("--keepalive-secs", "2")
+            .with("--cri-socket", &cri);
         if dialect == "kubeedge" {
-            edge_args.extend(["--dialect".to_owned(), "kubeedge".to_owned()]);
+            edge_run = edge_run.with("--dialect", "kubeedge");
         }
         let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
         assert!(ok || out.contains("AlreadyExists"), "{out}");
@@ -207,7 +193,7 @@ impl Cluster {
             metaserver,
             cloud,
             edge: None,
-            edge_args,
+            edge_run,
             edge_dir,
             node,
             namespace,
@@ -218,8 +204,7 @@ impl Cluster {
     }
 
     fn start_edge(&mut self) {
-        let args: Vec<&str> = self.edge_args.iter().map(String::as_str).collect();
-        let edge = Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args);
+        let edge = self.edge_run.start();
         let Some(cloud) = &self.cloud else {
             panic!("no cloudcore running");
         };
@@ -929,11 +914,8 @@ fn a_killed_cloudcore_loses_nothing_kubeedge() {
 /// The `value` of `flag` among the edge's arguments (`--mqtt-broker`, ...).
 fn edge_flag<'a>(cluster: &'a Cluster, flag: &str) -> &'a str {
     cluster
-        .edge_args
-        .iter()
-        .position(|arg| arg == flag)
-        .and_then(|at| cluster.edge_args.get(at + 1))
-        .map(String::as_str)
+        .edge_run
+        .value_of(flag)
         .unwrap_or_else(|| panic!("the edge runs without {flag}"))
 }
 
@@ -1144,30 +1126,14 @@ fn two_replicas_on_the_api_server_one_killed_its_node_taken_over() {
     let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
     assert!(ok || out.contains("AlreadyExists"), "{out}");
     let metaserver = free_address();
-    let edge = Process::start(
-        env!("CARGO_BIN_EXE_e2e-edgecore"),
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &format!("{a_hub},{b_hub}"),
-            "--metaserver",
-            &metaserver,
-            "--edged-server",
-            &free_address(),
-            "--mqtt-broker",
-            &free_address(),
-            "--metrics",
-            "off",
-            "--node-ip",
-            "127.0.0.1",
-            "--keepalive-secs",
-            "2",
-            "--cri-socket",
-            "off",
-        ],
-    );
+    let edge = EdgecoreRun::new(&edge_dir, &format!("{a_hub},{b_hub}"))
+        .with("--metaserver", &metaserver)
+        .with("--edged-server", &free_address())
+        .with("--mqtt-broker", &free_address())
+        .with("--node-ip", "127.0.0.1")
+        .with("--keepalive-secs", "2")
+        .with("--cri-socket", "off")
+        .start();
     a.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),
@@ -1329,30 +1295,14 @@ fn a_replica_on_the_api_server_forwards_streams_and_metrics_to_the_holder() {
     join_node(&a_dir, &certs, &node, &edge_dir);
     let (ok, out) = kubectl(&kubeconfig, &["create", "namespace", &namespace]);
     assert!(ok || out.contains("AlreadyExists"), "{out}");
-    let edge = Process::start(
-        env!("CARGO_BIN_EXE_e2e-edgecore"),
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &b_hub,
-            "--metaserver",
-            &free_address(),
-            "--edged-server",
-            &free_address(),
-            "--mqtt-broker",
-            &free_address(),
-            "--metrics",
-            "off",
-            "--node-ip",
-            "127.0.0.1",
-            "--keepalive-secs",
-            "2",
-            "--cri-socket",
-            &cri_socket(),
-        ],
-    );
+    let edge = EdgecoreRun::new(&edge_dir, &b_hub)
+        .with("--metaserver", &free_address())
+        .with("--edged-server", &free_address())
+        .with("--mqtt-broker", &free_address())
+        .with("--node-ip", "127.0.0.1")
+        .with("--keepalive-secs", "2")
+        .with("--cri-socket", &cri_socket())
+        .start();
     b.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),
@@ -2188,9 +2138,10 @@ fn metaserver_serves_a_service_account_what_rbac_allows() {
     let mut cluster = Cluster::start_with(kubeconfig, "metaauth", "native", false);
     // The edge again, now with requireAuthorization.
     drop(cluster.edge.take());
-    cluster
-        .edge_args
-        .push("--metaserver-require-authorization".to_owned());
+    cluster.edge_run = cluster
+        .edge_run
+        .clone()
+        .flag("--metaserver-require-authorization");
     cluster.start_edge();
     let ns = cluster.namespace.clone();
     let kc = cluster.kubeconfig.clone();

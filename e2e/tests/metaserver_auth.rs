@@ -7,13 +7,12 @@
 //! and forbidden tokens, with kube-apiserver: e2e/tests/kubernetes.rs.)
 
 use std::io::{Read, Write};
-use std::process::Command;
 use std::time::Duration;
 
 use cloud::AdminClient;
 use cloud::admin_client::kubeconfig::AdminCredentials;
 use serde_json::Value;
-use support::{Process, free_address, join_node, start_cloudcore, tempfile_dir, until};
+use support::{EdgecoreRun, free_address, join_node, start_cloudcore, tempfile_dir, until};
 use transports::testing::free_port;
 
 mod support;
@@ -44,32 +43,15 @@ fn get(address: &str, path: &str, token: Option<&str>) -> (u16, Value) {
     (code, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
-fn edgecore(edge_dir: &str, hub: &str, metaserver: &str, authorization: bool) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--data-dir",
-        edge_dir,
-        "run",
-        "--cloud",
-        hub,
-        "--metaserver",
-        metaserver,
-        "--edged-server",
-        "127.0.0.1:0",
-        "--mqtt-broker",
-        "127.0.0.1:0",
-        "--cri-socket",
-        "off",
-        "--metrics",
-        "off",
-        "--keepalive-secs",
-        "2",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    if authorization {
-        args.push("--metaserver-require-authorization".to_owned());
+fn edgecore(edge_dir: &str, hub: &str, metaserver: &str, authorization: bool) -> EdgecoreRun {
+    let run = EdgecoreRun::new(edge_dir, hub)
+        .with("--metaserver", metaserver)
+        .with("--cri-socket", "off")
+        .with("--keepalive-secs", "2");
+    match authorization {
+        true => run.flag("--metaserver-require-authorization"),
+        false => run,
     }
-    args
 }
 
 #[test]
@@ -89,10 +71,7 @@ fn metaserver_authorization_with_an_embedded_cloud() {
 
     // Without requireAuthorization, never beyond loopback.
     let open = format!("0.0.0.0:{}", free_port());
-    let refused = Command::new(env!("CARGO_BIN_EXE_e2e-edgecore"))
-        .args(edgecore(&edge_dir, &hub, &open, false))
-        .output()
-        .expect("edgecore");
+    let refused = edgecore(&edge_dir, &hub, &open, false).output();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "edgecore started on {open}");
     assert!(
@@ -104,8 +83,7 @@ fn metaserver_authorization_with_an_embedded_cloud() {
     // With it, on loopback.
     let metaserver = free_address();
     let args = edgecore(&edge_dir, &hub, &metaserver, true);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let edge = Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args);
+    let edge = args.start();
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),
@@ -150,8 +128,7 @@ fn metaserver_authorization_with_an_embedded_cloud() {
     let port = free_port();
     let everywhere = format!("0.0.0.0:{port}");
     let args = edgecore(&edge_dir, &hub, &everywhere, true);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let edge = Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args);
+    let edge = args.start();
     let ready = edge.wait_for("metaserver ready", Duration::from_secs(30));
     assert!(ready.contains("tls=true"), "{ready}");
     edge.wait_for("connected to the cloud", Duration::from_secs(30));

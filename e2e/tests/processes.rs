@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use support::{
-    CloudcoreRun, Process, cri_socket, ctl, free_address, join_node, tempfile_dir, test_node, until,
+    CloudcoreRun, EdgecoreRun, Process, cri_socket, ctl, free_address, join_node, tempfile_dir,
+    test_node, until,
 };
 
 mod support;
@@ -33,7 +34,6 @@ struct Pair {
 }
 
 fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
-    let edgecore = env!("CARGO_BIN_EXE_e2e-edgecore");
     let dir = tempfile_dir(name);
     let cloud_dir = format!("{dir}/cloud");
     let edge_dir = format!("{dir}/edge");
@@ -57,28 +57,12 @@ fn start_pair(name: &str, node: &str, keepalive_secs: u64) -> Pair {
     join_node(&cloud_dir, &certs, node, &edge_dir);
 
     // From now on edgecore runs without the token.
-    let edge = Process::start(
-        edgecore,
-        &[
-            "--data-dir",
-            &edge_dir,
-            "run",
-            "--cloud",
-            &hub,
-            "--metaserver",
-            &metaserver,
-            "--edged-server",
-            "127.0.0.1:0",
-            "--mqtt-broker",
-            "127.0.0.1:0",
-            "--metrics",
-            &edge_metrics,
-            "--keepalive-secs",
-            &keepalive,
-            "--cri-socket",
-            &socket,
-        ],
-    );
+    let edge = EdgecoreRun::new(&edge_dir, &hub)
+        .with("--metaserver", &metaserver)
+        .with("--metrics", &edge_metrics)
+        .with("--keepalive-secs", &keepalive)
+        .with("--cri-socket", &socket)
+        .start();
     cloud.wait_for(
         &format!("node connected node={node}"),
         Duration::from_secs(30),

@@ -282,23 +282,88 @@ pub fn start_cloudcore(cloud_dir: &str, hub: &str, certs: &str, extra: &[&str]) 
         .start()
 }
 
-/// `edgecore run` of a joined node (`data_dir`) linking to `cloud` (one
-/// address or several), with `extra` arguments; the local servers it is
-/// not given in `extra` on ports of their own choosing, metrics off.
-pub fn start_edgecore(data_dir: &str, cloud: &str, extra: &[&str]) -> Process {
-    let mut args = vec!["--data-dir", data_dir, "run", "--cloud", cloud];
-    for (flag, default) in [
-        ("--metaserver", "127.0.0.1:0"),
-        ("--edged-server", "127.0.0.1:0"),
-        ("--mqtt-broker", "127.0.0.1:0"),
-        ("--metrics", "off"),
-    ] {
-        if !extra.contains(&flag) {
-            args.extend([flag, default]);
+/// `edgecore run` as every process suite starts it: the one place its
+/// command line is spelled. [`EdgecoreRun::new`] names the node's data
+/// directory (a joined node's) and the cloud it links to (one address or
+/// several); the local servers it is not given (`--metaserver`,
+/// `--edged-server`, `--mqtt-broker`) listen on ports of their own
+/// choosing, and metrics are off unless a `--metrics` is given.
+#[derive(Debug, Clone)]
+pub struct EdgecoreRun {
+    dir: String,
+    run: Vec<String>,
+}
+
+impl EdgecoreRun {
+    /// Its data in `dir`, linking to `cloud`.
+    pub fn new(dir: &str, cloud: &str) -> EdgecoreRun {
+        EdgecoreRun {
+            dir: dir.to_owned(),
+            run: vec!["--cloud".to_owned(), cloud.to_owned()],
         }
     }
-    args.extend_from_slice(extra);
-    Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args)
+
+    /// `flag value` after `run`.
+    pub fn with(mut self, flag: &str, value: &str) -> EdgecoreRun {
+        self.run.extend([flag.to_owned(), value.to_owned()]);
+        self
+    }
+
+    /// `flag` alone after `run`.
+    pub fn flag(mut self, flag: &str) -> EdgecoreRun {
+        self.run.push(flag.to_owned());
+        self
+    }
+
+    /// `args` after `run`, as they are.
+    pub fn and(mut self, args: &[&str]) -> EdgecoreRun {
+        self.run.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    /// The value given to `flag` after `run`.
+    pub fn value_of(&self, flag: &str) -> Option<&str> {
+        let at = self.run.iter().position(|arg| arg == flag)?;
+        self.run.get(at + 1).map(String::as_str)
+    }
+
+    /// The whole command line.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec!["--data-dir".to_owned(), self.dir.clone(), "run".to_owned()];
+        args.extend(self.run.iter().cloned());
+        for (flag, default) in [
+            ("--metaserver", "127.0.0.1:0"),
+            ("--edged-server", "127.0.0.1:0"),
+            ("--mqtt-broker", "127.0.0.1:0"),
+            ("--metrics", "off"),
+        ] {
+            if !self.run.iter().any(|arg| arg == flag) {
+                args.extend([flag.to_owned(), default.to_owned()]);
+            }
+        }
+        args
+    }
+
+    /// Starts it.
+    pub fn start(&self) -> Process {
+        let args = self.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args)
+    }
+
+    /// Runs it to its end (for a start that must fail): its output.
+    pub fn output(&self) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_e2e-edgecore"))
+            .args(self.args())
+            .output()
+            .expect("edgecore")
+    }
+}
+
+/// `edgecore run` of a joined node (`data_dir`) linking to `cloud` (one
+/// address or several), with `extra` arguments (see [`EdgecoreRun`]).
+pub fn start_edgecore(data_dir: &str, cloud: &str, extra: &[&str]) -> Process {
+    EdgecoreRun::new(data_dir, cloud).and(extra).start()
 }
 
 /// Gives the cloud in `to_dir` the CA of the one in `from_dir` (replicas
