@@ -43,7 +43,10 @@ impl HiveConfig {
 pub struct ModuleConfig {
     /// Whether the module is started at all.
     pub enable: bool,
-    /// Mailbox size; a sender waits when it is full.
+    /// Mailbox size: how many messages may wait for the module to take
+    /// them; a sender waits when that many wait. The module takes all
+    /// waiting messages at once, so during a burst up to twice this many
+    /// exist (waiting, and taken but not yet handled).
     pub mailbox_capacity: usize,
     /// Time the module gets on shutdown to drain its mailbox and flush.
     pub flush_timeout_ms: u64,

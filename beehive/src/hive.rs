@@ -133,9 +133,10 @@ pub struct ModuleInfo {
     pub group: String,
     /// Whether it runs (or waits to be restarted).
     pub running: bool,
-    /// Messages waiting in its mailbox.
+    /// Messages waiting in its mailbox, and those it took and has not
+    /// handled yet: up to twice `capacity` during a burst.
     pub queued: usize,
-    /// Mailbox capacity.
+    /// Mailbox capacity: how many may wait before senders do.
     pub capacity: usize,
     /// How often it was restarted.
     pub restarts: u32,

@@ -6,7 +6,8 @@
 //! again, so on the module's side a message costs nothing shared. A tokio
 //! bounded channel costs several atomic operations per message on each side,
 //! and its receiver takes a mutex per message to give back a permit; with
-//! this mailbox a hive send costs about half as much (docs/benchmarks.md).
+//! this mailbox the hive's async sends went from 3.9 M to 5.3 M msgs/s on
+//! the 2-core development machine (docs/benchmarks.md, session 24).
 //! The lock is `parking_lot`'s: it spins briefly before it sleeps, so a
 //! sender and a module on two threads meet in batches rather than waking
 //! each other for every message.
@@ -15,6 +16,11 @@
 //! a sender finding that many waits (or gets [`Refused::Full`]). What the
 //! module took and has not handled yet is held apart, so during a burst up
 //! to twice `capacity` messages exist. [`Mailbox::queued`] counts both.
+//!
+//! **Order and fairness.** Messages come out in the order they were
+//! queued. Senders waiting for room are all woken by the next take and
+//! race for it: unlike tokio's semaphore, a waiting sender holds no place
+//! in line, and a `try_send` may overtake it.
 //!
 //! **Closing.** After [`Inbox::close`] (or once the inbox is dropped) every
 //! send is refused, and what is queued still drains: a send is checked
@@ -30,9 +36,11 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// Batches smaller than this end a burst: the module's spare buffer is then
-/// cut down to this size, so a mailbox that once filled does not keep the
-/// burst's memory.
+/// Buffers larger than this are given back when the module runs dry after
+/// a batch smaller than this (a burst is over), so a mailbox that once
+/// filled does not keep the burst's memory; a module that runs dry after
+/// every large batch (a steady stream) keeps its buffers instead of growing
+/// them again each time.
 const SPARE: usize = 64;
 
 /// Creates a mailbox holding up to `capacity` waiting messages (at least 1).
@@ -136,11 +144,11 @@ impl<T> Mailbox<T> {
     /// Queues `msg`, waiting for room; a closed inbox hands it back.
     pub(crate) async fn send(&self, mut msg: T) -> Result<(), T> {
         loop {
-            // Registered before the queue is looked at, so a take between
-            // the look and the wait still wakes this sender.
+            // Made before the queue is looked at: a `Notified` hears every
+            // `notify_waiters` from its creation on, polled or not, so a
+            // take between the look and the wait still wakes this sender
+            // (and one that finds room costs no lock of the `Notify`).
             let room = self.shared.room.notified();
-            let mut room = std::pin::pin!(room);
-            room.as_mut().enable();
             match self.push(msg, true) {
                 Ok(()) => return Ok(()),
                 Err(Refused::Closed(back)) => return Err(back),
@@ -209,32 +217,42 @@ impl<T> Inbox<T> {
                 .store(self.taken.len(), Ordering::Relaxed);
             return Poll::Ready(Some(msg));
         }
-        if self.last_batch < SPARE && self.taken.capacity() > SPARE {
-            self.taken.shrink_to(SPARE);
-        }
         let mut waiting = self.shared.waiting.lock();
         if waiting.queue.is_empty() {
             if waiting.closed || waiting.senders_gone {
                 return Poll::Ready(None);
             }
-            match &waiting.module {
-                Some(parked) if parked.will_wake(cx.waker()) => {}
-                _ => waiting.module = Some(cx.waker().clone()),
+            // Dry after a small batch: a burst (if any) is over, and the
+            // buffers it grew are given back, this side's and the queue's.
+            let burst_over = self.last_batch < SPARE;
+            let spare = (burst_over && waiting.queue.capacity() > SPARE)
+                .then(|| std::mem::take(&mut waiting.queue));
+            let replaced = match &waiting.module {
+                Some(parked) if parked.will_wake(cx.waker()) => None,
+                _ => waiting.module.replace(cx.waker().clone()),
+            };
+            drop(waiting);
+            // Freed outside the lock.
+            drop((spare, replaced));
+            if burst_over && self.taken.capacity() > SPARE {
+                self.taken = VecDeque::new();
             }
             return Poll::Pending;
         }
         std::mem::swap(&mut waiting.queue, &mut self.taken);
         let senders_wait = std::mem::take(&mut waiting.senders_wait);
-        drop(waiting);
-        if senders_wait {
-            self.shared.room.notify_waiters();
-        }
         self.last_batch = self.taken.len();
         let msg = self.taken.pop_front();
+        // Stored under the lock, so `queued` never counts a batch twice
+        // or not at all.
         self.shared
             .in_hand
             .0
             .store(self.taken.len(), Ordering::Relaxed);
+        drop(waiting);
+        if senders_wait {
+            self.shared.room.notify_waiters();
+        }
         Poll::Ready(msg)
     }
 

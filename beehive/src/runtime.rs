@@ -260,9 +260,10 @@ pub(crate) async fn supervise<M, F>(
             hive.note_restart(&name);
         }
         hive.note_stopped(&name);
-        // Whatever is still queued, or in flight from a sender that got
-        // room before the close, is dropped and counted, and a queued
-        // request fails at once instead of waiting out its timeout.
+        // Whatever is still queued (a send is checked against the close
+        // under the lock it pushes under, so nothing comes after) is
+        // dropped and counted, and a queued request fails at once instead
+        // of waiting out its timeout.
         mailbox.close();
         while let Some(msg) = mailbox.recv().await {
             hive.discard(&name, msg);

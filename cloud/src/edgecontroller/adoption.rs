@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 
 use super::kubeedge::{self, Refusal};
 use super::reconciler::LINK_CONDITION;
-use super::unconditional;
 use crate::cloudstream::KubeletEndpoint;
 
 /// How often a node's unchanged status is written all the same (a
@@ -391,6 +390,15 @@ pub(crate) fn shown_linked_elsewhere(
             Some((name.to_owned(), version_of(node)?))
         })
         .collect()
+}
+
+/// `object` without its resource version: a write of it is
+/// unconditional.
+pub(super) fn unconditional(mut object: Value) -> Value {
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        metadata.remove("resourceVersion");
+    }
+    object
 }
 
 #[cfg(test)]

@@ -50,16 +50,16 @@ pub type Handled = HashMap<Kind, u64>;
 /// mean for the nodes; reads go to the desired state.
 #[derive(Clone)]
 pub struct ControllerHandle {
-    pub(super) store: Arc<dyn DesiredState>,
-    pub(super) handled: watch::Receiver<Handled>,
+    store: Arc<dyn DesiredState>,
+    handled: watch::Receiver<Handled>,
     /// How long an apply waits for the controller to queue its objects.
-    pub(super) wait: Duration,
+    wait: Duration,
     /// What the controller has done so far.
     pub counts: watch::Receiver<ControllerCounts>,
     /// Where cloudhub tells the controller of its nodes' links.
-    pub(super) node_events: NodeEvents,
+    node_events: NodeEvents,
     /// Where the controller hands cloudhub messages for nodes.
-    pub(super) links: NodeLinks,
+    links: NodeLinks,
 }
 
 /// An object checked for an apply, packed until it is written
@@ -88,6 +88,25 @@ fn refused(err: DesiredError) -> ApiError {
 }
 
 impl ControllerHandle {
+    /// The handle of a controller just started (by [`super::EdgeController::start`]).
+    pub(super) fn new(
+        store: Arc<dyn DesiredState>,
+        handled: watch::Receiver<Handled>,
+        wait: Duration,
+        counts: watch::Receiver<ControllerCounts>,
+        node_events: NodeEvents,
+        links: NodeLinks,
+    ) -> ControllerHandle {
+        ControllerHandle {
+            store,
+            handled,
+            wait,
+            counts,
+            node_events,
+            links,
+        }
+    }
+
     /// The channel the controller hears cloudhub's node events on: give it
     /// to cloudhub ([`hub::CloudHubConfig::node_events`]).
     pub fn node_events(&self) -> NodeEvents {

@@ -177,14 +177,14 @@ impl EdgeController {
                 }
             }
         });
-        Ok(ControllerHandle {
-            node_events,
-            links,
+        Ok(ControllerHandle::new(
             store,
             handled,
             wait,
             counts,
-        })
+            node_events,
+            links,
+        ))
     }
 }
 
@@ -216,15 +216,6 @@ struct Controller {
     /// KubeEdge nodes' twin syncs waiting for devices and models to be
     /// listed, the latest per node.
     twin_syncs: HashMap<String, HiveMessage>,
-}
-
-/// `object` without its resource version: a write of it is
-/// unconditional.
-fn unconditional(mut object: Value) -> Value {
-    if let Some(metadata) = object["metadata"].as_object_mut() {
-        metadata.remove("resourceVersion");
-    }
-    object
 }
 
 impl Controller {
@@ -273,7 +264,7 @@ impl Controller {
                     }
                     _ = retry.tick() => {
                         for kind in FOLLOWED {
-                            if !self.watches.streams.iter().any(|(k, _)| *k == kind) {
+                            if !self.watches.watching(kind) {
                                 self.list_and_watch(kind).await;
                             }
                         }

@@ -1,6 +1,8 @@
 //! Carrying out the reconciler's actions: objects queued at cloudhub in
-//! batches whose commits are awaited together, membership updates, and the
-//! questions put to nodes (inventories) and to the delivery cursors.
+//! batches whose commits are awaited together, membership updates, the
+//! questions put to nodes (inventories) and to the delivery cursors, and
+//! the Node updates and finished deletions it calls for (done by `nodes`
+//! and `from_nodes`).
 
 use std::collections::BTreeMap;
 

@@ -3,6 +3,7 @@
 //! the status writer in batches, coalesced per object.
 
 // The controller's types and imports.
+use super::adoption::unconditional;
 use super::handle::node_name;
 use super::*;
 use crate::devicecontroller::{twin_reports, twin_sync};

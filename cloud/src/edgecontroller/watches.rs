@@ -22,7 +22,14 @@ const WATCH_BATCH: usize = 1024;
 /// secrets, models) is handled before what references it.
 #[derive(Default)]
 pub(super) struct Watches {
-    pub(super) streams: Vec<(Kind, WatchStream)>,
+    streams: Vec<(Kind, WatchStream)>,
+}
+
+impl Watches {
+    /// Whether `kind` is watched.
+    pub(super) fn watching(&self, kind: Kind) -> bool {
+        self.streams.iter().any(|(k, _)| *k == kind)
+    }
 }
 
 impl Stream for Watches {
@@ -130,7 +137,7 @@ impl Controller {
         }
     }
 
-    pub(super) fn mark_handled(&self, kind: Kind, revision: u64) {
+    fn mark_handled(&self, kind: Kind, revision: u64) {
         self.handled.send_if_modified(|handled| {
             let at = handled.entry(kind).or_default();
             let moved = revision > *at;

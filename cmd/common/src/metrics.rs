@@ -78,7 +78,7 @@ impl Exposition {
         for module in &modules {
             self.gauge(
                 "edgehive_module_queue_depth",
-                "Messages waiting in a module's mailbox.",
+                "Messages waiting in a module's mailbox or taken and not yet handled (up to twice its capacity in a burst).",
                 &[("module", &module.name)],
                 module.queued as u64,
             );
