@@ -3,8 +3,21 @@
 //! KubeEdge's shapes), service account tokens, MetaServer's access reviews,
 //! and KubeEdge twin syncs; and refusals, in the asker's shape.
 
-// The controller's types and imports.
-use super::*;
+use std::time::Duration;
+
+use apis::devices::Device;
+use apis::kinds::{Kind, ObjectKey};
+use beehive::Message as HiveMessage;
+use beehive::constants::{module, resource_type};
+use beehive::resource::{CloudResource, EdgeResource};
+use hub::NodeLinks;
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use super::Controller;
+use super::kubeedge;
+use super::kubeedge::Refusal;
+use super::status_writer::Ticket;
 use crate::devicecontroller::twin_sync;
 
 /// How long an answer to a node waits for room in cloudhub's channel.

@@ -62,28 +62,21 @@ pub(crate) use answers::send_to_node;
 use requests::Read;
 use status_reports::{STATUS_BATCH, StatusReport};
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
-use beehive::constants::{group, module, operation, resource_type};
-use beehive::resource::{CloudResource, EdgeResource};
+use beehive::constants::{group, module};
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
 use futures_util::StreamExt;
 use hub::{NodeEvent, NodeEvents, NodeLinks};
-use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use apis::devices::Device;
-use apis::kinds::{Kind, ObjectKey};
-
-use crate::desired::{DesiredError, DesiredState};
-use kubeedge::Refusal;
+use crate::desired::DesiredState;
 use leases::{LeaseBook, RenewalRounds};
 pub use reconciler::Acked;
 use reconciler::{FOLLOWED, Reconciler};
-use status_writer::{StatusWrites, Ticket, WriterConfig};
+use status_writer::{StatusWrites, WriterConfig};
 use toleration_writer::TolerationWriter;
 use watches::Watches;
 

@@ -4,12 +4,26 @@
 //! (answered from memory; the heartbeat Leases of linked nodes renewed in
 //! rounds), and nodes no replica holds (marked unreachable).
 
-// The controller's types and imports.
-use super::*;
-use adoption::{Adopted, NodeFacts, NodeWrite, StatusSource, version_of};
+use std::collections::HashSet;
+
+use apis::kinds::{Kind, ObjectKey};
+use beehive::Message as HiveMessage;
+use beehive::constants::resource_type;
+use beehive::resource::EdgeResource;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::adoption::{Adopted, NodeFacts, NodeWrite, StatusSource, version_of};
+use super::kubeedge::Refusal;
+use super::leases::{LeaseAnswer, Renewal};
+use super::requests::LeaseRequest;
+use super::status_writer::Ticket;
+use super::{Controller, Input};
+use super::{adoption, kubeedge};
+use crate::desired::DesiredError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use leases::{LeaseAnswer, Renewal};
-use requests::LeaseRequest;
 
 /// Now, to the second (as Kubernetes writes condition times).
 fn now() -> Time {

@@ -2,10 +2,19 @@
 //! their messages, checked against what the node may report, and handed to
 //! the status writer in batches, coalesced per object.
 
-// The controller's types and imports.
+use apis::kinds::{Kind, ObjectKey};
+use beehive::Message as HiveMessage;
+use beehive::constants::{operation, resource_type};
+use beehive::resource::{CloudResource, EdgeResource};
+use serde_json::{Value, json};
+use tracing::warn;
+
+use super::Controller;
 use super::adoption::unconditional;
 use super::handle::node_name;
-use super::*;
+use super::kubeedge::Refusal;
+use super::status_writer::Ticket;
+use super::{kubeedge, status_writer};
 use crate::devicecontroller::{twin_reports, twin_sync};
 
 /// Status reports stored in one commit at most.
