@@ -180,8 +180,10 @@ impl<T> Mailbox<T> {
 
     /// Messages waiting and taken but not yet handled.
     pub(crate) fn queued(&self) -> usize {
-        let waiting = self.shared.waiting.lock().queue.len();
-        waiting + self.shared.in_hand.0.load(Ordering::Relaxed)
+        // Both read under the lock a take stores `in_hand` under, so a
+        // batch is counted once: waiting, or in hand.
+        let waiting = self.shared.waiting.lock();
+        waiting.queue.len() + self.shared.in_hand.0.load(Ordering::Relaxed)
     }
 
     /// How many messages may wait before senders do.

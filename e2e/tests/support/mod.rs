@@ -186,26 +186,75 @@ pub fn join_node(cloud_dir: &str, certs: &str, name: &str, data_dir: &str) {
     assert!(ok, "edgecore join failed: {err}");
 }
 
+/// `<binary> [global...] --data-dir DIR run [flags...]`, with the flags not
+/// given filled in from `defaults`: the command line [`CloudcoreRun`] and
+/// [`EdgecoreRun`] both build.
+#[derive(Debug, Clone)]
+struct RunLine {
+    global: Vec<String>,
+    dir: String,
+    run: Vec<String>,
+    defaults: &'static [(&'static str, &'static str)],
+}
+
+impl RunLine {
+    fn new(
+        dir: &str,
+        run: [&str; 2],
+        defaults: &'static [(&'static str, &'static str)],
+    ) -> RunLine {
+        RunLine {
+            global: Vec::new(),
+            dir: dir.to_owned(),
+            run: run.map(str::to_owned).to_vec(),
+            defaults,
+        }
+    }
+
+    fn and(&mut self, args: &[&str]) {
+        self.run.extend(args.iter().map(|a| (*a).to_owned()));
+    }
+
+    fn value_of(&self, flag: &str) -> Option<&str> {
+        let at = self.run.iter().position(|arg| arg == flag)?;
+        self.run.get(at + 1).map(String::as_str)
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut args = self.global.clone();
+        args.extend(["--data-dir".to_owned(), self.dir.clone(), "run".to_owned()]);
+        args.extend(self.run.iter().cloned());
+        for (flag, default) in self.defaults {
+            if !self.run.iter().any(|arg| arg == flag) {
+                args.extend([(*flag).to_owned(), (*default).to_owned()]);
+            }
+        }
+        args
+    }
+
+    fn start(&self, binary: &str) -> Process {
+        let args = self.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Process::start(binary, &args)
+    }
+}
+
 /// `cloudcore run` as every process suite starts it: the one place its
 /// command line is spelled. [`CloudcoreRun::new`] names the data directory
 /// and the certificate endpoints; cloudhub listens where [`CloudcoreRun::hub`]
 /// (or [`CloudcoreRun::kubeedge_hub`]) says; metrics are off unless a
 /// `--metrics` is given.
 #[derive(Debug, Clone)]
-pub struct CloudcoreRun {
-    global: Vec<String>,
-    dir: String,
-    run: Vec<String>,
-}
+pub struct CloudcoreRun(RunLine);
 
 impl CloudcoreRun {
     /// Its data in `dir`, its certificate endpoints on `certs`.
     pub fn new(dir: &str, certs: &str) -> CloudcoreRun {
-        CloudcoreRun {
-            global: Vec::new(),
-            dir: dir.to_owned(),
-            run: vec!["--certs".to_owned(), certs.to_owned()],
-        }
+        CloudcoreRun(RunLine::new(
+            dir,
+            ["--certs", certs],
+            &[("--metrics", "off")],
+        ))
     }
 
     /// cloudhub's WebSocket, in edgehive's dialect, on `address`.
@@ -219,56 +268,45 @@ impl CloudcoreRun {
     }
 
     /// `flag value` after `run`.
-    pub fn with(mut self, flag: &str, value: &str) -> CloudcoreRun {
-        self.run.extend([flag.to_owned(), value.to_owned()]);
-        self
+    pub fn with(self, flag: &str, value: &str) -> CloudcoreRun {
+        self.and(&[flag, value])
     }
 
     /// `flag` alone after `run`.
-    pub fn flag(mut self, flag: &str) -> CloudcoreRun {
-        self.run.push(flag.to_owned());
-        self
+    pub fn flag(self, flag: &str) -> CloudcoreRun {
+        self.and(&[flag])
     }
 
     /// `args` after `run`, as they are.
     pub fn and(mut self, args: &[&str]) -> CloudcoreRun {
-        self.run.extend(args.iter().map(|a| (*a).to_owned()));
+        self.0.and(args);
         self
     }
 
     /// `args` before `run` (`--config FILE`).
     pub fn global(mut self, args: &[&str]) -> CloudcoreRun {
-        self.global.extend(args.iter().map(|a| (*a).to_owned()));
+        self.0.global.extend(args.iter().map(|a| (*a).to_owned()));
         self
     }
 
     /// Its data directory.
     pub fn dir(&self) -> &str {
-        &self.dir
+        &self.0.dir
     }
 
     /// The value given to `flag` after `run`.
     pub fn value_of(&self, flag: &str) -> Option<&str> {
-        let at = self.run.iter().position(|arg| arg == flag)?;
-        self.run.get(at + 1).map(String::as_str)
+        self.0.value_of(flag)
     }
 
     /// The whole command line.
     pub fn args(&self) -> Vec<String> {
-        let mut args = self.global.clone();
-        args.extend(["--data-dir".to_owned(), self.dir.clone(), "run".to_owned()]);
-        args.extend(self.run.iter().cloned());
-        if self.value_of("--metrics").is_none() {
-            args.extend(["--metrics".to_owned(), "off".to_owned()]);
-        }
-        args
+        self.0.args()
     }
 
     /// Starts it.
     pub fn start(&self) -> Process {
-        let args = self.args();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Process::start(env!("CARGO_BIN_EXE_e2e-cloudcore"), &args)
+        self.0.start(env!("CARGO_BIN_EXE_e2e-cloudcore"))
     }
 }
 
@@ -289,72 +327,50 @@ pub fn start_cloudcore(cloud_dir: &str, hub: &str, certs: &str, extra: &[&str]) 
 /// `--edged-server`, `--mqtt-broker`) listen on ports of their own
 /// choosing, and metrics are off unless a `--metrics` is given.
 #[derive(Debug, Clone)]
-pub struct EdgecoreRun {
-    dir: String,
-    run: Vec<String>,
-}
+pub struct EdgecoreRun(RunLine);
 
 impl EdgecoreRun {
     /// Its data in `dir`, linking to `cloud`.
     pub fn new(dir: &str, cloud: &str) -> EdgecoreRun {
-        EdgecoreRun {
-            dir: dir.to_owned(),
-            run: vec!["--cloud".to_owned(), cloud.to_owned()],
-        }
+        const DEFAULTS: &[(&str, &str)] = &[
+            ("--metaserver", "127.0.0.1:0"),
+            ("--edged-server", "127.0.0.1:0"),
+            ("--mqtt-broker", "127.0.0.1:0"),
+            ("--metrics", "off"),
+        ];
+        EdgecoreRun(RunLine::new(dir, ["--cloud", cloud], DEFAULTS))
     }
 
     /// `flag value` after `run`.
-    pub fn with(mut self, flag: &str, value: &str) -> EdgecoreRun {
-        self.run.extend([flag.to_owned(), value.to_owned()]);
-        self
+    pub fn with(self, flag: &str, value: &str) -> EdgecoreRun {
+        self.and(&[flag, value])
     }
 
     /// `flag` alone after `run`.
-    pub fn flag(mut self, flag: &str) -> EdgecoreRun {
-        self.run.push(flag.to_owned());
-        self
+    pub fn flag(self, flag: &str) -> EdgecoreRun {
+        self.and(&[flag])
     }
 
     /// `args` after `run`, as they are.
     pub fn and(mut self, args: &[&str]) -> EdgecoreRun {
-        self.run.extend(args.iter().map(|a| (*a).to_owned()));
+        self.0.and(args);
         self
     }
 
     /// The value given to `flag` after `run`.
     pub fn value_of(&self, flag: &str) -> Option<&str> {
-        let at = self.run.iter().position(|arg| arg == flag)?;
-        self.run.get(at + 1).map(String::as_str)
-    }
-
-    /// The whole command line.
-    pub fn args(&self) -> Vec<String> {
-        let mut args = vec!["--data-dir".to_owned(), self.dir.clone(), "run".to_owned()];
-        args.extend(self.run.iter().cloned());
-        for (flag, default) in [
-            ("--metaserver", "127.0.0.1:0"),
-            ("--edged-server", "127.0.0.1:0"),
-            ("--mqtt-broker", "127.0.0.1:0"),
-            ("--metrics", "off"),
-        ] {
-            if !self.run.iter().any(|arg| arg == flag) {
-                args.extend([flag.to_owned(), default.to_owned()]);
-            }
-        }
-        args
+        self.0.value_of(flag)
     }
 
     /// Starts it.
     pub fn start(&self) -> Process {
-        let args = self.args();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Process::start(env!("CARGO_BIN_EXE_e2e-edgecore"), &args)
+        self.0.start(env!("CARGO_BIN_EXE_e2e-edgecore"))
     }
 
     /// Runs it to its end (for a start that must fail): its output.
     pub fn output(&self) -> std::process::Output {
         Command::new(env!("CARGO_BIN_EXE_e2e-edgecore"))
-            .args(self.args())
+            .args(self.0.args())
             .output()
             .expect("edgecore")
     }
