@@ -10,9 +10,11 @@ use actix::{Actor, Context};
 use anyhow::{Context as _, Result};
 use beehive::constants::{group, operation, resource_type};
 use beehive::resource::EdgeResource;
-use beehive::{Hive, HiveConfig, Message, Module, ModuleError};
+use beehive::{Content, Hive, HiveConfig, Message, Module, ModuleError};
 use clap::Parser;
-use serde_json::json;
+
+/// What the demo's store answers a query with: resource -> version.
+type Listing = std::collections::BTreeMap<String, String>;
 
 /// Command line.
 #[derive(Parser, Debug)]
@@ -26,7 +28,7 @@ struct Args {
 /// Keeps the newest resource version per object, answers queries.
 struct Store {
     hive: Hive,
-    objects: std::collections::BTreeMap<String, String>,
+    objects: Listing,
 }
 
 impl Actor for Store {
@@ -43,8 +45,11 @@ impl Module for Store {
     fn handle(&mut self, msg: Message, _ctx: &mut Context<Self>) -> Result<(), ModuleError> {
         match msg.operation() {
             operation::QUERY => {
-                let listing = json!(self.objects);
-                self.hive.send_resp(msg.response("metamanager", listing));
+                let answer = match Content::of(&self.objects) {
+                    Ok(listing) => msg.response("metamanager", listing),
+                    Err(err) => msg.error_response("metamanager", err.to_string()),
+                };
+                self.hive.send_resp(answer);
             }
             _ => {
                 self.objects
@@ -90,7 +95,7 @@ async fn main() -> Result<()> {
         .init();
     let args = Args::parse();
 
-    let config: HiveConfig = serde_json::from_value(json!({
+    let config: HiveConfig = serde_json::from_value(serde_json::json!({
         "modules": {
             "metamanager": {"mailboxCapacity": 4096, "restart": {"policy": "onFailure"}},
             "edged-b": {"enable": false}
@@ -127,11 +132,7 @@ async fn main() -> Result<()> {
     let listing = edge
         .send_sync("metamanager", query, Duration::from_secs(5))
         .await?;
-    let objects = listing
-        .content()
-        .as_object()
-        .map(|o| o.len())
-        .unwrap_or_default();
+    let objects = listing.body::<Listing>().map(|o| o.len()).unwrap_or_default();
     println!(
         "edge: {} updates coalesced into {objects} objects in {:?}",
         args.messages,
@@ -152,8 +153,7 @@ async fn main() -> Result<()> {
     println!(
         "cloud: its own store holds {} objects (the hives share nothing)",
         cloud_view
-            .content()
-            .as_object()
+            .body::<Listing>()
             .map(|o| o.len())
             .unwrap_or_default()
     );

@@ -525,6 +525,15 @@ pub fn references(key: &ObjectKey, object: &Value) -> BTreeSet<ObjectKey> {
     }
 }
 
+/// A Kubernetes object as a message's content: the form in which objects
+/// pass between modules, read back with [`beehive::Content::decode`] into
+/// the kind the reading module works with.
+pub fn object_content(object: &Value) -> beehive::Content {
+    // A JSON value always encodes: its map keys are strings, its numbers
+    // and strings MessagePack's own.
+    beehive::Content::of(object).expect("a JSON value encodes")
+}
+
 /// The name of the `serviceaccounttoken` object that carries the token of
 /// source `index` of projected volume `volume` of pod `pod`: the cloud
 /// sends it under this name, edged looks it up by it.

@@ -38,6 +38,7 @@ pub mod api;
 #[cfg(feature = "kubernetes")]
 pub mod defaults;
 pub mod devices;
+pub mod inventory;
 pub mod k8s;
 pub mod kinds;
 #[cfg(feature = "kubernetes")]

@@ -33,9 +33,8 @@
 //! ```
 
 use beehive::constants::{group, operation, resource_type};
-use beehive::{IntoRouteName, Message};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use beehive::{Content, IntoRouteName, Message};
+use serde::{Deserialize, Serialize};
 
 /// A pod's containers stopped and its sandbox is gone at the sending node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +50,24 @@ pub struct PodTerminated {
 }
 
 /// The content of edgehive's form.
-#[derive(Debug, Default, Deserialize)]
-struct Content {
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Terminated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+}
+
+/// A kubelet's `DeleteOptions` as a KubeEdge edge sends them: grace 0 and
+/// the pod's uid as precondition.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct DeleteOptions {
+    #[serde(rename = "gracePeriodSeconds", default)]
+    grace_period_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    preconditions: Option<Preconditions>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Preconditions {
     #[serde(default)]
     uid: Option<String>,
 }
@@ -74,13 +89,12 @@ impl PodTerminated {
 
     /// edgehive's form, sent by `source` (edged) up through edgehub.
     pub fn message(&self, source: impl IntoRouteName) -> Message {
-        let content = match &self.uid {
-            Some(uid) => json!({ "uid": uid }),
-            None => json!({}),
+        let body = Terminated {
+            uid: self.uid.clone(),
         };
         Message::new()
             .build_router(source, group::RESOURCE, self.resource(), operation::DELETE)
-            .with_content(content)
+            .with_content(Content::of(&body).expect("an optional string encodes"))
     }
 
     /// The word `msg` carries for pod `namespace/name` (its resource, as
@@ -90,43 +104,44 @@ impl PodTerminated {
         if msg.operation() != operation::DELETE {
             return None;
         }
-        let content = match msg.content() {
-            Value::Null => Content::default(),
-            other => Content::deserialize(other).ok()?,
+        let body = match msg.content() {
+            Content::Empty => Terminated::default(),
+            other => other.decode::<Terminated>().ok()?,
         };
-        Some(PodTerminated::new(namespace, name, content.uid))
+        Some(PodTerminated::new(namespace, name, body.uid))
     }
 
     /// The content of a KubeEdge edge's delete: its kubelet's
     /// `DeleteOptions` (grace 0, the uid as precondition).
-    pub fn delete_options(&self) -> Value {
-        let mut options = json!({ "gracePeriodSeconds": 0 });
-        if let Some(uid) = &self.uid {
-            options["preconditions"] = json!({ "uid": uid });
-        }
-        options
+    pub fn delete_options(&self) -> Content {
+        let options = DeleteOptions {
+            grace_period_seconds: Some(0),
+            preconditions: self.uid.clone().map(|uid| Preconditions { uid: Some(uid) }),
+        };
+        Content::of(&options).expect("a number and an optional string encode")
     }
 
     /// The uid a KubeEdge edge's delete names: the `DeleteOptions`'
     /// precondition (also as JSON text), or an older edge's bare uid.
     /// `Err` when the content is neither.
-    pub fn uid_of_delete_options(content: &Value) -> Result<Option<String>, String> {
+    pub fn uid_of_delete_options(content: &Content) -> Result<Option<String>, String> {
+        let unreadable = || "a pod's delete carries DeleteOptions with a string uid".to_owned();
         let options = match content {
-            Value::String(text) => match serde_json::from_str::<Value>(text) {
-                Ok(options @ Value::Object(_)) => options,
+            Content::Empty => return Ok(None),
+            Content::Text(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(options @ serde_json::Value::Object(_)) => {
+                    DeleteOptions::deserialize(options).map_err(|_| unreadable())?
+                }
                 // An older edge: the uid alone.
                 _ if !text.is_empty() => return Ok(Some(text.clone())),
                 _ => return Ok(None),
             },
-            Value::Null => return Ok(None),
-            options @ Value::Object(_) => options.clone(),
-            _ => return Err("a pod's delete carries DeleteOptions".to_owned()),
+            Content::Document(document) if document.is_map() => {
+                document.decode::<DeleteOptions>().map_err(|_| unreadable())?
+            }
+            Content::Document(_) => return Err(unreadable()),
         };
-        match options.pointer("/preconditions/uid") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(uid)) => Ok(Some(uid.clone())),
-            Some(_) => Err("the precondition's uid is not a string".to_owned()),
-        }
+        Ok(options.preconditions.and_then(|preconditions| preconditions.uid))
     }
 
     /// The word a KubeEdge edge's delete of pod `namespace/name` with
@@ -134,7 +149,7 @@ impl PodTerminated {
     pub fn from_delete_options(
         namespace: &str,
         name: &str,
-        content: &Value,
+        content: &Content,
     ) -> Result<PodTerminated, String> {
         Ok(PodTerminated::new(
             namespace,
@@ -147,6 +162,11 @@ impl PodTerminated {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+
+    fn doc(value: Value) -> Content {
+        Content::of(&value).expect("encodable")
+    }
 
     #[test]
     fn edgehives_form_round_trips() {
@@ -154,7 +174,7 @@ mod tests {
         let msg = stopped.message("edged");
         assert_eq!(msg.group(), "resource");
         assert_eq!(msg.operation(), "delete");
-        assert_eq!(msg.content(), &json!({"uid": "u-1"}));
+        assert_eq!(msg.body::<serde_json::Value>().expect("json body"), json!({"uid": "u-1"}));
         assert_eq!(PodTerminated::of("ns", "web", &msg), Some(stopped));
         let unknown = PodTerminated::new("ns", "web", None);
         assert_eq!(
@@ -168,26 +188,28 @@ mod tests {
     #[test]
     fn kubeedges_delete_options_name_the_uid() {
         let kubelet = json!({"gracePeriodSeconds": 0, "preconditions": {"uid": "u-1"}});
-        let stopped = PodTerminated::from_delete_options("ns", "web", &kubelet).expect("reads");
+        let stopped =
+            PodTerminated::from_delete_options("ns", "web", &doc(kubelet.clone())).expect("reads");
         assert_eq!(stopped.uid.as_deref(), Some("u-1"));
-        assert_eq!(stopped.delete_options(), kubelet);
+        assert_eq!(stopped.delete_options().decode::<Value>().expect("json"), kubelet);
         // As JSON text, and an older edge's bare uid.
-        let text = Value::String(kubelet.to_string());
+        let text = Content::text(kubelet.to_string());
         assert_eq!(
             PodTerminated::uid_of_delete_options(&text),
             Ok(Some("u-1".to_owned()))
         );
         assert_eq!(
-            PodTerminated::uid_of_delete_options(&json!("u-2")),
+            PodTerminated::uid_of_delete_options(&Content::text("u-2")),
             Ok(Some("u-2".to_owned()))
         );
         assert_eq!(
-            PodTerminated::uid_of_delete_options(&json!({"gracePeriodSeconds": 0})),
+            PodTerminated::uid_of_delete_options(&doc(json!({"gracePeriodSeconds": 0}))),
             Ok(None)
         );
-        assert!(PodTerminated::uid_of_delete_options(&json!([1])).is_err());
+        assert!(PodTerminated::uid_of_delete_options(&doc(json!([1]))).is_err());
         assert!(
-            PodTerminated::uid_of_delete_options(&json!({"preconditions": {"uid": 7}})).is_err()
+            PodTerminated::uid_of_delete_options(&doc(json!({"preconditions": {"uid": 7}})))
+                .is_err()
         );
     }
 }

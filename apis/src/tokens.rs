@@ -19,9 +19,11 @@
 use std::time::{Duration, Instant};
 
 use beehive::constants::{group, operation, resource_type};
-use beehive::{IntoRouteName, Message};
-use serde_json::{Value, json};
+use beehive::{Content, IntoRouteName, Message};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::k8s::{ObjectMeta, nullable};
 use crate::kinds::token_name;
 
 /// The expiry the API server defaults a projected token to.
@@ -59,27 +61,22 @@ impl TokenRequest {
     }
 
     /// Its `spec`, as a kubelet sends it.
-    pub fn spec(&self) -> Value {
-        json!({
-            "audiences": self.audiences,
-            "expirationSeconds": self.expiration_seconds,
-            "boundObjectRef": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": self.pod.0,
-                "uid": self.pod.1,
-            },
-        })
+    pub fn spec(&self) -> TokenRequestSpec {
+        TokenRequestSpec {
+            audiences: self.audiences.clone(),
+            expiration_seconds: Some(self.expiration_seconds),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: "v1".to_owned(),
+                kind: "Pod".to_owned(),
+                name: self.pod.0.clone(),
+                uid: self.pod.1.clone(),
+            }),
+        }
     }
 
     /// The TokenRequest object, as a kubelet sends it.
-    pub fn body(&self) -> Value {
-        json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "metadata": {"name": self.service_account, "namespace": self.namespace},
-            "spec": self.spec(),
-        })
+    pub fn body(&self) -> TokenRequestObject {
+        TokenRequestObject::new(&self.service_account, &self.namespace, self.spec())
     }
 
     /// The question `source` (an edge module) asks the cloud for this
@@ -87,7 +84,110 @@ impl TokenRequest {
     pub fn query(&self, source: impl IntoRouteName) -> Message {
         Message::new()
             .build_router(source, group::RESOURCE, self.resource(), operation::QUERY)
-            .with_content(self.body())
+            .with_content(self.body().content())
+    }
+}
+
+/// authentication.k8s.io/v1 TokenRequest: the question (`spec`) and the
+/// API server's answer (`status`), as edge and cloud pass it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenRequestObject {
+    /// `authentication.k8s.io/v1`.
+    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
+    pub api_version: String,
+    /// `TokenRequest`.
+    #[serde(default, deserialize_with = "nullable")]
+    pub kind: String,
+    /// Name (the service account's, or the edge's token object's) and
+    /// namespace.
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    /// What is asked.
+    #[serde(default, deserialize_with = "nullable")]
+    pub spec: TokenRequestSpec,
+    /// The API server's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<TokenRequestStatus>,
+}
+
+/// A TokenRequest's `spec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRequestSpec {
+    /// For whom (empty: the API server's own audience).
+    #[serde(default, deserialize_with = "nullable")]
+    pub audiences: Vec<String>,
+    /// How long it is to hold.
+    #[serde(
+        rename = "expirationSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expiration_seconds: Option<i64>,
+    /// The pod it is bound to.
+    #[serde(
+        rename = "boundObjectRef",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bound_object_ref: Option<BoundObjectReference>,
+}
+
+/// The object a token is bound to (here always a pod).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundObjectReference {
+    /// `v1`.
+    #[serde(rename = "apiVersion", default, deserialize_with = "nullable")]
+    pub api_version: String,
+    /// `Pod`.
+    #[serde(default, deserialize_with = "nullable")]
+    pub kind: String,
+    /// The pod's name.
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    /// The pod's uid.
+    #[serde(default, deserialize_with = "nullable")]
+    pub uid: String,
+}
+
+/// A TokenRequest's `status`: the token and when it expires.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRequestStatus {
+    /// The token (a JWT).
+    #[serde(default, deserialize_with = "nullable")]
+    pub token: String,
+    /// When it expires (RFC 3339).
+    #[serde(rename = "expirationTimestamp", default, deserialize_with = "nullable")]
+    pub expiration_timestamp: String,
+}
+
+impl TokenRequestObject {
+    /// A TokenRequest named `name` in `namespace` asking for `spec`.
+    pub fn new(name: &str, namespace: &str, spec: TokenRequestSpec) -> Self {
+        TokenRequestObject {
+            api_version: "authentication.k8s.io/v1".to_owned(),
+            kind: "TokenRequest".to_owned(),
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    /// Read from a message's content: the object, or (from a KubeEdge
+    /// peer) its JSON text.
+    pub fn from_content(content: &Content) -> Option<TokenRequestObject> {
+        match content {
+            Content::Text(text) => serde_json::from_str(text).ok(),
+            other => other.decode().ok(),
+        }
+    }
+
+    /// As a message's content.
+    pub fn content(&self) -> Content {
+        Content::of(self).expect("a TokenRequest of strings and numbers encodes")
     }
 }
 
@@ -116,32 +216,26 @@ impl TokenSource {
     /// The object the edge keeps the token in: the TokenRequest as asked
     /// (bound to the pod), named [`TokenSource::name`], with the API
     /// server's `status`.
-    pub fn object(&self, status: Value) -> Value {
-        json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "metadata": {"name": self.name, "namespace": self.request.namespace},
-            "spec": self.request.spec(),
-            "status": status,
-        })
+    pub fn object(&self, status: TokenRequestStatus) -> TokenRequestObject {
+        TokenRequestObject {
+            status: Some(status),
+            ..TokenRequestObject::new(&self.name, &self.request.namespace, self.request.spec())
+        }
     }
 
     /// Whether `object` (a `serviceaccounttoken` object the edge holds)
     /// carries a token asked as this one is: bound to the same pod (uid),
     /// for the same audiences and expiry.
-    pub fn held_in(&self, object: &Value) -> bool {
-        let spec = &object["spec"];
-        let token = object.pointer("/status/token").and_then(Value::as_str);
-        let audiences: Vec<&str> = spec["audiences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        token.is_some_and(|token| !token.is_empty())
-            && spec["boundObjectRef"]["uid"].as_str() == Some(self.request.pod.1.as_str())
-            && spec["expirationSeconds"].as_i64() == Some(self.request.expiration_seconds)
-            && audiences == self.request.audiences
+    pub fn held_in(&self, object: &TokenRequestObject) -> bool {
+        let spec = &object.spec;
+        object
+            .status
+            .as_ref()
+            .is_some_and(|status| !status.token.is_empty())
+            && spec.bound_object_ref.as_ref().map(|pod| pod.uid.as_str())
+                == Some(self.request.pod.1.as_str())
+            && spec.expiration_seconds == Some(self.request.expiration_seconds)
+            && spec.audiences == self.request.audiences
     }
 }
 
@@ -196,21 +290,14 @@ pub fn sources(pod: &Value) -> Vec<TokenSource> {
 pub fn requested(
     namespace: &str,
     service_account: &str,
-    spec: &Value,
+    spec: &TokenRequestSpec,
     pod: (&str, &str),
 ) -> TokenRequest {
     TokenRequest {
         namespace: namespace.to_owned(),
         service_account: service_account.to_owned(),
-        audiences: spec["audiences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str().map(str::to_owned))
-            .collect(),
-        expiration_seconds: spec["expirationSeconds"]
-            .as_i64()
-            .unwrap_or(DEFAULT_EXPIRATION),
+        audiences: spec.audiences.clone(),
+        expiration_seconds: spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION),
         pod: (pod.0.to_owned(), pod.1.to_owned()),
     }
 }
@@ -228,24 +315,15 @@ pub enum AnswerError {
 
 /// The `status` (`token`, `expirationTimestamp`) of the cloud's answer to
 /// a token question, or why there is none.
-pub fn answered(reply: &Message) -> Result<Value, AnswerError> {
+pub fn answered(reply: &Message) -> Result<TokenRequestStatus, AnswerError> {
     if let Some(refused) = reply.failure() {
         return Err(AnswerError::Refused(refused.reason));
     }
     // A KubeEdge cloud may send the object as JSON text.
-    let parsed;
-    let content = match reply.content() {
-        Value::String(text) => {
-            parsed = serde_json::from_str::<Value>(text).map_err(|_| AnswerError::NoToken)?;
-            &parsed
-        }
-        other => other,
-    };
-    let status = &content["status"];
-    match status["token"].as_str() {
-        Some(token) if !token.is_empty() => Ok(status.clone()),
-        _ => Err(AnswerError::NoToken),
-    }
+    TokenRequestObject::from_content(reply.content())
+        .and_then(|object| object.status)
+        .filter(|status| !status.token.is_empty())
+        .ok_or(AnswerError::NoToken)
 }
 
 /// How long after now a token is due again: once 80 % of its life
@@ -272,6 +350,7 @@ pub fn renew_at(now: Instant, expiration_seconds: i64) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn pod() -> Value {
         json!({
@@ -318,30 +397,55 @@ mod tests {
         assert_eq!(query.operation(), operation::QUERY);
         assert_eq!(query.group(), group::RESOURCE);
         assert_eq!(query.resource(), "shop/serviceaccounttoken/reader");
-        let body = query.content();
+        let body = query.body::<Value>().expect("json");
         assert_eq!(body["kind"], "TokenRequest");
         assert_eq!(
             body["spec"]["boundObjectRef"],
             json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u-1"})
         );
         // What the cloud reads from it is what was asked.
-        let read = requested("shop", "reader", &body["spec"], ("web", "u-1"));
+        let asked = TokenRequestObject::from_content(query.content()).expect("object");
+        let read = requested("shop", "reader", &asked.spec, ("web", "u-1"));
         assert_eq!(read, source.request);
-        let bare = requested("shop", "default", &json!({}), ("web", "u-1"));
+        let bare = requested("shop", "default", &TokenRequestSpec::default(), ("web", "u-1"));
         assert!(bare.audiences.is_empty());
         assert_eq!(bare.expiration_seconds, DEFAULT_EXPIRATION);
     }
 
     #[test]
+    fn a_kubelets_question_reads_with_its_nulls() {
+        // Go's kubelet: a nil audience list, a zero status.
+        let asked = json!({
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": "default", "namespace": "shop", "creationTimestamp": null},
+            "spec": {"audiences": null, "expirationSeconds": 3607,
+                     "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web", "uid": "u-1"}},
+            "status": {"token": "", "expirationTimestamp": null},
+        });
+        for content in [
+            Content::of(&asked).expect("json"),
+            Content::text(asked.to_string()),
+        ] {
+            let object = TokenRequestObject::from_content(&content).expect("reads");
+            assert!(object.spec.audiences.is_empty());
+            assert_eq!(object.spec.expiration_seconds, Some(3607));
+            let pod = object.spec.bound_object_ref.expect("bound");
+            assert_eq!((pod.name.as_str(), pod.uid.as_str()), ("web", "u-1"));
+            assert_eq!(object.status.map(|s| s.token), Some(String::new()));
+        }
+    }
+
+    #[test]
     fn answers_read_as_a_status_or_a_refusal() {
         let query = sources(&pod())[0].request.query("edged");
-        let mut content = query.content().clone();
+        let mut content = query.body::<Value>().expect("json");
         content["status"] =
             json!({"token": "a.b.c", "expirationTimestamp": "2030-01-01T00:00:00Z"});
-        let status = answered(&query.response("edgecontroller", content.clone())).expect("token");
-        assert_eq!(status["token"], "a.b.c");
+        let answer = Content::of(&content).expect("json");
+        let status = answered(&query.response("edgecontroller", answer)).expect("token");
+        assert_eq!(status.token, "a.b.c");
         // As JSON text too.
-        let text = Value::String(content.to_string());
+        let text = Content::text(content.to_string());
         assert!(answered(&query.response("edgecontroller", text)).is_ok());
         let refusal = query.error_response("edgecontroller", "the pod is not bound to this node");
         assert_eq!(
@@ -350,15 +454,19 @@ mod tests {
                 "the pod is not bound to this node".into()
             ))
         );
-        let empty = query.response("edgecontroller", json!({"status": {"token": ""}}));
+        let empty = query.response("edgecontroller", beehive::Content::of(&json!({"status": {"token": ""}})).expect("json body"));
         assert_eq!(answered(&empty), Err(AnswerError::NoToken));
     }
 
     #[test]
     fn a_kept_token_is_held_only_for_the_same_pod_and_request() {
         let source = &sources(&pod())[0];
-        let object = source.object(json!({"token": "a.b.c"}));
-        assert_eq!(object["metadata"]["name"], "web.kube-api-access-x.0");
+        let issued = |token: &str| TokenRequestStatus {
+            token: token.to_owned(),
+            ..TokenRequestStatus::default()
+        };
+        let object = source.object(issued("a.b.c"));
+        assert_eq!(object.metadata.name.as_deref(), Some("web.kube-api-access-x.0"));
         assert!(source.held_in(&object));
         // Another pod of the same name (another uid), another expiry, no
         // token, or a token object without its binding: not held.
@@ -368,8 +476,10 @@ mod tests {
         let mut longer = source.clone();
         longer.request.expiration_seconds = 7200;
         assert!(!longer.held_in(&object));
-        assert!(!source.held_in(&source.object(json!({}))));
-        assert!(!source.held_in(&json!({"status": {"token": "a.b.c"}})));
+        assert!(!source.held_in(&source.object(issued(""))));
+        let unbound: TokenRequestObject =
+            serde_json::from_value(json!({"status": {"token": "a.b.c"}})).expect("object");
+        assert!(!source.held_in(&unbound));
     }
 
     #[test]

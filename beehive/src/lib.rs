@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod constants;
+pub mod content;
 mod counts;
 mod door;
 mod error;
@@ -46,6 +47,7 @@ pub use error::Error;
 pub use hive::{
     Hive, HiveStats, ModuleInfo, ResponseOutcome, Sending, ShutdownReport, StartOutcome,
 };
+pub use content::{Content, Document};
 pub use message::{Failure, Header, IntoRouteName, Message, MessageError, Router};
 pub use module::{Module, ModuleError};
 pub use smol_str::SmolStr;

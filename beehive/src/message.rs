@@ -3,18 +3,18 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use serde_json::Value;
 use smol_str::SmolStr;
 use uuid::Uuid;
 
 use crate::constants::operation;
+use crate::content::Content;
 
 /// Errors from building, reading or (de)serialising a [`Message`].
 #[derive(Debug, thiserror::Error)]
 pub enum MessageError {
-    /// The body could not be turned into or read back from a JSON value.
+    /// The body does not read as the requested type.
     #[error("message body does not fit the requested type: {0}")]
-    Body(#[source] serde_json::Error),
+    Read(String),
     /// The message could not be encoded as MessagePack.
     #[error("message could not be encoded: {0}")]
     Encode(#[source] rmp_serde::encode::Error),
@@ -138,7 +138,8 @@ impl Failure {
     }
 }
 
-/// One beehive message. Content carries any serde value.
+/// One beehive message. Its content is a [`Content`]: nothing, text, or an
+/// encoded document the reading module decodes into its own type.
 ///
 /// ```
 /// use beehive::{Message, constants::{operation, group}};
@@ -147,7 +148,7 @@ impl Failure {
 ///     .build_router("edged", group::META, "default/pod/nginx", operation::QUERY)
 ///     .fill_body(&serde_json::json!({"watch": false}))
 ///     .unwrap();
-/// let response = request.response("metamanager", serde_json::json!([]));
+/// let response = request.response("metamanager", "OK");
 /// assert_eq!(response.parent_id(), Some(request.id()));
 /// assert_eq!(response.operation(), operation::RESPONSE);
 ///
@@ -160,9 +161,9 @@ pub struct Message {
     pub header: Header,
     /// Source, destination, group, operation, resource.
     pub router: Router,
-    /// The body: any serde value.
+    /// The body.
     #[serde(default)]
-    pub content: Value,
+    pub content: Content,
 }
 
 impl Default for Message {
@@ -179,6 +180,32 @@ pub fn now_millis() -> i64 {
         .unwrap_or(0)
 }
 
+/// A retryable failure as it is written.
+#[derive(Serialize)]
+struct RetryableBody<'a> {
+    reason: &'a str,
+    retryable: bool,
+}
+
+/// A failure as it is read; `retryable` counts only as the flag `true`,
+/// whatever else a peer wrote there or beside it.
+#[derive(Deserialize)]
+struct FailureBody {
+    reason: String,
+    #[serde(default, deserialize_with = "flag_true")]
+    retryable: bool,
+}
+
+fn flag_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(matches!(Flag::deserialize(deserializer)?, Flag::Bool(true)))
+}
+
 impl Message {
     /// A new message with a fresh id, the current time and no route or body
     /// (KubeEdge's `NewMessage("")`).
@@ -192,7 +219,7 @@ impl Message {
                 sync: false,
             },
             router: Router::default(),
-            content: Value::Null,
+            content: Content::Empty,
         }
     }
 
@@ -229,27 +256,27 @@ impl Message {
         self
     }
 
-    /// Sets the content to a ready JSON value.
-    pub fn with_content(mut self, content: Value) -> Self {
-        self.content = content;
+    /// Sets the content.
+    pub fn with_content(mut self, content: impl Into<Content>) -> Self {
+        self.content = content.into();
         self
     }
 
-    /// Serialises `body` into the content (KubeEdge's `FillBody`).
+    /// Encodes `body` into the content (KubeEdge's `FillBody`).
     pub fn fill_body<T: Serialize + ?Sized>(mut self, body: &T) -> Result<Self, MessageError> {
-        self.content = serde_json::to_value(body).map_err(MessageError::Body)?;
+        self.content = Content::of(body)?;
         Ok(self)
     }
 
-    /// Reads the content back as `T`.
+    /// Reads the content as `T`.
     pub fn body<T: DeserializeOwned>(&self) -> Result<T, MessageError> {
-        T::deserialize(&self.content).map_err(MessageError::Body)
+        self.content.decode()
     }
 
     /// A response to this message (KubeEdge's `NewRespByMessage`): fresh id,
     /// `parent_id` = this id, operation `response`, same resource and group,
     /// addressed back to this message's source.
-    pub fn response(&self, source: impl IntoRouteName, content: Value) -> Message {
+    pub fn response(&self, source: impl IntoRouteName, content: impl Into<Content>) -> Message {
         let mut resp = Message::new()
             .build_router(
                 source,
@@ -271,8 +298,12 @@ impl Message {
     /// [`Message::failure`].
     pub fn failed(&self, source: impl IntoRouteName, failure: Failure) -> Message {
         let content = match failure.retryable {
-            false => Value::String(failure.reason),
-            true => serde_json::json!({ "reason": failure.reason, "retryable": true }),
+            false => Content::Text(failure.reason),
+            true => Content::of(&RetryableBody {
+                reason: &failure.reason,
+                retryable: true,
+            })
+            .expect("a string and a flag encode"),
         };
         let mut resp = self.response(source, content);
         resp.router.operation = SmolStr::new_static(operation::ERROR);
@@ -303,19 +334,20 @@ impl Message {
         if !self.is_failure() {
             return None;
         }
-        let reason = |value: &Value| match value {
-            Value::String(reason) => reason.clone(),
-            Value::Null => String::new(),
-            other => other.to_string(),
-        };
         Some(match &self.content {
-            Value::Object(fields) if fields.get("reason").is_some_and(Value::is_string) => {
-                Failure {
-                    reason: reason(&fields["reason"]),
-                    retryable: fields.get("retryable") == Some(&Value::Bool(true)),
-                }
-            }
-            other => Failure::refused(reason(other)),
+            Content::Empty => Failure::refused(""),
+            Content::Text(reason) => Failure::refused(reason.clone()),
+            Content::Document(document) => match document
+                .is_map()
+                .then(|| document.decode::<FailureBody>())
+                .and_then(Result::ok)
+            {
+                Some(body) => Failure {
+                    reason: body.reason,
+                    retryable: body.retryable,
+                },
+                None => Failure::refused(self.content.to_json()),
+            },
         })
     }
 
@@ -380,7 +412,7 @@ impl Message {
         &self.router.resource
     }
     /// The content.
-    pub fn content(&self) -> &Value {
+    pub fn content(&self) -> &Content {
         &self.content
     }
 
@@ -403,7 +435,11 @@ impl Message {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    fn doc(value: Value) -> Content {
+        Content::of(&value).expect("encodable")
+    }
 
     #[test]
     fn a_failure_reads_back_as_it_was_written_and_a_peers_in_any_form() {
@@ -421,19 +457,21 @@ mod tests {
         }
         // A final refusal's content is its reason, as KubeEdge writes one.
         let refused = request.error_response("metamanager", "not held");
-        assert_eq!(refused.content(), &json!("not held"));
+        assert_eq!(refused.content(), &Content::text("not held"));
         // A peer's error of another shape is read as its text.
         for (content, reason) in [
             (json!({"code": 404}), r#"{"code":404}"#),
             (Value::Null, ""),
             (json!({"reason": 7}), r#"{"reason":7}"#),
+            (json!(["x", true]), r#"["x",true]"#),
         ] {
-            let mut odd = request.response("cloud", content);
+            let mut odd = request.response("cloud", doc(content));
             odd.router.operation = SmolStr::new_static(operation::ERROR);
             assert_eq!(odd.failure(), Some(Failure::refused(reason)));
         }
         // Any other answer is no failure, whatever it carries.
-        let answer = request.response("metamanager", json!({"reason": "x", "retryable": true}));
+        let answer =
+            request.response("metamanager", doc(json!({"reason": "x", "retryable": true})));
         assert_eq!(answer.failure(), None);
         assert!(!answer.is_retryable());
         assert!(answer.into_answer().is_ok());
@@ -445,14 +483,14 @@ mod tests {
             .build_router("edged", "meta", "default/pod/a", "update")
             .with_destination("metamanager")
             .with_resource_version("42")
-            .with_content(json!({"k": 1}));
+            .with_content(doc(json!({"k": 1})));
         assert_eq!(m.source(), "edged");
         assert_eq!(m.group(), "meta");
         assert_eq!(m.resource(), "default/pod/a");
         assert_eq!(m.operation(), "update");
         assert_eq!(m.destination(), "metamanager");
         assert_eq!(m.resource_version(), "42");
-        assert_eq!(m.content(), &json!({"k": 1}));
+        assert_eq!(m.body::<Value>().expect("body"), json!({"k": 1}));
         assert!(!m.is_sync());
         assert!(m.timestamp() > 0);
     }
@@ -482,7 +520,7 @@ mod tests {
     fn wire_form_round_trips_and_uses_named_fields() {
         let m = Message::new()
             .build_router("a", "b", "ns/pod/x", "insert")
-            .with_content(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}}));
+            .with_content(doc(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}})));
         let bytes = m.to_bytes().expect("encode");
         assert_eq!(Message::from_bytes(&bytes).expect("decode"), m);
         // Named fields: the field names travel on the wire.
@@ -512,6 +550,6 @@ mod tests {
         assert_eq!(err.operation(), operation::ERROR);
         assert_eq!(err.parent_id(), Some(req.id()));
         assert_eq!(err.destination(), "edged");
-        assert_eq!(err.content(), &json!("not found"));
+        assert_eq!(err.content(), &Content::text("not found"));
     }
 }

@@ -68,9 +68,9 @@ impl ModuleError {
 /// actix::System::new().block_on(async {
 ///     let hive = Hive::new("doc", HiveConfig::default());
 ///     hive.start_module(|hive| Echo { hive: hive.clone() }).unwrap();
-///     let ping = Message::new().with_content(serde_json::json!("ping"));
+///     let ping = Message::new().with_content("ping");
 ///     let pong = hive.send_sync("echo", ping, std::time::Duration::from_secs(1)).await.unwrap();
-///     assert_eq!(pong.content(), &serde_json::json!("ping"));
+///     assert_eq!(pong.content().as_text(), Some("ping"));
 ///     hive.shutdown().await;
 /// });
 /// ```

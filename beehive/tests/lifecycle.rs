@@ -53,7 +53,7 @@ async fn on_failure_restarts_a_failed_module_and_keeps_its_mailbox() {
     assert_eq!(born(&mut events).await, 2);
     for n in 0..5 {
         let (_, msg) = next_got(&mut events).await;
-        assert_eq!(msg.content()["n"], n);
+        assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], n);
     }
     assert_eq!(hive.stats().restarts, 1);
     assert_eq!(hive.module("m").expect("info").restarts, 1);
@@ -172,7 +172,7 @@ async fn shutdown_drains_then_cleans_up_in_reverse_start_order() {
                     !order.iter().any(|m| m == "first"),
                     "drained before its cleanup"
                 );
-                assert_eq!(msg.content()["n"], handled_by_first);
+                assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], handled_by_first);
                 handled_by_first += 1;
             }
             Event::Cleaned { module } => order.push(module),

@@ -70,7 +70,7 @@ impl Module for Echo {
     }
     fn handle(&mut self, msg: Message, _ctx: &mut Context<Self>) -> Result<(), ModuleError> {
         self.hive
-            .send_resp(msg.response("echo", serde_json::Value::Null));
+            .send_resp(msg.response("echo", beehive::Content::Empty));
         Ok(())
     }
 }
@@ -211,7 +211,7 @@ async fn raw_send_sync(n: usize) -> Result<RoundTrips> {
     let (tx, mut rx) = mpsc::channel::<(Message, oneshot::Sender<Message>)>(MAILBOX);
     actix::spawn(async move {
         while let Some((msg, reply)) = rx.recv().await {
-            let _ = reply.send(msg.response("echo", serde_json::Value::Null));
+            let _ = reply.send(msg.response("echo", beehive::Content::Empty));
         }
     });
     let mut sorted_ns = Vec::with_capacity(n);

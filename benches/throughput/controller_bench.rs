@@ -629,6 +629,7 @@ async fn fan_out(sizes: Sizes, dir: &Path, report: &mut Report) -> Result<()> {
         .create(configmap("shared", "default", "v0"))
         .await
         .context("the configmap")?;
+    let shared = apis::kinds::object_content(&shared);
     let pods: Vec<_> = names
         .iter()
         .enumerate()
@@ -1164,7 +1165,8 @@ pub(crate) mod kubernetes {
                             .record
                             .object
                             .as_ref()
-                            .is_some_and(|o| holds(o, &value))
+                            .and_then(|o| o.decode::<serde_json::Value>().ok())
+                            .is_some_and(|o| holds(&o, &value))
                     {
                         return Ok::<_, anyhow::Error>(started.elapsed());
                     }

@@ -36,10 +36,10 @@ fn key(n: usize) -> String {
 }
 
 /// A 1 KiB object (its JSON payload).
-fn payload(n: usize) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
+fn payload(n: usize) -> beehive::Content {
+    apis::kinds::object_content(&json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": format!("object-{n:06}"), "namespace": "default"},
-           "data": {"blob": "x".repeat(900)}})
+           "data": {"blob": "x".repeat(900)}}))
 }
 
 /// The bytes the edge store keeps for object `n`, for the raw baselines.
@@ -212,6 +212,7 @@ pub fn run(scale: Scale, report: &mut Report) -> Result<()> {
                 for n in start..start + 1_000 {
                     let resource = format!("default/pod/churn-{n}");
                     let object = json!({"metadata": {"name": format!("churn-{n}")}});
+                    let object = apis::kinds::object_content(&object);
                     for (version, object) in [(2 * n + 1, Some(object)), (2 * n + 2, None)] {
                         let record = Record {
                             version: version.to_string(),

@@ -229,7 +229,7 @@ async fn through_edged(pods: usize) -> Result<f64> {
                 operation::INSERT,
             )
             .with_resource_version("1")
-            .with_content(object.clone());
+            .with_content(apis::kinds::object_content(object));
         hive.send_sync(module::METAMANAGER, msg, WAIT).await?;
     }
     let mut running = std::collections::HashSet::new();
@@ -243,7 +243,8 @@ async fn through_edged(pods: usize) -> Result<f64> {
                 .record
                 .object
                 .as_ref()
-                .is_some_and(|s| s["phase"] == "Running")
+                .and_then(|s| s.decode::<apis::k8s::PodStatus>().ok())
+                .is_some_and(|s| s.phase.as_deref() == Some("Running"))
         {
             running.insert(change.resource);
         }
@@ -258,7 +259,7 @@ async fn through_edged(pods: usize) -> Result<f64> {
                 operation::DELETE,
             )
             .with_resource_version("2")
-            .with_content(object.clone());
+            .with_content(apis::kinds::object_content(object));
         hive.send_sync(module::METAMANAGER, msg, WAIT).await?;
     }
     wait_removed(&node).await?;
@@ -311,7 +312,7 @@ fn edgecore_rss(edgecore: &Path, pods: usize) -> Result<f64> {
                 .put(
                     &format!("default/pod/p{n}"),
                     "1",
-                    pod(&format!("p{n}"), &format!("{node}-{n}")),
+                    apis::kinds::object_content(&pod(&format!("p{n}"), &format!("{node}-{n}"))),
                 )
                 .await?;
         }

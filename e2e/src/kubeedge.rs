@@ -193,7 +193,9 @@ pub fn application_content(verb: &str, key: &str, option: Value, node: &str) -> 
         option: option.to_string().into_bytes(),
         ..Application::default()
     }
-    .to_content();
+    .to_content()
+    .decode::<Value>()
+    .expect("json");
     json!({
         "ID": format!("{id:x}"),
         "Key": key, "Verb": verb, "Nodename": node, "Option": encoded["Option"],
@@ -231,7 +233,7 @@ pub fn answered(answer: &Value) -> (Value, Value) {
     );
     assert_eq!(answer["route"]["source"], "dynamiccontroller", "{answer}");
     let app = answer["content"].clone();
-    let bytes = Application::from_content(&app)
+    let bytes = Application::from_content(&beehive::Content::of(&app).expect("json"))
         .expect("an application")
         .response_body;
     let body = match bytes.is_empty() {

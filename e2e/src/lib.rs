@@ -362,7 +362,7 @@ impl Edge {
                 beehive::SmolStr::new(resource),
                 beehive::constants::operation::UPDATE,
             )
-            .with_content(status);
+            .with_content(beehive::Content::of(&status).expect("json"));
         let reply = self
             .hive
             .send_sync(module::METAMANAGER, msg, Duration::from_secs(10))

@@ -36,7 +36,7 @@ fn object(
     Message::new()
         .build_router(module::EDGEHUB, group::RESOURCE, resource, op)
         .with_resource_version(version.to_string())
-        .with_content(content)
+        .with_content(apis::kinds::object_content(&content))
 }
 
 fn pod(name: &str, version: u64, image: &str) -> Value {
@@ -51,7 +51,7 @@ async fn write(hive: &Hive, msg: Message) -> Value {
         .await
         .expect("confirmed");
     assert_eq!(reply.operation(), operation::RESPONSE, "{reply:?}");
-    reply.content().clone()
+    reply.body::<Value>().expect("json")
 }
 
 #[actix::test]
@@ -93,7 +93,7 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
             .get(r)
             .expect("get")
             .and_then(|r| r.object)
-            .map(|o| o["spec"]["containers"][0]["image"].clone()),
+            .map(|o| o.decode::<Value>().expect("json")["spec"]["containers"][0]["image"].clone()),
         Some(json!("c"))
     );
     // Each applied write reached edged once, in order; the stale ones never.
@@ -129,7 +129,7 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
         .send_sync(module::METAMANAGER, query(r), WAIT)
         .await
         .expect("answer");
-    assert_eq!(one.content()["metadata"]["name"], "web");
+    assert_eq!(one.body::<serde_json::Value>().expect("json body")["metadata"]["name"], "web");
     write(
         &hive,
         object(operation::INSERT, "default/pod/db", 6, pod("db", 6, "d")),
@@ -139,7 +139,7 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
         .send_sync(module::METAMANAGER, query("default/pod"), WAIT)
         .await
         .expect("answer");
-    assert_eq!(list.content().as_array().map(Vec::len), Some(2));
+    assert_eq!(list.body::<Vec<Value>>().map(|l| l.len()).ok(), Some(2));
 
     // Delete leaves a tombstone; an older update cannot bring it back.
     assert_eq!(
@@ -164,7 +164,7 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
             "default/podstatus/db",
             operation::UPDATE,
         )
-        .with_content(json!({"phase": "Running"}));
+        .with_content(beehive::Content::of(&json!({"phase": "Running"})).expect("json body"));
     write(&hive, status).await;
     assert!(store.get("default/podstatus/db").expect("get").is_some());
     let up = next(&mut cloud, "status going up").await;
@@ -218,7 +218,7 @@ async fn queries_are_answered_with_the_cloud_unreachable() {
         .send_sync(module::METAMANAGER, query("default/pod/web"), WAIT)
         .await
         .expect("answer");
-    assert_eq!(held.content()["metadata"]["name"], "web");
+    assert_eq!(held.body::<serde_json::Value>().expect("json body")["metadata"]["name"], "web");
     // Not held, and no cloud to ask: a prompt, clear no.
     let asked = std::time::Instant::now();
     let missing = hive
@@ -226,7 +226,7 @@ async fn queries_are_answered_with_the_cloud_unreachable() {
         .await
         .expect("answer");
     assert_eq!(missing.operation(), operation::ERROR);
-    let reason = missing.content().as_str().unwrap_or_default().to_owned();
+    let reason = missing.content().as_text().unwrap_or_default().to_owned();
     assert!(
         reason.contains("not found") && reason.contains("unreachable"),
         "{reason}"
@@ -386,7 +386,7 @@ async fn metaserver_lists_gets_and_watches() {
             "default/podstatus/db",
             operation::UPDATE,
         )
-        .with_content(json!({"phase": "Running", "podIP": "10.88.0.9"}));
+        .with_content(beehive::Content::of(&json!({"phase": "Running", "podIP": "10.88.0.9"})).expect("json body"));
     write(&hive, status).await;
     let event = tokio::time::timeout(WAIT, resumed.next())
         .await
@@ -613,8 +613,8 @@ fn sigkill_during_a_write_storm_loses_nothing_acknowledged() {
                 record
                     .object
                     .as_ref()
-                    .and_then(|o| o["pad"].as_str())
-                    .map(str::len),
+                    .and_then(|o| o.decode::<Value>().ok())
+                    .and_then(|o| o["pad"].as_str().map(str::len)),
                 Some(1024)
             );
         }

@@ -366,7 +366,12 @@ impl Seen {
             ));
             return;
         };
-        let generation = match &change.record.object {
+        let object = change
+            .record
+            .object
+            .as_ref()
+            .map(|object| object.decode::<serde_json::Value>().expect("json"));
+        let generation = match &object {
             None => None,
             Some(object) => {
                 if object["spec"]["nodeName"] != node {

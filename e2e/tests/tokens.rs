@@ -15,7 +15,7 @@ use beehive::constants::module;
 use cloud::desired::{StoreFuture, WatchStream};
 use cloud::{DesiredError, DesiredState, EmbeddedStore};
 use e2e::{Backend, Cloud, Edge, next, pod_yaml};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The embedded store, issuing tokens as an API server would and
 /// recording what it was asked.
@@ -57,13 +57,19 @@ impl DesiredState for Issuing {
     fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
         self.inner.finish_deletion(key, uid)
     }
-    fn request_token(&self, request: cloud::desired::TokenRequest) -> StoreFuture<Value> {
+    fn request_token(
+        &self,
+        request: cloud::desired::TokenRequest,
+    ) -> StoreFuture<apis::tokens::TokenRequestStatus> {
         let token = format!("issued-for-{}", request.pod.0);
         if let Ok(mut asked) = self.asked.lock() {
             asked.push(request);
         }
         Box::pin(async move {
-            Ok(json!({"token": token, "expirationTimestamp": "2030-01-01T00:00:00Z"}))
+            Ok(apis::tokens::TokenRequestStatus {
+                token,
+                expiration_timestamp: "2030-01-01T00:00:00Z".to_owned(),
+            })
         })
     }
 }
@@ -102,7 +108,7 @@ async fn a_native_edge_asks_for_its_pods_token_as_a_kubelet_does() {
     let web = next(&mut a.edged, "web at node-a").await;
     let other = next(&mut b.edged, "other at node-b").await;
     let uid = |pod: &beehive::Message| {
-        pod.content()["metadata"]["uid"]
+        pod.body::<serde_json::Value>().expect("json body")["metadata"]["uid"]
             .as_str()
             .expect("a uid")
             .to_owned()
@@ -120,8 +126,8 @@ async fn a_native_edge_asks_for_its_pods_token_as_a_kubelet_does() {
         .await
         .expect("an answer");
     let status = answered(&reply).expect("a token");
-    assert_eq!(status["token"], "issued-for-web");
-    assert_eq!(status["expirationTimestamp"], "2030-01-01T00:00:00Z");
+    assert_eq!(status.token, "issued-for-web");
+    assert_eq!(status.expiration_timestamp, "2030-01-01T00:00:00Z");
     let request = asked.lock().expect("asked")[0].clone();
     assert_eq!(
         (

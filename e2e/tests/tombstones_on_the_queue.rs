@@ -110,7 +110,7 @@ fn random_schedules_never_revive_a_deleted_object_and_bound_tombstones() {
                 &resource,
                 Record {
                     version: msg.resource_version().to_owned(),
-                    object: (!delete).then(|| serde_json::json!({})),
+                    object: (!delete).then(|| apis::kinds::object_content(&serde_json::json!({}))),
                 },
             );
             if applied && delete {

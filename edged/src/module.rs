@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use apis::k8s::Pod;
+use apis::tokens::{TokenRequestObject, TokenRequestStatus};
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use beehive::{Hive, Message as HiveMessage, TaskDoor};
@@ -166,7 +167,7 @@ enum Input {
     Token {
         key: String,
         id: AskId,
-        answer: Result<Value, String>,
+        answer: Result<TokenRequestStatus, String>,
     },
     /// The token question `id` brought for `key` could not be written.
     TokenNotKept {
@@ -178,6 +179,19 @@ enum Input {
 
 /// How long a write of a token to metamanager may take.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a pod's delete names: the pod's uid, if it carries the pod.
+#[derive(Deserialize)]
+struct Named {
+    #[serde(default)]
+    metadata: NamedMeta,
+}
+
+#[derive(Default, Deserialize)]
+struct NamedMeta {
+    #[serde(default)]
+    uid: Option<String>,
+}
 
 struct WorkerHandle {
     uid: String,
@@ -276,8 +290,8 @@ impl Core {
                 .send_sync(module::METAMANAGER, query, Duration::from_secs(30))
                 .await
             {
-                Ok(answer) => match answer.content().as_array() {
-                    Some(listed) if !answer.is_failure() => listed.clone(),
+                Ok(answer) => match answer.body::<Vec<Value>>() {
+                    Ok(listed) if !answer.is_failure() => listed,
                     _ => {
                         warn!(kind, answer = %answer.content(), "metamanager did not list");
                         complete = false;
@@ -379,17 +393,16 @@ impl Core {
                 let key = format!("{}/{}", resource.namespace, resource.name);
                 if deleted {
                     let uid = msg
-                        .content()
-                        .pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
+                        .body::<Named>()
+                        .ok()
+                        .and_then(|named| named.metadata.uid);
                     self.terminate(&resource.namespace, &resource.name, uid, 0);
                     for token in self.tokens.gone(&key) {
                         self.delete_token(token);
                     }
                     return;
                 }
-                match Pod::deserialize(msg.content()) {
+                match msg.body::<Pod>() {
                     Ok(pod) => self.apply(pod, false),
                     Err(err) => warn!(pod = %key, error = %err, "pod unreadable"),
                 }
@@ -398,30 +411,41 @@ impl Core {
             | resource_type::SECRET
             | resource_type::SERVICE_ACCOUNT_TOKEN) => {
                 let key = format!("{}/{kind}/{}", resource.namespace, resource.name);
+                let object = match deleted {
+                    true => None,
+                    false => match msg.body::<Value>() {
+                        Ok(object) => Some(object),
+                        Err(err) => {
+                            warn!(object = %key, error = %err, "object unreadable");
+                            return;
+                        }
+                    },
+                };
+                let token_of = (kind == resource_type::SERVICE_ACCOUNT_TOKEN).then(|| {
+                    object
+                        .as_ref()
+                        .and_then(|token| token.pointer("/spec/boundObjectRef/name"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                });
                 if let Ok(mut objects) = self.objects.write() {
-                    if deleted {
-                        objects.remove(&key);
-                    } else {
-                        objects.insert(key, msg.content().clone());
-                    }
+                    match object {
+                        None => objects.remove(&key),
+                        Some(object) => objects.insert(key, object),
+                    };
                 }
                 // Pods of that namespace write their volume files again
                 // (only what changed is rewritten); a token concerns its
                 // own pod only (the one it is bound to, or else whose name
                 // starts its own).
                 let prefix = format!("{}/", resource.namespace);
-                let token_of = (kind == resource_type::SERVICE_ACCOUNT_TOKEN).then(|| {
-                    msg.content()
-                        .pointer("/spec/boundObjectRef/name")
-                        .and_then(Value::as_str)
-                });
                 for (pod, worker) in &self.workers {
                     let Some(name) = pod.strip_prefix(&prefix) else {
                         continue;
                     };
-                    let concerned = match token_of {
+                    let concerned = match &token_of {
                         None => true,
-                        Some(Some(bound)) => name == bound,
+                        Some(Some(bound)) => name == bound.as_str(),
                         Some(None) => resource
                             .name
                             .strip_prefix(name)
@@ -604,7 +628,12 @@ impl Core {
 
     /// Takes the cloud's answer to a token question: a token is written
     /// through metamanager, a refusal asked again later.
-    fn token_answered(&mut self, key: String, id: AskId, answer: Result<Value, String>) {
+    fn token_answered(
+        &mut self,
+        key: String,
+        id: AskId,
+        answer: Result<TokenRequestStatus, String>,
+    ) {
         let now = Instant::now();
         let outcome = match &answer {
             Ok(status) => Outcome::Issued {
@@ -635,11 +664,11 @@ impl Core {
 
     /// Writes a token's object through metamanager (which passes it back
     /// here, for the pod's volume); a write that fails is said.
-    fn keep_token(&mut self, key: String, id: AskId, object: Value) {
+    fn keep_token(&mut self, key: String, id: AskId, object: TokenRequestObject) {
         let msg = HiveMessage::new()
             .build_router(module::EDGED, group::META, key.clone(), operation::UPDATE)
             .with_resource_version(self.next_token_version().to_string())
-            .with_content(object);
+            .with_content(object.content());
         let (hive, inbox) = (self.hive.clone(), self.inbox.clone());
         actix::spawn(async move {
             let reason = match hive

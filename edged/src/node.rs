@@ -165,7 +165,7 @@ impl NodeReporter {
     }
 
     async fn send(&mut self, status: NodeStatus) {
-        let Ok(content) = serde_json::to_value(&status) else {
+        let Ok(content) = beehive::Content::of(&status) else {
             return;
         };
         let msg = HiveMessage::new()

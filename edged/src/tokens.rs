@@ -28,7 +28,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use apis::tokens::{TokenSource, renew_in};
+use apis::tokens::{TokenRequestObject, TokenRequestStatus, TokenSource, renew_in};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 /// How tokens are asked for.
@@ -388,8 +389,8 @@ fn backoff(policy: &TokenPolicy, failures: u32) -> Duration {
 
 /// How long a token whose status is `status` still lives at `now`, from
 /// its `expirationTimestamp` (zero once past); `None` if it says none.
-pub fn remaining(status: &Value, now: jiff::Timestamp) -> Option<Duration> {
-    let expires: jiff::Timestamp = status["expirationTimestamp"].as_str()?.parse().ok()?;
+pub fn remaining(status: &TokenRequestStatus, now: jiff::Timestamp) -> Option<Duration> {
+    let expires: jiff::Timestamp = status.expiration_timestamp.parse().ok()?;
     let seconds = expires.as_second().saturating_sub(now.as_second());
     Some(Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
 }
@@ -406,8 +407,12 @@ pub fn wants<'a>(
         .into_iter()
         .map(|source| {
             let kept = held(&source.key())
+                .and_then(|object| TokenRequestObject::deserialize(object).ok())
                 .filter(|object| source.held_in(object))
-                .map(|object| remaining(&object["status"], now).unwrap_or(Duration::ZERO));
+                .map(|object| {
+                    let status = object.status.unwrap_or_default();
+                    remaining(&status, now).unwrap_or(Duration::ZERO)
+                });
             Want { source, kept }
         })
         .collect()
@@ -739,10 +744,15 @@ mod tests {
             ]}}]},
         });
         let now: jiff::Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
-        let held = source("web", "u1", 0).object(json!({
-            "token": "a.b.c", "expirationTimestamp": "2030-01-01T00:10:00Z",
+        let as_json = |object| serde_json::to_value(object).expect("json");
+        let held = as_json(source("web", "u1", 0).object(TokenRequestStatus {
+            token: "a.b.c".into(),
+            expiration_timestamp: "2030-01-01T00:10:00Z".into(),
         }));
-        let other = source("web", "u0", 0).object(json!({"token": "x.y.z"}));
+        let other = as_json(source("web", "u0", 0).object(TokenRequestStatus {
+            token: "x.y.z".into(),
+            expiration_timestamp: String::new(),
+        }));
         let found = wants(&pod, |_| Some(&held), now);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].source, source("web", "u1", 0));

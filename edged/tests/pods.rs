@@ -84,7 +84,7 @@ impl Edge {
                 op,
             )
             .with_resource_version(version.to_string())
-            .with_content(pod.clone());
+            .with_content(beehive::Content::of(pod).expect("json"));
         let reply = self
             .hive
             .send_sync(module::METAMANAGER, msg, WAIT)
@@ -103,6 +103,7 @@ impl Edge {
             .ok()
             .flatten()
             .and_then(|r| r.object)
+            .map(|object| object.decode::<Value>().expect("json"))
             && wanted(&status)
         {
             return status;
@@ -128,7 +129,7 @@ impl Edge {
             if change.resource != resource {
                 continue;
             }
-            if let Some(status) = change.record.object {
+            if let Some(status) = change.record.object.map(|o| o.decode::<Value>().expect("json")) {
                 if wanted(&status) {
                     return status;
                 }
@@ -488,7 +489,7 @@ async fn configmap_and_secret_volumes_are_read_inside_the_container() {
                 operation::INSERT,
             )
             .with_resource_version("1")
-            .with_content(object.clone());
+            .with_content(beehive::Content::of(&object).expect("json"));
         edge.hive
             .send_sync(module::METAMANAGER, msg, WAIT)
             .await
@@ -1004,6 +1005,7 @@ async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
         .get("default/podstatus/done")
         .expect("read")
         .and_then(|r| r.object)
+            .map(|object| object.decode::<Value>().expect("json"))
         .expect("status");
     assert_eq!(stored["phase"], "Succeeded");
 
@@ -1051,12 +1053,15 @@ impl TokenCloud {
                         let life = if issued <= short { 2 } else { 3600 };
                         let expires =
                             jiff::Timestamp::now() + jiff::SignedDuration::from_secs(life);
-                        let mut content = msg.content().clone();
+                        let mut content = msg.body::<Value>().expect("json");
                         content["status"] = json!({
                             "token": format!("token-{issued}"),
                             "expirationTimestamp": expires.to_string(),
                         });
-                        msg.response(module::EDGECONTROLLER, content)
+                        msg.response(
+                            module::EDGECONTROLLER,
+                            beehive::Content::of(&content).expect("json"),
+                        )
                     }
                 };
                 hive.send_resp(answer);
@@ -1152,7 +1157,7 @@ async fn a_pods_token_is_asked_of_the_cloud_kept_renewed_and_deleted_with_it() {
     assert_eq!(asked[0].resource(), "default/serviceaccounttoken/reader");
     assert_eq!(asked[0].group(), group::RESOURCE);
     assert_eq!(
-        asked[0].content()["spec"],
+        asked[0].body::<serde_json::Value>().expect("json body")["spec"],
         json!({
             "audiences": [],
             "expirationSeconds": 600,
@@ -1180,6 +1185,7 @@ async fn a_pods_token_is_asked_of_the_cloud_kept_renewed_and_deleted_with_it() {
         .get(&key)
         .expect("store")
         .and_then(|record| record.object)
+            .map(|object| object.decode::<Value>().expect("json"))
         .expect("the token kept");
     assert_eq!(kept["status"]["token"], "token-2");
     assert_eq!(kept["spec"]["boundObjectRef"]["uid"], json!(uid));

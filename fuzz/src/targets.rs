@@ -267,13 +267,13 @@ pub mod seeds {
             "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "busybox"}]}});
         let insert = Message::new()
             .build_router("edgecontroller", "resource", "default/pod/web", "insert")
-            .with_content(pod.clone());
+            .with_content(apis::kinds::object_content(&pod));
         let ack = Message::new()
             .build_router("metamanager", "resource", "default/pod/web", "response")
-            .with_content(json!("OK"));
+            .with_content("OK");
         let keepalive = Message::new()
             .build_router("edgehub", "hub", "node", "keepalive")
-            .with_content(json!(null));
+            .with_content(beehive::Content::Empty);
         let insert_bytes = frame::encode(&insert, usize::MAX).map_err(std::io::Error::other)?;
         let ack_bytes = frame::encode(&ack, usize::MAX).map_err(std::io::Error::other)?;
         let keepalive_bytes =

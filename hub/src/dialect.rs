@@ -20,7 +20,7 @@ use apis::termination::PodTerminated;
 use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
-use beehive::{Message, SmolStr};
+use beehive::{Content, Message, SmolStr};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use transports::{Codec, DialOptions, ListenOptions};
@@ -156,7 +156,7 @@ impl Dialect {
                     "node",
                     operation::KEEPALIVE,
                 )
-                .with_content(json!("ping")),
+                .with_content("ping"),
         }
     }
 
@@ -166,7 +166,7 @@ impl Dialect {
             Dialect::Native => protocol::ack(msg, module::EDGEHUB),
             Dialect::KubeEdge => {
                 // KubeEdge answers in the object's own route, "OK".
-                let mut ack = msg.response(msg.router.source.clone(), json!("OK"));
+                let mut ack = msg.response(msg.router.source.clone(), "OK");
                 ack.router.destination = SmolStr::default();
                 ack.header.resource_version.clear();
                 ack
@@ -250,7 +250,7 @@ impl Dialect {
                 && msg.operation() != operation::QUERY
                 && msg.operation() != operation::DELETE
             {
-                let mut status = msg.content().clone();
+                let mut status = msg.body::<Value>().unwrap_or(Value::Null);
                 if let Some(fields) = status.as_object_mut() {
                     fields.insert("$patch".to_owned(), json!("replace"));
                 }
@@ -258,7 +258,7 @@ impl Dialect {
                 msg.router.resource =
                     format!("{}/{patch_type}/{}", resource.namespace, resource.name).into();
                 msg.router.operation = operation::PATCH.into_route_name();
-                msg.content = Value::String(patch.to_string());
+                msg.content = Content::Text(patch.to_string());
             }
         }
         if msg.group() == group::RESOURCE {
@@ -298,7 +298,7 @@ impl Dialect {
                 format!("default/{}/{node}", resource_type::NODE),
                 operation::INSERT,
             )
-            .with_content(object)
+            .with_content(apis::kinds::object_content(&object))
     }
 }
 
@@ -341,7 +341,7 @@ mod tests {
         let pod = Message::new()
             .build_router("edgecontroller", "resource", "default/pod/web", "insert")
             .with_resource_version("42")
-            .with_content(json!({"kind": "Pod"}));
+            .with_content(beehive::Content::of(&json!({"kind": "Pod"})).expect("json body"));
         let ack = Dialect::KubeEdge.ack(&pod);
         assert_eq!(ack.parent_id(), Some(pod.id()));
         assert_eq!(
@@ -361,7 +361,7 @@ mod tests {
         let report = Message::new()
             .build_router("edged", "resource", "default/podstatus/web", "update")
             .with_resource_version("1700000000000")
-            .with_content(status.clone());
+            .with_content(Content::of(&status).expect("json"));
         let patch = Dialect::KubeEdge.upstream(report);
         assert_eq!(
             shape(&patch),
@@ -371,7 +371,7 @@ mod tests {
         );
         let node = Message::new()
             .build_router("edged", "resource", "default/nodestatus/n1", "update")
-            .with_content(json!({"phase": "Running"}));
+            .with_content(beehive::Content::of(&json!({"phase": "Running"})).expect("json body"));
         let patch = Dialect::KubeEdge.upstream(node);
         assert_eq!(patch.resource(), "default/nodepatch/n1");
         assert_eq!(patch.operation(), "patch");
@@ -412,7 +412,7 @@ mod tests {
         );
         // An older edge's bare uid reads alike; the native form is left.
         let mut older = taken.clone();
-        older.content = json!("u-1");
+        older.content = Content::text("u-1");
         older.router.group = "meta".into_route_name();
         let taken = Dialect::KubeEdge.to_cloud_modules(older);
         assert_eq!(
@@ -420,7 +420,7 @@ mod tests {
             Some(stopped.clone())
         );
         let native = Dialect::Native.upstream(stopped.message("edged"));
-        assert_eq!(native.content(), &json!({"uid": "u-1"}));
+        assert_eq!(native.body::<serde_json::Value>().expect("json body"), json!({"uid": "u-1"}));
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub use edgehub::{EdgeHub, EdgeHubConfig, EdgeHubHandle, OfflineBuffer, route};
 #[cfg(feature = "cloudhub")]
 pub use events::{NodeEvent, NodeEventKind, NodeEvents};
 #[cfg(feature = "cloudhub")]
-pub use links::{Delivery, NodeLinks, Outcome, Refusal};
+pub use links::{Delivered, Delivery, NodeLinks, Outcome, Refusal};
 pub use stats::Changes;
 #[cfg(feature = "edgehub")]
 pub use stats::EdgeHubStats;

@@ -23,12 +23,15 @@ use std::time::Duration;
 
 use beehive::IntoRouteName as _;
 use beehive::Message as HiveMessage;
+use beehive::Content;
 use beehive::constants::operation;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 
 /// What became of a message cloudhub took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Delivery {
     /// An object, committed to the node's queue: it reaches the node,
     /// also after a crash of the cloud.
@@ -40,6 +43,21 @@ pub enum Delivery {
     Stale,
     /// Not an object: sent on the node's link.
     Sent,
+}
+
+/// cloudhub's answer, through beehive, to a message it took:
+/// `{"outcome": "queued"}` and the like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivered {
+    /// What became of it.
+    pub outcome: Delivery,
+}
+
+impl Delivered {
+    /// As a message's content.
+    pub fn content(self) -> Content {
+        Content::of(&self).expect("a name encodes")
+    }
 }
 
 impl Delivery {
@@ -83,7 +101,7 @@ impl Refusal {
     /// refuses in).
     pub fn reply(&self, mut request_reply: HiveMessage) -> HiveMessage {
         request_reply.router.operation = operation::ERROR.into_route_name();
-        request_reply.with_content(serde_json::Value::String(self.to_string()))
+        request_reply.with_content(self.to_string())
     }
 }
 

@@ -5,7 +5,7 @@
 use beehive::IntoRouteName as _;
 use beehive::constants::{group, operation};
 use beehive::resource::{CloudResource, EdgeResource};
-use beehive::{Message, SmolStr};
+use beehive::{Content, Message, SmolStr};
 use serde::{Deserialize, Serialize};
 
 /// Operation of the first message on a link.
@@ -22,7 +22,12 @@ pub struct Hello {
 pub fn hello(node: &str) -> Message {
     Message::new()
         .build_router("edgehub", group::HUB, format!("node/{node}"), HELLO)
-        .with_content(serde_json::json!({ "node": node }))
+        .with_content(
+            Content::of(&Hello {
+                node: node.to_owned(),
+            })
+            .expect("a name encodes"),
+        )
 }
 
 /// A keepalive from `source`.
@@ -33,9 +38,8 @@ pub fn keepalive(source: &'static str) -> Message {
 /// The acknowledgement of `msg`: a response in the hub group whose
 /// `parent_id` is `msg`'s id.
 pub fn ack(msg: &Message, source: &'static str) -> Message {
-    let mut ack = msg.response(source, serde_json::Value::Null);
+    let mut ack = msg.response(source, Content::Empty);
     ack.router.group = group::HUB.into_route_name();
-    ack.content = serde_json::Value::Null;
     ack
 }
 
@@ -237,7 +241,7 @@ mod tests {
         assert_eq!(kind(&hello("n1")), Kind::Hello);
         // A response to a query in another group is payload, not an ack.
         assert_eq!(
-            kind(&object.response("metamanager", serde_json::json!(1))),
+            kind(&object.response("metamanager", beehive::Content::of(&serde_json::json!(1)).expect("json body"))),
             Kind::Payload
         );
     }

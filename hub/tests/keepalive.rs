@@ -117,7 +117,8 @@ async fn kubeedge_cloud_with_a_registered_edge(
         .expect("the node's registration");
     let answer = registration.response(
         "edgecontroller",
-        serde_json::json!({"Object": {"metadata": {"name": "n1"}}, "Err": null}),
+        beehive::Content::of(&serde_json::json!({"Object": {"metadata": {"name": "n1"}}, "Err": null}))
+            .expect("json"),
     );
     link.sender.send(&answer).await.expect("answer");
     (listener, link, edge)

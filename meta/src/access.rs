@@ -26,7 +26,7 @@ use tracing::{debug, info};
 use apis::access::{AccessReview, RequestAttributes, ReviewAnswer};
 use apis::api::ApiError;
 use beehive::constants::{group, module, operation, resource_type};
-use beehive::{Hive, Message as HiveMessage};
+use beehive::{Content, Hive, Message as HiveMessage};
 
 /// The SHA-256 of a bearer token: what identifies it in the cache.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -279,7 +279,7 @@ impl AccessReviewer for HubReviewer {
     fn review(&self, review: AccessReview) -> BoxFuture<'static, Result<ReviewAnswer, String>> {
         let (hive, timeout) = (self.hive.clone(), self.timeout);
         Box::pin(async move {
-            let content = serde_json::to_value(&review).map_err(|err| err.to_string())?;
+            let content = Content::of(&review).map_err(|err| err.to_string())?;
             let query = HiveMessage::new()
                 .build_router(
                     module::METAMANAGER,
@@ -298,7 +298,8 @@ impl AccessReviewer for HubReviewer {
                     false => refused.reason,
                 });
             }
-            serde_json::from_value(reply.content().clone())
+            reply
+                .body()
                 .map_err(|err| format!("the cloud's answer does not read: {err}"))
         })
     }

@@ -18,8 +18,7 @@ use actix::prelude::*;
 use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
-use serde_json::{Value, json};
+use beehive::{Content, Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -107,7 +106,7 @@ impl Module for MetaManager {
             operation::QUERY => match self.answer(&resource) {
                 Ok(Some(answer)) => {
                     let watermark = (resource.to_string() == INVENTORY)
-                        .then(|| serde_json::from_value::<Watermark>(msg.content().clone()).ok())
+                        .then(|| msg.body::<Watermark>().ok())
                         .flatten();
                     self.hive
                         .send_resp(msg.response(module::METAMANAGER, answer));
@@ -218,20 +217,20 @@ impl MetaManager {
 
     /// One object, or the list of a type in a namespace; `None` for an
     /// object the edge does not hold.
-    fn answer(&self, resource: &EdgeResource) -> Result<Option<Value>, String> {
+    fn answer(&self, resource: &EdgeResource) -> Result<Option<Content>, String> {
         let key = resource.to_string();
         if key == INVENTORY {
-            let mut held = serde_json::Map::new();
+            let mut held = apis::inventory::Held::new();
             for kind in CONTROLLED {
                 for (key, record) in self
                     .store
                     .list_type(None, kind)
                     .map_err(|e| e.to_string())?
                 {
-                    held.insert(key, Value::String(record.version));
+                    held.insert(key, record.version);
                 }
             }
-            return Ok(Some(Value::Object(held)));
+            return Content::of(&held).map(Some).map_err(|e| e.to_string());
         }
         if resource.name.is_empty() {
             // `*` as the namespace lists every namespace.
@@ -240,12 +239,11 @@ impl MetaManager {
                 .store
                 .list_type(namespace, &resource.resource_type)
                 .map_err(|e| e.to_string())?;
-            return Ok(Some(Value::Array(
-                objects.into_iter().filter_map(|(_, r)| r.object).collect(),
-            )));
+            let objects: Vec<Content> = objects.into_iter().filter_map(|(_, r)| r.object).collect();
+            return Content::of(&objects).map(Some).map_err(|e| e.to_string());
         }
         match self.store.get(&key).map_err(|e| e.to_string())? {
-            Some(record) if !record.is_deleted() => Ok(Some(record.object.unwrap_or(Value::Null))),
+            Some(record) if !record.is_deleted() => Ok(Some(record.object.unwrap_or_default())),
             _ => Ok(None),
         }
     }
@@ -295,8 +293,8 @@ pub struct WriteAnswer {
 
 impl WriteAnswer {
     /// The answer as a response's content.
-    pub fn content(self) -> serde_json::Value {
-        json!({ "applied": self.applied })
+    pub fn content(self) -> Content {
+        Content::of(&self).expect("a flag encodes")
     }
 
     /// The answer `reply` carries, or why the write was not done.
@@ -388,6 +386,7 @@ async fn pass_on_in_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_write_answer_reads_back_from_its_response_and_a_failure_from_an_error() {
@@ -400,7 +399,7 @@ mod tests {
         for applied in [true, false] {
             let answer = WriteAnswer { applied };
             let reply = write.response(module::METAMANAGER, answer.content());
-            assert_eq!(reply.content(), &json!({ "applied": applied }));
+            assert_eq!(reply.body::<serde_json::Value>().expect("json body"), json!({ "applied": applied }));
             assert_eq!(WriteAnswer::of(&reply), Ok(answer));
         }
         let failed = write.retryable_error(module::METAMANAGER, "disk full");
@@ -408,7 +407,7 @@ mod tests {
             WriteAnswer::of(&failed),
             Err(beehive::Failure::retryable("disk full"))
         );
-        let odd = write.response(module::METAMANAGER, json!(["not", "an", "answer"]));
+        let odd = write.response(module::METAMANAGER, beehive::Content::of(&json!(["not", "an", "answer"])).expect("json body"));
         assert!(WriteAnswer::of(&odd).is_err_and(|failure| !failure.retryable));
     }
 }

@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::warn;
 
+use beehive::Content;
 use beehive::constants::resource_type;
 
 use crate::access::{AccessReviewer, DecisionLimits, Gate};
@@ -194,8 +195,8 @@ fn version_number(version: &str) -> u64 {
 
 /// A pod as the edge knows it: the object from the cloud with the status
 /// edged last reported here (the edge's own truth, also offline).
-fn with_local_status(store: &EdgeStore, resource: &str, object: Value) -> Value {
-    let mut object = object;
+fn with_local_status(store: &EdgeStore, resource: &str, object: &Content) -> Value {
+    let mut object = json_of(resource, object);
     let mut parts = resource.splitn(3, '/');
     let (Some(namespace), Some(resource_type::POD), Some(name)) =
         (parts.next(), parts.next(), parts.next())
@@ -208,9 +209,18 @@ fn with_local_status(store: &EdgeStore, resource: &str, object: Value) -> Value 
         .flatten()
         .and_then(|record| record.object);
     if let (Some(status), Some(map)) = (status, object.as_object_mut()) {
-        map.insert("status".to_owned(), status);
+        map.insert("status".to_owned(), json_of(resource, &status));
     }
     object
+}
+
+/// A stored object as JSON, for the API; one that does not read (the store
+/// wrote it, so it always does) is said and served as `null`.
+fn json_of(resource: &str, object: &Content) -> Value {
+    object.decode().unwrap_or_else(|err| {
+        warn!(%resource, error = %err, "stored object does not read");
+        Value::Null
+    })
 }
 
 impl ObjectSource for EdgeObjects {
@@ -219,7 +229,7 @@ impl ObjectSource for EdgeObjects {
         let record = self.0.get(&resource).map_err(unavailable)?;
         Ok(record
             .and_then(|record| record.object)
-            .map(|object| with_local_status(&self.0, &resource, object)))
+            .map(|object| with_local_status(&self.0, &resource, &object)))
     }
 
     fn list_each(
@@ -239,7 +249,7 @@ impl ObjectSource for EdgeObjects {
             .unwrap_or(0);
         for (resource, record) in records {
             if let Some(object) = record.object {
-                visit(with_local_status(&self.0, &resource, object));
+                visit(with_local_status(&self.0, &resource, &object));
             }
         }
         Ok(version.to_string())
@@ -270,11 +280,11 @@ impl ObjectSource for EdgeObjects {
             seen.insert(resource.clone(), version);
             match (record.object, since) {
                 (Some(object), None) => {
-                    let object = with_local_status(&self.0, &resource, object);
+                    let object = with_local_status(&self.0, &resource, &object);
                     push_event(&mut initial, kind, Change::Added, &object);
                 }
                 (Some(object), Some(_)) => {
-                    let object = with_local_status(&self.0, &resource, object);
+                    let object = with_local_status(&self.0, &resource, &object);
                     push_event(&mut initial, kind, Change::Modified, &object);
                 }
                 (None, _) => {
@@ -343,7 +353,7 @@ impl Watch {
             // The pod's status changed here: the pod changed, as seen here.
             let pod = format!("{namespace}/{}/{}", resource_type::POD, parts.next()?);
             let object = self.store.get(&pod).ok().flatten()?.object?;
-            let object = with_local_status(&self.store, &pod, object);
+            let object = with_local_status(&self.store, &pod, &object);
             let mut lines = Vec::with_capacity(1);
             push_event(&mut lines, self.kind, Change::Modified, &object);
             return lines.pop();
@@ -365,7 +375,7 @@ impl Watch {
             (None, Some(previous)) => (Change::Deleted, previous),
             (None, None) => return None,
         };
-        let object = with_local_status(&self.store, &change.resource, object.clone());
+        let object = with_local_status(&self.store, &change.resource, object);
         let mut lines = Vec::with_capacity(1);
         push_event(&mut lines, self.kind, what, &object);
         lines.pop()

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use beehive::Content;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use store::BatchWriter;
@@ -47,7 +48,7 @@ pub struct Record {
     /// Its resource version.
     pub version: String,
     /// The object (absent for a tombstone).
-    pub object: Option<serde_json::Value>,
+    pub object: Option<Content>,
 }
 
 impl Record {
@@ -268,7 +269,7 @@ impl EdgeStore {
         &self,
         resource: &str,
         version: &str,
-        object: serde_json::Value,
+        object: Content,
     ) -> Result<WriteOutcome, StoreError> {
         self.write(
             resource,
@@ -585,6 +586,10 @@ fn apply_puts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn doc(value: serde_json::Value) -> Content {
+        Content::of(&value).expect("json")
+    }
     use serde_json::json;
 
     #[tokio::test]
@@ -593,21 +598,21 @@ mod tests {
         let store = EdgeStore::open(&dir.path().join("edge.redb")).expect("open");
         assert_eq!(
             store
-                .put("default/pod/a", "2", json!({"v": 2}))
+                .put("default/pod/a", "2", doc(json!({"v": 2})))
                 .await
                 .expect("put"),
             WriteOutcome::Applied
         );
         assert_eq!(
             store
-                .put("default/pod/a", "1", json!({"v": 1}))
+                .put("default/pod/a", "1", doc(json!({"v": 1})))
                 .await
                 .expect("put"),
             WriteOutcome::Stale
         );
         assert_eq!(
             store
-                .put("default/pod/a", "2", json!({"v": 2}))
+                .put("default/pod/a", "2", doc(json!({"v": 2})))
                 .await
                 .expect("put"),
             WriteOutcome::Stale
@@ -616,7 +621,8 @@ mod tests {
             store
                 .get("default/pod/a")
                 .expect("get")
-                .and_then(|r| r.object),
+                .and_then(|r| r.object)
+                .map(|object| object.decode::<serde_json::Value>().expect("json")),
             Some(json!({"v": 2}))
         );
         assert_eq!(
@@ -625,7 +631,7 @@ mod tests {
         );
         assert_eq!(
             store
-                .put("default/pod/a", "2", json!({"v": 2}))
+                .put("default/pod/a", "2", doc(json!({"v": 2})))
                 .await
                 .expect("put"),
             WriteOutcome::Stale
@@ -637,11 +643,11 @@ mod tests {
                 .is_some_and(|r| r.is_deleted())
         );
         store
-            .put("default/pod/b", "1", json!(1))
+            .put("default/pod/b", "1", doc(json!(1)))
             .await
             .expect("put");
         store
-            .put("default/configmap/c", "1", json!(1))
+            .put("default/configmap/c", "1", doc(json!(1)))
             .await
             .expect("put");
         let pods = store.list("default/pod/").expect("list");
@@ -660,7 +666,7 @@ mod tests {
             .map(|n| {
                 let store = store.clone();
                 tokio::spawn(
-                    async move { store.put(&format!("default/pod/p{n}"), "1", json!(n)).await },
+                    async move { store.put(&format!("default/pod/p{n}"), "1", doc(json!(n))).await },
                 )
             })
             .collect();

@@ -56,55 +56,7 @@
 //! (services, endpoints), and an edge talking to a KubeEdge cloud (which
 //! asks for no inventory), get no watermark: their tombstones are kept.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
-/// Up to which revision the cloud has handled each resource type's changes
-/// (`pod`, `configmap`, ...), as it says when it asks for the inventory.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Watermark {
-    /// Resource type -> revision handled.
-    pub handled: BTreeMap<String, u64>,
-}
-
-impl Watermark {
-    /// A watermark of `(type, revision)` pairs.
-    pub fn of<'a>(handled: impl IntoIterator<Item = (&'a str, u64)>) -> Watermark {
-        Watermark {
-            handled: handled
-                .into_iter()
-                .map(|(kind, revision)| (kind.to_owned(), revision))
-                .collect(),
-        }
-    }
-
-    /// Whether nothing is covered.
-    pub fn is_empty(&self) -> bool {
-        self.handled.is_empty()
-    }
-
-    /// Takes the higher of each type's revisions (watermarks only grow:
-    /// a lower one, from an older question, covers less).
-    pub fn merge(&mut self, other: &Watermark) {
-        for (kind, revision) in &other.handled {
-            let at = self.handled.entry(kind.clone()).or_default();
-            *at = (*at).max(*revision);
-        }
-    }
-
-    /// Whether the tombstone of `resource` (`<ns>/<type>/<name>`) at
-    /// `version` may go: its type is handled at or above `version`.
-    pub fn covers(&self, resource: &str, version: &str) -> bool {
-        let Some(kind) = resource.split('/').nth(1) else {
-            return false;
-        };
-        let Ok(version) = version.parse::<u64>() else {
-            return false;
-        };
-        self.handled.get(kind).is_some_and(|at| *at >= version)
-    }
-}
+pub use apis::inventory::Watermark;
 
 #[cfg(test)]
 mod tests {
@@ -169,7 +121,7 @@ mod tests {
             "default/pod/a",
             Record {
                 version: "5".into(),
-                object: Some(serde_json::json!(5)),
+                object: Some(beehive::Content::of(&5).expect("number")),
             }
         ));
         assert!(edge.apply(
@@ -184,7 +136,7 @@ mod tests {
             "default/pod/a",
             Record {
                 version: "5".into(),
-                object: Some(serde_json::json!(5)),
+                object: Some(beehive::Content::of(&5).expect("number")),
             }
         ));
         // A watermark below the deletion prunes nothing.
@@ -193,7 +145,7 @@ mod tests {
             "default/pod/a",
             Record {
                 version: "7".into(),
-                object: Some(serde_json::json!(7)),
+                object: Some(beehive::Content::of(&7).expect("number")),
             }
         ));
         assert_eq!(

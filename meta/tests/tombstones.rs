@@ -30,7 +30,7 @@ async fn churn(store: &EdgeStore, prune: bool) -> u64 {
             for record in [
                 Record {
                     version: (2 * n + 1).to_string(),
-                    object: Some(object),
+                    object: Some(beehive::Content::of(&object).expect("json")),
                 },
                 Record {
                     version: (2 * n + 2).to_string(),
@@ -85,7 +85,7 @@ async fn tombstones_stay_bounded_over_100k_create_delete_cycles() {
     let deleted_at = 2 * CYCLES;
     assert_eq!(
         pruned
-            .put(&last, &(deleted_at - 1).to_string(), json!({"late": true}))
+            .put(&last, &(deleted_at - 1).to_string(), beehive::Content::of(&json!({"late": true})).expect("json"))
             .await
             .expect("put"),
         WriteOutcome::Stale

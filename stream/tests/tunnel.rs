@@ -228,7 +228,7 @@ async fn a_stalled_reader_stops_its_sender_and_nothing_else() {
     for n in 0..100u64 {
         let msg = Message::new()
             .build_router("cloud", "resource", format!("default/pod/p{n}"), "update")
-            .with_content(serde_json::json!({ "n": n }));
+            .with_content(beehive::Content::of(&serde_json::json!({ "n": n })).expect("json body"));
         pair.cloud_link
             .send_on(&msg, Lane::Ordered)
             .await
@@ -239,7 +239,7 @@ async fn a_stalled_reader_stops_its_sender_and_nothing_else() {
             .await
             .expect("a message in time")
             .expect("link open");
-        assert_eq!(msg.content()["n"], n);
+        assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], n);
     }
     assert!(!sending.is_finished(), "the sender waits for credit");
     go.send(()).expect("go");

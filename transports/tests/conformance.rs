@@ -17,7 +17,7 @@ async fn round_trip(kind: TransportKind) {
     client.sender.send(&request).await.expect("send");
     let got = next_message(&mut server.receiver).await;
     assert_eq!(got, request);
-    let reply = got.response("cloud", serde_json::json!("pong"));
+    let reply = got.response("cloud", beehive::Content::of(&serde_json::json!("pong")).expect("json body"));
     server.sender.send(&reply).await.expect("reply");
     let mut client_rx = client.receiver;
     let back = next_message(&mut client_rx).await;
@@ -50,7 +50,7 @@ async fn order_within_the_ordered_stream(kind: TransportKind) {
     });
     for n in 0..1_000u64 {
         let msg = next_message(&mut server.receiver).await;
-        assert_eq!(msg.content()["n"], n);
+        assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], n);
     }
 }
 
@@ -131,7 +131,7 @@ async fn frame_limit(kind: TransportKind) {
     // The first connection and the listener are unaffected.
     client.sender.send(&numbered(0, 7)).await.expect("send");
     let got = next_message(&mut server.receiver).await;
-    assert_eq!(got.content()["n"], 7);
+    assert_eq!(got.body::<serde_json::Value>().expect("json body")["n"], 7);
 }
 
 async fn a_garbled_frame_closes_only_its_connection(kind: TransportKind) {
@@ -156,7 +156,7 @@ async fn a_garbled_frame_closes_only_its_connection(kind: TransportKind) {
 
     good.sender.send(&numbered(1, 1)).await.expect("send");
     let got = next_message(&mut good_server.receiver).await;
-    assert_eq!(got.content()["from"], 1);
+    assert_eq!(got.body::<serde_json::Value>().expect("json body")["from"], 1);
     // And the listener still accepts.
     let (third, mut third_server) = rig.pair(&mut listener).await;
     third.sender.send(&numbered(3, 0)).await.expect("send");
@@ -346,7 +346,7 @@ async fn pings_are_answered_where_the_transport_has_them(kind: TransportKind) {
     let got = next_message(&mut server.receiver).await;
     server
         .sender
-        .send(&got.response("cloud", serde_json::json!("ok")))
+        .send(&got.response("cloud", beehive::Content::of(&serde_json::json!("ok")).expect("json body")))
         .await
         .expect("reply");
     within(client.receiver.recv())
@@ -428,7 +428,7 @@ async fn inner_streams_keep_their_order(kind: TransportKind) {
             .expect("a frame");
         match item {
             transports::Received::Message(msg) => {
-                assert_eq!(msg.content()["n"], messages);
+                assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], messages);
                 messages += 1;
             }
             transports::Received::Raw(frame) => {
@@ -652,7 +652,7 @@ async fn quic_dials_both_address_families() {
         let mut server = within(listener.accept()).await.expect("accepted");
         client.sender.send(&numbered(0, 1)).await.expect("send");
         let got = next_message(&mut server.receiver).await;
-        assert_eq!(got.content()["n"], 1);
+        assert_eq!(got.body::<serde_json::Value>().expect("json body")["n"], 1);
     }
 }
 
@@ -782,7 +782,7 @@ async fn a_kubeedge_endpoint_takes_and_sends_text_messages() {
         .expect("a message")
         .expect("decodes");
     assert_eq!(got.operation(), "keepalive");
-    assert_eq!(got.content(), &serde_json::json!("ping"));
+    assert_eq!(got.body::<serde_json::Value>().expect("json body"), serde_json::json!("ping"));
     server.sender.send(&got).await.expect("sent back");
     match within(client.next()).await {
         Some(Ok(WsMessage::Text(text))) => {
@@ -835,7 +835,7 @@ async fn a_peer_that_does_not_read_batches_gets_none() {
             Some(Ok(WsMessage::Binary(frame))) => {
                 assert_ne!(frame.first(), Some(&0xc1), "message {n} came in a batch");
                 let msg = beehive::Message::from_bytes(&frame).expect("one message");
-                assert_eq!(msg.content()["n"], n);
+                assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], n);
             }
             other => panic!("expected message {n}, got {other:?}"),
         }

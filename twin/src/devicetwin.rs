@@ -25,8 +25,8 @@ use apis::devices::DeviceStatus;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::message::now_millis;
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage, SmolStr, TaskDoor};
-use serde::Deserialize;
+use apis::kinds::object_content;
+use beehive::{Content, Hive, Message as HiveMessage, SmolStr, TaskDoor};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
@@ -167,7 +167,7 @@ impl Twins {
             let Some(status) = self.query(&resource.to_string()).await else {
                 continue;
             };
-            match DeviceStatus::deserialize(&status) {
+            match status.decode::<DeviceStatus>() {
                 Ok(status) => self.book.restore(&name, &status),
                 Err(err) => warn!(device = %resource, error = %err, "stored status unreadable"),
             }
@@ -178,10 +178,10 @@ impl Twins {
     }
 
     async fn list(&self, kind: &str) -> Vec<Value> {
-        match self.query(&format!("*/{kind}")).await {
-            Some(Value::Array(items)) => items,
-            Some(other) => {
-                warn!(kind, answer = %other, "metamanager did not list");
+        match self.query(&format!("*/{kind}")).await.map(|answer| answer.decode::<Vec<Value>>()) {
+            Some(Ok(items)) => items,
+            Some(Err(err)) => {
+                warn!(kind, error = %err, "metamanager did not list");
                 Vec::new()
             }
             None => Vec::new(),
@@ -190,7 +190,7 @@ impl Twins {
 
     /// What metamanager answers for `resource`; `None` when it holds
     /// nothing there.
-    async fn query(&self, resource: &str) -> Option<Value> {
+    async fn query(&self, resource: &str) -> Option<Content> {
         let query = HiveMessage::new().build_router(
             module::DEVICETWIN,
             group::META,
@@ -219,7 +219,8 @@ impl Twins {
     async fn on_message(&mut self, msg: HiveMessage) {
         let now = now_millis();
         if msg.resource().starts_with("$hw/") {
-            let out = self.book.request(msg.resource(), msg.content(), now);
+            let body = msg.body::<Value>().unwrap_or_default();
+            let out = self.book.request(msg.resource(), &body, now);
             return self.publish_all(out).await;
         }
         let Ok(resource) = msg.resource().parse::<EdgeResource>() else {
@@ -236,16 +237,23 @@ impl Twins {
                 Err(err) => warn!(error = %err, "a device change not passed to DMI mappers"),
             }
         }
+        let body = match deleted {
+            true => Value::Null,
+            false => match msg.body::<Value>() {
+                Ok(body) => body,
+                Err(err) => return warn!(resource = %resource, error = %err, "unreadable"),
+            },
+        };
         let out = match (resource.resource_type.as_str(), deleted) {
             (resource_type::DEVICE_MODEL, false) => {
-                self.book.model_changed(msg.content());
+                self.book.model_changed(&body);
                 Vec::new()
             }
             (resource_type::DEVICE_MODEL, true) => {
                 self.book.model_removed(&resource.namespace, &resource.name);
                 Vec::new()
             }
-            (resource_type::DEVICE, false) => self.book.device_changed(msg.content(), true, now),
+            (resource_type::DEVICE, false) => self.book.device_changed(&body, true, now),
             (resource_type::DEVICE, true) => self.book.device_removed(&resource, now),
             (other, _) => {
                 debug!(kind = other, "not for devicetwin");
@@ -275,7 +283,7 @@ impl Twins {
                     write.resource.to_string(),
                     operation::UPDATE,
                 )
-                .with_content(write.status);
+                .with_content(object_content(&write.status));
             let hive = self.hive.clone();
             async move {
                 let stored = match hive.send_sync(module::METAMANAGER, msg, timeout).await {
@@ -304,7 +312,7 @@ impl Twins {
         for (topic, payload) in out {
             let msg = HiveMessage::new()
                 .build_router(module::DEVICETWIN, group::TWIN, topic, operation::PUBLISH)
-                .with_content(payload);
+                .with_content(object_content(&payload));
             if let Err(err) = self.hive.send(module::EVENTBUS, msg).await {
                 debug!(error = %err, "not published (no eventbus?)");
             }

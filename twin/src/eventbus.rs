@@ -18,9 +18,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation};
-use beehive::{Hive, Message as HiveMessage, Module, ModuleError, SmolStr};
+use apis::kinds::object_content;
+use beehive::{Content, Hive, Message as HiveMessage, Module, ModuleError, SmolStr};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::TwinError;
@@ -191,7 +191,7 @@ async fn refuse_oversized(client: &AsyncClient, topic: &str, size: usize, max: u
 
 /// Hands an MQTT message to beehive.
 async fn deliver(hive: &Hive, topic: &str, payload: &[u8]) {
-    let content = crate::protocol::content_of(payload);
+    let content = object_content(&crate::protocol::content_of(payload));
     let to = destination(topic);
     let msg = HiveMessage::new()
         .build_router(
@@ -232,7 +232,7 @@ impl Module for EventBus {
         match msg.operation() {
             operation::PUBLISH => {
                 let payload = match msg.content() {
-                    Value::String(text) => text.clone().into_bytes(),
+                    Content::Text(text) => text.clone().into_bytes(),
                     other => serde_json::to_vec(other).unwrap_or_default(),
                 };
                 if payload.len() > self.max_payload {

@@ -166,7 +166,7 @@ constant_field!(KindName, KIND, "kind");
 
 /// Reads a required field as k8s-openapi does: missing or `null` is the
 /// type's default.
-fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Default + Deserialize<'de>,

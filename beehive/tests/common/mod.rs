@@ -105,14 +105,14 @@ impl Actor for Probe {
 pub fn cmd(cmd: &str) -> Message {
     Message::new()
         .build_router("test", "", "default/probe/x", "update")
-        .with_content(json!({ "cmd": cmd }))
+        .with_content(beehive::Content::of(&json!({ "cmd": cmd })).expect("json body"))
 }
 
 /// A numbered message from sender `from`.
 pub fn seq(from: usize, n: usize) -> Message {
     Message::new()
         .build_router("test", "", "default/probe/x", "update")
-        .with_content(json!({ "from": from, "n": n }))
+        .with_content(beehive::Content::of(&json!({ "from": from, "n": n })).expect("json body"))
 }
 
 impl Module for Probe {
@@ -124,12 +124,11 @@ impl Module for Probe {
     }
     fn handle(&mut self, msg: Message, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
         let command = msg
-            .content()
-            .get("cmd")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+            .body::<Value>()
+            .ok()
+            .and_then(|body| body.get("cmd").and_then(Value::as_str).map(str::to_owned));
         let sync = msg.is_sync();
-        let reply = msg.response(self.name.clone(), json!({ "from": self.name }));
+        let reply = msg.response(self.name.clone(), beehive::Content::of(&json!({ "from": self.name })).expect("json body"));
         let _ = self.probes.events.send(Event::Got {
             module: self.name.clone(),
             msg,

@@ -907,7 +907,10 @@ impl DesiredState for KubernetesStore {
         })
     }
 
-    fn request_token(&self, request: super::TokenRequest) -> StoreFuture<Value> {
+    fn request_token(
+        &self,
+        request: super::TokenRequest,
+    ) -> StoreFuture<apis::tokens::TokenRequestStatus> {
         let accounts = Api::<DynamicObject>::namespaced_with(
             self.client.clone(),
             &request.namespace,
@@ -919,26 +922,14 @@ impl DesiredState for KubernetesStore {
                 plural: "serviceaccounts".to_owned(),
             },
         );
-        let body = json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "audiences": request.audiences,
-                "expirationSeconds": request.expiration_seconds,
-                "boundObjectRef": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": request.pod.0,
-                    "uid": request.pod.1,
-                },
-            },
-        });
+        let mut body = request.body();
+        body.metadata = Default::default();
         Box::pin(async move {
             let key = format!(
                 "serviceaccounts/{}/{}/token",
                 request.namespace, request.service_account
             );
-            let issued: Value = accounts
+            let issued: apis::tokens::TokenRequestObject = accounts
                 .create_subresource(
                     "token",
                     &request.service_account,
@@ -947,7 +938,7 @@ impl DesiredState for KubernetesStore {
                 )
                 .await
                 .map_err(|err| refused(err, &key))?;
-            Ok(issued.get("status").cloned().unwrap_or(Value::Null))
+            Ok(issued.status.unwrap_or_default())
         })
     }
 

@@ -51,9 +51,9 @@ use apis::twin::{
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::message::MessageError;
 use beehive::resource::EdgeResource;
-use beehive::{Message as HiveMessage, Uuid};
+use beehive::{Content, Message as HiveMessage, Uuid};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The resource type of the twin sync (`membership/detail`).
 pub const DETAIL: &str = "detail";
@@ -75,10 +75,10 @@ struct DetailRequest {
 
 /// The `event_id` the request carries (its content is JSON as a string,
 /// or JSON), to echo in the answer; a fresh one if it carries none.
-pub fn event_id_of(content: &Value) -> String {
+pub fn event_id_of(content: &Content) -> String {
     let request = match content {
-        Value::String(text) => serde_json::from_str::<DetailRequest>(text).ok(),
-        other => DetailRequest::deserialize(other).ok(),
+        Content::Text(text) => serde_json::from_str::<DetailRequest>(text).ok(),
+        other => other.decode::<DetailRequest>().ok(),
     };
     request
         .map(|r| r.event_id)
@@ -283,12 +283,13 @@ pub fn confirm_message(node: &str, request: &HiveMessage) -> HiveMessage {
             operation::RESPONSE,
         )
         .with_parent(request.id())
-        .with_content(json!("OK"))
+        .with_content("OK")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn device(name: &str, node: &str, extra: Value) -> Device {
         let mut object = json!({
@@ -391,14 +392,15 @@ mod tests {
             let resource: EdgeResource = other.parse().expect("resource");
             assert!(!is_detail_request(&resource), "{other}");
         }
-        let content = json!(
-            r#"{"event_type":"group_membership_event","event_id":"ev-1","group_id":"edge-1","operation":"detail","timestamp":1}"#
+        let content = Content::text(
+            r#"{"event_type":"group_membership_event","event_id":"ev-1","group_id":"edge-1","operation":"detail","timestamp":1}"#,
         );
         assert_eq!(event_id_of(&content), "ev-1");
-        assert_eq!(event_id_of(&json!({"event_id": "ev-2"})), "ev-2");
+        let object = Content::of(&json!({"event_id": "ev-2"})).expect("json");
+        assert_eq!(event_id_of(&object), "ev-2");
         // Unreadable or missing: a fresh id.
-        assert_eq!(event_id_of(&json!("not json")).len(), 36);
-        assert_eq!(event_id_of(&Value::Null).len(), 36);
+        assert_eq!(event_id_of(&Content::text("not json")).len(), 36);
+        assert_eq!(event_id_of(&Content::Empty).len(), 36);
     }
 
     #[test]
@@ -426,8 +428,8 @@ mod tests {
         assert!(message.resource_version().is_empty());
         assert_eq!(message.parent_id(), None);
         assert_eq!(
-            message.content(),
-            &json!({"event_id": added.base.event_id, "timestamp": 7,
+            message.body::<serde_json::Value>().expect("json body"),
+            json!({"event_id": added.base.event_id, "timestamp": 7,
                     "added_devices": [{"id": "plant/thermo-1", "name": "thermo-1", "description": "hall"}],
                     "removed_devices": []})
         );
@@ -456,7 +458,7 @@ mod tests {
             (result.source(), result.group(), result.resource()),
             ("devicecontroller", "twin", "node/edge-1/membership/detail")
         );
-        assert_eq!(result.content()["devices"], json!([]));
+        assert_eq!(result.body::<serde_json::Value>().expect("json body")["devices"], json!([]));
         assert!(result.resource_version().is_empty());
         let confirm = confirm_message("edge-1", &request);
         assert_eq!(confirm.parent_id(), Some(request.id()));
@@ -469,6 +471,6 @@ mod tests {
             ),
             ("devicecontroller", "twin", "node/edge-1/twin", "response")
         );
-        assert_eq!(confirm.content(), &json!("OK"));
+        assert_eq!(confirm.body::<serde_json::Value>().expect("json body"), json!("OK"));
     }
 }

@@ -212,7 +212,7 @@ impl Follower {
                 operation,
             )
             .with_resource_version(version.to_string())
-            .with_content(object);
+            .with_content(apis::kinds::object_content(&object));
         match self.links.deliver(msg, self.config.send_timeout).await {
             Ok(_) => {
                 self.counts.send_modify(|c| c.queued += 1);

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use beehive::IntoRouteName as _;
-use beehive::Message as HiveMessage;
+use beehive::{Content, Message as HiveMessage};
 use beehive::constants::group;
 use beehive::{Hive, TaskDoor};
 use follower::Follower;
@@ -335,17 +335,17 @@ impl Center {
     /// answer: a map of the failed applications by id).
     fn sync_watches(&mut self, node: &str, msg: &HiveMessage) {
         let listed: BTreeMap<String, Value> = match msg.content() {
-            Value::String(text) => serde_json::from_str(text).unwrap_or_default(),
-            content => serde_json::from_value(content.clone()).unwrap_or_default(),
+            Content::Text(text) => serde_json::from_str(text).unwrap_or_default(),
+            content => content.decode().unwrap_or_default(),
         };
-        let mut failed = serde_json::Map::new();
+        let mut failed = BTreeMap::new();
         let mut specs = BTreeMap::new();
         let mut apps = BTreeMap::new();
         for (id, content) in listed {
             let refused = |app: Application, status: ApiStatus| {
-                (id.clone(), app.rejected(&status).to_content())
+                (id.clone(), app.rejected(&status))
             };
-            let app = match Application::from_content(&content) {
+            let app = match Application::from_json(&content) {
                 Ok(app) => app,
                 Err(reason) => {
                     let (id, app) = refused(Application::default(), ApiStatus::bad_request(reason));
@@ -385,10 +385,11 @@ impl Center {
             if let Some(app) = apps.remove(&id) {
                 let status =
                     ApiStatus::too_many(format!("node {node} runs its most forwarded watches"));
-                failed.insert(id, app.rejected(&status).to_content());
+                failed.insert(id, app.rejected(&status));
             }
         }
-        let mut answer = msg.response(MODULE, Value::Object(failed));
+        let failed = Content::of(&failed).expect("applications of strings and bytes encode");
+        let mut answer = msg.response(MODULE, failed);
         answer.router.operation = wire::ANSWER.into_route_name();
         answer.router.group = group::RESOURCE.into_route_name();
         send_to_node(&self.links, answer);

@@ -15,6 +15,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use beehive::Content;
 use serde_json::{Map, Value, json};
 
 /// Group of the messages (KubeEdge's `DynamicControllerModuleGroup`).
@@ -102,8 +103,17 @@ mod go_bytes {
 impl Application {
     /// Reads an application from a message's content: the JSON object, or
     /// that JSON as a string.
-    pub fn from_content(content: &Value) -> Result<Application, String> {
+    pub fn from_content(content: &Content) -> Result<Application, String> {
         match content {
+            Content::Text(text) => serde_json::from_str(text).map_err(|err| err.to_string()),
+            other => other.decode().map_err(|err| err.to_string()),
+        }
+        .map_err(|err| format!("unreadable application: {err}"))
+    }
+
+    /// One of the applications an edge lists, as JSON.
+    pub fn from_json(value: &Value) -> Result<Application, String> {
+        match value {
             Value::String(text) => serde_json::from_str(text),
             other => Application::deserialize(other),
         }
@@ -135,8 +145,8 @@ impl Application {
     }
 
     /// The application as a message content.
-    pub fn to_content(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
+    pub fn to_content(&self) -> Content {
+        Content::of(self).expect("an application of strings and bytes encodes")
     }
 }
 
@@ -550,6 +560,10 @@ fn rewrite_default_master(object: &mut Value, is_slice: bool) {
 mod tests {
     use super::*;
 
+    fn doc(value: Value) -> Content {
+        Content::of(&value).expect("json")
+    }
+
     /// An application as KubeEdge's edge writes it (Go's encoding/json).
     fn from_the_edge() -> Value {
         json!({
@@ -563,24 +577,26 @@ mod tests {
 
     #[test]
     fn an_application_reads_as_the_edge_wrote_it() {
-        let app = Application::from_content(&from_the_edge()).expect("readable");
+        let app = Application::from_content(&doc(from_the_edge())).expect("readable");
         assert_eq!(app.verb, "list");
         assert_eq!(app.options().expect("options")["labelSelector"], "app=web");
         assert!(app.request_body.is_empty());
         // As a string too (some edges send the JSON text).
-        let text = Value::String(from_the_edge().to_string());
+        let text = Content::text(from_the_edge().to_string());
         assert_eq!(Application::from_content(&text).expect("readable"), app);
-        assert!(Application::from_content(&json!({"Option": "not base64!"})).is_err());
+        assert!(Application::from_content(&doc(json!({"Option": "not base64!"}))).is_err());
     }
 
     #[test]
     fn an_answer_keeps_what_the_edge_sent_and_adds_the_result() {
-        let app = Application::from_content(&from_the_edge()).expect("readable");
+        let app = Application::from_content(&doc(from_the_edge())).expect("readable");
         let list = json!({"kind": "ServiceList", "items": []});
         let answer = app
             .clone()
             .approved(list.to_string().into_bytes())
-            .to_content();
+            .to_content()
+            .decode::<Value>()
+            .expect("json");
         assert_eq!(answer["Status"], "Approved");
         assert_eq!(answer["Timestamp"], "0001-01-01T00:00:00Z");
         let body = STANDARD
@@ -588,7 +604,11 @@ mod tests {
             .expect("b64");
         assert_eq!(serde_json::from_slice::<Value>(&body).expect("json"), list);
 
-        let refused = app.rejected(&ApiStatus::forbidden("no")).to_content();
+        let refused = app
+            .rejected(&ApiStatus::forbidden("no"))
+            .to_content()
+            .decode::<Value>()
+            .expect("json");
         assert_eq!(refused["Status"], "Rejected");
         assert_eq!(refused["RespBody"], Value::Null);
         assert_eq!(refused["Error"]["ErrStatus"]["code"], 403);

@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use beehive::Content;
 use beehive::resource::EdgeResource;
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -62,7 +63,7 @@ pub(crate) fn given_status(given: &Value) -> Option<&Value> {
 pub(crate) fn own_patch(
     node: &str,
     what: &EdgeResource,
-    content: &Value,
+    content: &Content,
 ) -> Result<Value, NodeRefused> {
     if what.name != node {
         return Err(NodeRefused::PatchesAnother);

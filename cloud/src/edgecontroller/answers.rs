@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use apis::devices::Device;
-use apis::kinds::{Kind, ObjectKey};
-use beehive::Message as HiveMessage;
+use apis::kinds::{Kind, ObjectKey, object_content};
+use apis::tokens::TokenRequestObject;
+use beehive::{Content, Message as HiveMessage};
 use beehive::constants::{module, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
 use hub::NodeLinks;
@@ -146,7 +147,7 @@ impl Controller {
     }
 
     /// Answers a node's request that waits for an answer.
-    pub(super) fn answer_node(&self, msg: &HiveMessage, content: Value) {
+    pub(super) fn answer_node(&self, msg: &HiveMessage, content: Content) {
         if msg.is_sync() {
             self.send_to_node(msg.response(module::EDGECONTROLLER, content));
         }
@@ -190,29 +191,29 @@ impl Controller {
     /// the TokenRequest as the API server answers it, for a pod bound to
     /// that node only.
     pub(super) fn answer_token(&self, node: &str, what: &EdgeResource, msg: &HiveMessage) {
-        let content = match msg.content() {
-            Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
-            other => other.clone(),
-        };
-        let spec = &content["spec"];
-        let pod = &spec["boundObjectRef"];
-        let (Some(pod_name), Some(uid)) = (pod["name"].as_str(), pod["uid"].as_str()) else {
+        let asked = TokenRequestObject::from_content(msg.content());
+        let bound = asked
+            .as_ref()
+            .and_then(|asked| asked.spec.bound_object_ref.clone())
+            .filter(|pod| !pod.name.is_empty() && !pod.uid.is_empty());
+        let (Some(mut asked), Some(pod)) = (asked, bound) else {
             return self.refuse_sync(msg, "a token request names the pod it is bound to");
         };
+        let (pod_name, uid) = (pod.name.as_str(), pod.uid.as_str());
         let key = ObjectKey::new(Kind::Pod, what.namespace.as_str(), pod_name);
         if !self.reconciler.may_report(node, &key) {
             warn!(%node, pod = %key, "token request for a pod not bound to the node refused");
             return self.refuse_sync(msg, "the pod is not bound to this node");
         }
-        let request = apis::tokens::requested(&what.namespace, &what.name, spec, (pod_name, uid));
+        let request =
+            apis::tokens::requested(&what.namespace, &what.name, &asked.spec, (pod_name, uid));
         let (store, links) = (self.store.clone(), self.links.clone());
         let msg = msg.clone();
         actix::spawn(async move {
             let answer = match store.request_token(request).await {
                 Ok(status) => {
-                    let mut answered = content;
-                    answered["status"] = status;
-                    msg.response(module::EDGECONTROLLER, answered)
+                    asked.status = Some(status);
+                    msg.response(module::EDGECONTROLLER, asked.content())
                 }
                 Err(err) => msg.error_response(module::EDGECONTROLLER, err.to_string()),
             };
@@ -224,11 +225,10 @@ impl Controller {
     /// a service account token. The answer goes to that node only (the
     /// node is the link's), and says nothing of the token.
     pub(super) fn answer_review(&self, node: &str, msg: &HiveMessage) {
-        let review =
-            match serde_json::from_value::<apis::access::AccessReview>(msg.content().clone()) {
-                Ok(review) => review,
-                Err(_) => return self.refuse_sync(msg, "an access review does not read"),
-            };
+        let review = match msg.body::<apis::access::AccessReview>() {
+            Ok(review) => review,
+            Err(_) => return self.refuse_sync(msg, "an access review does not read"),
+        };
         let (access, links, msg, node) = (
             self.config.token_access.clone(),
             self.links.clone(),
@@ -237,9 +237,7 @@ impl Controller {
         );
         actix::spawn(async move {
             let answer = crate::reviews::review_edge_request(access.as_ref(), &node, &review).await;
-            let answer = match answer
-                .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string()))
-            {
+            let answer = match answer.and_then(|a| Content::of(&a).map_err(|e| e.to_string())) {
                 Ok(answer) => msg.response(module::EDGECONTROLLER, answer),
                 Err(reason) => {
                     warn!(%node, verb = %review.attributes.verb, path = %review.attributes.path, %reason, "no decision for a MetaServer request");
@@ -272,7 +270,7 @@ impl Controller {
             return self.send_to_node(msg.response(module::EDGECONTROLLER, answer));
         }
         self.send_to_node(match found {
-            Some(object) => msg.response(module::EDGECONTROLLER, object),
+            Some(object) => msg.response(module::EDGECONTROLLER, object_content(&object)),
             None => msg.error_response(
                 module::EDGECONTROLLER,
                 format!("{what} not found for node {node}"),

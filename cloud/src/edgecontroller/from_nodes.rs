@@ -3,10 +3,10 @@
 
 use apis::kinds::{Kind, ObjectKey, valid_name};
 use apis::termination::PodTerminated;
-use beehive::Message as HiveMessage;
+use beehive::{Content, Message as HiveMessage};
 use beehive::resource::CloudResource;
 use hub::{Dialect, NodeEvent, NodeEventKind};
-use serde_json::json;
+use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::Controller;
@@ -68,7 +68,8 @@ impl Controller {
             NodeRequest::Lease(request) => self.lease(&node, &edge, request, &msg),
             NodeRequest::Query => self.answer_query(&node, &edge, &msg),
             NodeRequest::RegisterNode => {
-                let answer = self.adopt_node(&node, msg.content()).await;
+                let given = msg.body::<Value>().unwrap_or_default();
+                let answer = self.adopt_node(&node, &given).await;
                 self.answer_node_write(&node, &msg, answer);
             }
             NodeRequest::ForeignNode => {
@@ -83,7 +84,7 @@ impl Controller {
                 let status = kubeedge::status_of(msg.content());
                 // Answered "OK" by the status writer once written.
                 let ticket = msg.is_sync().then(|| Ticket::Replace(msg.clone()));
-                if let Err(refusal) = self.node_status(&node, &edge, status, ticket).await {
+                if let Err(refusal) = self.node_status(&node, &edge, &status, ticket).await {
                     self.refuse_sync(&msg, &refusal.message)
                 }
             }
@@ -93,7 +94,7 @@ impl Controller {
                     None => Err(Refusal::bad_request("a pod's delete names its uid")),
                 };
                 match answer {
-                    Ok(()) => self.answer_node(&msg, json!("OK")),
+                    Ok(()) => self.answer_node(&msg, Content::text("OK")),
                     Err(refusal) => self.answer_node(&msg, kubeedge::status_error(&refusal)),
                 }
             }

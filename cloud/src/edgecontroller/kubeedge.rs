@@ -9,11 +9,17 @@
 //! `nodestatus` / `podstatus` updates wrapped in `{"UID", "Name",
 //! "Status"}` and get `"OK"`.
 
+use beehive::Content;
 use serde_json::{Value, json};
 
 /// The answer to a write: the object as stored.
-pub fn object_answer(object: Value) -> Value {
-    json!({ "Object": object, "Err": null })
+pub fn object_answer(object: Value) -> Content {
+    encoded(&json!({ "Object": object, "Err": null }))
+}
+
+/// A JSON answer as a message's content.
+fn encoded(answer: &Value) -> Content {
+    apis::kinds::object_content(answer)
 }
 
 /// Why a node's write was refused, as a Kubernetes Status says it (so a
@@ -68,8 +74,21 @@ impl Refusal {
     }
 
     /// The answer a KubeEdge edge expects for it.
-    pub fn answer(&self) -> Value {
-        error_answer(self.code, self.reason, &self.message)
+    pub fn answer(&self) -> Content {
+        encoded(&json!({ "Object": null, "Err": { "ErrStatus": self.status() } }))
+    }
+
+    /// It as a Kubernetes Status.
+    fn status(&self) -> Value {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        })
     }
 }
 
@@ -79,36 +98,20 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The answer to a write that failed: a Kubernetes Status error.
-pub fn error_answer(code: u16, reason: &str, message: &str) -> Value {
-    json!({
-        "Object": null,
-        "Err": { "ErrStatus": {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": code,
-        }},
-    })
-}
-
 /// The answer KubeEdge's cloud gives a request it refuses outside a write
 /// (a kubelet's delete of its pod): the Kubernetes Status error itself.
-pub fn status_error(refusal: &Refusal) -> Value {
-    json!({ "ErrStatus": refusal.answer()["Err"]["ErrStatus"].clone() })
+pub fn status_error(refusal: &Refusal) -> Content {
+    encoded(&json!({ "ErrStatus": refusal.status() }))
 }
 
 /// The patch a KubeEdge edge sent: JSON text in a string (a Go byte slice
 /// arrives already decoded), or a JSON object.
-pub fn patch_of(content: &Value) -> Result<Value, String> {
-    let patch = match content {
-        Value::String(text) => {
+pub fn patch_of(content: &Content) -> Result<Value, String> {
+    let patch: Value = match content {
+        Content::Text(text) => {
             serde_json::from_str(text).map_err(|err| format!("the patch is not JSON: {err}"))?
         }
-        other => other.clone(),
+        other => other.decode().map_err(|err| err.to_string())?,
     };
     if patch.is_object() {
         Ok(patch)
@@ -119,9 +122,11 @@ pub fn patch_of(content: &Value) -> Result<Value, String> {
 
 /// The status a status report carries: KubeEdge's older edges wrap it
 /// (`{"UID", "Name", "Status"}`), edgehive's send it bare.
-pub fn status_of(content: &Value) -> &Value {
-    match content.get("Status") {
-        Some(status) if content.get("UID").is_some() || content.get("Name").is_some() => status,
+pub fn status_of(content: &Content) -> Value {
+    let mut content: Value = content.decode().unwrap_or(Value::Null);
+    let wrapped = content.get("UID").is_some() || content.get("Name").is_some();
+    match content.get_mut("Status") {
+        Some(status) if wrapped => status.take(),
         _ => content,
     }
 }
@@ -230,10 +235,10 @@ mod tests {
             ],
             "podIP": "10.0.0.9"
         });
-        let patch = patch_of(&json!(
+        let patch = patch_of(&Content::text(
             r#"{"metadata":{"uid":"u-1"},"status":{"$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"}],
                 "conditions":[{"type":"Ready","status":"True"}],"phase":"Running","podIP":null,
-                "containerStatuses":[{"name":"main","ready":true,"state":{"running":{}}}]}}"#
+                "containerStatuses":[{"name":"main","ready":true,"state":{"running":{}}}]}}"#,
         ))
         .expect("patch");
         assert_eq!(required_uid(&patch), Some("u-1"));
@@ -281,14 +286,14 @@ mod tests {
 
     #[test]
     fn wrapped_and_bare_statuses_read_alike() {
-        let bare = json!({"phase": "Running"});
-        let wrapped = json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}});
+        let bare = encoded(&json!({"phase": "Running"}));
+        let wrapped = encoded(&json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}}));
         assert_eq!(status_of(&bare), status_of(&wrapped));
-        assert!(patch_of(&json!("[1]")).is_err());
-        assert!(patch_of(&json!("{not json")).is_err());
-        assert_eq!(
-            error_answer(404, "NotFound", "gone")["Err"]["ErrStatus"]["code"],
-            json!(404)
-        );
+        assert_eq!(status_of(&bare), json!({"phase": "Running"}));
+        assert!(patch_of(&Content::text("[1]")).is_err());
+        assert!(patch_of(&Content::text("{not json")).is_err());
+        let answer = Refusal::not_found("gone").answer().decode::<Value>().expect("json");
+        assert_eq!(answer["Err"]["ErrStatus"]["code"], json!(404));
+        assert_eq!(answer["Object"], Value::Null);
     }
 }

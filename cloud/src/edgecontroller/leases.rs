@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use beehive::Content;
 use serde_json::{Value, json};
 
 use super::kubeedge::Refusal;
@@ -65,7 +66,7 @@ impl LeaseBook {
         node: &str,
         named: &str,
         request: LeaseRequest,
-        content: &Value,
+        content: &Content,
     ) -> LeaseAnswer {
         if named != node {
             return LeaseAnswer::Refused(LeaseRefused::NotOwn);
@@ -76,7 +77,7 @@ impl LeaseBook {
                 None => LeaseAnswer::Refused(LeaseRefused::NotWritten),
             },
             LeaseRequest::Write => {
-                let mut lease = content.clone();
+                let mut lease: Value = content.decode().unwrap_or_default();
                 let version = self.leases.get(node).map_or(0, revision_of) + 1;
                 if let Some(metadata) = lease.get_mut("metadata").and_then(Value::as_object_mut) {
                     metadata.insert("resourceVersion".into(), json!(version.to_string()));

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use apis::kinds::{Kind, ObjectKey};
-use beehive::Message as HiveMessage;
+use beehive::{Content, Message as HiveMessage};
 use beehive::constants::resource_type;
 use beehive::resource::EdgeResource;
 use futures_util::StreamExt;
@@ -132,7 +132,7 @@ impl Controller {
         &mut self,
         node: &str,
         what: &EdgeResource,
-        content: &Value,
+        content: &Content,
     ) -> Result<Value, Refusal> {
         let patch = adoption::own_patch(node, what, content)?;
         self.update_node(node).await;

@@ -4,15 +4,15 @@
 //! the Node updates and finished deletions it calls for (done by `nodes`
 //! and `from_nodes`).
 
-use std::collections::BTreeMap;
 
-use apis::kinds::{Kind, ObjectKey};
-use beehive::Message as HiveMessage;
+use apis::inventory::{Held, Watermark};
+use apis::kinds::{Kind, ObjectKey, object_content};
+use beehive::{Content, Message as HiveMessage};
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use hub::Outcome;
-use serde::Deserialize;
-use serde_json::{Value, json};
+
+use serde_json::Value;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
@@ -210,7 +210,7 @@ impl Controller {
         let msg = HiveMessage::new()
             .build_router(source, group::RESOURCE, resource, op.operation())
             .with_resource_version(version.to_string())
-            .with_content(object.clone());
+            .with_content(object_content(object));
         let counts = self.counts.clone();
         match self.links.queue(msg, self.config.send_timeout).await {
             Ok(outcome) => {
@@ -236,12 +236,12 @@ impl Controller {
     /// above the deletion, or a fresh one), so the node may drop its
     /// tombstones at or below it (see the meta crate's `tombstones` module).
     fn ask_inventory(&self, node: &str) {
-        let handled: serde_json::Map<String, Value> = self
-            .handled
-            .borrow()
-            .iter()
-            .map(|(kind, revision)| (kind.resource_type().to_owned(), json!(revision)))
-            .collect();
+        let watermark = Watermark::of(
+            self.handled
+                .borrow()
+                .iter()
+                .map(|(kind, revision)| (kind.resource_type(), *revision)),
+        );
         let query = HiveMessage::new()
             .build_router(
                 module::EDGECONTROLLER,
@@ -249,7 +249,7 @@ impl Controller {
                 format!("node/{node}/{}", beehive::constants::INVENTORY),
                 operation::QUERY,
             )
-            .with_content(json!({ "handled": handled }));
+            .with_content(Content::of(&watermark).expect("names and numbers encode"));
         let (hive, inbox, timeout) = (
             self.hive.clone(),
             self.inbox.clone(),
@@ -259,7 +259,8 @@ impl Controller {
         actix::spawn(async move {
             let inventory = match hive.send_sync(module::CLOUDHUB, query, timeout).await {
                 Ok(answer) => match answer.into_answer() {
-                    Ok(answer) => BTreeMap::<String, String>::deserialize(answer.content())
+                    Ok(answer) => answer
+                        .body::<Held>()
                         .map_err(|err| format!("unreadable inventory: {err}")),
                     Err(refused) => Err(refused.reason),
                 },

@@ -3,10 +3,10 @@
 //! the status writer in batches, coalesced per object.
 
 use apis::kinds::{Kind, ObjectKey};
-use beehive::Message as HiveMessage;
+use beehive::{Content, Message as HiveMessage};
 use beehive::constants::{operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::warn;
 
 use super::Controller;
@@ -59,7 +59,7 @@ impl StatusReport {
         };
         if let Some(report) = twin_reports::device_report_of(&resource.resource) {
             let what = EdgeResource::new(report.namespace, resource_type::DEVICE, report.name);
-            let change = StatusChange::Device(report.kind, msg.content().clone());
+            let change = StatusChange::Device(report.kind, msg.body::<Value>().unwrap_or_default());
             return Ok(StatusReport {
                 kind: Kind::Device,
                 node: resource.node,
@@ -82,7 +82,7 @@ impl StatusReport {
                 else {
                     return Err(msg);
                 };
-                let status = kubeedge::status_of(msg.content()).clone();
+                let status = kubeedge::status_of(msg.content());
                 (kind, StatusChange::Replace(status))
             };
         Ok(StatusReport {
@@ -197,7 +197,7 @@ impl Controller {
                     self.answer_write(&report.msg, Ok(object));
                 }
                 (Ok(Err(_)), StatusChange::Replace(_)) => {
-                    self.answer_node(&report.msg, json!("OK"))
+                    self.answer_node(&report.msg, Content::text("OK"))
                 }
                 (Ok(Err(_)), StatusChange::Device(..)) => {
                     // The edge's devicetwin stops sending it again.
@@ -253,6 +253,7 @@ impl Controller {
 #[cfg(test)]
 mod device_status_tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_nodes_device_report_keeps_the_users_reporting_settings() {

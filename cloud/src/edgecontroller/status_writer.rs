@@ -35,7 +35,7 @@ use beehive::constants::module;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use hub::NodeLinks;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -825,7 +825,7 @@ pub(super) fn answer(
     };
     match (ticket, settled) {
         (Ticket::Replace(msg), Settled::Written) => {
-            send_to_node(links, msg.response(module::EDGECONTROLLER, json!("OK")));
+            send_to_node(links, msg.response(module::EDGECONTROLLER, "OK"));
             None
         }
         (Ticket::Replace(msg), Settled::Failed { gone, reason }) => {

@@ -811,7 +811,7 @@ mod takeovers {
                                 op.operation(),
                             )
                             .with_resource_version(version.to_string())
-                            .with_content(Value::clone(&object));
+                            .with_content(apis::kinds::object_content(&object));
                         let replica = &mut self.replicas[index];
                         let outcome = replica.queue.push(msg);
                         if op == Op::Delete
@@ -960,7 +960,7 @@ mod takeovers {
             {
                 return;
             }
-            let object = (msg.operation() != "delete").then(|| msg.content().clone());
+            let object = (msg.operation() != "delete").then(|| msg.body::<Value>().unwrap_or_default());
             self.log
                 .push(format!("edge: {} {resource} at {version}", msg.operation()));
             self.edge.insert(resource, (version, object));

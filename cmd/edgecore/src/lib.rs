@@ -345,6 +345,13 @@ enum Mqtt {
 /// MetaServer's TLS beyond loopback: the certificate the settings name,
 /// else a self-signed one kept in the certificate directory (a node's own
 /// certificate authenticates it as a client only).
+/// A pod status's phase, all the metrics page reads of it.
+#[derive(serde::Deserialize)]
+struct Phase {
+    #[serde(default)]
+    phase: Option<String>,
+}
+
 fn metaserver_tls(
     settings: &EdgeCoreConfig,
     node: &str,
@@ -532,18 +539,19 @@ async fn run(settings: EdgeCoreConfig, mut config: EdgeHubConfig) -> Result<()> 
                 let statuses = store
                     .list_type(None, beehive::constants::resource_type::POD_STATUS)
                     .unwrap_or_default();
-                page.pods_by_phase(
-                    statuses
-                        .iter()
-                        .filter(|(key, _)| held.contains(&key.replacen("/podstatus/", "/pod/", 1)))
-                        .map(|(_, record)| {
-                            record
-                                .object
-                                .as_ref()
-                                .and_then(|status| status["phase"].as_str())
-                                .unwrap_or("Unknown")
-                        }),
-                );
+                let phases: Vec<String> = statuses
+                    .iter()
+                    .filter(|(key, _)| held.contains(&key.replacen("/podstatus/", "/pod/", 1)))
+                    .map(|(_, record)| {
+                        record
+                            .object
+                            .as_ref()
+                            .and_then(|status| status.decode::<Phase>().ok())
+                            .and_then(|status| status.phase)
+                            .unwrap_or_else(|| "Unknown".to_owned())
+                    })
+                    .collect();
+                page.pods_by_phase(phases.iter().map(String::as_str));
                 if let Some(counts) = &twin_counts {
                     let counts = *counts.borrow();
                     page.gauge(

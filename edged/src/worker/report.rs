@@ -32,7 +32,7 @@ impl PodWorker {
         if answer.is_failure() {
             return;
         }
-        let Ok(status) = <PodStatus as serde::Deserialize>::deserialize(answer.content()) else {
+        let Ok(status) = answer.body::<PodStatus>() else {
             return;
         };
         let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
@@ -57,7 +57,7 @@ impl PodWorker {
         if self.last_status.as_ref() == Some(&status) {
             return;
         }
-        let Ok(content) = serde_json::to_value(&status) else {
+        let Ok(content) = beehive::Content::of(&status) else {
             return;
         };
         let namespace = self

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use beehive::constants::{group, module, operation};
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage, Module, ModuleError};
+use beehive::{Content, Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, error, info, warn};
 use transports::{
@@ -27,7 +27,7 @@ use crate::HubError;
 use crate::admission::LinkRefusal;
 use crate::dialect::Dialect;
 use crate::events::{NodeEvent, NodeEventKind};
-use crate::links::{Delivery, Outcome, Refusal, ToNode};
+use crate::links::{Delivered, Delivery, Outcome, Refusal, ToNode};
 use crate::protocol::{self, Hello, Kind};
 use crate::queue::{AckOutcome, NodeQueue, PushOutcome};
 use crate::stats::HubStats;
@@ -180,9 +180,7 @@ impl Responder {
             Responder::Hive(reply) => {
                 let reply = *reply;
                 let reply = match outcome {
-                    Ok(delivery) => {
-                        reply.with_content(serde_json::json!({ "outcome": delivery.as_str() }))
-                    }
+                    Ok(delivery) => reply.with_content(Delivered { outcome: delivery }.content()),
                     Err(refusal) => refusal.reply(reply),
                 };
                 let _ = hive.send_resp(reply);
@@ -616,7 +614,7 @@ impl Module for CloudHub {
     fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
         let responder = match msg.is_sync() {
             true => Responder::Hive(Box::new(
-                msg.response(module::CLOUDHUB, serde_json::Value::Null),
+                msg.response(module::CLOUDHUB, Content::Empty),
             )),
             false => Responder::Nobody,
         };

@@ -171,7 +171,10 @@ pub fn pod(node: &str, name: &str, version: u64) -> Message {
         )
         .with_resource_version(version.to_string())
         .with_content(
-            serde_json::json!({"metadata": {"name": name, "resourceVersion": version.to_string()}}),
+            beehive::Content::of(
+                &serde_json::json!({"metadata": {"name": name, "resourceVersion": version.to_string()}}),
+            )
+            .expect("json"),
         )
 }
 

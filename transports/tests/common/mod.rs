@@ -122,15 +122,15 @@ pub fn clone_identity(identity: &Identity) -> Identity {
 pub fn numbered(from: usize, n: usize) -> Message {
     Message::new()
         .build_router("test", "hub", "default/pod/p", "update")
-        .with_content(json!({"from": from, "n": n}))
+        .with_content(beehive::Content::of(&json!({"from": from, "n": n})).expect("json body"))
 }
 
 /// A message whose encoded frame is exactly `size` bytes.
 pub fn sized(size: usize) -> Message {
-    let base = Message::new().with_content(json!(""));
+    let base = Message::new().with_content("");
     let mut filler = size.saturating_sub(base.to_bytes().expect("encode").len());
     loop {
-        let msg = Message::new().with_content(json!("x".repeat(filler)));
+        let msg = Message::new().with_content(beehive::Content::of(&json!("x".repeat(filler))).expect("json body"));
         let len = msg.to_bytes().expect("encode").len();
         if len == size || filler == 0 {
             return msg;
@@ -168,7 +168,7 @@ pub async fn receive_distinct(
     let mut seen = HashSet::new();
     for _ in 0..count {
         let msg = next_message(receiver).await;
-        let key = (msg.content()["from"].as_u64(), msg.content()["n"].as_u64());
+        let key = (msg.body::<serde_json::Value>().expect("json body")["from"].as_u64(), msg.body::<serde_json::Value>().expect("json body")["n"].as_u64());
         assert!(seen.insert(key), "duplicate {key:?}");
     }
     seen

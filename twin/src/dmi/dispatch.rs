@@ -418,7 +418,6 @@ pub async fn run(
 ) {
     use beehive::constants::{operation, resource_type};
     use beehive::resource::EdgeResource;
-    use serde::Deserialize;
 
     let mut dispatch = Dispatch::default();
     let (models, devices) = loaded;
@@ -464,7 +463,7 @@ pub async fn run(
                 let key = (resource.namespace.clone(), resource.name.clone());
                 let deleted = msg.operation() == operation::DELETE;
                 match (resource.resource_type.as_str(), deleted) {
-                    (resource_type::DEVICE, false) => match Device::deserialize(msg.content()) {
+                    (resource_type::DEVICE, false) => match msg.body::<Device>() {
                         Ok(device) => dispatch.device_changed(device),
                         Err(err) => {
                             debug!(error = %err, "device unreadable");
@@ -473,7 +472,7 @@ pub async fn run(
                     },
                     (resource_type::DEVICE, true) => dispatch.device_removed(&key),
                     (resource_type::DEVICE_MODEL, false) => {
-                        match DeviceModel::deserialize(msg.content()) {
+                        match msg.body::<DeviceModel>() {
                             Ok(model) => dispatch.model_changed(model),
                             Err(err) => {
                                 debug!(error = %err, "model unreadable");

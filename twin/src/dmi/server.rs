@@ -21,7 +21,7 @@ use std::time::Duration;
 use apis::devices::{Device, DeviceModel};
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
-use beehive::{Hive, Message as HiveMessage, SmolStr};
+use beehive::{Content, Hive, Message as HiveMessage, SmolStr};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -265,7 +265,7 @@ struct Store {
 
 impl Store {
     /// What metamanager holds at `resource` (`*/device`: a list).
-    async fn query(&self, resource: &str) -> Result<Option<Value>, Status> {
+    async fn query(&self, resource: &str) -> Result<Option<Content>, Status> {
         let query = HiveMessage::new().build_router(
             SOURCE,
             group::META,
@@ -282,8 +282,8 @@ impl Store {
 
     async fn list<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, Status> {
         let items = match self.query(&format!("*/{kind}")).await? {
-            Some(Value::Array(items)) => items,
-            _ => Vec::new(),
+            Some(answer) => answer.decode::<Vec<Value>>().unwrap_or_default(),
+            None => Vec::new(),
         };
         Ok(items
             .into_iter()
@@ -421,7 +421,7 @@ impl DmiService {
     async fn to_devicetwin(&self, topic: String, payload: Value) -> Result<(), Status> {
         let msg = HiveMessage::new()
             .build_router(SOURCE, group::TWIN, topic, operation::UPDATE)
-            .with_content(payload);
+            .with_content(Content::of(&payload).map_err(|err| Status::internal(err.to_string()))?);
         self.hive
             .send(module::DEVICETWIN, msg)
             .await

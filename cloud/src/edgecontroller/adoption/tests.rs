@@ -6,6 +6,8 @@
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, NodeSystemInfo};
 
 use super::*;
+use apis::kinds::object_content;
+use beehive::Content;
 use crate::test_rng::Rng;
 
 fn at(text: &str) -> Time {
@@ -151,20 +153,20 @@ fn a_registrations_status_is_its_report_unless_null() {
 fn a_node_patches_and_reports_only_its_own_node() {
     let patch = json!({"status": {"phase": "Running"}});
     assert_eq!(
-        own_patch("edge-1", &resource("edge-1"), &patch),
+        own_patch("edge-1", &resource("edge-1"), &object_content(&patch)),
         Ok(patch.clone())
     );
     assert_eq!(
-        own_patch("edge-1", &resource("edge-1"), &json!(patch.to_string())),
+        own_patch("edge-1", &resource("edge-1"), &Content::text(patch.to_string())),
         Ok(patch.clone()),
         "JSON text in a string"
     );
     assert_eq!(
-        own_patch("edge-1", &resource("edge-2"), &patch),
+        own_patch("edge-1", &resource("edge-2"), &object_content(&patch)),
         Err(NodeRefused::PatchesAnother)
     );
     assert!(matches!(
-        own_patch("edge-1", &resource("edge-1"), &json!([1])),
+        own_patch("edge-1", &resource("edge-1"), &object_content(&json!([1]))),
         Err(NodeRefused::UnreadablePatch(_))
     ));
     let status = json!({"nodeInfo": {"kubeletVersion": "v1.30"}});

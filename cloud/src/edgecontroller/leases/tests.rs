@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::*;
+use beehive::Content;
 use crate::test_rng::Rng;
 
 fn lease(node: &str, version: Option<&str>) -> Value {
@@ -33,22 +34,22 @@ fn version(answer: &LeaseAnswer) -> Option<&str> {
 fn a_lease_read_before_its_first_write_is_not_found() {
     let mut book = LeaseBook::default();
     assert_eq!(
-        book.answer("edge-1", "edge-1", LeaseRequest::Read, &Value::Null),
+        book.answer("edge-1", "edge-1", LeaseRequest::Read, &Content::Empty),
         LeaseAnswer::Refused(LeaseRefused::NotWritten)
     );
     let written = book.answer(
         "edge-1",
         "edge-1",
         LeaseRequest::Write,
-        &lease("edge-1", None),
+        &apis::kinds::object_content(&lease("edge-1", None)),
     );
     assert_eq!(
-        book.answer("edge-1", "edge-1", LeaseRequest::Read, &Value::Null),
+        book.answer("edge-1", "edge-1", LeaseRequest::Read, &Content::Empty),
         written,
         "read as written"
     );
     assert_eq!(
-        book.answer("edge-2", "edge-2", LeaseRequest::Read, &Value::Null),
+        book.answer("edge-2", "edge-2", LeaseRequest::Read, &Content::Empty),
         LeaseAnswer::Refused(LeaseRefused::NotWritten),
         "each node's own"
     );
@@ -57,14 +58,14 @@ fn a_lease_read_before_its_first_write_is_not_found() {
 #[test]
 fn each_write_moves_the_resource_version_up_by_one() {
     let mut book = LeaseBook::default();
-    let first = book.answer("n", "n", LeaseRequest::Write, &lease("n", None));
+    let first = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", None)));
     assert_eq!(version(&first), Some("1"));
     // The node's own version is not taken: the book's is.
-    let second = book.answer("n", "n", LeaseRequest::Write, &lease("n", Some("77")));
+    let second = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", Some("77"))));
     assert_eq!(version(&second), Some("2"));
     let mut renewed = lease("n", Some("2"));
     renewed["spec"]["renewTime"] = json!("2026-11-27T10:00:10.000000Z");
-    let third = book.answer("n", "n", LeaseRequest::Write, &renewed);
+    let third = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&renewed));
     assert_eq!(version(&third), Some("3"));
     let LeaseAnswer::Lease(held) = third else {
         panic!("a write answers the Lease");
@@ -75,14 +76,14 @@ fn each_write_moves_the_resource_version_up_by_one() {
 #[test]
 fn a_lease_without_metadata_is_kept_without_a_version() {
     let mut book = LeaseBook::default();
-    book.answer("n", "n", LeaseRequest::Write, &lease("n", None));
+    book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", None)));
     let bare = json!({"spec": {"holderIdentity": "n"}});
     assert_eq!(
-        book.answer("n", "n", LeaseRequest::Write, &bare),
+        book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&bare)),
         LeaseAnswer::Lease(bare.clone())
     );
     // Counted from nothing again.
-    let next = book.answer("n", "n", LeaseRequest::Write, &lease("n", None));
+    let next = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", None)));
     assert_eq!(version(&next), Some("1"));
 }
 
@@ -93,16 +94,16 @@ fn a_node_holds_only_its_own_lease() {
         "edge-2",
         "edge-2",
         LeaseRequest::Write,
-        &lease("edge-2", None),
+        &apis::kinds::object_content(&lease("edge-2", None)),
     );
     for request in [LeaseRequest::Read, LeaseRequest::Write, LeaseRequest::Other] {
         assert_eq!(
-            book.answer("edge-1", "edge-2", request, &lease("edge-2", None)),
+            book.answer("edge-1", "edge-2", request, &apis::kinds::object_content(&lease("edge-2", None))),
             LeaseAnswer::Refused(LeaseRefused::NotOwn),
             "{request:?}"
         );
     }
-    let held = book.answer("edge-2", "edge-2", LeaseRequest::Read, &Value::Null);
+    let held = book.answer("edge-2", "edge-2", LeaseRequest::Read, &Content::Empty);
     assert_eq!(version(&held), Some("1"), "another's write changed nothing");
 }
 
@@ -110,11 +111,11 @@ fn a_node_holds_only_its_own_lease() {
 fn other_operations_on_a_lease_are_refused_and_change_nothing() {
     let mut book = LeaseBook::default();
     assert_eq!(
-        book.answer("n", "n", LeaseRequest::Other, &lease("n", None)),
+        book.answer("n", "n", LeaseRequest::Other, &apis::kinds::object_content(&lease("n", None))),
         LeaseAnswer::Refused(LeaseRefused::Operation)
     );
     assert_eq!(
-        book.answer("n", "n", LeaseRequest::Read, &Value::Null),
+        book.answer("n", "n", LeaseRequest::Read, &Content::Empty),
         LeaseAnswer::Refused(LeaseRefused::NotWritten)
     );
 }
@@ -162,7 +163,7 @@ fn random_lease_histories_agree_with_a_model() {
                 true => json!({"spec": {"step": step}}),
                 false => lease(node, Some(&rng.next().to_string())),
             };
-            let answer = book.answer(node, named, request, &content);
+            let answer = book.answer(node, named, request, &apis::kinds::object_content(&content));
             let context = format!("seed {seed}, step {step}");
             if named != node {
                 assert_eq!(
