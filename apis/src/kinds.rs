@@ -10,17 +10,18 @@
 //! `kubernetes` feature.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::devices::{Device, DeviceModel};
-use crate::k8s::{self, ListMeta, PodSpec, Status, WatchEvent};
+use crate::k8s::{self, ListMeta, Status, WatchEvent};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize as _, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use beehive::constants::resource_type;
 use beehive::resource::EdgeResource;
+
+pub use crate::references::{pod_references, references};
 
 /// A kind of Kubernetes object edgehive stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -509,21 +510,6 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-/// The objects a node must hold for `object` (of a kind bound to a node)
-/// to work there: what a pod uses (see [`pod_references`]), a device's
-/// model.
-pub fn references(key: &ObjectKey, object: &Value) -> BTreeSet<ObjectKey> {
-    match key.kind {
-        Kind::Pod => pod_references(&key.namespace, object),
-        Kind::Device => object["spec"]["deviceModelRef"]["name"]
-            .as_str()
-            .filter(|name| !name.is_empty())
-            .map(|name| ObjectKey::new(Kind::DeviceModel, key.namespace.as_str(), name))
-            .into_iter()
-            .collect(),
-        _ => BTreeSet::new(),
-    }
-}
 
 /// A Kubernetes object as a message's content: the form in which objects
 /// pass between modules, read back with [`beehive::Content::decode`] into
@@ -541,70 +527,6 @@ pub fn token_name(pod: &str, volume: &str, index: usize) -> String {
     format!("{pod}.{volume}.{index}")
 }
 
-/// The configmaps and secrets a pod uses: volumes (also projected ones),
-/// environment variables, `envFrom`, and image pull secrets.
-pub fn pod_references(namespace: &str, pod: &Value) -> BTreeSet<ObjectKey> {
-    let mut refs = BTreeSet::new();
-    let Some(spec) = pod
-        .get("spec")
-        .and_then(|spec| PodSpec::deserialize(spec).ok())
-    else {
-        return refs;
-    };
-    let mut add = |kind: Kind, name: Option<&String>| {
-        if let Some(name) = name.filter(|n| !n.is_empty()) {
-            refs.insert(ObjectKey::new(kind, namespace, name.as_str()));
-        }
-    };
-    for secret in spec.image_pull_secrets.iter().flatten() {
-        add(Kind::Secret, Some(&secret.name));
-    }
-    for volume in spec.volumes.iter().flatten() {
-        add(
-            Kind::ConfigMap,
-            volume.config_map.as_ref().map(|cm| &cm.name),
-        );
-        add(
-            Kind::Secret,
-            volume.secret.as_ref().and_then(|s| s.secret_name.as_ref()),
-        );
-        let projected = volume.projected.as_ref().and_then(|p| p.sources.as_ref());
-        for source in projected.into_iter().flatten() {
-            add(
-                Kind::ConfigMap,
-                source.config_map.as_ref().map(|cm| &cm.name),
-            );
-            add(Kind::Secret, source.secret.as_ref().map(|s| &s.name));
-        }
-    }
-    let containers = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten());
-    for container in containers {
-        for env in container.env.iter().flatten() {
-            let from = env.value_from.as_ref();
-            add(
-                Kind::ConfigMap,
-                from.and_then(|f| f.config_map_key_ref.as_ref())
-                    .map(|r| &r.name),
-            );
-            add(
-                Kind::Secret,
-                from.and_then(|f| f.secret_key_ref.as_ref())
-                    .map(|r| &r.name),
-            );
-        }
-        for source in container.env_from.iter().flatten() {
-            add(
-                Kind::ConfigMap,
-                source.config_map_ref.as_ref().map(|r| &r.name),
-            );
-            add(Kind::Secret, source.secret_ref.as_ref().map(|r| &r.name));
-        }
-    }
-    refs
-}
 
 /// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of most
 /// object names.

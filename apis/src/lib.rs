@@ -43,6 +43,7 @@ pub mod k8s;
 pub mod kinds;
 #[cfg(feature = "kubernetes")]
 pub mod manifest;
+pub mod references;
 #[cfg(feature = "kubernetes")]
 mod schema;
 pub mod selector;

@@ -1,4 +1,7 @@
 //! The hive: the registry of modules and the six verbs of KubeEdge's beehive.
+//!
+//! One concern: the registry of modules and the verbs that act on it; long
+//! because each verb has its own waiting and failure cases.
 
 use std::future::Future;
 use std::pin::Pin;

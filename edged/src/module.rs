@@ -11,6 +11,10 @@
 //! asks for them: the decisions are [`crate::tokens::TokenBook`]'s; the
 //! core asks through edgehub, writes each token through metamanager (from
 //! where it comes back to the pod's volume), and deletes it with its pod.
+//!
+//! One concern: the core task's I/O around decisions made elsewhere
+//! (`PodWorker`, `TokenBook`, the PLEG's relist); long because edged has
+//! many inputs, not several jobs.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};

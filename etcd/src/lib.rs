@@ -14,6 +14,9 @@
 //! One client talks to every member it is given, spreading calls over
 //! those that answer, so a member's death interrupts nothing while a
 //! quorum stands.
+//!
+//! One concern: the etcd client, one method per etcd call edgehive makes;
+//! long because those calls are many, not because it does several things.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

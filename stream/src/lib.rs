@@ -17,6 +17,10 @@
 //!   refusal ([`StreamHandler`]), and refuses streams the cloud sent it
 //!   in a role it does not have. A link that ends ends every stream on it,
 //!   on both sides, with [`StreamError::LinkLost`].
+//!
+//! One concern: the tunnel that carries many streams over a node's link, on
+//! the cloud's side and the edge's; its frames and windows are in `frame`
+//! and `window`.
 
 pub mod frame;
 pub mod window;

@@ -2,6 +2,9 @@
 //! writer task owns the sending side (so a slow peer never blocks a sender
 //! beyond the send queue, and frames are batched between flushes); the
 //! receiving side is read directly by whoever calls `recv`.
+//!
+//! One concern: one link's two sides and the writer task between them;
+//! nothing here knows what the messages say.
 
 use std::future::Future;
 use std::sync::Arc;

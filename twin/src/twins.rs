@@ -5,6 +5,9 @@
 //! waits or sends. [`crate::devicetwin`] is the module around it: it loads
 //! what metamanager holds, passes messages in, writes the statuses
 //! [`TwinBook::take_writes`] gives and publishes what comes out.
+//!
+//! One concern: the twins' state machine; long because KubeEdge's twin
+//! messages are many, not because it does several things.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -15,6 +15,10 @@
 //! are etcd's global revision, so they only grow, across every kind.
 //! [`DesiredState::next_revision`] takes a fresh one by renewing a Lease of
 //! cloudcore's own (`edgehive-revision` in cloudcore's namespace).
+//!
+//! One concern: the desired state held by a kube-apiserver (its watches, the
+//! cache they feed, the writes); the small Lease and error helpers at the
+//! end are here because `replicas::leases` shares them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;

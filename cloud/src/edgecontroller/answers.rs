@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 use super::Controller;
 use super::kubeedge;
 use super::kubeedge::Refusal;
-use super::status_writer::Ticket;
+use super::status_writes::Ticket;
 use crate::devicecontroller::twin_sync;
 
 /// How long an answer to a node waits for room in cloudhub's channel.

@@ -14,7 +14,7 @@ use super::adoption;
 use super::kubeedge::{self, Refusal};
 use super::reconciler::{NodeDialect, Termination};
 use super::requests::NodeRequest;
-use super::status_writer::Ticket;
+use super::status_writes::Ticket;
 
 impl Controller {
     /// A node linked or unlinked here, or holds a deletion.

@@ -52,6 +52,7 @@ mod requests;
 mod sends;
 mod status_reports;
 pub mod status_writer;
+mod status_writes;
 mod toleration_writer;
 mod watches;
 
@@ -76,7 +77,8 @@ use crate::desired::DesiredState;
 use leases::{LeaseBook, RenewalRounds};
 pub use reconciler::Acked;
 use reconciler::{FOLLOWED, Reconciler};
-use status_writer::{StatusWrites, WriterConfig};
+use status_writer::WriterConfig;
+use status_writes::StatusWrites;
 use toleration_writer::TolerationWriter;
 use watches::Watches;
 

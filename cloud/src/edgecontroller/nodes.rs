@@ -19,7 +19,7 @@ use super::adoption::{Adopted, NodeFacts, NodeWrite, StatusSource, version_of};
 use super::kubeedge::Refusal;
 use super::leases::{LeaseAnswer, Renewal};
 use super::requests::LeaseRequest;
-use super::status_writer::Ticket;
+use super::status_writes::Ticket;
 use super::{Controller, Input};
 use super::{adoption, kubeedge};
 use crate::desired::DesiredError;

@@ -27,6 +27,10 @@
 //! message carries a version the edge compares: an object's own revision,
 //! or [`Version::Fresh`] where it must supersede whatever the node holds
 //! (a withdrawal, or an object sent again after one).
+//!
+//! One concern: the edgecontroller's decisions, one state machine with no
+//! I/O; long because it has many inputs (watches, links, inventories,
+//! answers, time), not because it does several things.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

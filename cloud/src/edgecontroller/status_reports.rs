@@ -13,8 +13,8 @@ use super::Controller;
 use super::adoption::unconditional;
 use super::handle::node_name;
 use super::kubeedge::Refusal;
-use super::status_writer::Ticket;
-use super::{kubeedge, status_writer};
+use super::status_writes::Ticket;
+use super::{kubeedge, status_writer, status_writes};
 use crate::devicecontroller::{twin_reports, twin_sync};
 
 /// Status reports stored in one commit at most.
@@ -245,7 +245,7 @@ impl Controller {
     pub(super) fn answer_now(&self, ticket: Option<Ticket>) {
         if let Some(ticket) = ticket {
             let _ =
-                status_writer::answer(&self.links, ticket, &status_writer::Settled::Written, None);
+                status_writes::answer(&self.links, ticket, &status_writer::Settled::Written, None);
         }
     }
 }

@@ -57,6 +57,10 @@
 //! makes its own. Claim Leases of nodes that never link again stay in the
 //! namespace (free, as the replica Lease they name is gone or another
 //! incarnation).
+//!
+//! One concern: node claims kept as Leases in the API server, with the tasks
+//! that renew this replica's Lease and even out the nodes; the rules they
+//! follow are `book`'s and `share`'s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};

@@ -16,6 +16,9 @@
 //! than its share of the claimed nodes hands the surplus over a few at a
 //! time ([`Share`]): a new replica takes its share, and the survivors of a
 //! dead one even out again.
+//!
+//! One concern: node claims in etcd, with the tasks that keep this replica's
+//! lease and even out the nodes; the rules are `book`'s and `share`'s.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

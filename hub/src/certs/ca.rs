@@ -425,7 +425,8 @@ fn dn_text(value: &DnValue) -> String {
     }
 }
 
-#[cfg(all(test, feature = "cloudhub", feature = "edgehub"))]
+#[cfg(test)]
+#[cfg(all(feature = "cloudhub", feature = "edgehub"))]
 mod tests {
     use super::*;
     use crate::certs::*;
