@@ -98,6 +98,22 @@ impl Content {
         }
     }
 
+    /// Appends its MessagePack encoding to `out`: a document's bytes as
+    /// they are held.
+    pub(crate) fn append_msgpack(
+        &self,
+        out: &mut Vec<u8>,
+    ) -> Result<(), rmp::encode::ValueWriteError> {
+        match self {
+            Content::Empty => rmp::encode::write_nil(out).map_err(rmp::encode::ValueWriteError::InvalidMarkerWrite),
+            Content::Text(text) => rmp::encode::write_str(out, text),
+            Content::Document(document) => {
+                out.extend_from_slice(&document.0);
+                Ok(())
+            }
+        }
+    }
+
     /// Sorts encoded bytes into the three cases, so that a body reads the
     /// same whichever way it was made.
     fn from_encoded(bytes: Vec<u8>) -> Content {

@@ -421,8 +421,18 @@ impl Message {
         // Header and route alone take about 100 bytes: starting at 256
         // spares small messages the reallocations of a growing buffer
         // (a 256 B message took 520-550 ns to encode, 250-440 ns now).
-        let mut bytes = Vec::with_capacity(256);
-        rmp_serde::encode::write_named(&mut bytes, self).map_err(MessageError::Encode)?;
+        let mut bytes = Vec::with_capacity(256 + self.content.len());
+        // The map rmp-serde writes for this struct with named fields, with
+        // the content's encoding appended as it is held rather than read
+        // and written again: the same bytes, one pass less.
+        let written = |err| MessageError::Encode(rmp_serde::encode::Error::InvalidValueWrite(err));
+        rmp::encode::write_map_len(&mut bytes, 3).map_err(written)?;
+        rmp::encode::write_str(&mut bytes, "header").map_err(written)?;
+        rmp_serde::encode::write_named(&mut bytes, &self.header).map_err(MessageError::Encode)?;
+        rmp::encode::write_str(&mut bytes, "router").map_err(written)?;
+        rmp_serde::encode::write_named(&mut bytes, &self.router).map_err(MessageError::Encode)?;
+        rmp::encode::write_str(&mut bytes, "content").map_err(written)?;
+        self.content.append_msgpack(&mut bytes).map_err(written)?;
         Ok(bytes)
     }
 
@@ -526,6 +536,26 @@ mod tests {
         // Named fields: the field names travel on the wire.
         let needle = b"resource_version";
         assert!(bytes.windows(needle.len()).any(|w| w == needle));
+    }
+
+    #[test]
+    fn the_wire_form_is_rmp_serdes_named_encoding_whatever_the_content() {
+        let long = "x".repeat(70_000);
+        for content in [
+            Content::Empty,
+            Content::text("OK"),
+            Content::text(long.as_str()),
+            doc(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}})),
+            doc(json!([1, -2, 3.5, null, {"k": "v"}])),
+        ] {
+            let m = Message::new()
+                .build_router("a", "b", "ns/pod/x", "insert")
+                .with_parent(Uuid::new_v4())
+                .with_content(content);
+            let bytes = m.to_bytes().expect("encode");
+            assert_eq!(bytes, rmp_serde::to_vec_named(&m).expect("rmp-serde"));
+            assert_eq!(Message::from_bytes(&bytes).expect("decode"), m);
+        }
     }
 
     #[test]
