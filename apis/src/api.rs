@@ -71,13 +71,7 @@ impl ApiError {
 
     /// The Kubernetes `Status` that reports this error.
     pub fn status(&self) -> Status {
-        Status {
-            code: Some(i32::from(self.status_code().as_u16())),
-            message: Some(self.to_string()),
-            reason: Some(self.reason().to_owned()),
-            status: Some("Failure".to_owned()),
-            ..Status::default()
-        }
+        Status::failure(self.status_code().as_u16(), self.reason(), &self.to_string())
     }
 }
 

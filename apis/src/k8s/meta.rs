@@ -117,6 +117,20 @@ pub struct Status {
     pub status: Option<String>,
 }
 
+impl Status {
+    /// A failure's Status: its HTTP `code`, Kubernetes' `reason`
+    /// (`NotFound`, `Conflict`, ...) and what went wrong.
+    pub fn failure(code: u16, reason: &str, message: &str) -> Status {
+        Status {
+            code: Some(i32::from(code)),
+            message: Some(message.to_owned()),
+            reason: Some(reason.to_owned()),
+            status: Some("Failure".to_owned()),
+            ..Status::default()
+        }
+    }
+}
+
 impl Resource for Status {
     const API_VERSION: &'static str = "v1";
     const KIND: &'static str = "Status";

@@ -14,8 +14,9 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use apis::k8s::Status;
 use beehive::Content;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 /// Group of the messages (KubeEdge's `DynamicControllerModuleGroup`).
@@ -226,15 +227,8 @@ impl ApiStatus {
         if let Some(raw) = &self.raw {
             return raw.clone();
         }
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        })
+        serde_json::to_value(Status::failure(self.code, &self.reason, &self.message))
+            .unwrap_or(Value::Null)
     }
 }
 

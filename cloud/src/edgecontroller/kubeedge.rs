@@ -9,17 +9,42 @@
 //! `nodestatus` / `podstatus` updates wrapped in `{"UID", "Name",
 //! "Status"}` and get `"OK"`.
 
+use apis::k8s::Status;
 use beehive::Content;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 /// The answer to a write: the object as stored.
 pub fn object_answer(object: Value) -> Content {
-    encoded(&json!({ "Object": object, "Err": null }))
+    WriteAnswer {
+        object: Some(object),
+        err: None,
+    }
+    .content()
 }
 
-/// A JSON answer as a message's content.
-fn encoded(answer: &Value) -> Content {
-    apis::kinds::object_content(answer)
+/// KubeEdge's answer to a node's write, as its edge reads it.
+#[derive(Serialize)]
+struct WriteAnswer {
+    /// The object as stored, or `null`.
+    #[serde(rename = "Object")]
+    object: Option<Value>,
+    /// Why not, or `null`.
+    #[serde(rename = "Err")]
+    err: Option<StatusError>,
+}
+
+/// A Go `StatusError`: the Kubernetes Status under `ErrStatus`.
+#[derive(Serialize)]
+struct StatusError {
+    #[serde(rename = "ErrStatus")]
+    err_status: Status,
+}
+
+impl WriteAnswer {
+    fn content(&self) -> Content {
+        Content::of(self).expect("an object and a Status encode")
+    }
 }
 
 /// Why a node's write was refused, as a Kubernetes Status says it (so a
@@ -75,20 +100,18 @@ impl Refusal {
 
     /// The answer a KubeEdge edge expects for it.
     pub fn answer(&self) -> Content {
-        encoded(&json!({ "Object": null, "Err": { "ErrStatus": self.status() } }))
+        WriteAnswer {
+            object: None,
+            err: Some(self.status_error()),
+        }
+        .content()
     }
 
-    /// It as a Kubernetes Status.
-    fn status(&self) -> Value {
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        })
+    /// It as a Go `StatusError`.
+    fn status_error(&self) -> StatusError {
+        StatusError {
+            err_status: Status::failure(self.code, self.reason, &self.message),
+        }
     }
 }
 
@@ -101,7 +124,7 @@ impl std::fmt::Display for Refusal {
 /// The answer KubeEdge's cloud gives a request it refuses outside a write
 /// (a kubelet's delete of its pod): the Kubernetes Status error itself.
 pub fn status_error(refusal: &Refusal) -> Content {
-    encoded(&json!({ "ErrStatus": refusal.status() }))
+    Content::of(&refusal.status_error()).expect("a Status encodes")
 }
 
 /// The patch a KubeEdge edge sent: JSON text in a string (a Go byte slice
@@ -224,6 +247,8 @@ fn merge_list(target: &mut Value, items: &[Value], key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apis::kinds::object_content;
+    use serde_json::json;
 
     #[test]
     fn a_kubelet_status_patch_merges_conditions_by_type() {
@@ -286,14 +311,20 @@ mod tests {
 
     #[test]
     fn wrapped_and_bare_statuses_read_alike() {
-        let bare = encoded(&json!({"phase": "Running"}));
-        let wrapped = encoded(&json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}}));
+        let bare = object_content(&json!({"phase": "Running"}));
+        let wrapped = object_content(&json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}}));
         assert_eq!(status_of(&bare), status_of(&wrapped));
         assert_eq!(status_of(&bare), json!({"phase": "Running"}));
         assert!(patch_of(&Content::text("[1]")).is_err());
         assert!(patch_of(&Content::text("{not json")).is_err());
         let answer = Refusal::not_found("gone").answer().decode::<Value>().expect("json");
-        assert_eq!(answer["Err"]["ErrStatus"]["code"], json!(404));
-        assert_eq!(answer["Object"], Value::Null);
+        assert_eq!(
+            answer,
+            json!({"Object": null, "Err": {"ErrStatus": {
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "gone", "reason": "NotFound", "code": 404}}})
+        );
+        let stored = object_answer(json!({"kind": "Node"})).decode::<Value>().expect("json");
+        assert_eq!(stored, json!({"Object": {"kind": "Node"}, "Err": null}));
     }
 }
