@@ -132,7 +132,10 @@ async fn main() -> Result<()> {
     let listing = edge
         .send_sync("metamanager", query, Duration::from_secs(5))
         .await?;
-    let objects = listing.body::<Listing>().map(|o| o.len()).unwrap_or_default();
+    let objects = listing
+        .body::<Listing>()
+        .map(|o| o.len())
+        .unwrap_or_default();
     println!(
         "edge: {} updates coalesced into {objects} objects in {:?}",
         args.messages,

@@ -71,7 +71,11 @@ impl ApiError {
 
     /// The Kubernetes `Status` that reports this error.
     pub fn status(&self) -> Status {
-        Status::failure(self.status_code().as_u16(), self.reason(), &self.to_string())
+        Status::failure(
+            self.status_code().as_u16(),
+            self.reason(),
+            &self.to_string(),
+        )
     }
 }
 

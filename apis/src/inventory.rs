@@ -60,4 +60,3 @@ impl Watermark {
         self.handled.get(kind).is_some_and(|at| *at >= version)
     }
 }
-

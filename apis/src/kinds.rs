@@ -14,8 +14,8 @@ use std::fmt;
 
 use crate::devices::{Device, DeviceModel};
 use crate::k8s::{self, ListMeta, Status, WatchEvent};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use beehive::constants::resource_type;
@@ -510,7 +510,6 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-
 /// A Kubernetes object as a message's content: the form in which objects
 /// pass between modules, read back with [`beehive::Content::decode`] into
 /// the kind the reading module works with.
@@ -526,7 +525,6 @@ pub fn object_content(object: &Value) -> beehive::Content {
 pub fn token_name(pod: &str, volume: &str, index: usize) -> String {
     format!("{pod}.{volume}.{index}")
 }
-
 
 /// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of most
 /// object names.

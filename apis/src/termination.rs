@@ -136,12 +136,14 @@ impl PodTerminated {
                 _ if !text.is_empty() => return Ok(Some(text.clone())),
                 _ => return Ok(None),
             },
-            Content::Document(document) if document.is_map() => {
-                document.decode::<DeleteOptions>().map_err(|_| unreadable())?
-            }
+            Content::Document(document) if document.is_map() => document
+                .decode::<DeleteOptions>()
+                .map_err(|_| unreadable())?,
             Content::Document(_) => return Err(unreadable()),
         };
-        Ok(options.preconditions.and_then(|preconditions| preconditions.uid))
+        Ok(options
+            .preconditions
+            .and_then(|preconditions| preconditions.uid))
     }
 
     /// The word a KubeEdge edge's delete of pod `namespace/name` with
@@ -174,7 +176,10 @@ mod tests {
         let msg = stopped.message("edged");
         assert_eq!(msg.group(), "resource");
         assert_eq!(msg.operation(), "delete");
-        assert_eq!(msg.body::<serde_json::Value>().expect("json body"), json!({"uid": "u-1"}));
+        assert_eq!(
+            msg.body::<serde_json::Value>().expect("json body"),
+            json!({"uid": "u-1"})
+        );
         assert_eq!(PodTerminated::of("ns", "web", &msg), Some(stopped));
         let unknown = PodTerminated::new("ns", "web", None);
         assert_eq!(
@@ -191,7 +196,10 @@ mod tests {
         let stopped =
             PodTerminated::from_delete_options("ns", "web", &doc(kubelet.clone())).expect("reads");
         assert_eq!(stopped.uid.as_deref(), Some("u-1"));
-        assert_eq!(stopped.delete_options().decode::<Value>().expect("json"), kubelet);
+        assert_eq!(
+            stopped.delete_options().decode::<Value>().expect("json"),
+            kubelet
+        );
         // As JSON text, and an older edge's bare uid.
         let text = Content::text(kubelet.to_string());
         assert_eq!(

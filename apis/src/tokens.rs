@@ -407,7 +407,12 @@ mod tests {
         let asked = TokenRequestObject::from_content(query.content()).expect("object");
         let read = requested("shop", "reader", &asked.spec, ("web", "u-1"));
         assert_eq!(read, source.request);
-        let bare = requested("shop", "default", &TokenRequestSpec::default(), ("web", "u-1"));
+        let bare = requested(
+            "shop",
+            "default",
+            &TokenRequestSpec::default(),
+            ("web", "u-1"),
+        );
         assert!(bare.audiences.is_empty());
         assert_eq!(bare.expiration_seconds, DEFAULT_EXPIRATION);
     }
@@ -454,7 +459,10 @@ mod tests {
                 "the pod is not bound to this node".into()
             ))
         );
-        let empty = query.response("edgecontroller", beehive::Content::of(&json!({"status": {"token": ""}})).expect("json body"));
+        let empty = query.response(
+            "edgecontroller",
+            beehive::Content::of(&json!({"status": {"token": ""}})).expect("json body"),
+        );
         assert_eq!(answered(&empty), Err(AnswerError::NoToken));
     }
 
@@ -466,7 +474,10 @@ mod tests {
             ..TokenRequestStatus::default()
         };
         let object = source.object(issued("a.b.c"));
-        assert_eq!(object.metadata.name.as_deref(), Some("web.kube-api-access-x.0"));
+        assert_eq!(
+            object.metadata.name.as_deref(),
+            Some("web.kube-api-access-x.0")
+        );
         assert!(source.held_in(&object));
         // Another pod of the same name (another uid), another expiry, no
         // token, or a token object without its binding: not held.

@@ -18,8 +18,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Error as _, Serialize, Serializer};
 
 use crate::message::MessageError;
@@ -105,7 +105,8 @@ impl Content {
         out: &mut Vec<u8>,
     ) -> Result<(), rmp::encode::ValueWriteError> {
         match self {
-            Content::Empty => rmp::encode::write_nil(out).map_err(rmp::encode::ValueWriteError::InvalidMarkerWrite),
+            Content::Empty => rmp::encode::write_nil(out)
+                .map_err(rmp::encode::ValueWriteError::InvalidMarkerWrite),
             Content::Text(text) => rmp::encode::write_str(out, text),
             Content::Document(document) => {
                 out.extend_from_slice(&document.0);
@@ -119,12 +120,10 @@ impl Content {
     fn from_encoded(bytes: Vec<u8>) -> Content {
         match bytes.first() {
             None | Some(&NIL) => Content::Empty,
-            Some(0xa0..=0xbf | 0xd9..=0xdb) => {
-                match rmp_serde::from_slice::<String>(&bytes) {
-                    Ok(text) => Content::Text(text),
-                    Err(_) => Content::Document(Document(bytes.into())),
-                }
-            }
+            Some(0xa0..=0xbf | 0xd9..=0xdb) => match rmp_serde::from_slice::<String>(&bytes) {
+                Ok(text) => Content::Text(text),
+                Err(_) => Content::Document(Document(bytes.into())),
+            },
             Some(_) => Content::Document(Document(bytes.into())),
         }
     }
@@ -220,11 +219,7 @@ impl fmt::Debug for Content {
 
 impl fmt::Debug for Document {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Document({})",
-            Content::Document(self.clone()).to_json()
-        )
+        write!(f, "Document({})", Content::Document(self.clone()).to_json())
     }
 }
 
@@ -248,8 +243,7 @@ impl Serialize for Content {
 
 impl Serialize for Document {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut reader =
-            rmp_serde::Deserializer::from_read_ref(&self.0[..]).with_human_readable();
+        let mut reader = rmp_serde::Deserializer::from_read_ref(&self.0[..]).with_human_readable();
         serde_transcode::transcode(&mut reader, serializer)
             .map_err(|err| S::Error::custom(format!("unreadable document: {err}")))
     }

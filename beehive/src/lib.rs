@@ -39,6 +39,7 @@ pub mod resource;
 mod runtime;
 
 pub use config::{Exit, HiveConfig, ModuleConfig, RestartOn, RestartPolicy};
+pub use content::{Content, Document};
 pub use counts::HandledCounts;
 pub use door::TaskDoor;
 #[cfg(feature = "testing")]
@@ -47,7 +48,6 @@ pub use error::Error;
 pub use hive::{
     Hive, HiveStats, ModuleInfo, ResponseOutcome, Sending, ShutdownReport, StartOutcome,
 };
-pub use content::{Content, Document};
 pub use message::{Failure, Header, IntoRouteName, Message, MessageError, Router};
 pub use module::{Module, ModuleError};
 pub use smol_str::SmolStr;

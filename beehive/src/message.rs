@@ -480,8 +480,10 @@ mod tests {
             assert_eq!(odd.failure(), Some(Failure::refused(reason)));
         }
         // Any other answer is no failure, whatever it carries.
-        let answer =
-            request.response("metamanager", doc(json!({"reason": "x", "retryable": true})));
+        let answer = request.response(
+            "metamanager",
+            doc(json!({"reason": "x", "retryable": true})),
+        );
         assert_eq!(answer.failure(), None);
         assert!(!answer.is_retryable());
         assert!(answer.into_answer().is_ok());
@@ -530,7 +532,9 @@ mod tests {
     fn wire_form_round_trips_and_uses_named_fields() {
         let m = Message::new()
             .build_router("a", "b", "ns/pod/x", "insert")
-            .with_content(doc(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}})));
+            .with_content(doc(
+                json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+            ));
         let bytes = m.to_bytes().expect("encode");
         assert_eq!(Message::from_bytes(&bytes).expect("decode"), m);
         // Named fields: the field names travel on the wire.

@@ -52,8 +52,12 @@ async fn every_message_arrives_exactly_once_in_sender_order() {
     let mut count: HashMap<String, usize> = HashMap::new();
     for _ in 0..total {
         let (module, msg) = next_got(&mut events).await;
-        let from = msg.body::<serde_json::Value>().expect("json body")["from"].as_u64().expect("from");
-        let n = msg.body::<serde_json::Value>().expect("json body")["n"].as_u64().expect("n") as i64;
+        let from = msg.body::<serde_json::Value>().expect("json body")["from"]
+            .as_u64()
+            .expect("from");
+        let n = msg.body::<serde_json::Value>().expect("json body")["n"]
+            .as_u64()
+            .expect("n") as i64;
         let previous = last.entry((module.clone(), from)).or_insert(-1);
         assert_eq!(
             n,

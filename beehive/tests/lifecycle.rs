@@ -172,7 +172,10 @@ async fn shutdown_drains_then_cleans_up_in_reverse_start_order() {
                     !order.iter().any(|m| m == "first"),
                     "drained before its cleanup"
                 );
-                assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], handled_by_first);
+                assert_eq!(
+                    msg.body::<serde_json::Value>().expect("json body")["n"],
+                    handled_by_first
+                );
                 handled_by_first += 1;
             }
             Event::Cleaned { module } => order.push(module),

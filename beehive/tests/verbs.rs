@@ -10,7 +10,9 @@ use futures_util::FutureExt;
 use serde_json::json;
 
 fn n_of(msg: &Message) -> u64 {
-    msg.body::<serde_json::Value>().expect("json body")["n"].as_u64().expect("n")
+    msg.body::<serde_json::Value>().expect("json body")["n"]
+        .as_u64()
+        .expect("n")
 }
 
 #[actix::test]
@@ -72,7 +74,10 @@ async fn send_sync_matches_the_response_by_parent_id() {
         .await
         .expect("response");
     assert_eq!(response.parent_id(), Some(id));
-    assert_eq!(response.body::<serde_json::Value>().expect("json body"), json!({"from": "a"}));
+    assert_eq!(
+        response.body::<serde_json::Value>().expect("json body"),
+        json!({"from": "a"})
+    );
     assert_eq!(hive.stats().late_responses, 0);
     assert!(!hive.is_pending(id));
 }
@@ -165,7 +170,10 @@ async fn group_sync_collects_every_answer_or_names_the_missing() {
     let names: Vec<_> = answers.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(names, ["m1", "m2", "m3"]);
     for (name, response) in &answers {
-        assert_eq!(response.body::<serde_json::Value>().expect("json body"), json!({ "from": name }));
+        assert_eq!(
+            response.body::<serde_json::Value>().expect("json body"),
+            json!({ "from": name })
+        );
     }
 
     hive.start_module(probes.factory("mute", "meta", Cleanup::Quick))
@@ -278,7 +286,10 @@ async fn two_hives_in_one_process_share_nothing() {
         .expect("start");
     cloud.send("hub", seq(1, 0)).await.expect("send");
     let (_, msg) = next_got(&mut events).await;
-    assert_eq!(msg.body::<serde_json::Value>().expect("json body")["from"], json!(1));
+    assert_eq!(
+        msg.body::<serde_json::Value>().expect("json body")["from"],
+        json!(1)
+    );
     assert!(events.try_recv().is_err(), "only one hive's module got it");
     // A response registered in one hive is unknown to the other.
     let request = cmd("respond-later");

@@ -43,7 +43,12 @@ pub(crate) fn object(node: &str, name: &str, version: u64) -> Message {
             "update",
         )
         .with_resource_version(version.to_string())
-        .with_content(beehive::Content::of(&serde_json::json!({"metadata": {"name": name}, "spec": {"nodeName": node}})).expect("json body"))
+        .with_content(
+            beehive::Content::of(
+                &serde_json::json!({"metadata": {"name": name}, "spec": {"nodeName": node}}),
+            )
+            .expect("json body"),
+        )
 }
 
 pub(crate) fn node_name(i: usize) -> String {

@@ -30,9 +30,15 @@ const SIZES: [(usize, &str); 2] = [(256, "256B"), (64 * 1024, "64KiB")];
 
 /// A message whose encoded frame is `size` bytes (near enough).
 fn message_of(size: usize) -> Message {
-    let empty = Message::new().with_content(beehive::Content::of(&serde_json::json!("")).expect("json body"));
+    let empty = Message::new()
+        .with_content(beehive::Content::of(&serde_json::json!("")).expect("json body"));
     let overhead = empty.to_bytes().map(|b| b.len()).unwrap_or(0) + 4;
-    Message::new().with_content(beehive::Content::of(&serde_json::json!("x".repeat(size.saturating_sub(overhead)))).expect("json body"))
+    Message::new().with_content(
+        beehive::Content::of(&serde_json::json!(
+            "x".repeat(size.saturating_sub(overhead))
+        ))
+        .expect("json body"),
+    )
 }
 
 struct Pair {

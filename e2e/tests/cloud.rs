@@ -48,7 +48,10 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
     assert_eq!(applied, ["Pod/web created"]);
     let got = next(&mut a.edged, "the pod at node-a").await;
     assert_eq!(seen(&got), "insert default/pod/web");
-    assert_eq!(got.body::<serde_json::Value>().expect("json body")["spec"]["nodeName"], "node-a");
+    assert_eq!(
+        got.body::<serde_json::Value>().expect("json body")["spec"]["nodeName"],
+        "node-a"
+    );
     // Stored at the edge before edged heard of it.
     assert!(
         a.store
@@ -191,14 +194,20 @@ async fn a_configmap_reaches_the_nodes_that_use_it_and_only_them() {
     for edge in [&mut a, &mut b] {
         let got = next(&mut edge.edged, "the configmap").await;
         assert_eq!(seen(&got), "insert default/configmap/conf");
-        assert_eq!(got.body::<serde_json::Value>().expect("json body")["data"]["key"], "v1");
+        assert_eq!(
+            got.body::<serde_json::Value>().expect("json body")["data"]["key"],
+            "v1"
+        );
     }
     // Updated: to both again.
     cloud.apply(&configmap_yaml("conf", "v2")).await;
     for edge in [&mut a, &mut b] {
         let got = next(&mut edge.edged, "the update").await;
         assert_eq!(seen(&got), "update default/configmap/conf");
-        assert_eq!(got.body::<serde_json::Value>().expect("json body")["data"]["key"], "v2");
+        assert_eq!(
+            got.body::<serde_json::Value>().expect("json body")["data"]["key"],
+            "v2"
+        );
     }
     nothing_else_for(&cloud, &mut c, "c-marker").await;
     assert!(
@@ -249,7 +258,10 @@ async fn a_configmap_reaches_the_nodes_that_use_it_and_only_them() {
     for edge in [&mut a, &mut c] {
         let got = next(&mut edge.edged, "the re-creation").await;
         assert_eq!(seen(&got), "insert default/configmap/conf");
-        assert_eq!(got.body::<serde_json::Value>().expect("json body")["data"]["key"], "v3");
+        assert_eq!(
+            got.body::<serde_json::Value>().expect("json body")["data"]["key"],
+            "v3"
+        );
     }
     nothing_else_for(&cloud, &mut b, "b-marker").await;
 
@@ -340,7 +352,10 @@ async fn an_edge_asks_the_cloud_for_what_it_does_not_hold() {
         .await
         .expect("answer");
     assert_eq!(answer.operation(), operation::RESPONSE, "{answer:?}");
-    assert_eq!(answer.body::<serde_json::Value>().expect("json body")["metadata"]["name"], "shop");
+    assert_eq!(
+        answer.body::<serde_json::Value>().expect("json body")["metadata"]["name"],
+        "shop"
+    );
     // A secret no pod of this node uses is not this node's to read.
     let answer = a
         .hive
@@ -406,7 +421,9 @@ async fn a_connecting_node_is_brought_in_step_with_the_desired_state() {
             .put(
                 "default/pod/ghost",
                 "1",
-                apis::kinds::object_content(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ghost"}})),
+                apis::kinds::object_content(
+                    &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ghost"}}),
+                ),
             )
             .await
             .expect("put");

@@ -129,7 +129,10 @@ async fn every_operation_is_stored_confirmed_and_passed_on() {
         .send_sync(module::METAMANAGER, query(r), WAIT)
         .await
         .expect("answer");
-    assert_eq!(one.body::<serde_json::Value>().expect("json body")["metadata"]["name"], "web");
+    assert_eq!(
+        one.body::<serde_json::Value>().expect("json body")["metadata"]["name"],
+        "web"
+    );
     write(
         &hive,
         object(operation::INSERT, "default/pod/db", 6, pod("db", 6, "d")),
@@ -218,7 +221,10 @@ async fn queries_are_answered_with_the_cloud_unreachable() {
         .send_sync(module::METAMANAGER, query("default/pod/web"), WAIT)
         .await
         .expect("answer");
-    assert_eq!(held.body::<serde_json::Value>().expect("json body")["metadata"]["name"], "web");
+    assert_eq!(
+        held.body::<serde_json::Value>().expect("json body")["metadata"]["name"],
+        "web"
+    );
     // Not held, and no cloud to ask: a prompt, clear no.
     let asked = std::time::Instant::now();
     let missing = hive
@@ -386,7 +392,10 @@ async fn metaserver_lists_gets_and_watches() {
             "default/podstatus/db",
             operation::UPDATE,
         )
-        .with_content(beehive::Content::of(&json!({"phase": "Running", "podIP": "10.88.0.9"})).expect("json body"));
+        .with_content(
+            beehive::Content::of(&json!({"phase": "Running", "podIP": "10.88.0.9"}))
+                .expect("json body"),
+        );
     write(&hive, status).await;
     let event = tokio::time::timeout(WAIT, resumed.next())
         .await

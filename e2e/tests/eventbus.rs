@@ -104,7 +104,10 @@ async fn messages_cross_both_ways_and_bad_input_stops_nothing(address: SocketAdd
             break msg;
         }
     };
-    assert_eq!(broken.body::<serde_json::Value>().expect("json body"), json!("{not json"));
+    assert_eq!(
+        broken.body::<serde_json::Value>().expect("json body"),
+        json!("{not json")
+    );
 
     // An oversized payload: the broker drops that client, nobody else, and
     // the payload goes nowhere.
@@ -142,7 +145,10 @@ async fn messages_cross_both_ways_and_bad_input_stops_nothing(address: SocketAdd
             "$hw/events/device/dev-1/twin/update/delta",
             operation::PUBLISH,
         )
-        .with_content(beehive::Content::of(&json!({"event_id": "d1", "delta": {"temperature": "25"}})).expect("json body"));
+        .with_content(
+            beehive::Content::of(&json!({"event_id": "d1", "delta": {"temperature": "25"}}))
+                .expect("json body"),
+        );
     hive.send(module::EVENTBUS, delta).await.expect("send");
     let twin::testing::Received { topic, payload, .. } =
         tokio::time::timeout(WAIT, mapper_got.recv())

@@ -343,7 +343,12 @@ async fn a_kubeedge_node_gets_no_more_in_flight_than_its_queue_holds() {
                 "insert",
             )
             .with_resource_version("1")
-            .with_content(beehive::Content::of(&json!({"kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}})).expect("json body"));
+            .with_content(
+                beehive::Content::of(
+                    &json!({"kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}}),
+                )
+                .expect("json body"),
+            );
         cloud.hive.send("cloudhub", object).await.expect("queued");
     }
     hub_counts(&cloud, "100 objects held", |s| count(&s.pending) == 100).await;
@@ -606,7 +611,10 @@ impl DesiredState for DevicesNotListedYet {
     fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
         self.inner.finish_deletion(key, uid)
     }
-    fn request_token(&self, request: TokenRequest) -> StoreFuture<apis::tokens::TokenRequestStatus> {
+    fn request_token(
+        &self,
+        request: TokenRequest,
+    ) -> StoreFuture<apis::tokens::TokenRequestStatus> {
         self.inner.request_token(request)
     }
 }

@@ -64,7 +64,10 @@ impl DesiredState for Stalling {
     fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
         self.inner.finish_deletion(key, uid)
     }
-    fn request_token(&self, request: TokenRequest) -> StoreFuture<apis::tokens::TokenRequestStatus> {
+    fn request_token(
+        &self,
+        request: TokenRequest,
+    ) -> StoreFuture<apis::tokens::TokenRequestStatus> {
         self.inner.request_token(request)
     }
     fn passes_on(&self, object: &Value) -> bool {

@@ -39,8 +39,8 @@ use tracing::{Instrument, debug, info_span};
 
 mod frame;
 
-pub use frame::{Frame, HeaderCompressor, MAX_FRAME, PROTOCOL, SpdyError, decode};
 use frame::*;
+pub use frame::{Frame, HeaderCompressor, MAX_FRAME, PROTOCOL, SpdyError, decode};
 
 /// Which standard streams the command has (as its CRI request said).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

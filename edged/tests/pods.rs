@@ -129,7 +129,11 @@ impl Edge {
             if change.resource != resource {
                 continue;
             }
-            if let Some(status) = change.record.object.map(|o| o.decode::<Value>().expect("json")) {
+            if let Some(status) = change
+                .record
+                .object
+                .map(|o| o.decode::<Value>().expect("json"))
+            {
                 if wanted(&status) {
                     return status;
                 }
@@ -1005,7 +1009,7 @@ async fn a_finished_pod_is_not_run_again_after_edged_restarts() {
         .get("default/podstatus/done")
         .expect("read")
         .and_then(|r| r.object)
-            .map(|object| object.decode::<Value>().expect("json"))
+        .map(|object| object.decode::<Value>().expect("json"))
         .expect("status");
     assert_eq!(stored["phase"], "Succeeded");
 
@@ -1185,7 +1189,7 @@ async fn a_pods_token_is_asked_of_the_cloud_kept_renewed_and_deleted_with_it() {
         .get(&key)
         .expect("store")
         .and_then(|record| record.object)
-            .map(|object| object.decode::<Value>().expect("json"))
+        .map(|object| object.decode::<Value>().expect("json"))
         .expect("the token kept");
     assert_eq!(kept["status"]["token"], "token-2");
     assert_eq!(kept["spec"]["boundObjectRef"]["uid"], json!(uid));

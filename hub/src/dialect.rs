@@ -420,7 +420,10 @@ mod tests {
             Some(stopped.clone())
         );
         let native = Dialect::Native.upstream(stopped.message("edged"));
-        assert_eq!(native.body::<serde_json::Value>().expect("json body"), json!({"uid": "u-1"}));
+        assert_eq!(
+            native.body::<serde_json::Value>().expect("json body"),
+            json!({"uid": "u-1"})
+        );
     }
 
     #[test]

@@ -21,9 +21,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use beehive::Content;
 use beehive::IntoRouteName as _;
 use beehive::Message as HiveMessage;
-use beehive::Content;
 use beehive::constants::operation;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};

@@ -241,7 +241,10 @@ mod tests {
         assert_eq!(kind(&hello("n1")), Kind::Hello);
         // A response to a query in another group is payload, not an ack.
         assert_eq!(
-            kind(&object.response("metamanager", beehive::Content::of(&serde_json::json!(1)).expect("json body"))),
+            kind(&object.response(
+                "metamanager",
+                beehive::Content::of(&serde_json::json!(1)).expect("json body")
+            )),
             Kind::Payload
         );
     }

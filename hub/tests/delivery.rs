@@ -184,7 +184,10 @@ async fn an_answered_object_is_already_on_disk() {
             .await
             .expect("answered");
         assert_eq!(answer.operation(), "response");
-        assert_eq!(answer.body::<serde_json::Value>().expect("json body")["outcome"], "queued");
+        assert_eq!(
+            answer.body::<serde_json::Value>().expect("json body")["outcome"],
+            "queued"
+        );
     }
     let copy = world.path("copy.redb");
     std::fs::copy(&queues, &copy).expect("copy");

@@ -117,8 +117,10 @@ async fn kubeedge_cloud_with_a_registered_edge(
         .expect("the node's registration");
     let answer = registration.response(
         "edgecontroller",
-        beehive::Content::of(&serde_json::json!({"Object": {"metadata": {"name": "n1"}}, "Err": null}))
-            .expect("json"),
+        beehive::Content::of(
+            &serde_json::json!({"Object": {"metadata": {"name": "n1"}}, "Err": null}),
+        )
+        .expect("json"),
     );
     link.sender.send(&answer).await.expect("answer");
     (listener, link, edge)

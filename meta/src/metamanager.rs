@@ -399,7 +399,10 @@ mod tests {
         for applied in [true, false] {
             let answer = WriteAnswer { applied };
             let reply = write.response(module::METAMANAGER, answer.content());
-            assert_eq!(reply.body::<serde_json::Value>().expect("json body"), json!({ "applied": applied }));
+            assert_eq!(
+                reply.body::<serde_json::Value>().expect("json body"),
+                json!({ "applied": applied })
+            );
             assert_eq!(WriteAnswer::of(&reply), Ok(answer));
         }
         let failed = write.retryable_error(module::METAMANAGER, "disk full");
@@ -407,7 +410,10 @@ mod tests {
             WriteAnswer::of(&failed),
             Err(beehive::Failure::retryable("disk full"))
         );
-        let odd = write.response(module::METAMANAGER, beehive::Content::of(&json!(["not", "an", "answer"])).expect("json body"));
+        let odd = write.response(
+            module::METAMANAGER,
+            beehive::Content::of(&json!(["not", "an", "answer"])).expect("json body"),
+        );
         assert!(WriteAnswer::of(&odd).is_err_and(|failure| !failure.retryable));
     }
 }

@@ -665,9 +665,11 @@ mod tests {
         let writes: Vec<_> = (0..500)
             .map(|n| {
                 let store = store.clone();
-                tokio::spawn(
-                    async move { store.put(&format!("default/pod/p{n}"), "1", doc(json!(n))).await },
-                )
+                tokio::spawn(async move {
+                    store
+                        .put(&format!("default/pod/p{n}"), "1", doc(json!(n)))
+                        .await
+                })
             })
             .collect();
         for write in writes {

@@ -85,7 +85,11 @@ async fn tombstones_stay_bounded_over_100k_create_delete_cycles() {
     let deleted_at = 2 * CYCLES;
     assert_eq!(
         pruned
-            .put(&last, &(deleted_at - 1).to_string(), beehive::Content::of(&json!({"late": true})).expect("json"))
+            .put(
+                &last,
+                &(deleted_at - 1).to_string(),
+                beehive::Content::of(&json!({"late": true})).expect("json")
+            )
             .await
             .expect("put"),
         WriteOutcome::Stale

@@ -267,7 +267,10 @@ mod tests {
             Some("2f1c3e1a-6a43-4f7e-9d7c-4a3c2b1d0e9f")
         );
         assert!(msg.is_sync());
-        assert_eq!(msg.body::<serde_json::Value>().expect("json body"), json!("OK"));
+        assert_eq!(
+            msg.body::<serde_json::Value>().expect("json body"),
+            json!("OK")
+        );
         let back: Value = serde_json::from_slice(&encode(&msg)).expect("json");
         assert_eq!(back, ack);
 
@@ -278,7 +281,10 @@ mod tests {
             "content": "ping"
         });
         let msg = decode(&serde_json::to_vec(&keepalive).expect("json"), 1 << 20).expect("decodes");
-        assert_eq!(msg.body::<serde_json::Value>().expect("json body"), json!("ping"));
+        assert_eq!(
+            msg.body::<serde_json::Value>().expect("json body"),
+            json!("ping")
+        );
     }
 
     #[test]

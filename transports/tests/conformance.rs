@@ -17,7 +17,10 @@ async fn round_trip(kind: TransportKind) {
     client.sender.send(&request).await.expect("send");
     let got = next_message(&mut server.receiver).await;
     assert_eq!(got, request);
-    let reply = got.response("cloud", beehive::Content::of(&serde_json::json!("pong")).expect("json body"));
+    let reply = got.response(
+        "cloud",
+        beehive::Content::of(&serde_json::json!("pong")).expect("json body"),
+    );
     server.sender.send(&reply).await.expect("reply");
     let mut client_rx = client.receiver;
     let back = next_message(&mut client_rx).await;
@@ -156,7 +159,10 @@ async fn a_garbled_frame_closes_only_its_connection(kind: TransportKind) {
 
     good.sender.send(&numbered(1, 1)).await.expect("send");
     let got = next_message(&mut good_server.receiver).await;
-    assert_eq!(got.body::<serde_json::Value>().expect("json body")["from"], 1);
+    assert_eq!(
+        got.body::<serde_json::Value>().expect("json body")["from"],
+        1
+    );
     // And the listener still accepts.
     let (third, mut third_server) = rig.pair(&mut listener).await;
     third.sender.send(&numbered(3, 0)).await.expect("send");
@@ -346,7 +352,10 @@ async fn pings_are_answered_where_the_transport_has_them(kind: TransportKind) {
     let got = next_message(&mut server.receiver).await;
     server
         .sender
-        .send(&got.response("cloud", beehive::Content::of(&serde_json::json!("ok")).expect("json body")))
+        .send(&got.response(
+            "cloud",
+            beehive::Content::of(&serde_json::json!("ok")).expect("json body"),
+        ))
         .await
         .expect("reply");
     within(client.receiver.recv())
@@ -428,7 +437,10 @@ async fn inner_streams_keep_their_order(kind: TransportKind) {
             .expect("a frame");
         match item {
             transports::Received::Message(msg) => {
-                assert_eq!(msg.body::<serde_json::Value>().expect("json body")["n"], messages);
+                assert_eq!(
+                    msg.body::<serde_json::Value>().expect("json body")["n"],
+                    messages
+                );
                 messages += 1;
             }
             transports::Received::Raw(frame) => {
@@ -782,7 +794,10 @@ async fn a_kubeedge_endpoint_takes_and_sends_text_messages() {
         .expect("a message")
         .expect("decodes");
     assert_eq!(got.operation(), "keepalive");
-    assert_eq!(got.body::<serde_json::Value>().expect("json body"), serde_json::json!("ping"));
+    assert_eq!(
+        got.body::<serde_json::Value>().expect("json body"),
+        serde_json::json!("ping")
+    );
     server.sender.send(&got).await.expect("sent back");
     match within(client.next()).await {
         Some(Ok(WsMessage::Text(text))) => {

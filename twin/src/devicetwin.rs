@@ -22,10 +22,10 @@
 use std::time::Duration;
 
 use apis::devices::DeviceStatus;
+use apis::kinds::object_content;
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::message::now_millis;
 use beehive::resource::EdgeResource;
-use apis::kinds::object_content;
 use beehive::{Content, Hive, Message as HiveMessage, SmolStr, TaskDoor};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -178,7 +178,11 @@ impl Twins {
     }
 
     async fn list(&self, kind: &str) -> Vec<Value> {
-        match self.query(&format!("*/{kind}")).await.map(|answer| answer.decode::<Vec<Value>>()) {
+        match self
+            .query(&format!("*/{kind}"))
+            .await
+            .map(|answer| answer.decode::<Vec<Value>>())
+        {
             Some(Ok(items)) => items,
             Some(Err(err)) => {
                 warn!(kind, error = %err, "metamanager did not list");

@@ -16,9 +16,9 @@
 use std::time::Duration;
 
 use actix::prelude::*;
+use apis::kinds::object_content;
 use beehive::IntoRouteName as _;
 use beehive::constants::{group, module, operation};
-use apis::kinds::object_content;
 use beehive::{Content, Hive, Message as HiveMessage, Module, ModuleError, SmolStr};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use tracing::{debug, info, warn};

@@ -18,7 +18,14 @@ fn a_body_is_sorted_into_empty_text_or_document_however_it_was_made() {
     // A long string is still text (msgpack's str8/16 markers).
     let long = "x".repeat(70_000);
     assert_eq!(Content::of(&long).expect("long"), Content::Text(long));
-    for value in [json!(1), json!(-3), json!(1.5), json!(true), json!([1, "a"]), json!({"a": {}})] {
+    for value in [
+        json!(1),
+        json!(-3),
+        json!(1.5),
+        json!(true),
+        json!([1, "a"]),
+        json!({"a": {}}),
+    ] {
         let content = doc(value.clone());
         assert!(matches!(content, Content::Document(_)), "{value}");
         assert_eq!(content.decode::<Value>().expect("decode"), value);
@@ -49,12 +56,24 @@ fn a_typed_body_reads_back_as_its_type_and_as_json() {
         json!({"phase": "Running", "podIP": null, "restarts": 2, "hostIP": "10.0.0.2"})
     );
     // Read as something it is not: a clear error, not a panic.
-    assert!(matches!(content.decode::<Vec<u8>>(), Err(MessageError::Read(_))));
-    assert!(matches!(Content::text("x").decode::<u32>(), Err(MessageError::Read(_))));
+    assert!(matches!(
+        content.decode::<Vec<u8>>(),
+        Err(MessageError::Read(_))
+    ));
+    assert!(matches!(
+        Content::text("x").decode::<u32>(),
+        Err(MessageError::Read(_))
+    ));
     // Text and empty read as their JSON forms.
     assert_eq!(Content::text("x").decode::<String>().expect("text"), "x");
-    assert_eq!(Content::text("x").decode::<Value>().expect("text"), json!("x"));
-    assert_eq!(Content::Empty.decode::<Option<String>>().expect("none"), None);
+    assert_eq!(
+        Content::text("x").decode::<Value>().expect("text"),
+        json!("x")
+    );
+    assert_eq!(
+        Content::Empty.decode::<Option<String>>().expect("none"),
+        None
+    );
     assert_eq!(Content::Empty.decode::<Value>().expect("null"), Value::Null);
 }
 
@@ -67,17 +86,23 @@ fn the_wire_forms_write_the_value_and_read_back_the_same_content() {
         // MessagePack, as the edgehive link and the stores write it: the
         // same bytes as the value itself would make.
         let packed = rmp_serde::to_vec_named(&content).expect("msgpack");
-        let as_value = rmp_serde::to_vec_named(&content.decode::<Value>().expect("value"))
-            .expect("msgpack");
+        let as_value =
+            rmp_serde::to_vec_named(&content.decode::<Value>().expect("value")).expect("msgpack");
         assert_eq!(packed, as_value);
-        assert_eq!(rmp_serde::from_slice::<Content>(&packed).expect("back"), content);
+        assert_eq!(
+            rmp_serde::from_slice::<Content>(&packed).expect("back"),
+            content
+        );
         // JSON, as KubeEdge's link writes it.
         let json = serde_json::to_vec(&content).expect("json");
         assert_eq!(
             serde_json::from_slice::<Value>(&json).expect("value"),
             content.decode::<Value>().expect("value")
         );
-        assert_eq!(serde_json::from_slice::<Content>(&json).expect("back"), content);
+        assert_eq!(
+            serde_json::from_slice::<Content>(&json).expect("back"),
+            content
+        );
     }
     // Inside a message, through its own wire form.
     let msg = Message::new().with_content(doc(object.clone()));
@@ -101,8 +126,16 @@ fn random_json_round_trips_through_both_wire_forms() {
             1 => json!(rng.bool()),
             2 => json!(rng.i64(..)),
             3 => json!(rng.u64(..)),
-            4 => json!((0..rng.usize(0..40)).map(|_| rng.alphanumeric()).collect::<String>()),
-            5 => Value::Array((0..rng.usize(0..5)).map(|_| random(rng, depth + 1)).collect()),
+            4 => json!(
+                (0..rng.usize(0..40))
+                    .map(|_| rng.alphanumeric())
+                    .collect::<String>()
+            ),
+            5 => Value::Array(
+                (0..rng.usize(0..5))
+                    .map(|_| random(rng, depth + 1))
+                    .collect(),
+            ),
             _ => Value::Object(
                 (0..rng.usize(0..5))
                     .map(|i| (format!("k{i}"), random(rng, depth + 1)))
@@ -115,10 +148,22 @@ fn random_json_round_trips_through_both_wire_forms() {
     for _ in 0..500 {
         let value = random(&mut rng, 0);
         let content = doc(value.clone());
-        assert_eq!(content.decode::<Value>().expect("decode"), value, "seed {seed}");
+        assert_eq!(
+            content.decode::<Value>().expect("decode"),
+            value,
+            "seed {seed}"
+        );
         let packed = rmp_serde::to_vec_named(&content).expect("msgpack");
-        assert_eq!(rmp_serde::from_slice::<Content>(&packed).expect("back"), content, "seed {seed}");
+        assert_eq!(
+            rmp_serde::from_slice::<Content>(&packed).expect("back"),
+            content,
+            "seed {seed}"
+        );
         let json = serde_json::to_vec(&content).expect("json");
-        assert_eq!(serde_json::from_slice::<Value>(&json).expect("value"), value, "seed {seed}");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&json).expect("value"),
+            value,
+            "seed {seed}"
+        );
     }
 }

@@ -128,7 +128,10 @@ impl Module for Probe {
             .ok()
             .and_then(|body| body.get("cmd").and_then(Value::as_str).map(str::to_owned));
         let sync = msg.is_sync();
-        let reply = msg.response(self.name.clone(), beehive::Content::of(&json!({ "from": self.name })).expect("json body"));
+        let reply = msg.response(
+            self.name.clone(),
+            beehive::Content::of(&json!({ "from": self.name })).expect("json body"),
+        );
         let _ = self.probes.events.send(Event::Got {
             module: self.name.clone(),
             msg,

@@ -218,7 +218,10 @@ pub trait DesiredState: Send + Sync + 'static {
     /// `pod` (name, uid), as the API server's TokenRequest does: the
     /// TokenRequest's status (`token`, `expirationTimestamp`). Backends
     /// with no token issuer (the embedded one) refuse.
-    fn request_token(&self, request: TokenRequest) -> StoreFuture<apis::tokens::TokenRequestStatus> {
+    fn request_token(
+        &self,
+        request: TokenRequest,
+    ) -> StoreFuture<apis::tokens::TokenRequestStatus> {
         let _ = request;
         Box::pin(async {
             Err(DesiredError::Unsupported(

@@ -458,7 +458,10 @@ mod tests {
             (result.source(), result.group(), result.resource()),
             ("devicecontroller", "twin", "node/edge-1/membership/detail")
         );
-        assert_eq!(result.body::<serde_json::Value>().expect("json body")["devices"], json!([]));
+        assert_eq!(
+            result.body::<serde_json::Value>().expect("json body")["devices"],
+            json!([])
+        );
         assert!(result.resource_version().is_empty());
         let confirm = confirm_message("edge-1", &request);
         assert_eq!(confirm.parent_id(), Some(request.id()));
@@ -471,6 +474,9 @@ mod tests {
             ),
             ("devicecontroller", "twin", "node/edge-1/twin", "response")
         );
-        assert_eq!(confirm.body::<serde_json::Value>().expect("json body"), json!("OK"));
+        assert_eq!(
+            confirm.body::<serde_json::Value>().expect("json body"),
+            json!("OK")
+        );
     }
 }

@@ -35,8 +35,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use beehive::IntoRouteName as _;
-use beehive::{Content, Message as HiveMessage};
 use beehive::constants::group;
+use beehive::{Content, Message as HiveMessage};
 use beehive::{Hive, TaskDoor};
 use follower::Follower;
 use futures_util::future::BoxFuture;
@@ -342,9 +342,7 @@ impl Center {
         let mut specs = BTreeMap::new();
         let mut apps = BTreeMap::new();
         for (id, content) in listed {
-            let refused = |app: Application, status: ApiStatus| {
-                (id.clone(), app.rejected(&status))
-            };
+            let refused = |app: Application, status: ApiStatus| (id.clone(), app.rejected(&status));
             let app = match Application::from_json(&content) {
                 Ok(app) => app,
                 Err(reason) => {

@@ -12,9 +12,9 @@
 //! server's answer, JSON). Byte fields travel as Go writes `[]byte`:
 //! base64, or `null` when empty.
 
+use apis::k8s::Status;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use apis::k8s::Status;
 use beehive::Content;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};

@@ -3,8 +3,8 @@
 
 use apis::kinds::{Kind, ObjectKey, valid_name};
 use apis::termination::PodTerminated;
-use beehive::{Content, Message as HiveMessage};
 use beehive::resource::CloudResource;
+use beehive::{Content, Message as HiveMessage};
 use hub::{Dialect, NodeEvent, NodeEventKind};
 use serde_json::Value;
 use tracing::{debug, info, warn};

@@ -312,19 +312,25 @@ mod tests {
     #[test]
     fn wrapped_and_bare_statuses_read_alike() {
         let bare = object_content(&json!({"phase": "Running"}));
-        let wrapped = object_content(&json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}}));
+        let wrapped =
+            object_content(&json!({"UID": "u-1", "Name": "web", "Status": {"phase": "Running"}}));
         assert_eq!(status_of(&bare), status_of(&wrapped));
         assert_eq!(status_of(&bare), json!({"phase": "Running"}));
         assert!(patch_of(&Content::text("[1]")).is_err());
         assert!(patch_of(&Content::text("{not json")).is_err());
-        let answer = Refusal::not_found("gone").answer().decode::<Value>().expect("json");
+        let answer = Refusal::not_found("gone")
+            .answer()
+            .decode::<Value>()
+            .expect("json");
         assert_eq!(
             answer,
             json!({"Object": null, "Err": {"ErrStatus": {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "gone", "reason": "NotFound", "code": 404}}})
         );
-        let stored = object_answer(json!({"kind": "Node"})).decode::<Value>().expect("json");
+        let stored = object_answer(json!({"kind": "Node"}))
+            .decode::<Value>()
+            .expect("json");
         assert_eq!(stored, json!({"Object": {"kind": "Node"}, "Err": null}));
     }
 }

@@ -7,9 +7,9 @@
 use std::collections::HashSet;
 
 use apis::kinds::{Kind, ObjectKey};
-use beehive::{Content, Message as HiveMessage};
 use beehive::constants::resource_type;
 use beehive::resource::EdgeResource;
+use beehive::{Content, Message as HiveMessage};
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;

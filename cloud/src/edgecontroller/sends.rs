@@ -4,12 +4,11 @@
 //! the Node updates and finished deletions it calls for (done by `nodes`
 //! and `from_nodes`).
 
-
 use apis::inventory::{Held, Watermark};
 use apis::kinds::{Kind, ObjectKey, object_content};
-use beehive::{Content, Message as HiveMessage};
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
+use beehive::{Content, Message as HiveMessage};
 use hub::Outcome;
 
 use serde_json::Value;

@@ -3,9 +3,9 @@
 //! the status writer in batches, coalesced per object.
 
 use apis::kinds::{Kind, ObjectKey};
-use beehive::{Content, Message as HiveMessage};
 use beehive::constants::{operation, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
+use beehive::{Content, Message as HiveMessage};
 use serde_json::Value;
 use tracing::warn;
 

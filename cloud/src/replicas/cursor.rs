@@ -960,7 +960,8 @@ mod takeovers {
             {
                 return;
             }
-            let object = (msg.operation() != "delete").then(|| msg.body::<Value>().unwrap_or_default());
+            let object =
+                (msg.operation() != "delete").then(|| msg.body::<Value>().unwrap_or_default());
             self.log
                 .push(format!("edge: {} {resource} at {version}", msg.operation()));
             self.edge.insert(resource, (version, object));

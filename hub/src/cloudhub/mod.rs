@@ -18,8 +18,8 @@ use beehive::{Content, Hive, Message as HiveMessage, Module, ModuleError};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, error, info, warn};
 use transports::{
-    Admission, AdmissionCheck, Lane, Link, LinkSender, Listener, PeerIdentity,
-    Received, TransportError, TransportKind,
+    Admission, AdmissionCheck, Lane, Link, LinkSender, Listener, PeerIdentity, Received,
+    TransportError, TransportKind,
 };
 
 use crate::HubError;
@@ -534,9 +534,7 @@ impl Module for CloudHub {
     /// answered as [`CloudHub::for_node`] says.
     fn handle(&mut self, msg: HiveMessage, ctx: &mut Context<Self>) -> Result<(), ModuleError> {
         let responder = match msg.is_sync() {
-            true => Responder::Hive(Box::new(
-                msg.response(module::CLOUDHUB, Content::Empty),
-            )),
+            true => Responder::Hive(Box::new(msg.response(module::CLOUDHUB, Content::Empty))),
             false => Responder::Nobody,
         };
         self.for_node(msg, responder, ctx);

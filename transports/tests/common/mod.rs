@@ -130,7 +130,8 @@ pub fn sized(size: usize) -> Message {
     let base = Message::new().with_content("");
     let mut filler = size.saturating_sub(base.to_bytes().expect("encode").len());
     loop {
-        let msg = Message::new().with_content(beehive::Content::of(&json!("x".repeat(filler))).expect("json body"));
+        let msg = Message::new()
+            .with_content(beehive::Content::of(&json!("x".repeat(filler))).expect("json body"));
         let len = msg.to_bytes().expect("encode").len();
         if len == size || filler == 0 {
             return msg;
@@ -168,7 +169,10 @@ pub async fn receive_distinct(
     let mut seen = HashSet::new();
     for _ in 0..count {
         let msg = next_message(receiver).await;
-        let key = (msg.body::<serde_json::Value>().expect("json body")["from"].as_u64(), msg.body::<serde_json::Value>().expect("json body")["n"].as_u64());
+        let key = (
+            msg.body::<serde_json::Value>().expect("json body")["from"].as_u64(),
+            msg.body::<serde_json::Value>().expect("json body")["n"].as_u64(),
+        );
         assert!(seen.insert(key), "duplicate {key:?}");
     }
     seen

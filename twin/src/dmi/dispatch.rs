@@ -471,15 +471,13 @@ pub async fn run(
                         }
                     },
                     (resource_type::DEVICE, true) => dispatch.device_removed(&key),
-                    (resource_type::DEVICE_MODEL, false) => {
-                        match msg.body::<DeviceModel>() {
-                            Ok(model) => dispatch.model_changed(model),
-                            Err(err) => {
-                                debug!(error = %err, "model unreadable");
-                                continue;
-                            }
+                    (resource_type::DEVICE_MODEL, false) => match msg.body::<DeviceModel>() {
+                        Ok(model) => dispatch.model_changed(model),
+                        Err(err) => {
+                            debug!(error = %err, "model unreadable");
+                            continue;
                         }
-                    }
+                    },
                     (resource_type::DEVICE_MODEL, true) => dispatch.model_removed(&key),
                     _ => continue,
                 }

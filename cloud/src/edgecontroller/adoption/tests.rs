@@ -6,9 +6,9 @@
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, NodeSystemInfo};
 
 use super::*;
+use crate::test_rng::Rng;
 use apis::kinds::object_content;
 use beehive::Content;
-use crate::test_rng::Rng;
 
 fn at(text: &str) -> Time {
     Time(text.parse().expect("time"))
@@ -157,7 +157,11 @@ fn a_node_patches_and_reports_only_its_own_node() {
         Ok(patch.clone())
     );
     assert_eq!(
-        own_patch("edge-1", &resource("edge-1"), &Content::text(patch.to_string())),
+        own_patch(
+            "edge-1",
+            &resource("edge-1"),
+            &Content::text(patch.to_string())
+        ),
         Ok(patch.clone()),
         "JSON text in a string"
     );

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::*;
-use beehive::Content;
 use crate::test_rng::Rng;
+use beehive::Content;
 
 fn lease(node: &str, version: Option<&str>) -> Value {
     let mut lease = json!({
@@ -58,14 +58,29 @@ fn a_lease_read_before_its_first_write_is_not_found() {
 #[test]
 fn each_write_moves_the_resource_version_up_by_one() {
     let mut book = LeaseBook::default();
-    let first = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", None)));
+    let first = book.answer(
+        "n",
+        "n",
+        LeaseRequest::Write,
+        &apis::kinds::object_content(&lease("n", None)),
+    );
     assert_eq!(version(&first), Some("1"));
     // The node's own version is not taken: the book's is.
-    let second = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", Some("77"))));
+    let second = book.answer(
+        "n",
+        "n",
+        LeaseRequest::Write,
+        &apis::kinds::object_content(&lease("n", Some("77"))),
+    );
     assert_eq!(version(&second), Some("2"));
     let mut renewed = lease("n", Some("2"));
     renewed["spec"]["renewTime"] = json!("2026-11-27T10:00:10.000000Z");
-    let third = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&renewed));
+    let third = book.answer(
+        "n",
+        "n",
+        LeaseRequest::Write,
+        &apis::kinds::object_content(&renewed),
+    );
     assert_eq!(version(&third), Some("3"));
     let LeaseAnswer::Lease(held) = third else {
         panic!("a write answers the Lease");
@@ -76,14 +91,29 @@ fn each_write_moves_the_resource_version_up_by_one() {
 #[test]
 fn a_lease_without_metadata_is_kept_without_a_version() {
     let mut book = LeaseBook::default();
-    book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", None)));
+    book.answer(
+        "n",
+        "n",
+        LeaseRequest::Write,
+        &apis::kinds::object_content(&lease("n", None)),
+    );
     let bare = json!({"spec": {"holderIdentity": "n"}});
     assert_eq!(
-        book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&bare)),
+        book.answer(
+            "n",
+            "n",
+            LeaseRequest::Write,
+            &apis::kinds::object_content(&bare)
+        ),
         LeaseAnswer::Lease(bare.clone())
     );
     // Counted from nothing again.
-    let next = book.answer("n", "n", LeaseRequest::Write, &apis::kinds::object_content(&lease("n", None)));
+    let next = book.answer(
+        "n",
+        "n",
+        LeaseRequest::Write,
+        &apis::kinds::object_content(&lease("n", None)),
+    );
     assert_eq!(version(&next), Some("1"));
 }
 
@@ -98,7 +128,12 @@ fn a_node_holds_only_its_own_lease() {
     );
     for request in [LeaseRequest::Read, LeaseRequest::Write, LeaseRequest::Other] {
         assert_eq!(
-            book.answer("edge-1", "edge-2", request, &apis::kinds::object_content(&lease("edge-2", None))),
+            book.answer(
+                "edge-1",
+                "edge-2",
+                request,
+                &apis::kinds::object_content(&lease("edge-2", None))
+            ),
             LeaseAnswer::Refused(LeaseRefused::NotOwn),
             "{request:?}"
         );
@@ -111,7 +146,12 @@ fn a_node_holds_only_its_own_lease() {
 fn other_operations_on_a_lease_are_refused_and_change_nothing() {
     let mut book = LeaseBook::default();
     assert_eq!(
-        book.answer("n", "n", LeaseRequest::Other, &apis::kinds::object_content(&lease("n", None))),
+        book.answer(
+            "n",
+            "n",
+            LeaseRequest::Other,
+            &apis::kinds::object_content(&lease("n", None))
+        ),
         LeaseAnswer::Refused(LeaseRefused::Operation)
     );
     assert_eq!(
