@@ -130,11 +130,6 @@ impl Content {
 }
 
 impl Document {
-    /// `body`, encoded.
-    pub fn encode<T: Serialize + ?Sized>(body: &T) -> Result<Document, MessageError> {
-        encode(body).map(|bytes| Document(bytes.into()))
-    }
-
     /// Reads the document as `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, MessageError> {
         decode(&self.0)
