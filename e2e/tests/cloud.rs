@@ -121,18 +121,28 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
     assert_eq!(nodes["kind"], "NodeList");
     assert_eq!(nodes["items"].as_array().map(Vec::len), Some(2));
 
-    // A node whose link goes down turns Unknown.
+    // A node whose link goes down turns Unknown, once the status writer
+    // wrote what the controller handed it at the disconnect.
     let events = cloud.controller.counts.borrow().node_events;
     b.shutdown().await;
-    cloud
+    let mut counts = cloud
         .counts("node-b's disconnect", |c| c.node_events > events)
         .await;
-    let node = cloud
-        .client
-        .get("/api/v1/nodes/node-b")
-        .await
-        .expect("node");
-    assert_eq!(ready(&node), "Unknown");
+    loop {
+        let node = cloud
+            .client
+            .get("/api/v1/nodes/node-b")
+            .await
+            .expect("node");
+        if ready(&node) == "Unknown" {
+            break;
+        }
+        // Not written yet: the next write is awaited, then read again.
+        let written = counts.status_written;
+        counts = cloud
+            .counts("node-b's Unknown written", |c| c.status_written > written)
+            .await;
+    }
 
     // Deletion reaches the edge, which deletes its copy.
     cloud
