@@ -31,6 +31,9 @@
 //! KubeEdge's cloudcore is not run here (no binary of it may be built into
 //! this project); its figure on the same work is quoted in
 //! docs/kubernetes.md.
+//!
+//! One concern: the `memory` group, cloudcore and edgecore run as
+//! processes and measured from outside (RSS, CPU time).
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;

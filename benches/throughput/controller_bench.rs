@@ -52,6 +52,9 @@
 //!
 //! `EDGEHIVE_BENCH_LOG` (a tracing filter, such as `cloud=debug`) shows
 //! what the cloud and the edge log meanwhile.
+//!
+//! One concern: the `controller` group, each of its scenarios beside the
+//! baseline it is measured against, in both backends.
 
 use std::future::Future;
 use std::path::Path;

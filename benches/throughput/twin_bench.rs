@@ -20,6 +20,8 @@
 //! as fast as each call is answered and then paced. Baseline: the same
 //! calls to a gRPC server that answers without doing anything, over a Unix
 //! socket beside it (what gRPC itself costs).
+//!
+//! One concern: the `twin` group, the DMI path timed against bare gRPC.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
