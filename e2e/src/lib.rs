@@ -261,6 +261,33 @@ impl Cloud {
             .expect("controller gone")
     }
 
+    /// The object at admin API `path` once it satisfies `wanted`, read
+    /// again each time the controller's counts move (a status written
+    /// among them): for what the status writer writes after the count
+    /// that announced it. Fails after 30 s in all, with the last object
+    /// read. A change while the object is read is not missed: this
+    /// receiver has not seen it yet.
+    pub async fn get_until(
+        &self,
+        path: &str,
+        mut wanted: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let mut counts = self.controller.counts.clone();
+        let mut last = serde_json::Value::Null;
+        let found = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let object = self.client.get(path).await.expect("get");
+                if wanted(&object) {
+                    return object;
+                }
+                last = object;
+                counts.changed().await.expect("controller gone");
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("{path} never got there; last read: {last}"))
+    }
+
     pub async fn apply(&self, manifest: &str) -> Vec<String> {
         self.client
             .apply(manifest.as_bytes().to_vec())

@@ -128,7 +128,9 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
     cloud
         .counts("node-b's disconnect", |c| c.node_events > events)
         .await;
-    node_until(&cloud, "node-b", |node| ready(node) == "Unknown").await;
+    cloud
+        .get_until("/api/v1/nodes/node-b", |node| ready(node) == "Unknown")
+        .await;
 
     // Deletion reaches the edge, which deletes its copy.
     cloud
@@ -155,29 +157,6 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
 
     a.shutdown().await;
     cloud.shutdown().await;
-}
-
-/// The Node `name` once it satisfies `wanted`, read again each time the
-/// controller's counts move (a status written among them); fails after
-/// 30 s with the last Ready condition seen.
-async fn node_until(cloud: &Cloud, name: &str, wanted: impl Fn(&Value) -> bool) -> Value {
-    let mut counts = cloud.controller.counts.clone();
-    let path = format!("/api/v1/nodes/{name}");
-    let mut last = String::new();
-    let found = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let node = cloud.client.get(&path).await.expect("node");
-            if wanted(&node) {
-                return node;
-            }
-            last = ready(&node);
-            // A change while the node was read is not missed: it is still
-            // unseen by this receiver.
-            counts.changed().await.expect("controller gone");
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| panic!("{name} never got there; its Ready was {last:?}"))
 }
 
 fn ready(node: &Value) -> String {

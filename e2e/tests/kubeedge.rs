@@ -307,11 +307,13 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
         .await
         .expect("pod");
     assert_eq!(pod["status"], json!({"phase": "Succeeded"}));
+    // The node's status, once the status writer wrote it (its patch is
+    // counted when handed over).
     let node = cloud
-        .client
-        .get("/api/v1/nodes/kube-4")
-        .await
-        .expect("node");
+        .get_until("/api/v1/nodes/kube-4", |node| {
+            node["status"]["nodeInfo"]["kubeletVersion"] == "edgehive"
+        })
+        .await;
     // The registration's labels: only a KubeEdge-speaking edge sends them.
     assert_eq!(
         node["metadata"]["labels"]["kubernetes.io/hostname"],
