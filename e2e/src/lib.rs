@@ -264,17 +264,18 @@ impl Cloud {
     /// The object at admin API `path` once it satisfies `wanted`, read
     /// again each time the controller's counts move (a status written
     /// among them): for what the status writer writes after the count
-    /// that announced it. Fails after 30 s in all, with the last object
-    /// read. A change while the object is read is not missed: this
+    /// that announced it. Fails after `within` in all, with the last
+    /// object read. A change while the object is read is not missed: this
     /// receiver has not seen it yet.
     pub async fn get_until(
         &self,
         path: &str,
+        within: Duration,
         mut wanted: impl FnMut(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
         let mut counts = self.controller.counts.clone();
         let mut last = serde_json::Value::Null;
-        let found = tokio::time::timeout(Duration::from_secs(30), async {
+        let found = tokio::time::timeout(within, async {
             loop {
                 let object = self.client.get(path).await.expect("get");
                 if wanted(&object) {

@@ -129,7 +129,9 @@ async fn a_pod_reaches_exactly_its_node_and_its_status_comes_back() {
         .counts("node-b's disconnect", |c| c.node_events > events)
         .await;
     cloud
-        .get_until("/api/v1/nodes/node-b", |node| ready(node) == "Unknown")
+        .get_until("/api/v1/nodes/node-b", Duration::from_secs(30), |node| {
+            ready(node) == "Unknown"
+        })
         .await;
 
     // Deletion reaches the edge, which deletes its copy.

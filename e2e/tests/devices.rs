@@ -121,21 +121,11 @@ fn device_topic(suffix: &str) -> String {
 }
 
 /// Waits until the cloud's copy of the device satisfies `wanted`, looking
-/// again each time the controller stores a status.
-async fn cloud_device(cloud: &Cloud, mut wanted: impl FnMut(&Value) -> bool) -> Value {
-    let mut counts = cloud.controller.counts.clone();
+/// again each time the controller's counts move (a status stored among
+/// them).
+async fn cloud_device(cloud: &Cloud, wanted: impl FnMut(&Value) -> bool) -> Value {
     let path = format!("/apis/devices.kubeedge.io/v1beta1/namespaces/default/devices/{DEVICE}");
-    let found = tokio::time::timeout(WAIT, async {
-        loop {
-            let device = cloud.client.get(&path).await.expect("get device");
-            if wanted(&device) {
-                return device;
-            }
-            counts.changed().await.expect("controller gone");
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| panic!("the cloud's device never got there"))
+    cloud.get_until(&path, WAIT, wanted).await
 }
 
 fn reported<'a>(device: &'a Value, property: &str) -> Option<&'a str> {

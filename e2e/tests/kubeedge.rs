@@ -310,7 +310,7 @@ async fn an_edgehive_edge_speaking_kubeedge_joins_and_reports() {
     // The node's status, once the status writer wrote it (its patch is
     // counted when handed over).
     let node = cloud
-        .get_until("/api/v1/nodes/kube-4", |node| {
+        .get_until("/api/v1/nodes/kube-4", Duration::from_secs(30), |node| {
             node["status"]["nodeInfo"]["kubeletVersion"] == "edgehive"
         })
         .await;
