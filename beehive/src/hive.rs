@@ -187,6 +187,7 @@ enum SendingState {
 }
 
 impl Sending {
+    #[inline]
     fn done(outcome: Result<(), Error>) -> Sending {
         Sending(SendingState::Done(Some(outcome)))
     }
@@ -195,6 +196,7 @@ impl Sending {
 impl Future for Sending {
     type Output = Result<(), Error>;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
         match &mut self.0 {
             // As any future: polling again after the outcome was taken is
@@ -385,6 +387,7 @@ impl Hive {
     /// called: a mailbox with room takes it without a future being built
     /// around it (the common case, and most of a send's cost otherwise), and
     /// only a full one leaves a [`Sending`] that waits for room.
+    #[inline]
     pub fn send(&self, destination: &str, msg: Message) -> Sending {
         match self.offer(destination, msg) {
             Ok(()) => Sending::done(Ok(())),

@@ -137,6 +137,7 @@ impl<T> Drop for Mailbox<T> {
 
 impl<T> Mailbox<T> {
     /// Queues `msg` if there is room, without waiting.
+    #[inline]
     pub(crate) fn try_send(&self, msg: T) -> Result<(), Refused<T>> {
         self.push(msg, false)
     }
@@ -160,6 +161,7 @@ impl<T> Mailbox<T> {
 
     /// Queues `msg` if there is room; `wait_for_room` asks the next take
     /// to wake senders when there is none.
+    #[inline]
     fn push(&self, msg: T, wait_for_room: bool) -> Result<(), Refused<T>> {
         let mut waiting = self.shared.waiting.lock();
         if waiting.closed {
@@ -211,6 +213,7 @@ impl<T> Drop for Inbox<T> {
 impl<T> Inbox<T> {
     /// The next message, in the order sent; `None` once the mailbox is
     /// closed (or every sender is gone) and empty.
+    #[inline]
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         if let Some(msg) = self.taken.pop_front() {
             self.shared

@@ -63,6 +63,7 @@ impl Drop for DeliveryLoop {
 impl DeliveryLoop {
     /// Handles one message; a returned error or a panic stops the module as
     /// failed, and a request that caused it gets an error at once.
+    #[inline]
     fn deliver<M: Module>(&mut self, msg: Message, act: &mut M, ctx: &mut Context<M>) {
         self.handled.count(msg.operation());
         let request = msg.is_sync().then(|| msg.id());
