@@ -3,6 +3,8 @@
 //! - [`kinds`]: the Kubernetes kinds edgehive carries between cloud and
 //!   edge, their keys, and what references what (a pod its configmaps and
 //!   secrets, a device its model);
+//! - [`object`]: one object of those kinds as modules hand it to each
+//!   other, its key and revision typed and read once;
 //! - [`k8s`]: the Kubernetes objects (`core/v1`, `meta/v1`) as edgehive
 //!   reads them, as its own serde types: the part it models, and every
 //!   other field kept as it came;
@@ -43,6 +45,7 @@ pub mod k8s;
 pub mod kinds;
 #[cfg(feature = "kubernetes")]
 pub mod manifest;
+pub mod object;
 pub mod references;
 #[cfg(feature = "kubernetes")]
 mod schema;
@@ -53,6 +56,7 @@ pub mod tokens;
 pub mod twin;
 
 pub use kinds::{Kind, ObjectKey};
+pub use object::Object;
 
 /// The kubelet version an edgehive edge reports in its Node's
 /// `nodeInfo.kubeletVersion` (kubectl's VERSION column): the Kubernetes

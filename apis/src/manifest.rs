@@ -7,7 +7,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::api::ApiError;
-use crate::kinds::{Kind, ObjectKey, valid_label, valid_name};
+use crate::kinds::{Kind, valid_label, valid_name};
+use crate::object::Object;
 
 /// Kinds a manifest may carry (nodes join; they are not applied).
 pub const APPLICABLE: [Kind; 7] = [
@@ -30,10 +31,10 @@ pub const APPLICABLE: [Kind; 7] = [
 pub const MAX_FLOW_DEPTH: usize = 64;
 
 /// The objects in `body`, each checked, with namespaces defaulted.
-pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
+pub fn parse(body: &[u8]) -> Result<Vec<Object>, ApiError> {
     let mut objects = Vec::new();
-    for_each(body, |key, object| {
-        objects.push((key, object));
+    for_each(body, |object| {
+        objects.push(object);
         Ok(())
     })?;
     Ok(objects)
@@ -46,7 +47,7 @@ pub fn parse(body: &[u8]) -> Result<Vec<(ObjectKey, Value)>, ApiError> {
 /// the manifest's or `take`'s, stops the read; the number of objects read.
 pub fn for_each(
     body: &[u8],
-    mut take: impl FnMut(ObjectKey, Value) -> Result<(), ApiError>,
+    mut take: impl FnMut(Object) -> Result<(), ApiError>,
 ) -> Result<usize, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::BadRequest("the manifest is not UTF-8 text".to_owned()))?;
@@ -54,11 +55,11 @@ pub fn for_each(
     let mut count = 0;
     let mut each = |object: Value| {
         count += 1;
-        let (key, object) = check(object).map_err(|reason| match reason {
+        let object = check(object).map_err(|reason| match reason {
             ApiError::Invalid(reason) => ApiError::Invalid(format!("object {count}: {reason}")),
             other => other,
         })?;
-        take(key, object)
+        take(object)
     };
     match json_document(text) {
         Some(JsonDocument::List(items)) => {
@@ -167,7 +168,7 @@ fn check_flow_depth(text: &str) -> Result<(), ApiError> {
 }
 
 /// Checks one object and fills in its namespace.
-pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
+pub fn check(mut object: Value) -> Result<Object, ApiError> {
     let invalid = |reason: String| ApiError::Invalid(reason);
     let Some(map) = object.as_object() else {
         return Err(invalid("not an object".to_owned()));
@@ -226,7 +227,7 @@ pub fn check(mut object: Value) -> Result<(ObjectKey, Value), ApiError> {
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.insert("namespace".to_owned(), Value::String(namespace.clone()));
     }
-    Ok((ObjectKey::new(kind, namespace, name), object))
+    Object::new(object).map_err(|err| invalid(format!("{kind} {name}: {err}")))
 }
 
 /// `spec.nodeName`, when set, must name a node.
@@ -326,12 +327,12 @@ mod tests {
     fn yaml_documents_and_json_lists_are_read() {
         let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n---\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox\n";
         let objects = parse(yaml).expect("parse");
-        let keys: Vec<String> = objects.iter().map(|(k, _)| k.to_string()).collect();
+        let keys: Vec<String> = objects.iter().map(|o| o.key().to_string()).collect();
         assert_eq!(keys, ["configmaps/default/a", "pods/shop/web"]);
-        assert_eq!(objects[0].1["metadata"]["namespace"], "default");
+        assert_eq!(objects[0].json()["metadata"]["namespace"], "default");
         let json = br#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}]}"#;
         assert_eq!(
-            parse(json).expect("parse")[0].0.to_string(),
+            parse(json).expect("parse")[0].key().to_string(),
             "secrets/default/s"
         );
     }
@@ -349,9 +350,9 @@ mod tests {
             cm("c")
         );
         let mut seen = Vec::new();
-        let err = for_each(json.as_bytes(), |key, _| {
-            seen.push(key.name.clone());
-            match key.name.as_str() {
+        let err = for_each(json.as_bytes(), |object| {
+            seen.push(object.key().name.clone());
+            match object.key().name.as_str() {
                 "b" => Err(ApiError::Conflict("stop here".to_owned())),
                 _ => Ok(()),
             }
@@ -359,7 +360,7 @@ mod tests {
         .expect_err("stopped");
         assert!(err.to_string().contains("stop here"), "{err}");
         assert_eq!(seen, ["a", "b"]);
-        assert_eq!(for_each(json.as_bytes(), |_, _| Ok(())).expect("read"), 3);
+        assert_eq!(for_each(json.as_bytes(), |_| Ok(())).expect("read"), 3);
 
         let bad = format!(
             r#"{{"kind":"List","items":[{},{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"x"}}}}]}}"#,

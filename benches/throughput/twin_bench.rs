@@ -145,7 +145,7 @@ struct Observed {
 }
 
 impl DesiredState for Observed {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<apis::Object>, DesiredError> {
         self.inner.get(key)
     }
 
@@ -153,7 +153,7 @@ impl DesiredState for Observed {
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(apis::Object),
     ) -> Result<u64, DesiredError> {
         self.inner.list_each(kind, namespace, visit)
     }
@@ -162,28 +162,28 @@ impl DesiredState for Observed {
         self.inner.watch(kind, since)
     }
 
-    fn create(&self, object: Value) -> StoreFuture<Value> {
+    fn create(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.create(object)
     }
 
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
+    fn replace(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.replace(object)
     }
 
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+    fn replace_status(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         let device = object["kind"] == "Device";
         let written = self.inner.replace_status(object);
         let committed = self.committed.clone();
         Box::pin(async move {
             let stored = written.await?;
             if device {
-                let _ = committed.send((Instant::now(), stored.clone()));
+                let _ = committed.send((Instant::now(), stored.json().clone()));
             }
             Ok(stored)
         })
     }
 
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<apis::Object>> {
         self.inner.delete(key)
     }
 
@@ -249,7 +249,11 @@ impl Rig {
         .await?;
         let address = hub.addresses[0].1.clone();
         controller
-            .apply((0..MAPPERS).map(device).collect())
+            .apply(
+                (0..MAPPERS)
+                    .map(|i| apis::Object::new(device(i)).expect("a device"))
+                    .collect(),
+            )
             .await
             .map_err(|err| anyhow::anyhow!("devices not applied: {err}"))?;
 

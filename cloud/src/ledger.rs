@@ -15,14 +15,14 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::json;
 use tracing::{info, warn};
 
 use apis::kinds::{Kind, ObjectKey};
 use hub::certs::ledger::{self, LedgerError, LedgerState};
 use hub::certs::{JoinLedger, Revocations, TokenClaims, TokenRecord};
 
-use crate::desired::{DesiredError, DesiredState, WatchEvent};
+use crate::desired::{DesiredError, DesiredState, Object, WatchEvent};
 
 /// The Secret's name.
 pub const LEDGER_SECRET: &str = "edgehive-join-ledger";
@@ -47,9 +47,12 @@ impl StoredLedger {
     }
 
     /// The stored Secret and the state it holds (empty when there is none).
-    fn read(&self) -> Result<(Option<Value>, LedgerState), LedgerError> {
+    fn read(&self) -> Result<(Option<Object>, LedgerState), LedgerError> {
         let secret = self.store.get(&self.key).map_err(backend)?;
-        let state = match secret.as_ref().and_then(|s| s["data"]["ledger"].as_str()) {
+        let state = match secret
+            .as_ref()
+            .and_then(|s| s.json()["data"]["ledger"].as_str())
+        {
             None => LedgerState::default(),
             Some(data) => {
                 let bytes = STANDARD.decode(data).map_err(backend)?;
@@ -79,19 +82,17 @@ impl StoredLedger {
                 let data = STANDARD.encode(serde_json::to_vec(&state).map_err(backend)?);
                 let written = match secret {
                     Some(mut secret) => {
-                        secret["data"] = json!({ "ledger": data });
+                        secret.edit(|body| body["data"] = json!({ "ledger": data }));
                         this.store.replace(secret).await
                     }
-                    None => this
-                        .store
-                        .create(json!({
-                            "apiVersion": "v1",
-                            "kind": "Secret",
-                            "metadata": {"name": this.key.name, "namespace": this.key.namespace},
-                            "type": "Opaque",
-                            "data": { "ledger": data },
-                        }))
-                        .await,
+                    None => {
+                        let mut secret = Object::stub(&this.key);
+                        secret.edit(|body| {
+                            body["type"] = json!("Opaque");
+                            body["data"] = json!({ "ledger": data });
+                        });
+                        this.store.create(secret).await
+                    }
                 };
                 match written {
                     Ok(_) => return Ok(answer),
@@ -217,12 +218,10 @@ pub async fn revoke_deleted_nodes(store: Arc<dyn DesiredState>, ledger: Arc<dyn 
                 Ok(_) => continue,
                 Err(_) => break,
             };
-            let metadata = &node["metadata"];
-            let (Some(name), uid) = (metadata["name"].as_str(), metadata["uid"].as_str()) else {
-                continue;
-            };
+            let name = node.key().name.as_str();
+            let uid = node.uid().unwrap_or("");
             match ledger
-                .revoke_node(name.to_owned(), uid.unwrap_or("").to_owned(), unix_now())
+                .revoke_node(name.to_owned(), uid.to_owned(), unix_now())
                 .await
             {
                 Ok(true) => info!(node = %name, "node deleted: its certificates are revoked"),

@@ -54,11 +54,11 @@ impl Cloud {
         let store = EmbeddedStore::open(&dir.path().join("desired.redb")).expect("store");
         for (name, node) in [("web", "edge-1"), ("other", "edge-2")] {
             store
-                .create(serde_json::json!({
+                .create(apis::Object::new(serde_json::json!({
                     "apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}
-                }))
+                })).expect("an object"))
                 .await
                 .expect("pod");
         }
@@ -632,11 +632,14 @@ async fn a_real_kubeedge_edgecore_serves_logs_exec_and_stats() {
     let cloud = Cloud::start().await;
     let store = EmbeddedStore::open(&cloud._dir.path().join("real.redb")).expect("store");
     store
-        .create(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "real", "namespace": "default"},
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}
-        }))
+        .create(
+            apis::Object::new(serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "real", "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}
+            }))
+            .expect("an object"),
+        )
         .await
         .expect("pod");
     let streams =

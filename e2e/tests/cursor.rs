@@ -137,19 +137,23 @@ impl Replica {
     }
 }
 
-fn pod(name: &str, configmap: &str) -> Value {
-    json!({
+fn pod(name: &str, configmap: &str) -> apis::Object {
+    object(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"nodeName": NODE,
                  "containers": [{"name": "c", "image": "busybox:1.36"}],
                  "volumes": [{"name": "conf", "configMap": {"name": configmap}}]},
-    })
+    }))
 }
 
-fn configmap(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": "default"}, "data": {"k": "v"}})
+fn object(body: Value) -> apis::Object {
+    apis::Object::new(body).expect("an object")
+}
+
+fn configmap(name: &str) -> apis::Object {
+    object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": "default"}, "data": {"k": "v"}}))
 }
 
 /// The node's cursor as etcd holds it.
@@ -517,12 +521,12 @@ async fn objects_still_queued_where_a_node_returns_go_once_recorded_as_unsure() 
     assert_eq!(resources, expected);
     // They change at b, and the edge gets the change: what a still
     // queues of them is older now.
-    let changed: Vec<Value> = unacked
+    let changed: Vec<apis::Object> = unacked
         .iter()
         .map(|resource| {
             let name = resource.rsplit('/').next().expect("a name");
             let mut changed = pod(name, "conf");
-            changed["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+            changed.edit(|o| o["spec"]["containers"][0]["image"] = json!("busybox:1.37"));
             changed
         })
         .collect();

@@ -236,6 +236,7 @@ async fn a_kubeedge_node_taken_over_on_leases_is_sent_nothing_it_acknowledged() 
     let mut objects = vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "conf", "namespace": namespace}, "data": {"k": "v"}})];
     objects.extend((0..PODS).map(|i| pod(namespace, node, &format!("web-{i:02}"))));
+    let objects = objects.into_iter().map(object).collect();
     a.controller.apply(objects).await.expect("applied");
 
     let identity = format!("system:node:{node}");
@@ -299,7 +300,7 @@ async fn a_kubeedge_node_taken_over_on_leases_is_sent_nothing_it_acknowledged() 
     );
     b.counts("the cursor read", |c| c.cursors_read >= 1).await;
     b.controller
-        .apply(vec![pod(namespace, node, "late")])
+        .apply(vec![object(pod(namespace, node, "late"))])
         .await
         .expect("applied at b");
     let mut resent = 0;
@@ -321,4 +322,8 @@ async fn a_kubeedge_node_taken_over_on_leases_is_sent_nothing_it_acknowledged() 
     edge.link.sender.close().await;
     a.shutdown().await;
     b.shutdown().await;
+}
+
+fn object(body: serde_json::Value) -> apis::Object {
+    apis::Object::new(body).expect("an object")
 }

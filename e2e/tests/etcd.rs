@@ -13,12 +13,13 @@ use futures_util::StreamExt;
 use hub::NodeClaims;
 use serde_json::{Value, json};
 
-fn pod(name: &str, node: &str) -> Value {
-    json!({
+fn pod(name: &str, node: &str) -> apis::Object {
+    apis::Object::new(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36"}]},
-    })
+    }))
+    .expect("a pod")
 }
 
 async fn store(cluster: &Cluster, prefix: &str) -> EtcdStore {
@@ -68,7 +69,7 @@ async fn two_replicas_share_one_desired_state_and_never_overwrite_each_other() {
 
     // A change through the other replica, then one on the stale revision.
     let mut changed = created.clone();
-    changed["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    changed.edit(|o| o["spec"]["containers"][0]["image"] = json!("busybox:1.37"));
     let replaced = b.replace(changed.clone()).await.expect("replace");
     let second: u64 = replaced["metadata"]["resourceVersion"]
         .as_str()
@@ -77,14 +78,14 @@ async fn two_replicas_share_one_desired_state_and_never_overwrite_each_other() {
         .expect("numeric");
     assert!(second > first, "revisions grow");
     let mut stale = changed;
-    stale["spec"]["containers"][0]["image"] = json!("busybox:stale");
+    stale.edit(|o| o["spec"]["containers"][0]["image"] = json!("busybox:stale"));
     assert!(matches!(
         a.replace(stale).await,
         Err(DesiredError::Conflict { .. })
     ));
     // The node is immutable, as kube-apiserver has it.
     let mut moved = replaced.clone();
-    moved["spec"]["nodeName"] = json!("edge-2");
+    moved.edit(|o| o["spec"]["nodeName"] = json!("edge-2"));
     assert!(matches!(
         a.replace(moved).await,
         Err(DesiredError::Invalid { .. })
@@ -92,10 +93,10 @@ async fn two_replicas_share_one_desired_state_and_never_overwrite_each_other() {
 
     // Status through its own door: the spec's revision is kept for the node.
     let mut reported = replaced.clone();
-    reported["status"] = json!({"phase": "Running"});
+    reported.edit(|o| o["status"] = json!({"phase": "Running"}));
     let with_status = a.replace_status(reported).await.expect("status");
     assert_eq!(with_status["status"]["phase"], "Running");
-    assert_eq!(cloud::desired::spec_revision(&with_status), second);
+    assert_eq!(cloud::desired::spec_revision(with_status.json()), second);
 
     let deleted = b.delete(&key).await.expect("delete").expect("was there");
     assert_eq!(deleted["metadata"]["uid"], created["metadata"]["uid"]);
@@ -302,13 +303,13 @@ async fn a_replica_that_lost_a_node_cannot_write_its_status() {
     // Served by no replica (its link is down everywhere): a may still say
     // so, as etcd checks that no claim exists.
     let mut reported = created.clone();
-    reported["status"] = json!({"phase": "Pending"});
+    reported.edit(|o| o["status"] = json!({"phase": "Pending"}));
     let unclaimed = store
         .replace_status(reported)
         .await
         .expect("nobody serves n1");
     let mut reported = unclaimed.clone();
-    reported["status"] = json!({"phase": "Running"});
+    reported.edit(|o| o["status"] = json!({"phase": "Running"}));
     a.claim_now("n1").await.expect("a claims n1");
     let written = store.replace_status(reported).await.expect("a serves n1");
     assert_eq!(written["status"]["phase"], "Running");
@@ -329,13 +330,13 @@ async fn a_replica_that_lost_a_node_cannot_write_its_status() {
     leased(&c).await;
     let other = store_fenced_by(&cluster, &c).await;
     let mut elsewhere = written.clone();
-    elsewhere["status"] = json!({"phase": "Unknown"});
+    elsewhere.edit(|o| o["status"] = json!({"phase": "Unknown"}));
     assert!(matches!(
         other.replace_status(elsewhere).await,
         Err(DesiredError::Conflict { .. })
     ));
     let mut late = written.clone();
-    late["status"] = json!({"phase": "Failed"});
+    late.edit(|o| o["status"] = json!({"phase": "Failed"}));
     match store.replace_status(late).await {
         Err(DesiredError::Conflict { reason, .. }) => assert!(reason.contains("claim"), "{reason}"),
         other => panic!("a late status refused: {other:?}"),

@@ -489,9 +489,11 @@ async fn a_kubeedge_edges_twin_sync_gets_its_devices_then_a_confirm() {
     let store = cloud.controller.store().clone();
     let key = ObjectKey::new(Kind::Device, "default", "thermo-1");
     let mut thermo = store.get(&key).expect("read").expect("thermo-1");
-    thermo["status"] = json!({"state": "online", "lastOnlineTime": "2026-11-26T10:00:00Z",
-        "twins": [{"propertyName": "temperature",
-                   "reported": {"value": "19.5", "metadata": {"timestamp": "1700000000000"}}}]});
+    thermo.edit(|body| {
+        body["status"] = json!({"state": "online", "lastOnlineTime": "2026-11-26T10:00:00Z",
+            "twins": [{"propertyName": "temperature",
+                       "reported": {"value": "19.5", "metadata": {"timestamp": "1700000000000"}}}]});
+    });
     let thermo = store.replace_status(thermo).await.expect("status");
     let version: u64 = thermo["metadata"]["resourceVersion"]
         .as_str()
@@ -578,14 +580,14 @@ struct DevicesNotListedYet {
 }
 
 impl DesiredState for DevicesNotListedYet {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<apis::Object>, DesiredError> {
         self.inner.get(key)
     }
     fn list_each(
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(apis::Object),
     ) -> Result<u64, DesiredError> {
         if kind == Kind::Device && !self.open.load(Ordering::Acquire) {
             return Err(DesiredError::Backend("devices not listed yet".to_owned()));
@@ -595,16 +597,16 @@ impl DesiredState for DevicesNotListedYet {
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
         self.inner.watch(kind, since)
     }
-    fn create(&self, object: Value) -> StoreFuture<Value> {
+    fn create(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.create(object)
     }
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
+    fn replace(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.replace(object)
     }
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+    fn replace_status(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.replace_status(object)
     }
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<apis::Object>> {
         self.inner.delete(key)
     }
     fn next_revision(&self) -> StoreFuture<u64> {
@@ -845,7 +847,7 @@ async fn a_kubeedge_edges_device_reports_become_the_devices_status() {
     let counts = cloud.counts("the refusal", |c| c.status_refused >= 1).await;
     assert_eq!(counts.device_reports, 1);
     assert_eq!(read("thermo-9"), before);
-    assert!(before.get("status").is_none(), "{before}");
+    assert!(before.json().get("status").is_none(), "{before}");
 
     // A state: the next confirm is the state's (none came for thermo-9's).
     let state = state_report("default", "thermo-1", "online", "2026-11-26T12:00:00Z");

@@ -11,7 +11,7 @@ use apis::kinds::{Kind, ObjectKey};
 use cloud::desired::{DesiredError, StoreFuture, TokenRequest, WatchStream};
 use cloud::{DesiredState, EmbeddedStore};
 use e2e::{Backend, Cloud, Edge, next, pod_yaml};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::watch;
 
 /// The embedded store, its status writes held at a gate the test opens.
@@ -23,28 +23,28 @@ struct Stalling {
 }
 
 impl DesiredState for Stalling {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<apis::Object>, DesiredError> {
         self.inner.get(key)
     }
     fn list_each(
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(apis::Object),
     ) -> Result<u64, DesiredError> {
         self.inner.list_each(kind, namespace, visit)
     }
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
         self.inner.watch(kind, since)
     }
-    fn create(&self, object: Value) -> StoreFuture<Value> {
+    fn create(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.create(object)
     }
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
+    fn replace(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.replace(object)
     }
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
-        let key = ObjectKey::of(&object).map_or_else(String::new, |k| k.to_string());
+    fn replace_status(&self, object: apis::Object) -> StoreFuture<apis::Object> {
+        let key = object.key().to_string();
         self.asked.lock().expect("asked").push(key);
         let mut open = self.open.clone();
         let write = self.inner.replace_status(object);
@@ -55,7 +55,7 @@ impl DesiredState for Stalling {
             write.await
         })
     }
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<apis::Object>> {
         self.inner.delete(key)
     }
     fn next_revision(&self) -> StoreFuture<u64> {
@@ -70,7 +70,7 @@ impl DesiredState for Stalling {
     ) -> StoreFuture<apis::tokens::TokenRequestStatus> {
         self.inner.request_token(request)
     }
-    fn passes_on(&self, object: &Value) -> bool {
+    fn passes_on(&self, object: &apis::Object) -> bool {
         self.inner.passes_on(object)
     }
     fn shares_request_budget(&self) -> bool {

@@ -15,7 +15,6 @@ use beehive::constants::module;
 use cloud::desired::{StoreFuture, WatchStream};
 use cloud::{DesiredError, DesiredState, EmbeddedStore};
 use e2e::{Backend, Cloud, Edge, next, pod_yaml};
-use serde_json::Value;
 
 /// The embedded store, issuing tokens as an API server would and
 /// recording what it was asked.
@@ -25,30 +24,30 @@ struct Issuing {
 }
 
 impl DesiredState for Issuing {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<apis::Object>, DesiredError> {
         self.inner.get(key)
     }
     fn list_each(
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(apis::Object),
     ) -> Result<u64, DesiredError> {
         self.inner.list_each(kind, namespace, visit)
     }
     fn watch(&self, kind: Kind, since: u64) -> Result<WatchStream, DesiredError> {
         self.inner.watch(kind, since)
     }
-    fn create(&self, object: Value) -> StoreFuture<Value> {
+    fn create(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.create(object)
     }
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
+    fn replace(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.replace(object)
     }
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+    fn replace_status(&self, object: apis::Object) -> StoreFuture<apis::Object> {
         self.inner.replace_status(object)
     }
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<apis::Object>> {
         self.inner.delete(key)
     }
     fn next_revision(&self) -> StoreFuture<u64> {

@@ -32,7 +32,7 @@ use serde_json::Value;
 use apis::api::{self, ApiError, ObjectSource};
 use apis::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ObjectKey};
 
-use crate::desired::DesiredState;
+use crate::desired::{DesiredState, Object};
 use crate::edgecontroller::ControllerHandle;
 
 pub mod auth;
@@ -246,13 +246,15 @@ impl AdminApi {
     }
 }
 
-/// The desired state seen as Kubernetes objects.
+/// The desired state seen as Kubernetes objects: the read API's codec
+/// takes their bodies.
 struct DesiredObjects(Arc<dyn DesiredState>);
 
 impl ObjectSource for DesiredObjects {
     fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ApiError> {
         self.0
             .get(key)
+            .map(|object| object.map(Object::into_json))
             .map_err(|err| ApiError::Unavailable(err.to_string()))
     }
 
@@ -264,7 +266,7 @@ impl ObjectSource for DesiredObjects {
     ) -> Result<String, ApiError> {
         let revision = self
             .0
-            .list_each(kind, namespace, visit)
+            .list_each(kind, namespace, &mut |object| visit(object.into_json()))
             .map_err(|err| ApiError::Unavailable(err.to_string()))?;
         Ok(revision.to_string())
     }
@@ -330,8 +332,8 @@ async fn apply(
     // Each object packed as it is read: a manifest of thousands is never
     // held as trees all at once.
     let mut admitted = Vec::new();
-    manifest::for_each(&body, |key, object| {
-        admitted.push(controller.admit(key, object)?);
+    manifest::for_each(&body, |object| {
+        admitted.push(controller.admit(object)?);
         Ok(())
     })?;
     drop(body);
@@ -351,8 +353,8 @@ async fn delete_manifest(
     let body = manifest_body(&request, payload).await?;
     // Only the keys are kept: a manifest of thousands is not held as trees.
     let mut keys = Vec::new();
-    manifest::for_each(&body, |key, _| {
-        keys.push(key);
+    manifest::for_each(&body, |object| {
+        keys.push(object.key().clone());
         Ok(())
     })?;
     drop(body);

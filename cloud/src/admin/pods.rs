@@ -30,6 +30,7 @@ use port_forward::{CLOSE_CHANNEL, port_forward, session_close};
 use serde_json::Value;
 
 use crate::cloudstream::streams::PodStreams;
+use crate::desired::Object;
 use crate::peers::{PeerSocket, Peers, Route};
 
 /// The WebSocket subprotocols of exec and attach, the preferred first.
@@ -66,8 +67,9 @@ pub(crate) fn query_pairs(request: &HttpRequest) -> Vec<(String, String)> {
 }
 
 /// The container a request means: the one named, or the pod's only one.
-pub(crate) fn container_of(pod: &Value, named: Option<&str>) -> Result<String, ApiError> {
+pub(crate) fn container_of(pod: &Object, named: Option<&str>) -> Result<String, ApiError> {
     let names: Vec<&str> = pod
+        .json()
         .pointer("/spec/containers")
         .and_then(Value::as_array)
         .map(|containers| {
@@ -77,10 +79,7 @@ pub(crate) fn container_of(pod: &Value, named: Option<&str>) -> Result<String, A
                 .collect()
         })
         .unwrap_or_default();
-    let pod_name = pod
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let pod_name = &pod.key().name;
     match named.filter(|name| !name.is_empty()) {
         Some(name) if names.contains(&name) => Ok(name.to_owned()),
         Some(name) => Err(ApiError::BadRequest(format!(
@@ -96,7 +95,11 @@ pub(crate) fn container_of(pod: &Value, named: Option<&str>) -> Result<String, A
 }
 
 /// The pod at `namespace`/`name`, as stored.
-pub(crate) fn pod_of(streams: &PodStreams, namespace: &str, name: &str) -> Result<Value, ApiError> {
+pub(crate) fn pod_of(
+    streams: &PodStreams,
+    namespace: &str,
+    name: &str,
+) -> Result<Object, ApiError> {
     let key = ObjectKey::new(Kind::Pod, namespace, name);
     streams
         .store()

@@ -413,7 +413,7 @@ impl ResourceMetrics {
                 .store()
                 .get(&ObjectKey::new(kind, namespace, name))
             {
-                Ok(Some(object)) => item["metadata"]["labels"] = labels_of(&object),
+                Ok(Some(object)) => item["metadata"]["labels"] = labels_of(object.json()),
                 _ => unknown = true,
             }
         }
@@ -481,8 +481,8 @@ async fn linked(streams: &PodStreams, only: Option<&str>) -> Result<Vec<Value>, 
                 .list(Kind::Node, None)
                 .map_err(|err| ApiError::Unavailable(err.to_string()))?;
             nodes
-                .iter()
-                .filter_map(|n| n.pointer("/metadata/name")?.as_str().map(str::to_owned))
+                .into_iter()
+                .map(|node| node.key().name.clone())
                 .filter(|name| streams.is_linked(name))
                 .collect()
         }

@@ -79,14 +79,9 @@ impl PodStreams {
             .get(&key)
             .map_err(|err| ApiError::Unavailable(err.to_string()))?
             .ok_or_else(|| ApiError::NotFound(key.clone()))?;
-        object
-            .pointer("/spec/nodeName")
-            .and_then(|node| node.as_str())
-            .filter(|node| !node.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                ApiError::BadRequest(format!("pod {key} is not scheduled to a node yet"))
-            })
+        object.node_name().map(str::to_owned).ok_or_else(|| {
+            ApiError::BadRequest(format!("pod {key} is not scheduled to a node yet"))
+        })
     }
 
     /// Opens a stream for `request` to its pod's node.

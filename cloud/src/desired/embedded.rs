@@ -29,8 +29,8 @@ use apis::kinds::{Kind, ObjectKey};
 use super::bound_node as node_name;
 use super::feed::Feed;
 use super::{
-    DesiredError, DesiredState, SPEC_REVISION, StoreFuture, WatchEvent, WatchStream, desired_part,
-    revision_of, spec_revision,
+    DesiredError, DesiredState, Object, SPEC_REVISION, StoreFuture, WatchEvent, WatchStream,
+    desired_part, object_of, revision_of, spec_revision,
 };
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -42,13 +42,13 @@ const WINDOW: usize = 16 * 1024;
 
 /// A write the writer thread applies.
 enum Write {
-    Create(Value, Reply<Value>),
+    Create(Object, Reply<Object>),
     Replace {
-        object: Value,
+        object: Object,
         status_only: bool,
-        done: Reply<Value>,
+        done: Reply<Object>,
     },
-    Delete(ObjectKey, Reply<Option<Value>>),
+    Delete(ObjectKey, Reply<Option<Object>>),
     Bump(Reply<u64>),
 }
 
@@ -135,13 +135,20 @@ fn decode(key: &str, bytes: &[u8]) -> Result<Value, DesiredError> {
     })
 }
 
+fn decode_object(key: &str, bytes: &[u8]) -> Result<Object, DesiredError> {
+    Object::new(decode(key, bytes)?).map_err(|err| DesiredError::Corrupt {
+        key: key.to_owned(),
+        reason: err.to_string(),
+    })
+}
+
 impl DesiredState for EmbeddedStore {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError> {
         let txn = self.writer.db().begin_read().map_err(backend)?;
         let table = txn.open_table(OBJECTS).map_err(backend)?;
         let stored = storage_key(key);
         match table.get(stored.as_str()).map_err(backend)? {
-            Some(bytes) => decode(&stored, bytes.value()).map(Some),
+            Some(bytes) => decode_object(&stored, bytes.value()).map(Some),
             None => Ok(None),
         }
     }
@@ -150,7 +157,7 @@ impl DesiredState for EmbeddedStore {
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(Object),
     ) -> Result<u64, DesiredError> {
         // One read transaction: the revision and the objects are of the
         // same moment.
@@ -171,7 +178,7 @@ impl DesiredState for EmbeddedStore {
             if !key.value().starts_with(&prefix) {
                 break;
             }
-            visit(decode(key.value(), value.value())?);
+            visit(decode_object(key.value(), value.value())?);
         }
         Ok(revision)
     }
@@ -180,18 +187,18 @@ impl DesiredState for EmbeddedStore {
         self.feed.watch(kind, since)
     }
 
-    fn create(&self, object: Value) -> StoreFuture<Value> {
+    fn create(&self, object: Object) -> StoreFuture<Object> {
         self.submit(|done| Write::Create(object, done))
     }
 
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
+    fn replace(&self, object: Object) -> StoreFuture<Object> {
         // A replace that changes nothing (a re-apply of the same manifest)
         // costs a read, as with an API server: no write transaction, no
         // wait behind other writes. What it is judged against may change
         // right after; then the replace came first.
-        if let Ok(key) = key_of(&object)
-            && let Ok(Some(existing)) = self.get(&key)
-            && with_spec(&existing, object.clone(), &key).is_ok_and(|same| same == existing)
+        if let Ok(Some(existing)) = self.get(object.key())
+            && with_spec(existing.json(), object.json().clone(), object.key())
+                .is_ok_and(|same| &same == existing.json())
         {
             return Box::pin(async move { Ok(existing) });
         }
@@ -202,7 +209,7 @@ impl DesiredState for EmbeddedStore {
         })
     }
 
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+    fn replace_status(&self, object: Object) -> StoreFuture<Object> {
         self.submit(|done| Write::Replace {
             object,
             status_only: true,
@@ -210,7 +217,7 @@ impl DesiredState for EmbeddedStore {
         })
     }
 
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Object>> {
         let key = key.clone();
         self.submit(|done| Write::Delete(key, done))
     }
@@ -225,13 +232,6 @@ fn now() -> String {
     jiff::Timestamp::from_second(now.as_second())
         .unwrap_or(now)
         .to_string()
-}
-
-pub(super) fn key_of(object: &Value) -> Result<ObjectKey, DesiredError> {
-    ObjectKey::of(object).ok_or_else(|| DesiredError::Invalid {
-        key: "(unnamed)".to_owned(),
-        reason: "the object has no kind or name".to_owned(),
-    })
 }
 
 pub(super) fn set_revision(object: &mut Value, revision: u64) {
@@ -302,24 +302,25 @@ fn apply(db: &Database, feed: &Feed, batch: Vec<Write>) {
             for write in batch {
                 match write {
                     Write::Create(object, done) => {
-                        let outcome = (|| -> Result<Outcome<Value>, redb::Error> {
-                            let key = match key_of(&object) {
-                                Ok(key) => key,
-                                Err(err) => return Ok(Outcome::refused(err)),
-                            };
+                        let outcome = (|| -> Result<Outcome<Object>, redb::Error> {
+                            let key = object.key().clone();
                             let stored = storage_key(&key);
                             if objects.get(stored.as_str())?.is_some() {
                                 return Ok(Outcome::refused(DesiredError::AlreadyExists {
                                     key: key.to_string(),
                                 }));
                             }
-                            let mut object = match created(object, &key) {
+                            let mut object = match created(object.into_json(), &key) {
                                 Ok(object) => object,
                                 Err(err) => return Ok(Outcome::refused(err)),
                             };
                             revision += 1;
                             set_revision(&mut object, revision);
-                            put(&mut objects, &stored, &object)?;
+                            let object = match object_of(object) {
+                                Ok(object) => object,
+                                Err(err) => return Ok(Outcome::refused(err)),
+                            };
+                            put(&mut objects, &stored, object.json())?;
                             Ok(Outcome {
                                 change: Some((key.kind, WatchEvent::Added(object.clone()))),
                                 answer: Ok(object),
@@ -333,11 +334,8 @@ fn apply(db: &Database, feed: &Feed, batch: Vec<Write>) {
                         status_only,
                         done,
                     } => {
-                        let outcome = (|| -> Result<Outcome<Value>, redb::Error> {
-                            let key = match key_of(&object) {
-                                Ok(key) => key,
-                                Err(err) => return Ok(Outcome::refused(err)),
-                            };
+                        let outcome = (|| -> Result<Outcome<Object>, redb::Error> {
+                            let key = object.key().clone();
                             let stored = storage_key(&key);
                             let existing = match objects.get(stored.as_str())? {
                                 Some(bytes) => decode(&stored, bytes.value()),
@@ -350,8 +348,8 @@ fn apply(db: &Database, feed: &Feed, batch: Vec<Write>) {
                                 Err(err) => return Ok(Outcome::refused(err)),
                             };
                             let replaced = match status_only {
-                                true => with_status(&existing, &object, &key),
-                                false => with_spec(&existing, object, &key),
+                                true => with_status(&existing, object.json(), &key),
+                                false => with_spec(&existing, object.into_json(), &key),
                             };
                             let mut replaced = match replaced {
                                 Ok(replaced) => replaced,
@@ -361,13 +359,17 @@ fn apply(db: &Database, feed: &Feed, batch: Vec<Write>) {
                                 // Nothing changed: nothing is written, as
                                 // with an API server.
                                 return Ok(Outcome {
-                                    answer: Ok(existing),
+                                    answer: object_of(existing),
                                     change: None,
                                 });
                             }
                             revision += 1;
                             set_revision(&mut replaced, revision);
-                            put(&mut objects, &stored, &replaced)?;
+                            let replaced = match object_of(replaced) {
+                                Ok(replaced) => replaced,
+                                Err(err) => return Ok(Outcome::refused(err)),
+                            };
+                            put(&mut objects, &stored, replaced.json())?;
                             Ok(Outcome {
                                 change: Some((key.kind, WatchEvent::Modified(replaced.clone()))),
                                 answer: Ok(replaced),
@@ -380,11 +382,11 @@ fn apply(db: &Database, feed: &Feed, batch: Vec<Write>) {
                         let stored = storage_key(&key);
                         let removed = objects
                             .remove(stored.as_str())?
-                            .map(|bytes| decode(&stored, bytes.value()));
+                            .map(|bytes| decode_object(&stored, bytes.value()));
                         let answer = match removed {
                             Some(Ok(mut object)) => {
                                 revision += 1;
-                                set_revision(&mut object, revision);
+                                object.set_revision(revision);
                                 changes.push((key.kind, WatchEvent::Deleted(object.clone())));
                                 Ok(Some(object))
                             }

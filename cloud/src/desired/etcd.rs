@@ -27,10 +27,10 @@ use apis::kinds::{Kind, ObjectKey};
 
 use crate::backoff::Backoff;
 
-use super::embedded::{created, key_of, set_revision, with_spec, with_status};
+use super::embedded::{created, set_revision, with_spec, with_status};
 use super::feed::Feed;
 use super::packed::{ChangeKind, Packed, PackedEvent};
-use super::{DesiredError, DesiredState, StoreFuture, WatchStream};
+use super::{DesiredError, DesiredState, Object, StoreFuture, WatchStream, object_of};
 
 /// Changes of each kind kept in memory for watches to resume from.
 const WINDOW: usize = 16 * 1024;
@@ -136,14 +136,15 @@ fn revision(value: i64) -> u64 {
 }
 
 /// The object an entry holds, its revision set.
-fn decode(entry: &Entry) -> Result<Value, DesiredError> {
+fn decode(entry: &Entry) -> Result<Object, DesiredError> {
+    let corrupt = |reason: String| DesiredError::Corrupt {
+        key: String::from_utf8_lossy(&entry.key).into_owned(),
+        reason,
+    };
     let mut object: Value =
-        serde_json::from_slice(&entry.value).map_err(|err| DesiredError::Corrupt {
-            key: String::from_utf8_lossy(&entry.key).into_owned(),
-            reason: err.to_string(),
-        })?;
+        serde_json::from_slice(&entry.value).map_err(|err| corrupt(err.to_string()))?;
     set_revision(&mut object, revision(entry.mod_revision));
-    Ok(object)
+    Object::new(object).map_err(|err| corrupt(err.to_string()))
 }
 
 /// The bytes stored for `object` (its revision is the key's own).
@@ -234,7 +235,7 @@ impl EtcdStore {
 
     /// Reads `key` from etcd itself (not the mirror): what a write must be
     /// conditioned on.
-    async fn read(etcd: &Etcd, stored: &str) -> Result<Option<(Value, i64)>, DesiredError> {
+    async fn read(etcd: &Etcd, stored: &str) -> Result<Option<(Object, i64)>, DesiredError> {
         let (entry, _) = etcd.get(stored.as_bytes()).await.map_err(unavailable)?;
         entry
             .map(|entry| decode(&entry).map(|object| (object, entry.mod_revision)))
@@ -246,17 +247,17 @@ impl EtcdStore {
     /// caller set no precondition.
     fn rewrite(
         &self,
-        object: Value,
+        object: Object,
         change: fn(&Value, Value, &ObjectKey) -> Result<Value, DesiredError>,
         fenced: bool,
-    ) -> StoreFuture<Value> {
+    ) -> StoreFuture<Object> {
         let etcd = self.etcd.clone();
-        let key = key_of(&object);
-        let stored = key.as_ref().map(|key| self.key(key)).unwrap_or_default();
+        let key = object.key().clone();
+        let stored = self.key(&key);
         // A node's status is written only by the replica that serves it.
-        let node = match &key {
-            Ok(key) if key.kind == Kind::Node => Some(key.name.clone()),
-            Ok(key) if key.kind.bound_to_node() => super::bound_node(&object).map(str::to_owned),
+        let node = match key.kind {
+            Kind::Node => Some(key.name.clone()),
+            kind if kind.bound_to_node() => object.node_name().map(str::to_owned),
             _ => None,
         };
         let fence_of = match (fenced, node) {
@@ -264,7 +265,6 @@ impl EtcdStore {
             _ => None,
         };
         Box::pin(async move {
-            let key = key?;
             let (fence, _hold) = match fence_of {
                 None => (None, None),
                 Some((fence_of, node)) => match fence_of(node.clone()).await {
@@ -272,17 +272,15 @@ impl EtcdStore {
                     None => return Err(not_served(&key, &node)),
                 },
             };
-            let conditional = object["metadata"]["resourceVersion"]
-                .as_str()
-                .is_some_and(|v| !v.is_empty());
+            let conditional = object.revision() != 0;
             for _ in 0..RETRIES {
                 let Some((existing, at)) = Self::read(&etcd, &stored).await? else {
                     return Err(DesiredError::NotFound {
                         key: key.to_string(),
                     });
                 };
-                let written = change(&existing, object.clone(), &key)?;
-                if written == existing {
+                let written = change(existing.json(), object.json().clone(), &key)?;
+                if &written == existing.json() {
                     return Ok(existing);
                 }
                 let outcome = match &fence {
@@ -296,7 +294,7 @@ impl EtcdStore {
                     Written::Done(at) => {
                         let mut written = written;
                         set_revision(&mut written, revision(at));
-                        return Ok(written);
+                        return object_of(written);
                     }
                     Written::Fenced => {
                         let node =
@@ -331,9 +329,8 @@ fn fill(mirror: &Mirror, entries: &[Entry]) -> BTreeSet<Kind> {
     for entry in entries {
         match decode(entry).and_then(|object| Ok((Packed::pack(&object)?, object))) {
             Ok((packed, object)) => {
-                if let Some(key) = ObjectKey::of(&object) {
-                    by_kind.entry(key.kind).or_default().insert(key, packed);
-                }
+                let key = object.key().clone();
+                by_kind.entry(key.kind).or_default().insert(key, packed);
             }
             Err(err) => warn!(error = %err, "unreadable object in etcd skipped"),
         }
@@ -407,9 +404,7 @@ fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
                 Change::Put(entry) => {
                     last = Some(entry.mod_revision);
                     let Ok(object) = decode(&entry) else { continue };
-                    let Some(key) = ObjectKey::of(&object) else {
-                        continue;
-                    };
+                    let key = object.key().clone();
                     let Ok(packed) = Packed::pack(&object) else {
                         continue;
                     };
@@ -431,13 +426,11 @@ fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
                     let Some(mut object) = previous.as_ref().and_then(|p| decode(p).ok()) else {
                         continue;
                     };
-                    let Some(key) = ObjectKey::of(&object) else {
-                        continue;
-                    };
+                    let key = object.key().clone();
                     if let Some(of_kind) = objects.get_mut(&key.kind) {
                         of_kind.remove(&key);
                     }
-                    set_revision(&mut object, revision(at));
+                    object.set_revision(revision(at));
                     if let Ok(event) = PackedEvent::new(ChangeKind::Deleted, &object) {
                         events.push((key.kind, event));
                     }
@@ -453,7 +446,7 @@ fn apply(mirror: &Mirror, batch: Vec<Change>) -> Option<i64> {
 }
 
 impl DesiredState for EtcdStore {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError> {
         let packed = self
             .mirror
             .objects()
@@ -466,7 +459,7 @@ impl DesiredState for EtcdStore {
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(Object),
     ) -> Result<u64, DesiredError> {
         let (packed, revision) = {
             let objects = self.mirror.objects();
@@ -492,12 +485,11 @@ impl DesiredState for EtcdStore {
         self.mirror.feed.watch(kind, since)
     }
 
-    fn create(&self, object: Value) -> StoreFuture<Value> {
+    fn create(&self, object: Object) -> StoreFuture<Object> {
         let etcd = self.etcd.clone();
-        let prepared = key_of(&object).and_then(|key| {
-            let object = created(object, &key)?;
-            Ok((self.key(&key), key, object))
-        });
+        let key = object.key().clone();
+        let prepared =
+            created(object.into_json(), &key).map(|object| (self.key(&key), key, object));
         Box::pin(async move {
             let (stored, key, mut object) = prepared?;
             match etcd
@@ -507,7 +499,7 @@ impl DesiredState for EtcdStore {
             {
                 Written::Done(at) => {
                     set_revision(&mut object, revision(at));
-                    Ok(object)
+                    object_of(object)
                 }
                 Written::Conflict(_) | Written::Fenced => Err(DesiredError::AlreadyExists {
                     key: key.to_string(),
@@ -516,11 +508,11 @@ impl DesiredState for EtcdStore {
         })
     }
 
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
+    fn replace(&self, object: Object) -> StoreFuture<Object> {
         self.rewrite(object, with_spec, false)
     }
 
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
+    fn replace_status(&self, object: Object) -> StoreFuture<Object> {
         self.rewrite(
             object,
             |existing, given, key| with_status(existing, &given, key),
@@ -528,7 +520,7 @@ impl DesiredState for EtcdStore {
         )
     }
 
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Object>> {
         let etcd = self.etcd.clone();
         let stored = self.key(key);
         let key = key.clone();
@@ -543,7 +535,7 @@ impl DesiredState for EtcdStore {
                     .map_err(unavailable)?
                 {
                     Written::Done(at) => {
-                        set_revision(&mut existing, revision(at));
+                        existing.set_revision(revision(at));
                         return Ok(Some(existing));
                     }
                     Written::Conflict(_) | Written::Fenced => continue,

@@ -65,15 +65,15 @@ struct Window {
 
 impl Window {
     fn push(&mut self, event: Arc<PackedEvent>, capacity: usize, max_bytes: usize) {
-        if let Some(superseded) = event.key.as_ref().and_then(|key| self.newest.remove(key))
+        if let Some(superseded) = self.newest.remove(&event.key)
             && let Some(gone) = self.changes.remove(&superseded)
         {
             self.bytes -= gone.object.len();
         }
         self.arrivals += 1;
         let at = (event.revision, self.arrivals);
-        if let (Some(key), false) = (&event.key, event.change == ChangeKind::Deleted) {
-            self.newest.insert(key.clone(), at);
+        if event.change != ChangeKind::Deleted {
+            self.newest.insert(event.key.clone(), at);
         }
         self.bytes += event.object.len();
         self.changes.insert(at, event);
@@ -83,13 +83,12 @@ impl Window {
             };
             self.bytes -= oldest.object.len();
             self.complete_after = oldest.revision;
-            if let Some(key) = &oldest.key
-                && self
-                    .newest
-                    .get(key)
-                    .is_some_and(|(revision, _)| *revision == oldest.revision)
+            if self
+                .newest
+                .get(&oldest.key)
+                .is_some_and(|(revision, _)| *revision == oldest.revision)
             {
-                self.newest.remove(key);
+                self.newest.remove(&oldest.key);
             }
         }
     }
@@ -235,9 +234,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cm(name: &str, revision: u64) -> serde_json::Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "a", "resourceVersion": revision.to_string()}})
+    fn cm(name: &str, revision: u64) -> crate::desired::Object {
+        crate::desired::Object::new(json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "a", "resourceVersion": revision.to_string()}}))
+        .expect("a configmap")
     }
 
     async fn replayed(feed: &Feed, since: u64) -> Vec<(String, u64)> {
@@ -249,9 +249,7 @@ mod tests {
                 WatchEvent::Modified(_) => "modified",
                 WatchEvent::Deleted(_) => "deleted",
             };
-            let name = event.object()["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
+            let name = event.object().key().name.clone();
             seen.push((format!("{kind} {name}"), event.revision()));
         }
         seen

@@ -39,7 +39,9 @@ use apis::kinds::{Kind, ObjectKey};
 use super::api_requests::ApiRequests;
 use super::feed::Feed;
 use super::packed::{ChangeKind, Packed, PackedEvent};
-use super::{DesiredError, DesiredState, StoreFuture, WatchStream, revision_of, stub};
+use super::{
+    DesiredError, DesiredState, Object, StoreFuture, WatchStream, object_of, revision_of, stub,
+};
 
 pub use super::EDGE_NODE_LABEL;
 
@@ -165,11 +167,11 @@ struct Mirror {
 }
 
 impl Mirror {
-    fn keeps(&self, kind: Kind, object: &Value) -> bool {
+    fn keeps(&self, kind: Kind, object: &Object) -> bool {
         if !kind.bound_to_node() {
             return true;
         }
-        let Some(node) = super::bound_node(object) else {
+        let Some(node) = object.node_name() else {
             return false;
         };
         self.edge_nodes
@@ -180,9 +182,9 @@ impl Mirror {
 
     /// [`keeps`](Self::keeps), noting the node of an object left out (for
     /// [`passed_over`](Self::passed_over)).
-    fn takes_in(&self, kind: Kind, object: &Value) -> bool {
+    fn takes_in(&self, kind: Kind, object: &Object) -> bool {
         let keep = self.keeps(kind, object);
-        if !keep && let Some(node) = super::bound_node(object) {
+        if !keep && let Some(node) = object.node_name() {
             let mut passed_over = self
                 .passed_over
                 .lock()
@@ -326,7 +328,7 @@ pub(crate) fn refused(err: kube::Error, key: &str) -> DesiredError {
 
 /// `object` as the API returns it, with its type filled in (list items
 /// come without).
-fn typed(kind: Kind, object: DynamicObject) -> Result<Value, DesiredError> {
+fn typed(kind: Kind, object: DynamicObject) -> Result<Object, DesiredError> {
     let mut value = serde_json::to_value(object).map_err(backend)?;
     value["apiVersion"] = json!(kind.api_version());
     value["kind"] = json!(kind.name());
@@ -334,12 +336,18 @@ fn typed(kind: Kind, object: DynamicObject) -> Result<Value, DesiredError> {
     if let Some(metadata) = value["metadata"].as_object_mut() {
         metadata.remove("managedFields");
     }
-    Ok(value)
+    object_of(value)
 }
 
+/// `object` as kube-rs takes it (a Lease, which is no [`Kind`], as well as
+/// an [`Object`]'s body).
 pub(crate) fn dynamic(object: &Value) -> Result<DynamicObject, DesiredError> {
     serde_json::from_value(object.clone()).map_err(|err| DesiredError::Invalid {
-        key: ObjectKey::of(object).map_or_else(|| "(unnamed)".to_owned(), |k| k.to_string()),
+        key: object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("(unnamed)")
+            .to_owned(),
         reason: err.to_string(),
     })
 }
@@ -441,12 +449,9 @@ impl KubernetesStore {
         }
     }
 
-    fn api_for(&self, object: &Value) -> Result<(Api<DynamicObject>, ObjectKey), DesiredError> {
-        let key = ObjectKey::of(object).ok_or_else(|| DesiredError::Invalid {
-            key: "(unnamed)".to_owned(),
-            reason: "the object has no kind or name".to_owned(),
-        })?;
-        Ok((self.api(key.kind, &key.namespace), key))
+    fn api_for(&self, object: &Object) -> (Api<DynamicObject>, ObjectKey) {
+        let key = object.key().clone();
+        (self.api(key.kind, &key.namespace), key)
     }
 }
 
@@ -507,10 +512,8 @@ async fn list_all(
             .unwrap_or(0);
         for item in page.items {
             let object = typed(kind, item)?;
-            if mirror.takes_in(kind, &object)
-                && let Some(key) = ObjectKey::of(&object)
-            {
-                objects.insert(key, Packed::pack(&object)?);
+            if mirror.takes_in(kind, &object) {
+                objects.insert(object.key().clone(), Packed::pack(&object)?);
             }
         }
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
@@ -677,8 +680,8 @@ fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Opti
             return None;
         }
     };
-    let key = ObjectKey::of(&object)?;
-    let revision = revision_of(&object);
+    let key = object.key().clone();
+    let revision = object.revision();
     if kind == Kind::Node {
         let mut edge_nodes = mirror
             .edge_nodes
@@ -734,7 +737,7 @@ fn changed(mirror: &Mirror, kind: Kind, event: KubeEvent<DynamicObject>) -> Opti
 }
 
 impl DesiredState for KubernetesStore {
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn get(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError> {
         let packed = self
             .mirror
             .caches()
@@ -747,7 +750,7 @@ impl DesiredState for KubernetesStore {
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(Object),
     ) -> Result<u64, DesiredError> {
         let caches = self.mirror.caches();
         let Some(cache) = caches.get(&kind).filter(|cache| cache.synced) else {
@@ -775,14 +778,10 @@ impl DesiredState for KubernetesStore {
         self.mirror.feed.watch(kind, since)
     }
 
-    fn create(&self, object: Value) -> StoreFuture<Value> {
-        let prepared = self.api_for(&object).and_then(|(api, key)| {
-            let mut object = object;
-            if let Some(metadata) = object["metadata"].as_object_mut() {
-                metadata.remove("resourceVersion");
-            }
-            Ok((api, key, dynamic(&object)?))
-        });
+    fn create(&self, mut object: Object) -> StoreFuture<Object> {
+        let (api, key) = self.api_for(&object);
+        object.set_revision(0);
+        let prepared = dynamic(object.json()).map(|object| (api, key, object));
         Box::pin(async move {
             let (api, key, object) = prepared?;
             let created = api
@@ -793,10 +792,9 @@ impl DesiredState for KubernetesStore {
         })
     }
 
-    fn replace(&self, object: Value) -> StoreFuture<Value> {
-        let prepared = self
-            .api_for(&object)
-            .and_then(|(api, key)| Ok((api, key, dynamic(&object)?)));
+    fn replace(&self, object: Object) -> StoreFuture<Object> {
+        let (api, key) = self.api_for(&object);
+        let prepared = dynamic(object.json()).map(|object| (api, key, object));
         Box::pin(async move {
             let (api, key, object) = prepared?;
             let replaced = api
@@ -807,12 +805,11 @@ impl DesiredState for KubernetesStore {
         })
     }
 
-    fn replace_status(&self, object: Value) -> StoreFuture<Value> {
-        let unconditional = revision_of(&object) == 0;
-        let status = object.get("status").cloned().unwrap_or(Value::Null);
-        let prepared = self
-            .api_for(&object)
-            .and_then(|(api, key)| Ok((api, key, dynamic(&object)?)));
+    fn replace_status(&self, object: Object) -> StoreFuture<Object> {
+        let unconditional = object.revision() == 0;
+        let status = object.json().get("status").cloned().unwrap_or(Value::Null);
+        let (api, key) = self.api_for(&object);
+        let prepared = dynamic(object.json()).map(|object| (api, key, object));
         let requests = self.requests.clone();
         Box::pin(async move {
             let (api, key, object) = prepared?;
@@ -846,7 +843,7 @@ impl DesiredState for KubernetesStore {
         })
     }
 
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>> {
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Object>> {
         let api = self.api(key.kind, &key.namespace);
         let key = key.clone();
         Box::pin(async move {
@@ -872,8 +869,8 @@ impl DesiredState for KubernetesStore {
         true
     }
 
-    fn passes_on(&self, object: &Value) -> bool {
-        ObjectKey::of(object).is_some_and(|key| self.mirror.keeps(key.kind, object))
+    fn passes_on(&self, object: &Object) -> bool {
+        self.mirror.keeps(object.kind(), object)
     }
 
     fn finish_deletion(&self, key: &ObjectKey, uid: Option<&str>) -> StoreFuture<()> {
@@ -957,12 +954,7 @@ impl DesiredState for KubernetesStore {
             .get(&ObjectKey::new(Kind::Node, "", node.as_str()))
             .ok()
             .flatten()
-            .and_then(|object| {
-                object
-                    .pointer("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
+            .and_then(|object| object.uid().map(str::to_owned));
         let cache = self.node_leases.clone();
         let held = cache
             .lock()

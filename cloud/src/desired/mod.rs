@@ -43,6 +43,7 @@ use futures_util::stream::BoxStream;
 use serde_json::Value;
 
 use apis::kinds::{Kind, ObjectKey};
+pub use apis::object::{Object, revision_of};
 
 pub use embedded::EmbeddedStore;
 #[cfg(feature = "etcd")]
@@ -129,16 +130,25 @@ pub type StoreFuture<T> = BoxFuture<'static, Result<T, DesiredError>>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
     /// The object was created.
-    Added(Value),
+    Added(Object),
     /// The object was changed.
-    Modified(Value),
+    Modified(Object),
     /// The object was removed; this is its last state.
-    Deleted(Value),
+    Deleted(Object),
 }
 
 impl WatchEvent {
     /// The object the event is about.
-    pub fn object(&self) -> &Value {
+    pub fn object(&self) -> &Object {
+        match self {
+            WatchEvent::Added(object)
+            | WatchEvent::Modified(object)
+            | WatchEvent::Deleted(object) => object,
+        }
+    }
+
+    /// The object the event is about, given up.
+    pub fn into_object(self) -> Object {
         match self {
             WatchEvent::Added(object)
             | WatchEvent::Modified(object)
@@ -148,18 +158,18 @@ impl WatchEvent {
 
     /// The revision of the change.
     pub fn revision(&self) -> u64 {
-        revision_of(self.object())
+        self.object().revision()
     }
 }
 
 /// Changes of one kind, in revision order.
 pub type WatchStream = BoxStream<'static, Result<WatchEvent, DesiredError>>;
 
-/// Desired state: Kubernetes objects (as JSON) with revisions, listed and
-/// watched per kind.
+/// Desired state: Kubernetes objects ([`Object`]s) with revisions, listed
+/// and watched per kind.
 pub trait DesiredState: Send + Sync + 'static {
     /// The object at `key`, from the backend's local view.
-    fn get(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError>;
+    fn get(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError>;
 
     /// The objects of `kind`, in `namespace` or in all, handed to `visit`
     /// one at a time without gathering them first (a backend that keeps
@@ -169,11 +179,15 @@ pub trait DesiredState: Send + Sync + 'static {
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        visit: &mut dyn FnMut(Value),
+        visit: &mut dyn FnMut(Object),
     ) -> Result<u64, DesiredError>;
 
     /// The same objects as [`list_each`](Self::list_each), gathered.
-    fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<(Vec<Value>, u64), DesiredError> {
+    fn list(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+    ) -> Result<(Vec<Object>, u64), DesiredError> {
         let mut objects = Vec::new();
         let revision = self.list_each(kind, namespace, &mut |object| objects.push(object))?;
         Ok((objects, revision))
@@ -186,20 +200,20 @@ pub trait DesiredState: Send + Sync + 'static {
 
     /// Creates `object` (filling in the defaults, uid and creation time an
     /// API server fills in); the object as stored.
-    fn create(&self, object: Value) -> StoreFuture<Value>;
+    fn create(&self, object: Object) -> StoreFuture<Object>;
 
     /// Replaces the spec (everything but status) of an existing object,
     /// under the precondition described in the module docs; the object as
     /// stored.
-    fn replace(&self, object: Value) -> StoreFuture<Value>;
+    fn replace(&self, object: Object) -> StoreFuture<Object>;
 
     /// Replaces the status of an existing object, under the same
     /// precondition; the object as stored.
-    fn replace_status(&self, object: Value) -> StoreFuture<Value>;
+    fn replace_status(&self, object: Object) -> StoreFuture<Object>;
 
     /// Removes the object at `key`; its last state with the revision of the
     /// removal, or `None` if there was none.
-    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Value>>;
+    fn delete(&self, key: &ObjectKey) -> StoreFuture<Option<Object>>;
 
     /// A revision above every one issued so far, without writing an object
     /// (for messages that must supersede whatever a node holds, such as a
@@ -232,7 +246,7 @@ pub trait DesiredState: Send + Sync + 'static {
 
     /// Whether a change of `object` reaches this store's watches (a
     /// Kubernetes backend passes on only pods bound to edge nodes).
-    fn passes_on(&self, object: &Value) -> bool {
+    fn passes_on(&self, object: &Object) -> bool {
         let _ = object;
         true
     }
@@ -284,24 +298,19 @@ pub fn bound_node(object: &Value) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-/// A minimal object naming `key`, for a withdrawal or deletion whose
-/// object is gone.
-pub fn stub(key: &ObjectKey) -> Value {
-    serde_json::json!({
-        "apiVersion": key.kind.api_version(),
-        "kind": key.kind.name(),
-        "metadata": { "name": key.name, "namespace": key.namespace },
+/// `body` as a backend read it back or is about to hand it out: an object
+/// that names no object of a known kind is corrupt.
+pub(crate) fn object_of(body: serde_json::Value) -> Result<Object, DesiredError> {
+    Object::new(body).map_err(|err| DesiredError::Corrupt {
+        key: "(unnamed)".to_owned(),
+        reason: err.to_string(),
     })
 }
 
-/// The revision of an object: its `metadata.resourceVersion` as a number
-/// (0 if it has none).
-pub fn revision_of(object: &Value) -> u64 {
-    object
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// A minimal object naming `key`, for a withdrawal or deletion whose
+/// object is gone.
+pub fn stub(key: &ObjectKey) -> Object {
+    Object::stub(key)
 }
 
 /// The part of an object a user sets: everything but status and the

@@ -1,7 +1,7 @@
 //! Objects kept compactly: a watched or recently changed object held as
-//! its MessagePack encoding, not as a tree of [`Value`]s.
+//! its MessagePack encoding, not as a tree of `serde_json::Value`s.
 //!
-//! A pod as a `serde_json::Value` takes about six times its JSON size
+//! A pod as a `serde_json::Value` (an [`Object`]'s body) takes about six times its JSON size
 //! (every map a tree of owned strings); its MessagePack encoding takes a
 //! little less than its JSON. The watch caches and the change feed hold
 //! [`Packed`] objects, shared between the two (one allocation per object
@@ -10,11 +10,9 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use apis::kinds::ObjectKey;
 
-use super::{DesiredError, WatchEvent, revision_of};
+use super::{DesiredError, Object, WatchEvent};
 
 /// One object, encoded; cheap to clone (the bytes are shared).
 #[derive(Clone, PartialEq, Eq)]
@@ -28,18 +26,17 @@ impl std::fmt::Debug for Packed {
 
 impl Packed {
     /// `object`, encoded.
-    pub fn pack(object: &Value) -> Result<Packed, DesiredError> {
+    pub fn pack(object: &Object) -> Result<Packed, DesiredError> {
         rmp_serde::to_vec(object)
             .map(|bytes| Packed(bytes.into()))
             .map_err(|err| DesiredError::Corrupt {
-                key: ObjectKey::of(object)
-                    .map_or_else(|| "(unnamed)".to_owned(), |k| k.to_string()),
+                key: object.key().to_string(),
                 reason: format!("not encodable: {err}"),
             })
     }
 
     /// The object again.
-    pub fn unpack(&self) -> Result<Value, DesiredError> {
+    pub fn unpack(&self) -> Result<Object, DesiredError> {
         rmp_serde::from_slice(&self.0).map_err(|err| DesiredError::Corrupt {
             key: "(cached object)".to_owned(),
             reason: err.to_string(),
@@ -74,8 +71,8 @@ pub enum ChangeKind {
 pub struct PackedEvent {
     /// What happened.
     pub change: ChangeKind,
-    /// The object's key, if it has one.
-    pub key: Option<ObjectKey>,
+    /// The object's key.
+    pub key: ObjectKey,
     /// The change's revision.
     pub revision: u64,
     /// The object (for a deletion, its last state).
@@ -84,7 +81,7 @@ pub struct PackedEvent {
 
 impl PackedEvent {
     /// `change` of `object`, packed.
-    pub fn new(change: ChangeKind, object: &Value) -> Result<PackedEvent, DesiredError> {
+    pub fn new(change: ChangeKind, object: &Object) -> Result<PackedEvent, DesiredError> {
         PackedEvent::sharing(change, object, Packed::pack(object)?)
     }
 
@@ -92,13 +89,13 @@ impl PackedEvent {
     /// with a cache).
     pub fn sharing(
         change: ChangeKind,
-        object: &Value,
+        object: &Object,
         packed: Packed,
     ) -> Result<PackedEvent, DesiredError> {
         Ok(PackedEvent {
             change,
-            key: ObjectKey::of(object),
-            revision: revision_of(object),
+            key: object.key().clone(),
+            revision: object.revision(),
             object: packed,
         })
     }
@@ -131,7 +128,7 @@ mod tests {
 
     #[test]
     fn an_object_comes_back_as_it_went_in_and_smaller_than_its_json() {
-        let pod = json!({
+        let pod = Object::new(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "default", "resourceVersion": "42",
                          "labels": {"app": "x"}, "uid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"},
@@ -141,7 +138,8 @@ mod tests {
                      "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
                                       "effect": "NoExecute", "tolerationSeconds": 300}],
                      "priority": -5, "ratio": 0.25, "flag": true, "none": null},
-        });
+        }))
+        .expect("a pod");
         let packed = Packed::pack(&pod).expect("pack");
         assert_eq!(packed.unpack().expect("unpack"), pod);
         let json = serde_json::to_vec(&pod).expect("json").len();
@@ -153,7 +151,7 @@ mod tests {
 
         let event = PackedEvent::new(ChangeKind::Modified, &pod).expect("event");
         assert_eq!(event.revision, 42);
-        assert_eq!(event.key, ObjectKey::of(&pod));
+        assert_eq!(&event.key, pod.key());
         assert_eq!(event.unpack().expect("unpack"), WatchEvent::Modified(pod));
     }
 

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use super::kubeedge::{self, Refusal};
 use super::reconciler::LINK_CONDITION;
 use crate::cloudstream::KubeletEndpoint;
+use crate::desired::Object;
 
 /// How often a node's unchanged status is written all the same (a
 /// kubelet's `nodeStatusReportFrequency`): its Lease, renewed every 10 s,
@@ -73,8 +74,8 @@ pub(crate) fn own_patch(
 
 /// The Node `patch` makes of the stored one (`None`: of nothing), to be
 /// adopted as the node's word.
-pub(crate) fn patched(stored: Option<Value>, patch: &Value) -> Value {
-    let mut object = stored.unwrap_or_default();
+pub(crate) fn patched(stored: Option<Object>, patch: &Value) -> Value {
+    let mut object = stored.map(Object::into_json).unwrap_or_default();
     kubeedge::strategic_merge(&mut object, patch);
     object
 }
@@ -105,32 +106,34 @@ pub(crate) fn reported_ready(status: &NodeStatus) -> Option<&NodeCondition> {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Adopted {
     /// Nothing new: the Node as stored is the answer.
-    AsStored(Value),
+    AsStored(Object),
     /// The Node to store in its place (unconditionally: the node's word
     /// for its own Node).
-    Replace(Value),
+    Replace(Object),
 }
 
 /// The stored Node with the labels and annotations `given` (the node's
 /// registration, or its patched Node) names added (and changed; none is
 /// taken away).
-pub(crate) fn adopted(stored: Value, given: &Value) -> Adopted {
+pub(crate) fn adopted(stored: Object, given: &Value) -> Adopted {
     let mut object = stored.clone();
-    for field in ["labels", "annotations"] {
-        let Some(given) = given
-            .pointer(&format!("/metadata/{field}"))
-            .and_then(Value::as_object)
-        else {
-            continue;
-        };
-        if let Some(held) = object["metadata"]
-            .as_object_mut()
-            .map(|metadata| metadata.entry(field).or_insert_with(|| json!({})))
-            .and_then(Value::as_object_mut)
-        {
-            held.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
+    object.edit(|object| {
+        for field in ["labels", "annotations"] {
+            let Some(given) = given
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_object)
+            else {
+                continue;
+            };
+            if let Some(held) = object["metadata"]
+                .as_object_mut()
+                .map(|metadata| metadata.entry(field).or_insert_with(|| json!({})))
+                .and_then(Value::as_object_mut)
+            {
+                held.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
         }
-    }
+    });
     match object == stored {
         true => Adopted::AsStored(stored),
         false => Adopted::Replace(unconditional(object)),
@@ -187,12 +190,12 @@ pub(crate) enum NodeWrite {
     Current,
     /// Hand this Node to the status writer (unconditional for its holder;
     /// at the version read for a mark).
-    Write(Value),
+    Write(Object),
     /// No Node is stored: create this one (labelled as an edge node), then
     /// write `status` to it ([`after_create`]).
     Create {
         /// The Node to create.
-        object: Value,
+        object: Object,
         /// Its status, written once it is created.
         status: Value,
     },
@@ -208,7 +211,7 @@ pub(crate) enum NodeWrite {
 /// its KubeEdge edge reports one.
 pub(crate) fn status_write(
     node: &str,
-    existing: Option<Value>,
+    existing: Option<Object>,
     source: StatusSource<'_>,
     facts: NodeFacts<'_>,
     now: Time,
@@ -224,7 +227,7 @@ pub(crate) fn status_write(
         StatusSource::Report(reported) => *reported,
         StatusSource::Refresh | StatusSource::Mark(_) => existing
             .as_ref()
-            .and_then(|object| object.get("status"))
+            .and_then(|object| object.json().get("status"))
             .and_then(|s| NodeStatus::deserialize(s).ok())
             .unwrap_or_default(),
     };
@@ -254,32 +257,33 @@ pub(crate) fn status_write(
     match existing {
         Some(mut object) => {
             if object
+                .json()
                 .get("status")
                 .is_some_and(|stored| node_status_current(stored, &status, now))
             {
                 return NodeWrite::Current;
             }
-            object["status"] = status;
+            object.edit(|body| body["status"] = status);
             NodeWrite::Write(match marked {
                 // The node's holder is the only writer of its status.
                 false => unconditional(object),
                 true => object,
             })
         }
-        None => NodeWrite::Create {
-            object: json!({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": node,
-                    "labels": {
-                        "node-role.kubernetes.io/edge": "",
-                        "kubernetes.io/hostname": node,
-                        "kubernetes.io/os": std::env::consts::OS,
-                    },
+        None => match Object::new(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node,
+                "labels": {
+                    "node-role.kubernetes.io/edge": "",
+                    "kubernetes.io/hostname": node,
+                    "kubernetes.io/os": std::env::consts::OS,
                 },
-            }),
-            status,
+            },
+        })) {
+            Ok(object) => NodeWrite::Create { object, status },
+            Err(err) => NodeWrite::Unwritable(err.to_string()),
         },
     }
 }
@@ -310,25 +314,18 @@ fn kept_transition(
 /// writer, the one `created` (as stored) or, where it existed already
 /// (`None`: created by an earlier write whose change the view does not
 /// show yet), `node`'s by name.
-pub(crate) fn after_create(node: &str, created: Option<Value>, status: Value) -> Value {
-    match created {
-        Some(mut created) => {
-            created["status"] = status;
-            unconditional(created)
-        }
-        None => json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": node},
-            "status": status,
-        }),
-    }
+pub(crate) fn after_create(node: &str, created: Option<Object>, status: Value) -> Object {
+    let mut object = match created {
+        Some(created) => unconditional(created),
+        None => Object::stub(&apis::ObjectKey::new(apis::Kind::Node, "", node)),
+    };
+    object.edit(|body| body["status"] = status);
+    object
 }
 
 /// The `resourceVersion` of a stored object.
-pub(crate) fn version_of(object: &Value) -> Option<String> {
-    let version = object.pointer("/metadata/resourceVersion")?.as_str()?;
-    (!version.is_empty()).then(|| version.to_owned())
+pub(crate) fn version_of(object: &Object) -> Option<String> {
+    (object.revision() != 0).then(|| object.revision().to_string())
 }
 
 /// Whether the stored node status needs no write for `new`: they differ in
@@ -368,11 +365,12 @@ pub(crate) fn node_status_current(stored: &Value, new: &Value, now: Time) -> boo
 /// it was read at: their replica may have died, and they did not link
 /// again; the claims say which no replica holds.
 pub(crate) fn shown_linked_elsewhere(
-    nodes: &[Value],
+    nodes: &[Object],
     linked_here: impl Fn(&str) -> bool,
 ) -> Vec<(String, String)> {
-    let shown_linked = |node: &Value| {
-        node.pointer("/status/conditions")
+    let shown_linked = |node: &Object| {
+        node.json()
+            .pointer("/status/conditions")
             .and_then(Value::as_array)
             .is_some_and(|conditions| {
                 conditions
@@ -384,7 +382,7 @@ pub(crate) fn shown_linked_elsewhere(
         .iter()
         .filter(|node| shown_linked(node))
         .filter_map(|node| {
-            let name = node.pointer("/metadata/name")?.as_str()?;
+            let name = node.key().name.as_str();
             if linked_here(name) {
                 return None;
             }
@@ -395,10 +393,8 @@ pub(crate) fn shown_linked_elsewhere(
 
 /// `object` without its resource version: a write of it is
 /// unconditional.
-pub(super) fn unconditional(mut object: Value) -> Value {
-    if let Some(metadata) = object["metadata"].as_object_mut() {
-        metadata.remove("resourceVersion");
-    }
+pub(super) fn unconditional(mut object: Object) -> Object {
+    object.set_revision(0);
     object
 }
 

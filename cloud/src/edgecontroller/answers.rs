@@ -6,19 +6,19 @@
 use std::time::Duration;
 
 use apis::devices::Device;
-use apis::kinds::{Kind, ObjectKey, object_content};
+use apis::kinds::{Kind, ObjectKey};
 use apis::tokens::TokenRequestObject;
 use beehive::constants::{module, resource_type};
 use beehive::resource::{CloudResource, EdgeResource};
 use beehive::{Content, Message as HiveMessage};
 use hub::NodeLinks;
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::Controller;
 use super::kubeedge;
 use super::kubeedge::Refusal;
 use super::status_writes::Ticket;
+use crate::desired::Object;
 use crate::devicecontroller::twin_sync;
 
 /// How long an answer to a node waits for room in cloudhub's channel.
@@ -92,7 +92,7 @@ impl Controller {
             let read = self.store.get(key).map_err(|err| err.to_string());
             let device: Device = match read.and_then(|object| {
                 object
-                    .map(serde_json::from_value)
+                    .map(|object| object.decode())
                     .transpose()
                     .map_err(|err| err.to_string())
             }) {
@@ -113,7 +113,7 @@ impl Controller {
                     model.name.as_str(),
                 );
                 let object = self.store.get(&model).ok().flatten()?;
-                serde_json::from_value(object).ok()
+                object.decode().ok()
             });
             listed.push((device, model));
         }
@@ -155,9 +155,9 @@ impl Controller {
 
     /// Answers a KubeEdge node's write with the stored object, or with a
     /// Kubernetes Status error.
-    pub(super) fn answer_write(&self, msg: &HiveMessage, written: Result<Value, Refusal>) {
+    pub(super) fn answer_write(&self, msg: &HiveMessage, written: Result<Object, Refusal>) {
         let content = match written {
-            Ok(object) => kubeedge::object_answer(object),
+            Ok(object) => kubeedge::object_answer(object.into_json()),
             Err(refusal) => refusal.answer(),
         };
         self.answer_node(msg, content);
@@ -169,7 +169,7 @@ impl Controller {
         &self,
         node: &str,
         msg: &HiveMessage,
-        written: Result<Value, Refusal>,
+        written: Result<Object, Refusal>,
     ) {
         match written {
             Ok(object) if msg.is_sync() => self.status.follow(
@@ -264,13 +264,13 @@ impl Controller {
         if what.resource_type == resource_type::NODE && self.reconciler.is_kubeedge(node) {
             // A kubelet reads its Node as a write's answer: {Object, Err}.
             let answer = match found {
-                Some(object) => kubeedge::object_answer(object),
+                Some(object) => kubeedge::object_answer(object.into_json()),
                 None => Refusal::not_found(format!("node {:?} not found", what.name)).answer(),
             };
             return self.send_to_node(msg.response(module::EDGECONTROLLER, answer));
         }
         self.send_to_node(match found {
-            Some(object) => msg.response(module::EDGECONTROLLER, object_content(&object)),
+            Some(object) => msg.response(module::EDGECONTROLLER, object.content()),
             None => msg.error_response(
                 module::EDGECONTROLLER,
                 format!("{what} not found for node {node}"),

@@ -10,14 +10,13 @@ use apis::api::ApiError;
 use apis::kinds::{Kind, ObjectKey};
 use apis::manifest;
 use hub::{NodeEvents, NodeLinks};
-use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::warn;
 
 use super::ControllerCounts;
 use super::reconciler::FOLLOWED;
 use crate::desired::packed::Packed;
-use crate::desired::{DesiredError, DesiredState, revision_of};
+use crate::desired::{DesiredError, DesiredState, Object};
 
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,26 +124,27 @@ impl ControllerHandle {
     /// queued each for the nodes it goes to. Every object is checked first,
     /// against its kind and, for kinds bound to a node, against the node
     /// it is stored with; if one fails, none is applied.
-    pub async fn apply(&self, objects: Vec<Value>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
+    pub async fn apply(&self, objects: Vec<Object>) -> Result<Vec<(ObjectKey, Applied)>, ApiError> {
         let mut admitted = Vec::with_capacity(objects.len());
         for object in objects {
-            let (key, object) = manifest::check(object)?;
-            admitted.push(self.admit(key, object)?);
+            let object = manifest::check(object.into_json())?;
+            admitted.push(self.admit(object)?);
         }
         self.apply_admitted(admitted).await
     }
 
-    /// Checks `object` (at `key`, as [`manifest::check`] gave it) against
+    /// Checks `object` (as [`manifest::check`] gave it) against
     /// what is stored where that decides something (a pod's or a device's
     /// node is immutable), and packs it until it is written: thousands of
     /// objects in one manifest are not held as trees while they wait.
-    pub fn admit(&self, key: ObjectKey, object: Value) -> Result<Admitted, ApiError> {
+    pub fn admit(&self, object: Object) -> Result<Admitted, ApiError> {
+        let key = object.key().clone();
         // Read only where it decides something: an unchanged re-apply of
         // thousands of configmaps is otherwise one more read of each.
         if key.kind.bound_to_node()
             && let Some(stored) = self.store.get(&key).map_err(refused)?
-            && let Some(bound) = node_name(&stored)
-            && node_name(&object).as_deref() != Some(bound.as_str())
+            && let Some(bound) = stored.node_name()
+            && object.node_name() != Some(bound)
         {
             return Err(ApiError::Invalid(format!(
                 "{key}: spec.nodeName is immutable once set (bound to {bound})"
@@ -167,22 +167,22 @@ impl ControllerHandle {
             let stored = match self.store.get(&key).map_err(refused)? {
                 None => {
                     let created = self.store.create(object).await.map_err(refused)?;
-                    (Applied::Created(revision_of(&created)), created)
+                    (Applied::Created(created.revision()), created)
                 }
                 Some(old) => {
                     // Written only over what was read; a node's status
                     // written meanwhile makes a conflict, and the spec is
                     // written again over what is stored now.
-                    let mut held = revision_of(&old);
+                    let mut held = old.revision();
                     drop(old);
                     let mut attempts = 0;
                     let stored = loop {
-                        object["metadata"]["resourceVersion"] = json!(held.to_string());
+                        object.set_revision(held);
                         match self.store.replace(object.clone()).await {
                             Err(DesiredError::Conflict { .. }) if attempts < APPLY_ATTEMPTS => {
                                 attempts += 1;
                                 match self.store.get(&key).map_err(refused)? {
-                                    Some(now) => held = revision_of(&now),
+                                    Some(now) => held = now.revision(),
                                     None => {
                                         return Err(ApiError::Conflict(format!(
                                             "{key} was deleted meanwhile"
@@ -193,7 +193,7 @@ impl ControllerHandle {
                             written => break written.map_err(refused)?,
                         }
                     };
-                    let revision = revision_of(&stored);
+                    let revision = stored.revision();
                     match revision == held {
                         true => (Applied::Unchanged(revision), stored),
                         false => (Applied::Configured(revision), stored),
@@ -218,13 +218,13 @@ impl ControllerHandle {
 
     /// Deletes an object; `None` if there was none. Answered once the
     /// controller has queued the deletion for the nodes that hold it.
-    pub async fn delete(&self, key: ObjectKey) -> Result<Option<Value>, ApiError> {
+    pub async fn delete(&self, key: ObjectKey) -> Result<Option<Object>, ApiError> {
         let removed = self.store.delete(&key).await.map_err(refused)?;
         if let Some(removed) = &removed
             && FOLLOWED.contains(&key.kind)
             && self.store.passes_on(removed)
         {
-            self.handled(vec![(key.kind, revision_of(removed))]).await?;
+            self.handled(vec![(key.kind, removed.revision())]).await?;
         }
         Ok(removed)
     }
@@ -265,8 +265,4 @@ impl ControllerHandle {
     pub fn store(&self) -> &Arc<dyn DesiredState> {
         &self.store
     }
-}
-
-pub(super) fn node_name(pod: &Value) -> Option<String> {
-    crate::desired::bound_node(pod).map(str::to_owned)
 }

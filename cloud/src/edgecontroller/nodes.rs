@@ -22,7 +22,7 @@ use super::requests::LeaseRequest;
 use super::status_writes::Ticket;
 use super::{Controller, Input};
 use super::{adoption, kubeedge};
-use crate::desired::DesiredError;
+use crate::desired::{DesiredError, Object};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Now, to the second (as Kubernetes writes condition times).
@@ -101,7 +101,11 @@ impl Controller {
     /// Takes what a node says of its own Node object (its registration, or
     /// a patch of it applied to the stored object): its labels,
     /// annotations and status. Returns the object as stored.
-    pub(super) async fn adopt_node(&mut self, node: &str, given: &Value) -> Result<Value, Refusal> {
+    pub(super) async fn adopt_node(
+        &mut self,
+        node: &str,
+        given: &Value,
+    ) -> Result<Object, Refusal> {
         let key = ObjectKey::new(Kind::Node, "", node);
         match adoption::given_status(given) {
             Some(status) => {
@@ -133,7 +137,7 @@ impl Controller {
         node: &str,
         what: &EdgeResource,
         content: &Content,
-    ) -> Result<Value, Refusal> {
+    ) -> Result<Object, Refusal> {
         let patch = adoption::own_patch(node, what, content)?;
         self.update_node(node).await;
         let key = ObjectKey::new(Kind::Node, "", node);

@@ -39,15 +39,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use apis::kinds::{Kind, ObjectKey, references};
 
 use super::bound::{Bound, BoundObjects};
-use crate::desired::{
-    DesiredError, DesiredState, WatchEvent, bound_node as node_of, desired_part, revision_of,
-    spec_revision, stub,
-};
+use crate::desired::{DesiredError, DesiredState, Object, WatchEvent, desired_part, stub};
 
 /// What is done to an object at a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +132,7 @@ pub enum Action {
         key: ObjectKey,
         /// Its content (a stub naming it, for a withdrawal of an object
         /// gone from the desired state).
-        object: Arc<Value>,
+        object: Arc<Object>,
         /// The version the node compares.
         version: Version,
     },
@@ -164,7 +161,7 @@ pub enum Action {
         /// Which device.
         device: ObjectKey,
         /// The device as observed (a stub naming it, if gone).
-        object: Arc<Value>,
+        object: Arc<Object>,
         /// Whether it joined the node's devices, or left them.
         joined: bool,
     },
@@ -188,17 +185,17 @@ pub enum Action {
 /// Reads objects of the desired state.
 pub trait ObjectReader {
     /// The object at `key`, if there is one.
-    fn read(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError>;
+    fn read(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError>;
 }
 
 impl ObjectReader for Arc<dyn DesiredState> {
-    fn read(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+    fn read(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError> {
         self.get(key)
     }
 }
 
-impl ObjectReader for HashMap<ObjectKey, Value> {
-    fn read(&self, key: &ObjectKey) -> Result<Option<Value>, DesiredError> {
+impl ObjectReader for HashMap<ObjectKey, Object> {
+    fn read(&self, key: &ObjectKey) -> Result<Option<Object>, DesiredError> {
         Ok(self.get(key).cloned())
     }
 }
@@ -331,9 +328,9 @@ pub const FOLLOWED: [Kind; 6] = [
     Kind::Node,
 ];
 
-fn digest(object: &Value) -> u64 {
+fn digest(object: &Object) -> u64 {
     let mut hasher = DefaultHasher::new();
-    desired_part(object).to_string().hash(&mut hasher);
+    desired_part(object.json()).to_string().hash(&mut hasher);
     hasher.finish()
 }
 
@@ -346,18 +343,17 @@ fn above(sent: u64, revision: u64) -> Version {
     }
 }
 
-/// Whether `object` is being deleted gracefully.
-fn terminating(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
+fn uid_of(object: &Object) -> Option<String> {
+    object.uid().map(str::to_owned)
 }
 
-fn uid_of(object: &Value) -> Option<String> {
-    object
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+fn node_of(object: &Object) -> Option<&str> {
+    object.node_name()
+}
+
+/// The revision of `object`'s last spec write (what its node holds).
+fn spec_revision(object: &Object) -> u64 {
+    crate::desired::spec_revision(object.json())
 }
 
 impl Reconciler {
@@ -393,7 +389,7 @@ impl Reconciler {
     pub fn listed(
         &mut self,
         kind: Kind,
-        objects: Vec<Value>,
+        objects: Vec<Object>,
         revision: u64,
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
@@ -418,10 +414,8 @@ impl Reconciler {
 
     /// One object of the list under way: indexed on the first list, acted
     /// on as a change on a later one.
-    pub fn list_item(&mut self, listing: &mut Listing, object: Value, reader: &dyn ObjectReader) {
-        if let Some(key) = ObjectKey::of(&object) {
-            listing.keys.insert(key);
-        }
+    pub fn list_item(&mut self, listing: &mut Listing, object: Object, reader: &dyn ObjectReader) {
+        listing.keys.insert(object.key().clone());
         if listing.first {
             self.index(listing.kind, &object);
         } else {
@@ -482,7 +476,7 @@ impl Reconciler {
         };
         for key in gone {
             let mut object = stub(&key);
-            object["metadata"]["resourceVersion"] = json!(revision.to_string());
+            object.set_revision(revision);
             actions.extend(self.observe(kind, &WatchEvent::Deleted(object), reader));
         }
         // One message per node and object, the last decided: the batch has
@@ -515,19 +509,17 @@ impl Reconciler {
     }
 
     /// Indexes an object without sending anything (first list).
-    fn index(&mut self, kind: Kind, object: &Value) {
-        let Some(key) = ObjectKey::of(object) else {
-            return;
-        };
+    fn index(&mut self, kind: Kind, object: &Object) {
+        let key = object.key().clone();
         match kind {
-            Kind::Pod | Kind::Device if terminating(object) => {
+            Kind::Pod | Kind::Device if object.is_terminating() => {
                 if let Some(node) = node_of(object) {
                     // What the node was told is not known: taken as a
                     // delete (brought in step when it links).
                     let ending = Ending {
                         node: node.to_owned(),
                         uid: uid_of(object),
-                        sent: revision_of(object),
+                        sent: object.revision(),
                         withdrawn: true,
                     };
                     self.terminating.insert(key, ending);
@@ -535,7 +527,7 @@ impl Reconciler {
             }
             Kind::Pod | Kind::Device => {
                 if let Some(node) = node_of(object) {
-                    let refs = references(&key, object);
+                    let refs = references(&key, object.json());
                     let bound = Bound {
                         node: node.to_owned(),
                         uid: uid_of(object),
@@ -576,9 +568,7 @@ impl Reconciler {
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
         let object = event.object();
-        let Some(key) = ObjectKey::of(object) else {
-            return Vec::new();
-        };
+        let key = object.key().clone();
         let revision = event.revision();
         match (kind, event) {
             (Kind::Pod | Kind::Device, WatchEvent::Deleted(_)) => {
@@ -619,7 +609,7 @@ impl Reconciler {
                     // yet) while the watch was down: a node name is set
                     // once. It leaves its old node first.
                     let mut gone = stub(&key);
-                    gone["metadata"]["resourceVersion"] = json!(revision.to_string());
+                    gone.set_revision(revision);
                     let mut actions = self.observe(kind, &WatchEvent::Deleted(gone), reader);
                     actions.extend(self.observe(kind, event, reader));
                     return actions;
@@ -628,7 +618,7 @@ impl Reconciler {
                     // Not bound yet: it waits for a scheduler.
                     return Vec::new();
                 };
-                if terminating(object) {
+                if object.is_terminating() {
                     // Deleted gracefully: the node stops it. A pod's
                     // deletion is finished when its node says it stopped
                     // (`terminated`), a device's once its node holds it.
@@ -686,7 +676,7 @@ impl Reconciler {
                     Some(p) if p.node == node => p.sent,
                     _ => 0,
                 };
-                let refs = references(&key, object);
+                let refs = references(&key, object.json());
                 let before = previous.map(|p| p.node.clone());
                 self.bound.insert(
                     key.clone(),
@@ -783,7 +773,7 @@ impl Reconciler {
         key: &ObjectKey,
         before: Option<&str>,
         after: Option<&str>,
-        object: &Arc<Value>,
+        object: &Arc<Object>,
     ) -> Vec<Action> {
         if key.kind != Kind::Device || before == after {
             return Vec::new();
@@ -877,7 +867,7 @@ impl Reconciler {
         node: &str,
         op: Op,
         key: &ObjectKey,
-        object: Arc<Value>,
+        object: Arc<Object>,
         version: Version,
     ) -> Action {
         let state = self.node(node);
@@ -939,9 +929,9 @@ impl Reconciler {
     /// the cloud itself, such as a pod's lengthened tolerations) and sends
     /// that instead of what was observed: its echo from the watch is then
     /// no change to send again.
-    pub fn rewritten(&mut self, key: &ObjectKey, object: &Value) {
+    pub fn rewritten(&mut self, key: &ObjectKey, object: &Object) {
         self.bound
-            .note_rewritten(key, digest(object), crate::desired::spec_revision(object));
+            .note_rewritten(key, digest(object), spec_revision(object));
     }
 
     /// `node` acknowledged the deletion of `key`: a device's graceful
@@ -1323,7 +1313,7 @@ impl Reconciler {
         reader: &dyn ObjectReader,
     ) -> Vec<Action> {
         // What the node should hold, with the version it should hold.
-        let mut desired: BTreeMap<String, (ObjectKey, Value, u64)> = BTreeMap::new();
+        let mut desired: BTreeMap<String, (ObjectKey, Object, u64)> = BTreeMap::new();
         let mut keys: Vec<(ObjectKey, Option<u64>)> = self
             .bound
             .iter()
@@ -1395,7 +1385,7 @@ impl Reconciler {
             if !kubeedge {
                 let mut object = stub(&key);
                 if let Some(uid) = &ending.uid {
-                    object["metadata"]["uid"] = json!(uid);
+                    object.edit(|body| body["metadata"]["uid"] = json!(uid));
                 }
                 if let Some(ending) = self.terminating.get_mut(&key) {
                     ending.withdrawn = true;
@@ -1407,7 +1397,7 @@ impl Reconciler {
                 continue;
             }
             match reader.read(&key) {
-                Ok(Some(object)) if terminating(&object) => {
+                Ok(Some(object)) if object.is_terminating() => {
                     if let Some(ending) = self.terminating.get_mut(&key) {
                         ending.withdrawn = false;
                     }
@@ -1460,7 +1450,7 @@ impl Reconciler {
         }
         // What is referenced first, so a pod finds its configmaps and
         // secrets, a device its model.
-        let ordered: Vec<&(ObjectKey, Value, u64)> = desired
+        let ordered: Vec<&(ObjectKey, Object, u64)> = desired
             .values()
             .filter(|(key, _, _)| !key.kind.bound_to_node())
             .chain(

@@ -5,18 +5,18 @@
 //! and `from_nodes`).
 
 use apis::inventory::{Held, Watermark};
-use apis::kinds::{Kind, ObjectKey, object_content};
+use apis::kinds::{Kind, ObjectKey};
 use beehive::constants::{group, module, operation, resource_type};
 use beehive::resource::EdgeResource;
 use beehive::{Content, Message as HiveMessage};
 use hub::Outcome;
 
-use serde_json::Value;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::reconciler::{Action, Op, Version};
 use super::{Controller, ControllerCounts, Input};
+use crate::desired::Object;
 use crate::devicecontroller::twin_sync;
 
 /// The most sends queued at cloudhub before their commits are awaited.
@@ -160,8 +160,9 @@ impl Controller {
     /// Tells KubeEdge node `node` that `device` joined or left its
     /// devices (see [`twin_sync::membership_message`]), through cloudhub
     /// on the node's link, ahead of anything sent after it.
-    async fn send_membership(&self, node: &str, device: &ObjectKey, object: &Value, joined: bool) {
-        let update = twin_sync::membership_update(object, joined, beehive::message::now_millis());
+    async fn send_membership(&self, node: &str, device: &ObjectKey, object: &Object, joined: bool) {
+        let update =
+            twin_sync::membership_update(object.json(), joined, beehive::message::now_millis());
         let msg = match twin_sync::membership_message(node, &update) {
             Ok(msg) => msg,
             Err(err) => {
@@ -195,7 +196,7 @@ impl Controller {
         node: &str,
         op: Op,
         key: &EdgeResource,
-        object: &Value,
+        object: &Object,
         version: u64,
     ) -> Option<Taken> {
         let resource = key.on_node(node).to_string();
@@ -209,7 +210,7 @@ impl Controller {
         let msg = HiveMessage::new()
             .build_router(source, group::RESOURCE, resource, op.operation())
             .with_resource_version(version.to_string())
-            .with_content(object_content(object));
+            .with_content(object.content());
         let counts = self.counts.clone();
         match self.links.queue(msg, self.config.send_timeout).await {
             Ok(outcome) => {

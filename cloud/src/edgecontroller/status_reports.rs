@@ -11,10 +11,10 @@ use tracing::warn;
 
 use super::Controller;
 use super::adoption::unconditional;
-use super::handle::node_name;
 use super::kubeedge::Refusal;
 use super::status_writes::Ticket;
 use super::{kubeedge, status_writer, status_writes};
+use crate::desired::Object;
 use crate::devicecontroller::{twin_reports, twin_sync};
 
 /// Status reports stored in one commit at most.
@@ -95,14 +95,14 @@ impl StatusReport {
     }
 
     /// The status `object` gets from this report, or why it gets none.
-    fn status_for(&self, object: &Value) -> Result<Value, Refusal> {
+    fn status_for(&self, object: &Object) -> Result<Value, Refusal> {
         match &self.change {
             StatusChange::Replace(status) if self.kind == Kind::Device => {
-                Ok(keep_users_device_status(status, object))
+                Ok(keep_users_device_status(status, object.json()))
             }
             StatusChange::Replace(status) => Ok(status.clone()),
             StatusChange::Patch(patch) => {
-                let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
+                let uid = object.uid();
                 if let Some(required) = kubeedge::required_uid(patch)
                     && uid.is_some_and(|uid| uid != required)
                 {
@@ -110,14 +110,15 @@ impl StatusReport {
                         "the patch is for uid {required}, not {uid:?}"
                     )));
                 }
-                let mut status = object.get("status").cloned().unwrap_or(Value::Null);
+                let mut status = object.json().get("status").cloned().unwrap_or(Value::Null);
                 if let Some(patch) = patch.get("status") {
                     kubeedge::strategic_merge(&mut status, patch);
                 }
                 Ok(status)
             }
             StatusChange::Device(kind, content) => {
-                twin_reports::reported_status(*kind, content, object).map_err(Refusal::bad_request)
+                twin_reports::reported_status(*kind, content, object.json())
+                    .map_err(Refusal::bad_request)
             }
         }
     }
@@ -225,19 +226,19 @@ impl Controller {
         &self,
         kind: Kind,
         node: &str,
-        object: Value,
+        object: Object,
         status: &Value,
-    ) -> Result<Option<Value>, Refusal> {
-        if node_name(&object).as_deref() != Some(node) {
+    ) -> Result<Option<Object>, Refusal> {
+        if object.node_name() != Some(node) {
             return Err(Refusal::forbidden("the object is not bound to this node"));
         }
         kind.check_status(status)
             .map_err(|err| Refusal::invalid(err.to_string()))?;
-        if object.get("status") == Some(status) {
+        if object.json().get("status") == Some(status) {
             return Ok(None);
         }
         let mut object = object;
-        object["status"] = status.clone();
+        object.edit(|body| body["status"] = status.clone());
         Ok(Some(object))
     }
 

@@ -23,7 +23,7 @@ use apis::kinds::ObjectKey;
 use super::kubeedge::{self, Refusal};
 use super::status_writer::{Outcome, Settled, StatusWriter, WriterConfig};
 use super::{ControllerCounts, send_to_node};
-use crate::desired::{DesiredState, revision_of};
+use crate::desired::{DesiredState, Object};
 use crate::devicecontroller::twin_sync;
 
 /// A status write for the desired state.
@@ -31,7 +31,7 @@ use crate::devicecontroller::twin_sync;
 pub(super) struct Job {
     /// The object with its new status: written through the status door,
     /// unconditionally unless it carries a `resourceVersion`.
-    pub(super) object: Value,
+    pub(super) object: Object,
     /// Which submission it is (the overlay's entry names the newest).
     seq: u64,
     /// Reports of nodes it stands for.
@@ -52,7 +52,7 @@ pub(super) enum Ticket {
     Patch(HiveMessage),
     /// A KubeEdge node's registration or `nodepatch`: this object (the
     /// Node as the controller made it), or a Status error.
-    Object(HiveMessage, Value),
+    Object(HiveMessage, Object),
     /// A KubeEdge devicetwin report: confirmed once written (never
     /// answered otherwise: the edge sends it again).
     Device(String, HiveMessage),
@@ -119,7 +119,7 @@ impl StatusWrites {
     pub(super) fn submit(
         &mut self,
         key: ObjectKey,
-        object: Value,
+        object: Object,
         ticket: Option<Ticket>,
         report: bool,
     ) {
@@ -129,13 +129,13 @@ impl StatusWrites {
     fn hand_over(
         &mut self,
         key: ObjectKey,
-        object: Value,
+        object: Object,
         ticket: Option<Ticket>,
         report: bool,
         mark: Option<String>,
     ) {
         self.seq += 1;
-        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        let status = object.json().get("status").cloned().unwrap_or(Value::Null);
         self.overlay
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -161,7 +161,7 @@ impl StatusWrites {
     /// Hands over the mark of `node`, served by no replica, as
     /// unreachable: `object` carries the version it was read at, and is
     /// written only if still at it.
-    pub(super) fn mark(&mut self, key: ObjectKey, object: Value, node: &str) {
+    pub(super) fn mark(&mut self, key: ObjectKey, object: Object, node: &str) {
         self.hand_over(key, object, None, false, Some(node.to_owned()));
     }
 
@@ -176,7 +176,7 @@ impl StatusWrites {
     /// The object at `key` as the controller is to see it: `held` (the
     /// desired state's view) with the status last handed to the writer
     /// if the view does not show it yet.
-    pub(super) fn current(&self, key: &ObjectKey, held: Option<Value>) -> Option<Value> {
+    pub(super) fn current(&self, key: &ObjectKey, held: Option<Object>) -> Option<Object> {
         let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(overlaid) = overlay.get(key) else {
             return held;
@@ -184,12 +184,12 @@ impl StatusWrites {
         let mut object = held?;
         if overlaid
             .written_at
-            .is_some_and(|at| revision_of(&object) >= at)
+            .is_some_and(|at| object.revision() >= at)
         {
             overlay.remove(key);
             return Some(object);
         }
-        object["status"] = overlaid.status.clone();
+        object.edit(|body| body["status"] = overlaid.status.clone());
         Some(object)
     }
 }
@@ -254,7 +254,7 @@ async fn write_paced(
                     match (&written, &outcome) {
                         (Ok(stored), _) if ours => {
                             if let Some(o) = overlay.get_mut(&key) {
-                                o.written_at = Some(revision_of(stored));
+                                o.written_at = Some(stored.revision());
                             }
                         }
                         (_, Outcome::Gone) => {
@@ -324,7 +324,7 @@ pub(super) fn answer(
     links: &NodeLinks,
     ticket: Ticket,
     settled: &Settled,
-    stored: Option<&Value>,
+    stored: Option<&Object>,
 ) -> Option<Answered> {
     let refusal = |gone: bool, reason: &str| match gone {
         true => Refusal::not_found("deleted meanwhile"),
@@ -345,7 +345,7 @@ pub(super) fn answer(
         }
         (Ticket::Patch(msg), Settled::Written) => {
             let content = match stored {
-                Some(object) => kubeedge::object_answer(object.clone()),
+                Some(object) => kubeedge::object_answer(object.json().clone()),
                 None => Refusal::internal("the status was written, not read back").answer(),
             };
             send_to_node(links, msg.response(module::EDGECONTROLLER, content));
@@ -362,7 +362,7 @@ pub(super) fn answer(
             Some(Answered::Device)
         }
         (Ticket::Object(msg, object), Settled::Written) => {
-            let content = kubeedge::object_answer(object);
+            let content = kubeedge::object_answer(object.into_json());
             send_to_node(links, msg.response(module::EDGECONTROLLER, content));
             None
         }

@@ -15,7 +15,6 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info};
 
@@ -23,7 +22,7 @@ use apis::kinds::ObjectKey;
 
 use super::eviction;
 use super::{ControllerConfig, ControllerCounts};
-use crate::desired::DesiredState;
+use crate::desired::{DesiredState, Object};
 
 /// Queues pods whose tolerations are to be lengthened for a task that
 /// writes them one at a time.
@@ -57,9 +56,9 @@ impl TolerationWriter {
     }
 
     /// Queues `pod` if its offline tolerations are not yet lengthened.
-    pub(super) fn lengthen_if_needed(&self, key: &ObjectKey, pod: &Value) {
+    pub(super) fn lengthen_if_needed(&self, key: &ObjectKey, pod: &Object) {
         if let Some(queue) = &self.queue
-            && eviction::lengthened(pod, self.window).is_some()
+            && eviction::lengthened(pod.json(), self.window).is_some()
         {
             let _ = queue.send(key.clone());
         }
@@ -94,12 +93,11 @@ async fn write_in_turn(
         };
         queued.remove(&key);
         // The pod as held now: it may have changed, or be gone.
-        let Some(lengthened) = store
-            .get(&key)
-            .ok()
-            .flatten()
-            .and_then(|pod| eviction::lengthened(&pod, window))
-        else {
+        let Some(lengthened) = store.get(&key).ok().flatten().and_then(|mut pod| {
+            let lengthened = eviction::lengthened(pod.json(), window)?;
+            pod.edit(|body| *body = lengthened);
+            Some(pod)
+        }) else {
             continue;
         };
         match store.replace(lengthened).await {

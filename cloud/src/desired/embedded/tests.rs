@@ -5,22 +5,26 @@ use crate::desired::SPEC_REVISION;
 use futures_util::StreamExt;
 use serde_json::json;
 
-fn pod(name: &str, node: &str) -> Value {
-    json!({
+fn pod(name: &str, node: &str) -> Object {
+    object(json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36"}]},
-    })
+    }))
 }
 
-fn configmap(name: &str, value: &str) -> Value {
-    json!({
+fn configmap(name: &str, value: &str) -> Object {
+    object(json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "default"},
         "data": {"v": value},
-    })
+    }))
+}
+
+fn object(body: Value) -> Object {
+    Object::new(body).expect("an object")
 }
 
 fn store() -> (tempfile::TempDir, EmbeddedStore) {
@@ -35,10 +39,10 @@ async fn revisions_grow_across_writes_deletes_and_reopens() {
     let path = dir.path().join("desired.redb");
     let store = EmbeddedStore::open(&path).expect("open");
     let a = store.create(pod("a", "n")).await.expect("create");
-    let first = revision_of(&a);
+    let first = a.revision();
     let mut changed = a.clone();
-    changed["spec"]["containers"][0]["image"] = json!("busybox:1.37");
-    let second = revision_of(&store.replace(changed).await.expect("replace"));
+    changed.edit(|o| o["spec"]["containers"][0]["image"] = json!("busybox:1.37"));
+    let second = store.replace(changed).await.expect("replace").revision();
     assert!(second > first);
     store.create(pod("b", "n")).await.expect("create");
     store.create(configmap("a", "1")).await.expect("create");
@@ -46,9 +50,9 @@ async fn revisions_grow_across_writes_deletes_and_reopens() {
     assert_eq!(pods.len(), 2);
     let key = ObjectKey::new(Kind::Pod, "default", "a");
     let removed = store.delete(&key).await.expect("delete").expect("held");
-    assert!(revision_of(&removed) > at);
+    assert!(removed.revision() > at);
     let bumped = store.next_revision().await.expect("bump");
-    assert_eq!(bumped, revision_of(&removed) + 1);
+    assert_eq!(bumped, removed.revision() + 1);
     assert!(store.delete(&key).await.expect("delete").is_none());
     assert!(store.get(&key).expect("get").is_none());
     store.close().await;
@@ -58,19 +62,19 @@ async fn revisions_grow_across_writes_deletes_and_reopens() {
     assert_eq!(pods.len(), 1);
     assert_eq!(at, bumped);
     let again = store.create(pod("a", "n")).await.expect("create");
-    assert_eq!(revision_of(&again), bumped + 1);
+    assert_eq!(again.revision(), bumped + 1);
     // A store made anew later starts above what the old one issued.
     let fresh = EmbeddedStore::open(&dir.path().join("fresh.redb")).expect("fresh");
     let z = fresh.create(pod("z", "n")).await.expect("create");
-    assert!(revision_of(&z) > first, "{} <= {first}", revision_of(&z));
+    assert!(z.revision() > first, "{} <= {first}", z.revision());
 }
 
 #[tokio::test]
 async fn a_create_is_defaulted_as_an_api_server_would() {
     let (_dir, store) = store();
     let mut given = pod("web", "edge-1");
-    given["status"] = json!({"phase": "Running"});
-    given["metadata"]["resourceVersion"] = json!("7");
+    given.edit(|o| o["status"] = json!({"phase": "Running"}));
+    given.edit(|o| o["metadata"]["resourceVersion"] = json!("7"));
     let stored = store.create(given.clone()).await.expect("create");
     assert!(
         stored["metadata"]["uid"]
@@ -99,7 +103,7 @@ async fn replaces_are_conditional_keep_status_and_skip_no_ops() {
     let (_dir, store) = store();
     let created = store.create(pod("web", "edge-1")).await.expect("create");
     let mut status = created.clone();
-    status["status"] = json!({"phase": "Running"});
+    status.edit(|o| o["status"] = json!({"phase": "Running"}));
     let with_status = store.replace_status(status).await.expect("status");
     assert_eq!(with_status["status"]["phase"], "Running");
     // The spec's revision is kept across the status write.
@@ -108,21 +112,23 @@ async fn replaces_are_conditional_keep_status_and_skip_no_ops() {
         created["metadata"]["resourceVersion"]
     );
     assert_eq!(
-        crate::desired::spec_revision(&with_status),
-        revision_of(&created)
+        crate::desired::spec_revision(with_status.json()),
+        created.revision()
     );
 
     // Written over a stale read: a conflict, nothing written.
     let mut stale = created.clone();
-    stale["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    stale.edit(|o| o["spec"]["containers"][0]["image"] = json!("busybox:1.37"));
     assert!(matches!(
         store.replace(stale.clone()).await,
         Err(DesiredError::Conflict { .. })
     ));
     // The same change over the current revision goes through, and the
     // status stays.
-    stale["metadata"]["resourceVersion"] = with_status["metadata"]["resourceVersion"].clone();
-    stale["status"] = json!({"phase": "Failed"});
+    stale.edit(|o| {
+        o["metadata"]["resourceVersion"] = with_status["metadata"]["resourceVersion"].clone()
+    });
+    stale.edit(|o| o["status"] = json!({"phase": "Failed"}));
     let replaced = store.replace(stale).await.expect("replace");
     assert_eq!(replaced["status"]["phase"], "Running");
     assert_eq!(replaced["metadata"]["uid"], created["metadata"]["uid"]);
@@ -131,15 +137,15 @@ async fn replaces_are_conditional_keep_status_and_skip_no_ops() {
             .get(SPEC_REVISION)
             .is_none()
     );
-    assert!(revision_of(&replaced) > revision_of(&with_status));
+    assert!(replaced.revision() > with_status.revision());
 
     // A replace that changes nothing writes nothing.
     let again = store.replace(replaced.clone()).await.expect("no-op");
-    assert_eq!(revision_of(&again), revision_of(&replaced));
+    assert_eq!(again.revision(), replaced.revision());
 
     // A pod's node is immutable once set.
     let mut moved = replaced.clone();
-    moved["spec"]["nodeName"] = json!("edge-2");
+    moved.edit(|o| o["spec"]["nodeName"] = json!("edge-2"));
     assert!(matches!(
         store.replace(moved).await,
         Err(DesiredError::Invalid { .. })
@@ -158,7 +164,7 @@ async fn a_watch_resumes_from_a_revision_and_sees_only_its_kind() {
     let a = store.create(configmap("a", "1")).await.expect("a");
     store.create(pod("p", "edge-1")).await.expect("pod");
     let mut changed = a.clone();
-    changed["data"]["v"] = json!("2");
+    changed.edit(|o| o["data"]["v"] = json!("2"));
     let a2 = store.replace(changed).await.expect("a2");
     let removed = store
         .delete(&ObjectKey::new(Kind::ConfigMap, "default", "a"))
@@ -175,9 +181,7 @@ async fn a_watch_resumes_from_a_revision_and_sees_only_its_kind() {
         WatchEvent::Deleted(removed.clone())
     );
     // Resumed after the second change: only the third, then live ones.
-    let mut resumed = store
-        .watch(Kind::ConfigMap, revision_of(&a2))
-        .expect("watch");
+    let mut resumed = store.watch(Kind::ConfigMap, a2.revision()).expect("watch");
     assert_eq!(
         resumed.next().await.expect("event").expect("ok"),
         WatchEvent::Deleted(removed)

@@ -42,16 +42,21 @@ fn facts<'a>(ready: &str, link: &str, now: &Time) -> NodeFacts<'a> {
     }
 }
 
-fn stored_node(version: &str, status: Value) -> Value {
-    json!({
+fn stored_node(version: &str, status: Value) -> Object {
+    node(json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "edge-1", "resourceVersion": version, "labels": {"a": "1"}},
         "status": status,
-    })
+    }))
 }
 
-fn conditions_of(object: &Value) -> Vec<(String, String, String)> {
+/// `body` as a stored Node (its kind filled in).
+fn node(body: Value) -> Object {
+    Object::of_kind(apis::Kind::Node, body).expect("a node")
+}
+
+fn conditions_of(object: &Object) -> Vec<(String, String, String)> {
     object["status"]["conditions"]
         .as_array()
         .into_iter()
@@ -108,10 +113,10 @@ fn an_unchanged_node_status_is_written_every_five_minutes_only() {
 
 #[test]
 fn a_registration_adds_its_labels_and_annotations_and_keeps_the_rest() {
-    let stored = json!({
+    let stored = node(json!({
         "metadata": {"name": "edge-1", "resourceVersion": "7", "labels": {"a": "1", "b": "2"}},
         "status": {"phase": "Running"},
-    });
+    }));
     let given = json!({"metadata": {
         "labels": {"b": "3", "c": "4"},
         "annotations": {"note": "x"},
@@ -217,11 +222,12 @@ fn refusals_say_what_a_kubelet_expects() {
 
 #[test]
 fn a_patch_applies_to_the_stored_node_or_to_nothing() {
-    let stored = json!({"metadata": {"name": "edge-1"}, "status": {"phase": "Pending"}});
+    let stored = node(json!({"metadata": {"name": "edge-1"}, "status": {"phase": "Pending"}}));
     let patch = json!({"status": {"phase": "Running"}});
     assert_eq!(
         patched(Some(stored), &patch),
-        json!({"metadata": {"name": "edge-1"}, "status": {"phase": "Running"}})
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1"},
+               "status": {"phase": "Running"}})
     );
     assert_eq!(patched(None, &patch), patch);
 }
@@ -402,16 +408,19 @@ fn a_new_node_is_created_labelled_as_an_edge_node_then_its_status_written() {
             "kubernetes.io/os": std::env::consts::OS,
         })
     );
-    assert!(object.get("status").is_none(), "created without its status");
+    assert!(
+        object.json().get("status").is_none(),
+        "created without its status"
+    );
     let mut created = object.clone();
-    created["metadata"]["resourceVersion"] = json!("1");
+    created.set_revision(1);
     let written = after_create("edge-1", Some(created), status.clone());
     assert_eq!(written["status"], status);
     assert_eq!(written["metadata"]["labels"], object["metadata"]["labels"]);
     assert!(written["metadata"].get("resourceVersion").is_none());
     // Created meanwhile by an earlier write: its status goes by name.
     assert_eq!(
-        after_create("edge-1", None, status.clone()),
+        after_create("edge-1", None, status.clone()).into_json(),
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1"}, "status": status})
     );
 }
@@ -424,7 +433,7 @@ fn a_mark_is_written_only_over_the_version_it_read() {
         port: 10350,
     };
     let linked = json!({"conditions": [{"type": LINK_CONDITION, "status": "True"}]});
-    let mark = |existing: Option<Value>, at: &str| {
+    let mark = |existing: Option<Object>, at: &str| {
         let mut facts = facts("Unknown", "False", &now);
         facts.endpoint = Some(&endpoint);
         status_write(
@@ -485,21 +494,21 @@ fn an_unchanged_status_is_not_written_again_within_five_minutes() {
 
 #[test]
 fn nodes_shown_linked_but_not_linked_here_are_candidates_for_a_mark() {
-    let node = |name: &str, version: &str, link: &str| {
-        json!({
+    let listed = |name: &str, version: &str, link: &str| {
+        node(json!({
             "metadata": {"name": name, "resourceVersion": version},
             "status": {"conditions": [
                 {"type": "Ready", "status": "True"},
                 {"type": LINK_CONDITION, "status": link},
             ]},
-        })
+        }))
     };
     let nodes = [
-        node("here", "1", "True"),
-        node("elsewhere", "2", "True"),
-        node("down", "3", "False"),
-        node("unversioned", "", "True"),
-        json!({"metadata": {"name": "bare", "resourceVersion": "4"}}),
+        listed("here", "1", "True"),
+        listed("elsewhere", "2", "True"),
+        listed("down", "3", "False"),
+        listed("unversioned", "", "True"),
+        node(json!({"metadata": {"name": "bare", "resourceVersion": "4"}})),
     ];
     assert_eq!(
         shown_linked_elsewhere(&nodes, |name| name == "here"),
@@ -533,11 +542,12 @@ fn random_histories_write_a_change_at_once_and_the_same_every_five_minutes() {
             panic!("seed {seed}: a new node is created");
         };
         let mut stored = after_create("edge-1", Some(object), status);
-        stored["status"]["nodeInfo"] = serde_json::to_value(NodeSystemInfo {
+        let info = serde_json::to_value(NodeSystemInfo {
             kubelet_version: version.to_owned(),
             ..Default::default()
         })
         .expect("a node info");
+        stored.edit(|body| body["status"]["nodeInfo"] = info);
         // The model: what was last written, and when.
         let mut written = (ready, link, version);
         let (mut beat, mut ready_since, mut link_since) = (now, now, now);

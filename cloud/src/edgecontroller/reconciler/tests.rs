@@ -2,6 +2,8 @@
 
 use std::collections::VecDeque;
 
+use serde_json::Value;
+
 use super::*;
 use crate::desired::SPEC_REVISION;
 use Op::{Delete, Insert, Update};
@@ -10,21 +12,25 @@ use Version::{Fresh, Of};
 const NS: &str = "default";
 
 /// The desired state as the reader sees it.
-type Store = HashMap<ObjectKey, Value>;
+type Store = HashMap<ObjectKey, Object>;
 
 /// A send, shortly: node, operation, `<type>/<name>`, version.
 type Sent = (String, Op, String, Version);
 
-fn cm(name: &str, rv: u64, data: &str) -> Value {
-    json!({
+fn cm(name: &str, rv: u64, data: &str) -> Object {
+    object(json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": { "name": name, "namespace": NS, "resourceVersion": rv.to_string() },
         "data": { "key": data },
-    })
+    }))
 }
 
-fn pod(name: &str, node: Option<&str>, rv: u64, cms: &[&str], image: &str) -> Value {
+fn object(body: Value) -> Object {
+    Object::new(body).expect("an object")
+}
+
+fn pod(name: &str, node: Option<&str>, rv: u64, cms: &[&str], image: &str) -> Object {
     let volumes: Vec<Value> = cms
         .iter()
         .map(|cm| json!({ "name": format!("v-{cm}"), "configMap": { "name": cm } }))
@@ -42,13 +48,13 @@ fn pod(name: &str, node: Option<&str>, rv: u64, cms: &[&str], image: &str) -> Va
     if let Some(node) = node {
         pod["spec"]["nodeName"] = json!(node);
     }
-    pod
+    object(pod)
 }
 
 /// `object` at another resource version.
-fn revised(object: &Value, rv: u64) -> Value {
+fn revised(object: &Object, rv: u64) -> Object {
     let mut object = object.clone();
-    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+    object.set_revision(rv);
     object
 }
 
@@ -56,16 +62,16 @@ fn key(kind: Kind, name: &str) -> ObjectKey {
     ObjectKey::new(kind, NS, name)
 }
 
-fn store_of(objects: &[Value]) -> Store {
+fn store_of(objects: &[Object]) -> Store {
     objects
         .iter()
-        .map(|object| (ObjectKey::of(object).expect("a key"), object.clone()))
+        .map(|object| (object.key().clone(), object.clone()))
         .collect()
 }
 
 /// The stored objects of `kind`, in key order.
-fn of_kind(store: &Store, kind: Kind) -> Vec<Value> {
-    let mut objects: Vec<(&ObjectKey, &Value)> =
+fn of_kind(store: &Store, kind: Kind) -> Vec<Object> {
+    let mut objects: Vec<(&ObjectKey, &Object)> =
         store.iter().filter(|(key, _)| key.kind == kind).collect();
     objects.sort_by(|a, b| a.0.cmp(b.0));
     objects
@@ -86,8 +92,8 @@ fn loaded(store: &Store, revision: u64) -> Reconciler {
 }
 
 /// Stores `object` and tells the reconciler (Added or Modified).
-fn put(r: &mut Reconciler, store: &mut Store, object: Value) -> Vec<Action> {
-    let key = ObjectKey::of(&object).expect("a key");
+fn put(r: &mut Reconciler, store: &mut Store, object: Object) -> Vec<Action> {
+    let key = object.key().clone();
     let event = match store.insert(key.clone(), object.clone()) {
         None => WatchEvent::Added(object),
         Some(_) => WatchEvent::Modified(object),
@@ -173,11 +179,11 @@ fn inventory(held: &[(&str, u64)]) -> BTreeMap<String, String> {
 /// applied only if its version is above the one held.
 #[derive(Debug, Default)]
 struct Edges {
-    nodes: BTreeMap<String, BTreeMap<String, (u64, Option<Value>)>>,
+    nodes: BTreeMap<String, BTreeMap<String, (u64, Option<Object>)>>,
 }
 
 impl Edges {
-    fn apply(&mut self, node: &str, op: Op, key: &ObjectKey, object: &Value, version: u64) {
+    fn apply(&mut self, node: &str, op: Op, key: &ObjectKey, object: &Object, version: u64) {
         let records = self.nodes.entry(node.to_owned()).or_default();
         let resource = key.edge_resource().to_string();
         if records
@@ -219,7 +225,7 @@ impl Edges {
     }
 
     /// The objects `node` holds, with their versions.
-    fn live(&self, node: &str) -> BTreeMap<String, (u64, Value)> {
+    fn live(&self, node: &str) -> BTreeMap<String, (u64, Object)> {
         self.nodes
             .get(node)
             .into_iter()
@@ -335,7 +341,7 @@ fn a_relist_acts_on_the_differences() {
         pod("p4", Some("edge-2"), 9, &["b"], "nginx"),
     );
     let mut p1 = pod("p1", Some("edge-1"), 10, &["a"], "nginx");
-    p1["status"]["phase"] = json!("Running");
+    p1.edit(|o| o["status"]["phase"] = json!("Running"));
     store.insert(key(Kind::Pod, "p1"), p1);
     let actions = r.listed(Kind::Pod, of_kind(&store, Kind::Pod), 10, &store);
     assert_eq!(
@@ -411,7 +417,7 @@ fn a_bound_pod_takes_its_configmap_first_and_leaves_with_it() {
     ack(&mut r, &actions, 0);
     // Only the status changes: the node has the spec.
     let mut running = revised(&web, 4);
-    running["status"]["phase"] = json!("Running");
+    running.edit(|o| o["status"]["phase"] = json!("Running"));
     assert!(put(&mut r, &mut store, running).is_empty());
     // The spec changes.
     let upgraded = pod("web", Some("edge-1"), 5, &["cm"], "nginx:2");
@@ -469,8 +475,8 @@ fn a_configmap_goes_to_the_nodes_that_use_it_and_only_there() {
     // A new resource version with the same content: nothing to send.
     assert!(put(&mut r, &mut store, cm("shared", 7, "b")).is_empty());
     let mut labelled = cm("shared", 8, "b");
-    labelled["metadata"]["uid"] = json!("0b6f");
-    labelled["metadata"]["annotations"] = json!({ SPEC_REVISION: "6" });
+    labelled.edit(|o| o["metadata"]["uid"] = json!("0b6f"));
+    labelled.edit(|o| o["metadata"]["annotations"] = json!({ SPEC_REVISION: "6" }));
     assert!(put(&mut r, &mut store, labelled).is_empty());
     // Deleted: both holders drop it.
     let actions = remove(&mut r, &mut store, Kind::ConfigMap, "shared", 9);
@@ -620,18 +626,18 @@ fn a_configmap_held_above_its_revision_is_updated_fresh() {
 
 #[test]
 fn devices_take_their_models() {
-    let model = json!({
+    let model = object(json!({
         "apiVersion": "devices.kubeedge.io/v1beta1",
         "kind": "DeviceModel",
         "metadata": { "name": "thermo", "namespace": NS, "resourceVersion": "2" },
         "spec": { "protocol": "modbus" },
-    });
-    let device = json!({
+    }));
+    let device = object(json!({
         "apiVersion": "devices.kubeedge.io/v1beta1",
         "kind": "Device",
         "metadata": { "name": "t1", "namespace": NS, "resourceVersion": "3" },
         "spec": { "nodeName": "edge-1", "deviceModelRef": { "name": "thermo" } },
-    });
+    }));
     let mut store = store_of(&[model]);
     let mut r = loaded(&store, 2);
     let actions = put(&mut r, &mut store, device);
@@ -668,7 +674,7 @@ fn steps(actions: &[Action]) -> Vec<String> {
                 joined,
                 object,
             } => {
-                assert_eq!(ObjectKey::of(object).as_ref(), Some(device));
+                assert_eq!(object.key(), device);
                 let sign = if *joined { '+' } else { '-' };
                 Some(format!("{sign}{node} {}", short(device)))
             }
@@ -680,11 +686,11 @@ fn steps(actions: &[Action]) -> Vec<String> {
 
 #[test]
 fn a_kubeedge_nodes_twin_hears_of_devices_joining_and_leaving_first() {
-    let model = json!({
+    let model = object(json!({
         "apiVersion": "devices.kubeedge.io/v1beta1",
         "kind": "DeviceModel",
         "metadata": { "name": "thermo", "namespace": NS, "resourceVersion": "2" },
-    });
+    }));
     let device = |node: &str, rv: u64, extra: Value| {
         let mut device = json!({
             "apiVersion": "devices.kubeedge.io/v1beta1",
@@ -697,7 +703,7 @@ fn a_kubeedge_nodes_twin_hears_of_devices_joining_and_leaving_first() {
                 .as_object_mut()
                 .map(|spec| spec.remove("extra"));
         }
-        device
+        object(device)
     };
     let mut store = store_of(&[model]);
     let mut r = loaded(&store, 2);
@@ -722,7 +728,7 @@ fn a_kubeedge_nodes_twin_hears_of_devices_joining_and_leaving_first() {
     let actions = put(&mut r, &mut store, device("kube-1", 4, json!(1)));
     assert_eq!(steps(&actions), ["kube-1 Update device/t1"]);
     let mut reported = device("kube-1", 5, json!(1));
-    reported["status"] = json!({"state": "online"});
+    reported.edit(|o| o["status"] = json!({"state": "online"}));
     assert_eq!(
         steps(&put(&mut r, &mut store, reported)),
         Vec::<String>::new()
@@ -767,13 +773,13 @@ fn a_kubeedge_nodes_twin_hears_of_devices_joining_and_leaving_first() {
 
     // Deleted gracefully: it leaves the twin when its deletion goes.
     let mut going = device("kube-1", 12, Value::Null);
-    going["metadata"]["deletionTimestamp"] = json!("2026-11-26T10:00:00Z");
+    going.edit(|o| o["metadata"]["deletionTimestamp"] = json!("2026-11-26T10:00:00Z"));
     let actions = put(&mut r, &mut store, going.clone());
     assert_eq!(
         steps(&actions)[..2],
         ["-kube-1 device/t1", "kube-1 Delete device/t1"]
     );
-    going["metadata"]["resourceVersion"] = json!("13");
+    going.edit(|o| o["metadata"]["resourceVersion"] = json!("13"));
     let again = put(&mut r, &mut store, going);
     assert!(steps(&again).iter().all(|s| !s.starts_with(['+', '-'])));
 }
@@ -1235,12 +1241,12 @@ fn a_native_node_is_brought_in_step_from_its_inventory() {
 #[test]
 fn a_nodes_devices_are_known_only_once_devices_and_models_are_listed() {
     let device = |name: &str, node: &str| {
-        json!({
+        object(json!({
             "apiVersion": "devices.kubeedge.io/v1beta1",
             "kind": "Device",
             "metadata": { "name": name, "namespace": NS, "resourceVersion": "3" },
             "spec": { "nodeName": node, "deviceModelRef": { "name": "thermo" } },
-        })
+        }))
     };
     let store = store_of(&[
         device("t2", "edge-1"),
@@ -1488,8 +1494,8 @@ fn a_kubeedge_node_whose_cursor_cannot_be_read_gets_everything_again() {
 #[test]
 fn a_kubeedge_kubelet_gets_its_pod_marked_deleted_again_until_it_says_it_stopped() {
     let mut ending = pod("p1", Some("edge-1"), 3, &[], "nginx");
-    ending["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
-    ending["metadata"]["uid"] = json!("u1");
+    ending.edit(|o| o["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z"));
+    ending.edit(|o| o["metadata"]["uid"] = json!("u1"));
     let store = store_of(&[ending, pod("p2", Some("edge-1"), 4, &[], "nginx")]);
     let mut r = loaded_with_cursors(&store, 4);
     r.connected("edge-1", NodeDialect::KubeEdge, &store);
@@ -1502,7 +1508,7 @@ fn a_kubeedge_kubelet_gets_its_pod_marked_deleted_again_until_it_says_it_stopped
     let Some(Action::Send { object, .. }) = actions.first() else {
         panic!("{actions:?}");
     };
-    assert!(terminating(object));
+    assert!(object.is_terminating());
 }
 
 fn finishes(actions: &[Action]) -> bool {
@@ -1519,18 +1525,18 @@ fn finish(name: &str, uid: &str) -> Termination {
 }
 
 /// `object` marked deleted at revision `rv`, with uid `uid`.
-fn deleting(object: &Value, rv: u64, uid: &str) -> Value {
+fn deleting(object: &Object, rv: u64, uid: &str) -> Object {
     let mut object = revised(object, rv);
-    object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-    object["metadata"]["uid"] = json!(uid);
+    object.edit(|o| o["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"));
+    object.edit(|o| o["metadata"]["uid"] = json!(uid));
     object
 }
 
 /// A loaded reconciler with pod `p1` (uid `u1`) running on native
 /// node `edge-1`, in step.
-fn running_pod() -> (Reconciler, Store, Value) {
+fn running_pod() -> (Reconciler, Store, Object) {
     let mut running = pod("p1", Some("edge-1"), 3, &[], "nginx");
-    running["metadata"]["uid"] = json!("u1");
+    running.edit(|o| o["metadata"]["uid"] = json!("u1"));
     let store = store_of(std::slice::from_ref(&running));
     let mut r = loaded(&store, 3);
     r.connected("edge-1", NodeDialect::Native, &store);
@@ -1592,7 +1598,7 @@ fn a_node_offline_at_delete_time_is_told_again_and_finishes_it_when_it_returns()
 #[test]
 fn a_pod_that_never_started_at_the_edge_finishes_at_its_word() {
     let mut fresh = pod("p1", Some("edge-1"), 3, &[], "nginx");
-    fresh["metadata"]["uid"] = json!("u1");
+    fresh.edit(|o| o["metadata"]["uid"] = json!("u1"));
     let mut store = Store::new();
     let mut r = loaded(&store, 2);
     r.connected("edge-1", NodeDialect::Native, &store);
@@ -1632,7 +1638,7 @@ fn an_edge_restarted_mid_termination_is_told_again() {
 #[test]
 fn a_restarted_cloud_rebuilds_its_deletions_and_keeps_a_word_that_came_first() {
     let mut running = pod("p1", Some("edge-1"), 3, &[], "nginx");
-    running["metadata"]["uid"] = json!("u1");
+    running.edit(|o| o["metadata"]["uid"] = json!("u1"));
     let ending = deleting(&running, 5, "u1");
     // Restarted: the first list shows the deletion, the node links
     // and is told again (it may have said so to the cloud that died).
@@ -1718,7 +1724,7 @@ fn a_node_never_speaks_for_another_nodes_pod() {
 #[test]
 fn a_kubeedge_node_is_told_with_the_pod_marked_deleted_and_drops_it_once_gone() {
     let mut running = pod("p1", Some("kube-1"), 3, &[], "nginx");
-    running["metadata"]["uid"] = json!("u1");
+    running.edit(|o| o["metadata"]["uid"] = json!("u1"));
     let mut store = store_of(std::slice::from_ref(&running));
     let mut r = loaded(&store, 3);
     r.connected("kube-1", NodeDialect::KubeEdge, &store);
@@ -1803,12 +1809,12 @@ fn a_send_not_queued_brings_the_node_in_step_on_the_next_retry() {
 
 #[test]
 fn a_node_reports_and_reads_only_what_is_its_own() {
-    let device = json!({
+    let device = object(json!({
         "apiVersion": "devices.kubeedge.io/v1beta1",
         "kind": "Device",
         "metadata": { "name": "t1", "namespace": NS, "resourceVersion": "6" },
         "spec": { "nodeName": "edge-1", "deviceModelRef": { "name": "thermo" } },
-    });
+    }));
     let store = store_of(&[
         cm("mine", 2, "a"),
         cm("theirs", 3, "b"),
@@ -1889,11 +1895,11 @@ fn the_ready_condition_follows_the_link_and_the_report() {
     r.connected("edge-1", NodeDialect::Native, &store);
     assert_eq!(r.ready_condition("edge-1", time(104)).status, "False");
     // The Node deleted: its report goes with it.
-    let node = json!({
+    let node = object(json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": { "name": "edge-1", "resourceVersion": "5" },
-    });
+    }));
     assert!(
         r.observe(Kind::Node, &WatchEvent::Deleted(node), &store)
             .is_empty()
@@ -1924,7 +1930,7 @@ struct Sim {
     /// Events not yet handed to the reconciler.
     pending: BTreeMap<Kind, VecDeque<WatchEvent>>,
     /// The pods as the reconciler was told of them.
-    observed: HashMap<ObjectKey, Value>,
+    observed: HashMap<ObjectKey, Object>,
     r: Reconciler,
     edges: Edges,
     linked: BTreeSet<String>,
@@ -1988,7 +1994,7 @@ impl Sim {
         }
     }
 
-    fn random_pod(&mut self, name: &str, node: Option<&str>) -> Value {
+    fn random_pod(&mut self, name: &str, node: Option<&str>) -> Object {
         let cms: Vec<String> = (0..CONFIGMAPS)
             .filter(|_| self.rng.percent(30))
             .map(|i| format!("cm-{i}"))
@@ -2000,21 +2006,23 @@ impl Sim {
 
     /// Stores `object` at a new revision (its spec revision moves only
     /// if its desired part changes); its event waits for the watch.
-    fn write(&mut self, mut object: Value) {
-        let key = ObjectKey::of(&object).expect("a key");
+    fn write(&mut self, mut object: Object) {
+        let key = object.key().clone();
         self.revision += 1;
         let spec = match self.store.get(&key) {
-            Some(old) if desired_part(old) == desired_part(&object) => spec_revision(old),
+            Some(old) if desired_part(old.json()) == desired_part(object.json()) => {
+                spec_revision(old)
+            }
             _ => self.revision,
         };
-        object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
-        object["metadata"]["annotations"] = json!({ SPEC_REVISION: spec.to_string() });
+        object.edit(|o| o["metadata"]["resourceVersion"] = json!(self.revision.to_string()));
+        object.edit(|o| o["metadata"]["annotations"] = json!({ SPEC_REVISION: spec.to_string() }));
         let event = match self.store.insert(key.clone(), object.clone()) {
             Some(_) => WatchEvent::Modified(object),
             None => WatchEvent::Added(object),
         };
         let object = event.object();
-        let refs: Vec<String> = references(&key, object).iter().map(short).collect();
+        let refs: Vec<String> = references(&key, object.json()).iter().map(short).collect();
         self.log.push(format!(
             "{}: write {key} (spec {spec}) on {:?} using {refs:?}",
             self.revision,
@@ -2051,7 +2059,9 @@ impl Sim {
                 let name = format!("pod-{}", self.rng.below(PODS));
                 let object = match self.store.get(&key(Kind::Pod, &name)).cloned() {
                     Some(mut object) if self.rng.percent(30) => {
-                        object["status"]["phase"] = json!(format!("phase-{}", self.rng.next()));
+                        object.edit(|o| {
+                            o["status"]["phase"] = json!(format!("phase-{}", self.rng.next()))
+                        });
                         object
                     }
                     Some(object) => {
@@ -2128,7 +2138,7 @@ impl Sim {
         let Some(event) = self.pending.get_mut(&kind).and_then(VecDeque::pop_front) else {
             return;
         };
-        let key = ObjectKey::of(event.object()).expect("a key");
+        let key = event.object().key().clone();
         if kind == Kind::Pod {
             match &event {
                 WatchEvent::Deleted(_) => self.observed.remove(&key),
@@ -2219,7 +2229,7 @@ impl Sim {
 
     /// A pod goes only to its node; a configmap only to a node where
     /// a pod uses it.
-    fn check_send(&self, node: &str, op: Op, key: &ObjectKey, object: &Value) {
+    fn check_send(&self, node: &str, op: Op, key: &ObjectKey, object: &Object) {
         if key.kind == Kind::Pod {
             let bound = node_of(object);
             if bound.is_some_and(|bound| bound != node) || (op != Delete && bound.is_none()) {
@@ -2230,7 +2240,7 @@ impl Sim {
         }
         if key.kind == Kind::ConfigMap && op != Delete {
             let used = self.observed.iter().any(|(pod, object)| {
-                node_of(object) == Some(node) && references(pod, object).contains(key)
+                node_of(object) == Some(node) && references(pod, object.json()).contains(key)
             });
             if !used {
                 self.fail(&format!(
@@ -2268,13 +2278,13 @@ impl Sim {
     /// its change was handled first: the next inventory updates it).
     fn check_nodes(&self, when: &str, versions: bool) {
         for node in NODES {
-            let mut desired: BTreeMap<String, &Value> = BTreeMap::new();
+            let mut desired: BTreeMap<String, &Object> = BTreeMap::new();
             for (key, object) in &self.store {
                 if key.kind != Kind::Pod || node_of(object) != Some(node) {
                     continue;
                 }
                 desired.insert(key.edge_resource().to_string(), object);
-                for reference in references(key, object) {
+                for reference in references(key, object.json()) {
                     if let Some(used) = self.store.get(&reference) {
                         desired.insert(reference.edge_resource().to_string(), used);
                     }
@@ -2296,9 +2306,11 @@ impl Sim {
                         spec_revision(object)
                     ));
                 }
-                if desired_part(content) != desired_part(object) {
+                if desired_part(content.json()) != desired_part(object.json()) {
                     self.fail(&format!(
-                        "{when}: {node} holds {resource} as {content}, not as {object}"
+                        "{when}: {node} holds {resource} as {}, not as {}",
+                        content.json(),
+                        object.json()
                     ));
                 }
             }

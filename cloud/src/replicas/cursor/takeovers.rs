@@ -12,14 +12,14 @@ use hub::queue::{AckOutcome, NodeQueue, PushOutcome};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::desired::{SPEC_REVISION, WatchEvent, bound_node, desired_part, spec_revision};
+use crate::desired::{Object, SPEC_REVISION, WatchEvent, desired_part, spec_revision};
 use crate::edgecontroller::reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
 
 const NODE: &str = "edge-1";
 const CONFIGMAPS: usize = 4;
 const PODS: usize = 8;
 
-type Store = HashMap<ObjectKey, Value>;
+type Store = HashMap<ObjectKey, Object>;
 
 use crate::test_rng::Rng;
 
@@ -45,7 +45,7 @@ impl Replica {
     fn new(store: &Store, cursors: bool) -> Replica {
         let mut r = Reconciler::new().with_cursors(cursors);
         for kind in FOLLOWED {
-            let objects: Vec<Value> = store
+            let objects: Vec<Object> = store
                 .iter()
                 .filter(|(key, _)| key.kind == kind)
                 .map(|(_, object)| object.clone())
@@ -100,15 +100,18 @@ impl Sim {
         panic!("seed {:#x}: {what}\n{}", self.seed, recent.join("\n"));
     }
 
-    fn write(&mut self, mut object: Value) {
-        let key = ObjectKey::of(&object).expect("a key");
+    fn write(&mut self, object: Value) {
+        let mut object = Object::new(object).expect("an object");
+        let key = object.key().clone();
         self.revision += 1;
         let spec = match self.store.get(&key) {
-            Some(old) if desired_part(old) == desired_part(&object) => spec_revision(old),
+            Some(old) if desired_part(old.json()) == desired_part(object.json()) => {
+                spec_revision(old.json())
+            }
             _ => self.revision,
         };
-        object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
-        object["metadata"]["annotations"] = json!({ SPEC_REVISION: spec.to_string() });
+        object.set_revision(self.revision);
+        object.edit(|o| o["metadata"]["annotations"] = json!({ SPEC_REVISION: spec.to_string() }));
         self.log.push(format!("{}: write {key}", self.revision));
         let event = match self.store.insert(key.clone(), object.clone()) {
             Some(_) => WatchEvent::Modified(object),
@@ -121,7 +124,7 @@ impl Sim {
         if let Some(mut object) = self.store.remove(key) {
             self.revision += 1;
             self.log.push(format!("{}: delete {key}", self.revision));
-            object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+            object.set_revision(self.revision);
             self.observe(key.kind, &WatchEvent::Deleted(object));
         }
     }
@@ -168,7 +171,7 @@ impl Sim {
                             op.operation(),
                         )
                         .with_resource_version(version.to_string())
-                        .with_content(apis::kinds::object_content(&object));
+                        .with_content(object.content());
                     let replica = &mut self.replicas[index];
                     let outcome = replica.queue.push(msg);
                     if op == Op::Delete
@@ -495,14 +498,14 @@ impl Sim {
     }
 
     /// What the node should hold: its pods and what they use.
-    fn desired(&self) -> BTreeMap<String, &Value> {
+    fn desired(&self) -> BTreeMap<String, &Object> {
         let mut desired = BTreeMap::new();
         for (key, object) in &self.store {
-            if key.kind != Kind::Pod || bound_node(object) != Some(NODE) {
+            if key.kind != Kind::Pod || object.node_name() != Some(NODE) {
                 continue;
             }
             desired.insert(key.edge_resource().to_string(), object);
-            for used in references(key, object) {
+            for used in references(key, object.json()) {
                 if let Some(object) = self.store.get(&used) {
                     desired.insert(used.edge_resource().to_string(), object);
                 }
@@ -562,9 +565,9 @@ impl Sim {
                     "{resource} is missing at the node, which holds {:?}",
                     held.keys().collect::<Vec<_>>()
                 )),
-                Some(content) if desired_part(content) != desired_part(object) => {
-                    self.fail(&format!("{resource} held as {content}, not {object}"))
-                }
+                Some(content) if desired_part(content) != desired_part(object.json()) => self.fail(
+                    &format!("{resource} held as {content}, not {}", object.json()),
+                ),
                 Some(_) => {}
             }
         }
