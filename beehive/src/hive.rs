@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::config::HiveConfig;
 use crate::counts::HandledCounts;
 use crate::error::Error;
-use crate::mailbox::{Mailbox, Refused, mailbox};
+use crate::mailbox::{Mailbox, NoRoom, mailbox};
 use crate::runtime::{Control, in_actix_system, supervise};
 use crate::{Message, Module};
 
@@ -246,6 +246,7 @@ impl Hive {
         &self.inner.config
     }
 
+    #[inline]
     fn read(&self) -> RwLockReadGuard<'_, Registry> {
         self.inner
             .registry
@@ -416,16 +417,28 @@ impl Hive {
     /// Offers `msg` to `destination`'s mailbox without waiting, for
     /// [`Hive::send`] and [`Hive::try_send`].
     #[allow(clippy::result_large_err)] // The error is the message handed back, whole.
+    ///
+    /// The mailbox is asked for room before the message moves: a taken
+    /// message is copied once, into the queue, and only a full mailbox's
+    /// refusal carries it back.
+    #[inline]
     fn offer(&self, destination: &str, msg: Message) -> Result<(), Offered> {
         let registry = self.read();
-        let slot = registry
-            .modules
-            .get(destination)
-            .ok_or_else(|| Offered::Refused(Error::UnknownModule(destination.to_owned())))?;
-        slot.mailbox.try_send(msg).map_err(|refused| match refused {
-            Refused::Full(msg) => Offered::Full(slot.mailbox.clone(), msg),
-            Refused::Closed(_) => Offered::Refused(Error::ModuleStopped(destination.to_owned())),
-        })
+        let Some(slot) = registry.modules.get(destination) else {
+            return Err(Offered::Refused(Error::UnknownModule(
+                destination.to_owned(),
+            )));
+        };
+        match slot.mailbox.reserve(false) {
+            Ok(room) => {
+                room.push(msg);
+                Ok(())
+            }
+            Err(NoRoom::Full) => Err(Offered::Full(slot.mailbox.clone(), msg)),
+            Err(NoRoom::Closed) => Err(Offered::Refused(Error::ModuleStopped(
+                destination.to_owned(),
+            ))),
+        }
     }
 
     /// Sends `msg` to `destination` and waits for the response whose
