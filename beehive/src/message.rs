@@ -212,6 +212,11 @@ mod ids {
         next: usize,
     }
 
+    // A fork without exec copies the batch (and rand's ThreadRng, which
+    // is not reseeded on fork): the child must not build messages before
+    // its batch is refreshed, or it repeats the parent's ids. Checking
+    // std::process::id() here cost 11 more instructions per message under
+    // callgrind, and a getpid system call, so it is not checked.
     thread_local! {
         static BATCH: RefCell<Batch> = const {
             RefCell::new(Batch { ids: [0; IDS], next: IDS })

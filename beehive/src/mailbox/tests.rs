@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
-use super::{Refused, mailbox};
+use super::{NoRoom, Refused, mailbox};
 
 /// A waker that counts its wakes.
 #[derive(Default)]
@@ -52,6 +52,80 @@ fn messages_come_out_in_the_order_sent_across_takes() {
     assert_eq!(seen, (1..8).collect::<Vec<_>>());
     assert_eq!(tx.queued(), 0);
     assert_eq!(rx.poll_recv(&mut cx), Poll::Pending);
+}
+
+#[test]
+fn poll_ready_twice_then_next_ready_gives_the_first_message_and_takes_no_second_batch() {
+    let (tx, mut rx) = mailbox(4);
+    let mut cx = Context::from_waker(Waker::noop());
+    tx.try_send(1).expect("room");
+    tx.try_send(2).expect("room");
+    assert_eq!(rx.poll_ready(&mut cx), Poll::Ready(true));
+    // Sent after the take: waits in the queue, not in the batch taken.
+    tx.try_send(3).expect("room after the take");
+    assert_eq!(rx.poll_ready(&mut cx), Poll::Ready(true));
+    assert_eq!(rx.taken.len(), 2, "the second poll took no second batch");
+    assert_eq!(rx.shared.waiting.lock().queue.len(), 1);
+    assert_eq!(rx.peek_ready(), Some(&1));
+    assert_eq!(tx.queued(), 3, "the ready message counts until popped");
+    assert_eq!(rx.next_ready(), Some(1));
+    assert_eq!(tx.queued(), 2);
+    assert_eq!(rx.next_ready(), Some(2));
+    assert_eq!(tx.queued(), 1);
+    // Nothing taken is left: next_ready does not reach into the queue.
+    assert_eq!(rx.next_ready(), None);
+    assert_eq!(tx.queued(), 1);
+    assert_eq!(rx.poll_ready(&mut cx), Poll::Ready(true));
+    assert_eq!(rx.next_ready(), Some(3));
+    assert_eq!(tx.queued(), 0);
+    assert_eq!(rx.poll_ready(&mut cx), Poll::Pending);
+}
+
+#[test]
+fn an_unused_room_changes_nothing_and_releases_the_lock() {
+    let (tx, mut rx) = mailbox(2);
+    tx.try_send(1).expect("room");
+    let room = tx.reserve(true).expect("room for one more");
+    assert!(
+        tx.shared.waiting.try_lock().is_none(),
+        "a room holds the lock"
+    );
+    drop(room);
+    // Checked without blocking, so a leaked lock fails instead of hanging.
+    let waiting = tx.shared.waiting.try_lock().expect("the lock is free");
+    assert_eq!(waiting.queue.len(), 1);
+    assert!(!waiting.closed && !waiting.senders_wait);
+    drop(waiting);
+    assert_eq!(tx.queued(), 1);
+    tx.try_send(2)
+        .expect("the room dropped unused took no place");
+    assert!(matches!(tx.try_send(3), Err(Refused::Full(3))));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(1)));
+    assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(2)));
+    assert_eq!(rx.poll_recv(&mut cx), Poll::Pending);
+}
+
+#[test]
+fn reserve_without_waiting_on_a_full_mailbox_asks_no_wake() {
+    let (tx, mut rx) = mailbox(1);
+    tx.try_send(1).expect("room");
+    assert_eq!(tx.reserve(false).err(), Some(NoRoom::Full));
+    assert!(
+        !tx.shared.waiting.lock().senders_wait,
+        "reserve(false) marks no sender waiting"
+    );
+    let mut cx = Context::from_waker(Waker::noop());
+    assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(1)));
+    tx.try_send(2).expect("room after the take");
+    // reserve(true) does mark it, and the next take clears the mark.
+    assert_eq!(tx.reserve(true).err(), Some(NoRoom::Full));
+    assert!(tx.shared.waiting.lock().senders_wait);
+    assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(2)));
+    assert!(!tx.shared.waiting.lock().senders_wait);
+    rx.close();
+    assert_eq!(tx.reserve(true).err(), Some(NoRoom::Closed));
+    assert!(!tx.shared.waiting.lock().senders_wait);
 }
 
 #[test]
