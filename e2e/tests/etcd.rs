@@ -96,7 +96,7 @@ async fn two_replicas_share_one_desired_state_and_never_overwrite_each_other() {
     reported.edit(|o| o["status"] = json!({"phase": "Running"}));
     let with_status = a.replace_status(reported).await.expect("status");
     assert_eq!(with_status["status"]["phase"], "Running");
-    assert_eq!(cloud::desired::spec_revision(with_status.json()), second);
+    assert_eq!(cloud::desired::spec_revision(&with_status), second);
 
     let deleted = b.delete(&key).await.expect("delete").expect("was there");
     assert_eq!(deleted["metadata"]["uid"], created["metadata"]["uid"]);

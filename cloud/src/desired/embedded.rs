@@ -30,7 +30,7 @@ use super::bound_node as node_name;
 use super::feed::Feed;
 use super::{
     DesiredError, DesiredState, Object, SPEC_REVISION, StoreFuture, WatchEvent, WatchStream,
-    desired_part, object_of, revision_of, spec_revision,
+    desired_body, object_of, revision_of, spec_revision_of,
 };
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -474,7 +474,7 @@ pub(super) fn with_spec(
         key: key.to_string(),
         reason: err.to_string(),
     })?;
-    if desired_part(&given) == desired_part(existing) {
+    if desired_body(&given) == desired_body(existing) {
         return Ok(existing.clone());
     }
     for field in ["uid", "creationTimestamp", "resourceVersion"] {
@@ -523,7 +523,7 @@ pub(super) fn with_status(
     }
     let mut object = existing.clone();
     // The new revision is the status's; the node keeps the spec's.
-    let held = spec_revision(existing).to_string();
+    let held = spec_revision_of(existing).to_string();
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
         if let Some(annotations) = annotations.as_object_mut() {

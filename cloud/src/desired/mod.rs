@@ -313,10 +313,19 @@ pub fn stub(key: &ObjectKey) -> Object {
     Object::stub(key)
 }
 
-/// The part of an object a user sets: everything but status and the
-/// metadata the system manages. Two objects with equal desired parts need
-/// not be sent to a node again.
-pub fn desired_part(object: &Value) -> Value {
+/// A digest of the part of `object` a user sets ([`desired_body`]): two
+/// objects with equal digests need not be sent to a node again.
+pub fn spec_digest(object: &Object) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    desired_body(object.json()).to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The part of an object's body a user sets: everything but status and
+/// the metadata the system manages. Two objects with equal desired parts
+/// need not be sent to a node again.
+pub(crate) fn desired_body(object: &Value) -> Value {
     let mut object = object.clone();
     if let Some(map) = object.as_object_mut() {
         map.remove("status");
@@ -356,7 +365,12 @@ pub const SPEC_REVISION: &str = "edgehive.io/spec-revision";
 
 /// The revision of `object`'s last spec write, where the backend records
 /// it, else its own revision.
-pub fn spec_revision(object: &Value) -> u64 {
+pub fn spec_revision(object: &Object) -> u64 {
+    spec_revision_of(object.json())
+}
+
+/// [`spec_revision`] of an object's body.
+pub(crate) fn spec_revision_of(object: &Value) -> u64 {
     object
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(SPEC_REVISION))

@@ -32,9 +32,7 @@
 //! I/O; long because it has many inputs (watches, links, inventories,
 //! answers, time), not because it does several things.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeCondition;
@@ -44,7 +42,7 @@ use serde_json::json;
 use apis::kinds::{Kind, ObjectKey, references};
 
 use super::bound::{Bound, BoundObjects};
-use crate::desired::{DesiredError, DesiredState, Object, WatchEvent, desired_part, stub};
+use crate::desired::{DesiredError, DesiredState, Object, WatchEvent, spec_digest, stub};
 
 /// What is done to an object at a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,9 +327,7 @@ pub const FOLLOWED: [Kind; 6] = [
 ];
 
 fn digest(object: &Object) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    desired_part(object.json()).to_string().hash(&mut hasher);
-    hasher.finish()
+    spec_digest(object)
 }
 
 /// The version a change at `revision` goes at to an object last sent at
@@ -353,7 +349,7 @@ fn node_of(object: &Object) -> Option<&str> {
 
 /// The revision of `object`'s last spec write (what its node holds).
 fn spec_revision(object: &Object) -> u64 {
-    crate::desired::spec_revision(object.json())
+    crate::desired::spec_revision(object)
 }
 
 impl Reconciler {

@@ -112,7 +112,7 @@ async fn replaces_are_conditional_keep_status_and_skip_no_ops() {
         created["metadata"]["resourceVersion"]
     );
     assert_eq!(
-        crate::desired::spec_revision(with_status.json()),
+        crate::desired::spec_revision(&with_status),
         created.revision()
     );
 

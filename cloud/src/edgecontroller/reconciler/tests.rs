@@ -5,7 +5,10 @@ use std::collections::VecDeque;
 use serde_json::Value;
 
 use super::*;
-use crate::desired::SPEC_REVISION;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use crate::desired::{SPEC_REVISION, desired_body};
 use Op::{Delete, Insert, Update};
 use Version::{Fresh, Of};
 
@@ -2010,7 +2013,7 @@ impl Sim {
         let key = object.key().clone();
         self.revision += 1;
         let spec = match self.store.get(&key) {
-            Some(old) if desired_part(old.json()) == desired_part(object.json()) => {
+            Some(old) if desired_body(old.json()) == desired_body(object.json()) => {
                 spec_revision(old)
             }
             _ => self.revision,
@@ -2306,7 +2309,7 @@ impl Sim {
                         spec_revision(object)
                     ));
                 }
-                if desired_part(content.json()) != desired_part(object.json()) {
+                if desired_body(content.json()) != desired_body(object.json()) {
                     self.fail(&format!(
                         "{when}: {node} holds {resource} as {}, not as {}",
                         content.json(),

@@ -12,7 +12,7 @@ use hub::queue::{AckOutcome, NodeQueue, PushOutcome};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::desired::{Object, SPEC_REVISION, WatchEvent, desired_part, spec_revision};
+use crate::desired::{Object, SPEC_REVISION, WatchEvent, desired_body, spec_revision};
 use crate::edgecontroller::reconciler::{Action, FOLLOWED, NodeDialect, Op, Reconciler, Version};
 
 const NODE: &str = "edge-1";
@@ -105,8 +105,8 @@ impl Sim {
         let key = object.key().clone();
         self.revision += 1;
         let spec = match self.store.get(&key) {
-            Some(old) if desired_part(old.json()) == desired_part(object.json()) => {
-                spec_revision(old.json())
+            Some(old) if desired_body(old.json()) == desired_body(object.json()) => {
+                spec_revision(old)
             }
             _ => self.revision,
         };
@@ -565,7 +565,7 @@ impl Sim {
                     "{resource} is missing at the node, which holds {:?}",
                     held.keys().collect::<Vec<_>>()
                 )),
-                Some(content) if desired_part(content) != desired_part(object.json()) => self.fail(
+                Some(content) if desired_body(content) != desired_body(object.json()) => self.fail(
                     &format!("{resource} held as {content}, not {}", object.json()),
                 ),
                 Some(_) => {}
