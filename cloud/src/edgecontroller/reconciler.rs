@@ -42,7 +42,9 @@ use serde_json::json;
 use apis::kinds::{Kind, ObjectKey, references};
 
 use super::bound::{Bound, BoundObjects};
-use crate::desired::{DesiredError, DesiredState, Object, WatchEvent, spec_digest, stub};
+use crate::desired::{
+    DesiredError, DesiredState, Object, WatchEvent, spec_digest, spec_revision, stub,
+};
 
 /// What is done to an object at a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,10 +328,6 @@ pub const FOLLOWED: [Kind; 6] = [
     Kind::Node,
 ];
 
-fn digest(object: &Object) -> u64 {
-    spec_digest(object)
-}
-
 /// The version a change at `revision` goes at to an object last sent at
 /// `sent`: its own revision, unless a fresh one sent before is above it.
 fn above(sent: u64, revision: u64) -> Version {
@@ -345,11 +343,6 @@ fn uid_of(object: &Object) -> Option<String> {
 
 fn node_of(object: &Object) -> Option<&str> {
     object.node_name()
-}
-
-/// The revision of `object`'s last spec write (what its node holds).
-fn spec_revision(object: &Object) -> u64 {
-    crate::desired::spec_revision(object)
 }
 
 impl Reconciler {
@@ -530,14 +523,14 @@ impl Reconciler {
                         refs,
                         spec: spec_revision(object),
                         sent: spec_revision(object),
-                        digest: digest(object),
+                        digest: spec_digest(object),
                     };
                     self.bound.insert(key, bound);
                 }
             }
             Kind::ConfigMap | Kind::Secret | Kind::DeviceModel => {
                 self.referenced
-                    .insert(key, (digest(object), spec_revision(object)));
+                    .insert(key, (spec_digest(object), spec_revision(object)));
             }
             _ => {}
         }
@@ -658,7 +651,7 @@ impl Reconciler {
                 }) {
                     self.early.remove(&key);
                 }
-                let digest = digest(object);
+                let digest = spec_digest(object);
                 let previous = self.bound.get(&key);
                 if previous.is_some_and(|p| p.digest == digest && p.node == node) {
                     // A status change: the node has the spec already.
@@ -712,7 +705,7 @@ impl Reconciler {
                     .collect()
             }
             (Kind::ConfigMap | Kind::Secret | Kind::DeviceModel, _) => {
-                let digest = digest(object);
+                let digest = spec_digest(object);
                 if self
                     .referenced
                     .get(&key)
@@ -927,7 +920,7 @@ impl Reconciler {
     /// no change to send again.
     pub fn rewritten(&mut self, key: &ObjectKey, object: &Object) {
         self.bound
-            .note_rewritten(key, digest(object), spec_revision(object));
+            .note_rewritten(key, spec_digest(object), spec_revision(object));
     }
 
     /// `node` acknowledged the deletion of `key`: a device's graceful
