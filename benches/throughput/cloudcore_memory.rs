@@ -294,7 +294,13 @@ const USER_HZ: f64 = 100.0;
 /// The CPU time process `pid` has spent so far, user and system, in
 /// seconds (`utime` and `stime` of `/proc/<pid>/stat`).
 pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat_cpu_seconds(Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// The CPU time, user and system, in seconds, of the process or thread
+/// whose `stat` file is `path`.
+pub(crate) fn stat_cpu_seconds(path: &Path) -> Result<f64> {
+    let stat = std::fs::read_to_string(path)?;
     // After the command name, which may hold spaces: state is the first
     // field, utime the 12th and stime the 13th.
     let fields: Vec<&str> = stat
@@ -306,7 +312,7 @@ pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
             .get(index)
             .and_then(|field| field.parse::<u64>().ok())
             .map(|ticks| ticks as f64)
-            .ok_or_else(|| anyhow!("no CPU times in the stat of process {pid}"))
+            .ok_or_else(|| anyhow!("no CPU times in {}", path.display()))
     };
     Ok((ticks(11)? + ticks(12)?) / USER_HZ)
 }

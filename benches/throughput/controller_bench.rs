@@ -32,13 +32,19 @@
 //!   window's tolerations cloudcore's admission webhook gives them, so
 //!   nothing is written back) created in a fresh
 //!   namespace of that cluster by a bare client (kube-rs, 16 creates in
-//!   flight) and cloudcore's controller on `KubernetesStore`, timed from
+//!   flight, on a thread and a runtime of its own, as a user's client is a
+//!   process of its own: see `api_writer`) and cloudcore's controller on
+//!   `KubernetesStore`, timed from
 //!   the first create until the edge is in step as above; then a label
 //!   patch of each pod, timed the same way. Baselines: the API server's
 //!   own create and patch rates for the same pods from the same bare
 //!   client, in a second namespace, with no controller running. The
 //!   requests cloudcore's client made to the API server meanwhile are
-//!   counted by verb (a write per pod would show here). A configmap used
+//!   counted by verb (a write per pod would show here). Where the cores
+//!   went, per pod: the API server's and etcd's CPU (when they run on this
+//!   machine), the writing client's, and the rest of this process's (the
+//!   cloud and the edge), beside the API server's CPU per create with the
+//!   bare client alone. A configmap used
 //!   by a pod on the edge, patched 20 times, each timed from the PATCH
 //!   call's start until the edge's store commits the new value, beside a
 //!   bare kube-rs watch of it timed to its event (medians). Also the backend's memory per
@@ -725,6 +731,7 @@ pub(crate) mod kubernetes {
         median, per_second, pod, pod_keys, sim_node, simulated_nodes, timed_to_edge,
         wait_edge_in_step, wait_nodes_ready,
     };
+    use crate::api_writer::{ApiWriter, CpuShares};
     use crate::hub_bench::rss_bytes;
     use crate::report::Report;
 
@@ -933,19 +940,32 @@ pub(crate) mod kubernetes {
         memory(client, kubeconfig, id, sizes, report).await?;
         idle_nodes(client, kubeconfig, id, sizes, report).await?;
 
+        // The writing client: a thread of its own, as a user's client is a
+        // process of its own (the cloud and edge below share this process).
+        let writer = ApiWriter::start(kubeconfig).await?;
         // The baseline: the API server's create rate from a bare client,
         // no controller anywhere.
         let raw_namespace = format!("{id}-raw");
         namespace(client, &raw_namespace).await?;
         let raw_pods: Api<Pod> = Api::namespaced(client.clone(), &raw_namespace);
         let (mut raw, mut raw_patched) = (Vec::new(), Vec::new());
+        let mut raw_api_cpu = Vec::new();
         for run in 0..sizes.runs {
             let names: Vec<String> = (0..sizes.pods).map(|i| format!("r{run}-{i:05}")).collect();
             let objects = pods(&names, &raw_namespace, id)?;
-            let took = create_pods(&raw_pods, objects).await?;
-            raw.push(per_second(sizes.pods, took));
-            let took = patch_all(&raw_pods, &names, &format!("r{run}")).await?;
-            raw_patched.push(per_second(sizes.pods, took));
+            let before = CpuShares::now()?;
+            let created = writer.create(&raw_namespace, objects).await?;
+            let cpu = CpuShares::now()?.since(&before);
+            raw_api_cpu.extend(cpu.api_server.map(|s| s * 1000.0 / sizes.pods as f64));
+            eprintln!(
+                "controller/k8s: bare run {run}: CPU per create: {}",
+                cpu.per_object(sizes.pods, created.cpu)
+            );
+            raw.push(per_second(sizes.pods, created.took));
+            let patched = writer
+                .label(&raw_namespace, &names, &format!("r{run}"))
+                .await?;
+            raw_patched.push(per_second(sizes.pods, patched.took));
         }
         // The same creates with one bare watch of them open (in a process
         // of its own, as cloudcore's would be): what any watcher costs the
@@ -960,8 +980,15 @@ pub(crate) mod kubernetes {
                 let names: Vec<String> =
                     (0..sizes.pods).map(|i| format!("w{run}-{i:05}")).collect();
                 let objects = pods(&names, &raw_namespace, id)?;
-                let took = create_pods(&raw_pods, objects).await?;
-                raw_watched.push(per_second(sizes.pods, took));
+                let before = CpuShares::now()?;
+                let created = writer.create(&raw_namespace, objects).await?;
+                eprintln!(
+                    "controller/k8s: bare run {run} with a bare watch: CPU per create: {}",
+                    CpuShares::now()?
+                        .since(&before)
+                        .per_object(sizes.pods, created.cpu)
+                );
+                raw_watched.push(per_second(sizes.pods, created.took));
             }
         }
         eprintln!(
@@ -997,10 +1024,10 @@ pub(crate) mod kubernetes {
             // First, with nothing else under way.
             let latency =
                 configmap_latency(client, &ctl_namespace, id, &cloud, &store, &edge).await?;
-            let ctl_pods: Api<Pod> = Api::namespaced(client.clone(), &ctl_namespace);
             let (mut rates, mut messages, mut patched) = (Vec::new(), Vec::new(), Vec::new());
             let mut lags = Vec::new();
             let mut writes = Vec::new();
+            let (mut cloud_cpu, mut api_cpu) = (Vec::new(), Vec::new());
             for run in 0..sizes.runs {
                 let asked_before = requests.snapshot();
                 let names: Vec<String> =
@@ -1008,6 +1035,7 @@ pub(crate) mod kubernetes {
                 let objects = pods(&names, &ctl_namespace, id)?;
                 let keys = pod_keys(&ctl_namespace, &names);
                 let sent_before = cloud.controller.counts.borrow().sent;
+                let cpu_before = CpuShares::now()?;
                 let (took, (created, sent_by_then), sent) = timed_to_edge(
                     &cloud,
                     &store,
@@ -1015,16 +1043,22 @@ pub(crate) mod kubernetes {
                     &keys,
                     "pods from the API server",
                     async {
-                        let created = create_pods(&ctl_pods, objects).await?;
+                        let created = writer.create(&ctl_namespace, objects).await?;
                         Ok((created, cloud.controller.counts.borrow().sent - sent_before))
                     },
                 )
                 .await?;
+                let cpu = CpuShares::now()?.since(&cpu_before);
+                cloud_cpu.push((cpu.bench - created.cpu) * 1000.0 / sizes.pods as f64);
+                api_cpu.extend(cpu.api_server.map(|s| s * 1000.0 / sizes.pods as f64));
                 eprintln!(
                     "controller/k8s: run {run}: the API server answered every create after \
-                     {created:.2?} ({sent_by_then} messages queued for the edge by then); \
-                     the edge in step after {took:.2?} ({sent} messages)"
+                     {:.2?} ({sent_by_then} messages queued for the edge by then); \
+                     the edge in step after {took:.2?} ({sent} messages); CPU per pod: {}",
+                    created.took,
+                    cpu.per_object(sizes.pods, created.cpu),
                 );
+                let created = created.took;
                 rates.push(per_second(sizes.pods, took));
                 lags.push(took.saturating_sub(created).as_secs_f64() * 1000.0);
                 messages.push(sent as f64 / sizes.pods as f64);
@@ -1038,18 +1072,20 @@ pub(crate) mod kubernetes {
                     &edge.store,
                     &keys,
                     "label patches from the API server",
-                    patch_all(&ctl_pods, &names, &format!("c{run}")),
+                    writer.label(&ctl_namespace, &names, &format!("c{run}")),
                 )
                 .await?;
                 patched.push(per_second(sizes.pods, took));
             }
-            Ok::<_, anyhow::Error>((rates, messages, patched, writes, lags, latency))
+            let cpu = (cloud_cpu, api_cpu);
+            Ok::<_, anyhow::Error>((rates, messages, patched, writes, lags, latency, cpu))
         }
         .await;
         edge.stop().await;
         cloud.stop().await;
         drop(store);
-        let (rates, messages, patched, writes, lags, (to_edge, watched)) = measured?;
+        let (rates, messages, patched, writes, lags, (to_edge, watched), (cloud_cpu, api_cpu)) =
+            measured?;
         report.with_baseline(
             "controller/k8s/1 configmap",
             "configmap patch→edge",
@@ -1092,6 +1128,26 @@ pub(crate) mod kubernetes {
             median(lags),
             "ms",
         );
+        // What the cloud and the edge took from the cores the API server
+        // needs: all of this process's CPU but the writing client's.
+        report.plain(
+            &scenario,
+            "cloud+edge CPU per created pod",
+            median(cloud_cpu),
+            "ms",
+        );
+        // The API server's own cost per create, which the watch raises
+        // (when it runs on this machine).
+        if !api_cpu.is_empty() && !raw_api_cpu.is_empty() {
+            report.with_baseline(
+                &scenario,
+                "API server CPU per create",
+                median(api_cpu),
+                "ms",
+                median(raw_api_cpu),
+                "the same, bare client",
+            );
+        }
         report.plain(
             &scenario,
             "API-server writes per pod",

@@ -6,6 +6,7 @@
 //! `{"scenario", "metric", "value", "unit"}` (baselines as `<metric>_baseline`).
 //! Numbers are printed, never asserted: these machines are shared and noisy.
 
+mod api_writer;
 mod beehive_bench;
 mod cloudcore_memory;
 mod controller_bench;
