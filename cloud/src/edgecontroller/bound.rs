@@ -37,6 +37,11 @@ pub(super) struct Bound {
 #[derive(Debug, Default)]
 pub(super) struct BoundObjects {
     by_key: HashMap<ObjectKey, Bound>,
+    /// Pods being deleted gracefully, no longer bound: their node and what
+    /// they reference. They run until their node says they stopped, and a
+    /// kubelet keeps a terminating pod's volumes until then, so what they
+    /// use stays on the node (counted in `wanted`) until they are gone.
+    ending: HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>,
     wanted: HashMap<String, BTreeMap<ObjectKey, usize>>,
 }
 
@@ -80,21 +85,27 @@ impl BoundObjects {
         Some(removed)
     }
 
+    /// `key`, unbound while its node stops it, keeps what it references
+    /// wanted on `node` until [`BoundObjects::release_ending`].
+    pub fn hold_while_ending(&mut self, key: ObjectKey, node: String, refs: BTreeSet<ObjectKey>) {
+        self.release_ending(&key);
+        let wanted = self.wanted.entry(node.clone()).or_default();
+        for reference in &refs {
+            *wanted.entry(reference.clone()).or_default() += 1;
+        }
+        self.ending.insert(key, (node, refs));
+    }
+
+    /// `key`'s graceful deletion is over: what it referenced is no longer
+    /// wanted for it. Its node, if it was held.
+    pub fn release_ending(&mut self, key: &ObjectKey) -> Option<String> {
+        let (node, refs) = self.ending.remove(key)?;
+        forget(&mut self.wanted, &node, &refs);
+        Some(node)
+    }
+
     fn forget_refs(&mut self, bound: &Bound) {
-        let Some(wanted) = self.wanted.get_mut(&bound.node) else {
-            return;
-        };
-        for reference in &bound.refs {
-            if let Some(count) = wanted.get_mut(reference) {
-                *count -= 1;
-                if *count == 0 {
-                    wanted.remove(reference);
-                }
-            }
-        }
-        if wanted.is_empty() {
-            self.wanted.remove(&bound.node);
-        }
+        forget(&mut self.wanted, &bound.node, &bound.refs);
     }
 
     /// `key` went to its node at `version`.
@@ -134,6 +145,28 @@ impl BoundObjects {
     }
 }
 
+/// `refs` are referenced once less on `node`.
+fn forget(
+    wanted: &mut HashMap<String, BTreeMap<ObjectKey, usize>>,
+    node: &str,
+    refs: &BTreeSet<ObjectKey>,
+) {
+    let Some(counts) = wanted.get_mut(node) else {
+        return;
+    };
+    for reference in refs {
+        if let Some(count) = counts.get_mut(reference) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(reference);
+            }
+        }
+    }
+    if counts.is_empty() {
+        wanted.remove(node);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use apis::kinds::Kind;
@@ -169,6 +202,21 @@ mod tests {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect()
+    }
+
+    #[test]
+    fn an_ending_pod_keeps_what_it_uses_until_released() {
+        let mut objects = BoundObjects::default();
+        objects.insert(pod("a"), bound("n1", &["own-a"]));
+        let removed = objects.remove(&pod("a")).expect("bound");
+        objects.hold_while_ending(pod("a"), removed.node.clone(), removed.refs.clone());
+        assert!(objects.is_wanted("n1", &configmap("own-a")));
+        // Held twice (listed again while ending) counts once.
+        objects.hold_while_ending(pod("a"), removed.node, removed.refs);
+        assert_eq!(objects.release_ending(&pod("a")).as_deref(), Some("n1"));
+        assert!(!objects.is_wanted("n1", &configmap("own-a")));
+        assert_eq!(objects.release_ending(&pod("a")), None);
+        assert_eq!(objects.wanted("n1").count(), 0);
     }
 
     #[test]

@@ -445,8 +445,18 @@ impl Reconciler {
             return actions;
         }
         // Graceful deletions whose end the watch missed: the object is gone.
-        self.terminating
-            .retain(|key, _| key.kind != kind || listed.contains(key));
+        let ended: Vec<ObjectKey> = self
+            .terminating
+            .keys()
+            .filter(|key| key.kind == kind && !listed.contains(key))
+            .cloned()
+            .collect();
+        for key in &ended {
+            self.terminating.remove(key);
+            if let Some(node) = self.bound.release_ending(key) {
+                actions.extend(self.refresh_node(&node, revision, reader));
+            }
+        }
         self.early
             .retain(|key, _| key.kind != kind || listed.contains(key));
         let gone: Vec<ObjectKey> = match kind {
@@ -511,6 +521,11 @@ impl Reconciler {
                         sent: object.revision(),
                         withdrawn: true,
                     };
+                    if kind == Kind::Pod {
+                        let refs = references(&key, object.json());
+                        self.bound
+                            .hold_while_ending(key.clone(), node.to_owned(), refs);
+                    }
                     self.terminating.insert(key, ending);
                 }
             }
@@ -563,11 +578,13 @@ impl Reconciler {
             (Kind::Pod | Kind::Device, WatchEvent::Deleted(_)) => {
                 self.early.remove(&key);
                 let ending = self.terminating.remove(&key);
+                let released = self.bound.release_ending(&key);
                 let Some(bound) = self.bound.remove(&key) else {
                     // A graceful deletion ended: a node told with the
                     // object marked deleted (a KubeEdge kubelet) drops it
-                    // now, as KubeEdge's cloud tells it.
-                    return match ending.filter(|ending| !ending.withdrawn) {
+                    // now, as KubeEdge's cloud tells it; then what it used
+                    // and nothing else there does goes.
+                    let mut actions = match ending.filter(|ending| !ending.withdrawn) {
                         Some(ending) => vec![self.send(
                             &ending.node,
                             Op::Delete,
@@ -577,6 +594,10 @@ impl Reconciler {
                         )],
                         None => Vec::new(),
                     };
+                    if let Some(node) = released {
+                        actions.extend(self.refresh_node(&node, revision, reader));
+                    }
+                    return actions;
                 };
                 let object = Arc::new(object.clone());
                 let mut actions = self.membership(&key, Some(&bound.node), None, &object);
@@ -616,6 +637,16 @@ impl Reconciler {
                     if !first && removed.is_none() {
                         return Vec::new();
                     }
+                    if key.kind == Kind::Pod {
+                        // It runs until its node says it stopped: what it
+                        // uses stays there until then.
+                        let refs = match &removed {
+                            Some(bound) => bound.refs.clone(),
+                            None => references(&key, object.json()),
+                        };
+                        self.bound
+                            .hold_while_ending(key.clone(), node.clone(), refs);
+                    }
                     let object = Arc::new(object.clone());
                     let left = removed.as_ref().map(|bound| bound.node.as_str());
                     let mut actions = self.membership(&key, left, None, &object);
@@ -644,8 +675,15 @@ impl Reconciler {
                     return actions;
                 }
                 // Not being deleted: an older object of that name is gone,
-                // and so is a word about it.
+                // and so is a word about it. What it used on another node
+                // goes there (on this one, the refresh below sees to it).
                 self.terminating.remove(&key);
+                let mut released = self
+                    .bound
+                    .release_ending(&key)
+                    .filter(|released| *released != node)
+                    .map(|released| self.refresh_node(&released, revision, reader))
+                    .unwrap_or_default();
                 if self.early.get(&key).is_some_and(|(said, uid)| {
                     *said != node || !same_pod(uid.as_deref(), uid_of(object).as_deref())
                 }) {
@@ -655,7 +693,7 @@ impl Reconciler {
                 let previous = self.bound.get(&key);
                 if previous.is_some_and(|p| p.digest == digest && p.node == node) {
                     // A status change: the node has the spec already.
-                    return Vec::new();
+                    return released;
                 }
                 let op = match previous {
                     Some(p) if p.node == node => Op::Update,
@@ -682,10 +720,10 @@ impl Reconciler {
                 // Its node's devicetwin learns of it first (as KubeEdge's
                 // cloud tells it), then what it references goes, so it
                 // finds them at the edge, then itself.
-                let mut actions = self.membership(&key, before.as_deref(), Some(&node), &object);
-                actions.extend(self.refresh_node(&node, revision, reader));
-                actions.push(self.send(&node, op, &key, object, above(sent, revision)));
-                actions
+                released.extend(self.membership(&key, before.as_deref(), Some(&node), &object));
+                released.extend(self.refresh_node(&node, revision, reader));
+                released.push(self.send(&node, op, &key, object, above(sent, revision)));
+                released
             }
             (Kind::ConfigMap | Kind::Secret | Kind::DeviceModel, WatchEvent::Deleted(_)) => {
                 self.referenced.remove(&key);

@@ -1574,6 +1574,70 @@ fn a_graceful_deletion_ends_when_the_node_says_the_pod_stopped_not_when_it_holds
 }
 
 #[test]
+fn an_ending_pod_keeps_its_configmap_on_the_node_until_it_is_gone() {
+    // A kubelet keeps a terminating pod's volumes until its containers
+    // stopped: what the pod uses stays on the node until the pod is gone.
+    for dialect in [NodeDialect::Native, NodeDialect::KubeEdge] {
+        let mut store = store_of(&[cm("cm", 2, "a")]);
+        let mut r = loaded(&store, 2);
+        r.connected("edge-1", dialect, &store);
+        let mut web = pod("web", Some("edge-1"), 3, &["cm"], "nginx");
+        web.edit(|o| o["metadata"]["uid"] = json!("u1"));
+        let actions = put(&mut r, &mut store, web.clone());
+        ack(&mut r, &actions, 0);
+        let marked = match dialect {
+            NodeDialect::Native => Delete,
+            NodeDialect::KubeEdge => Update,
+        };
+        let actions = put(&mut r, &mut store, deleting(&web, 4, "u1"));
+        assert_eq!(
+            sends(&actions),
+            [s("edge-1", marked, "pod/web", Of(4))],
+            "{dialect:?}"
+        );
+        assert!(r.entitled("edge-1", &key(Kind::ConfigMap, "cm")));
+        ack(&mut r, &actions, 0);
+        // An update of the configmap still reaches the ending pod.
+        let actions = put(&mut r, &mut store, cm("cm", 5, "b"));
+        assert_eq!(
+            sends(&actions),
+            [s("edge-1", Update, "configmap/cm", Of(5))]
+        );
+        ack(&mut r, &actions, 0);
+        // Its node said it stopped; the object is gone: the configmap goes
+        // (and a KubeEdge kubelet is told to drop the pod first).
+        let actions = remove(&mut r, &mut store, Kind::Pod, "web", 6);
+        let mut expected = vec![s("edge-1", Delete, "configmap/cm", Of(6))];
+        if dialect == NodeDialect::KubeEdge {
+            expected.insert(0, s("edge-1", Delete, "pod/web", Of(6)));
+        }
+        assert_eq!(sends(&actions), expected, "{dialect:?}");
+        assert!(!r.entitled("edge-1", &key(Kind::ConfigMap, "cm")));
+    }
+
+    // A cloud restarted mid-termination keeps it too, and lets it go when
+    // a relist no longer shows the pod.
+    let mut web = pod("web", Some("edge-1"), 3, &["cm"], "nginx");
+    web.edit(|o| o["metadata"]["uid"] = json!("u1"));
+    let mut store = store_of(&[cm("cm", 2, "a"), deleting(&web, 4, "u1")]);
+    let mut r = loaded(&store, 4);
+    r.connected("edge-1", NodeDialect::Native, &store);
+    let actions = r.inventory(
+        "edge-1",
+        Ok(inventory(&[("configmap/cm", 2), ("pod/web", 3)])),
+        &store,
+    );
+    assert_eq!(sends(&actions), [s("edge-1", Delete, "pod/web", Fresh)]);
+    assert!(r.entitled("edge-1", &key(Kind::ConfigMap, "cm")));
+    store.remove(&key(Kind::Pod, "web"));
+    let actions = r.listed(Kind::Pod, of_kind(&store, Kind::Pod), 7, &store);
+    assert_eq!(
+        sends(&actions),
+        [s("edge-1", Delete, "configmap/cm", Of(7))]
+    );
+}
+
+#[test]
 fn a_node_offline_at_delete_time_is_told_again_and_finishes_it_when_it_returns() {
     let (mut r, mut store, running) = running_pod();
     r.disconnected("edge-1");
