@@ -294,6 +294,12 @@ fn get<S: ObjectSource>(source: &S, key: ObjectKey) -> Result<HttpResponse, ApiE
     }
 }
 
+/// An error binding a listener on `address`, with the address in it (the
+/// OS's "Address already in use" alone names no port).
+pub fn bind_error(address: &str) -> impl FnOnce(std::io::Error) -> std::io::Error + '_ {
+    move |err| std::io::Error::new(err.kind(), format!("cannot listen on {address}: {err}"))
+}
+
 /// Runs a bound actix-web server on the current actix System; its first
 /// bound address and a handle to stop it. `name` is for the logs.
 pub fn spawn_server(

@@ -222,12 +222,66 @@ pub fn check(mut object: Value) -> Result<Object, ApiError> {
     match kind {
         Kind::Pod => check_pod(&name, &object)?,
         Kind::Device => check_device(&name, &object)?,
+        Kind::ConfigMap | Kind::Secret => check_data_size(kind, &name, &object)?,
         _ => {}
     }
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.insert("namespace".to_owned(), Value::String(namespace.clone()));
     }
     Object::new(object).map_err(|err| invalid(format!("{kind} {name}: {err}")))
+}
+
+/// What a ConfigMap's or a Secret's data may hold at most, in bytes
+/// (Kubernetes' `MaxSecretSize`, which ConfigMaps share).
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// A ConfigMap's data (its `data` values and decoded `binaryData`) or a
+/// Secret's (its decoded `data`, with `stringData` in place of the keys it
+/// sets) is at most [`MAX_DATA_BYTES`], refused as kube-apiserver words it.
+fn check_data_size(kind: Kind, name: &str, object: &Value) -> Result<(), ApiError> {
+    let values = |field: &str| {
+        object
+            .get(field)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| (key.as_str(), value.as_str().unwrap_or_default()))
+    };
+    let (total, field) = match kind {
+        Kind::ConfigMap => (
+            values("data").map(|(_, v)| v.len()).sum::<usize>()
+                + values("binaryData")
+                    .map(|(_, v)| decoded_len(v))
+                    .sum::<usize>(),
+            "[]",
+        ),
+        _ => {
+            let string_data: std::collections::BTreeMap<&str, usize> =
+                values("stringData").map(|(k, v)| (k, v.len())).collect();
+            let data = values("data")
+                .filter(|(key, _)| !string_data.contains_key(key))
+                .map(|(_, v)| decoded_len(v))
+                .sum::<usize>();
+            (data + string_data.values().sum::<usize>(), "data")
+        }
+    };
+    if total > MAX_DATA_BYTES {
+        return Err(ApiError::Invalid(format!(
+            "{kind} {name:?} is invalid: {field}: Too long: may not be more than {MAX_DATA_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// The length of what base64 text `encoded` decodes to (not checked here).
+fn decoded_len(encoded: &str) -> usize {
+    let padding = encoded
+        .bytes()
+        .rev()
+        .take_while(|b| *b == b'=')
+        .count()
+        .min(2);
+    (encoded.len() / 4 * 3).saturating_sub(padding)
 }
 
 /// `spec.nodeName`, when set, must name a node.
@@ -322,6 +376,43 @@ fn check_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn configmap_and_secret_data_is_at_most_a_mebibyte_as_in_kubernetes() {
+        use serde_json::json;
+        let configmap = |data: Value, binary: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                   "data": data, "binaryData": binary})
+        };
+        let mib = MAX_DATA_BYTES;
+        assert!(check(configmap(json!({"a": "x".repeat(mib)}), json!({}))).is_ok());
+        let refused = check(configmap(
+            json!({"a": "x".repeat(mib - 2)}),
+            json!({"b": "AAAA"}),
+        ))
+        .expect_err("one byte over, counted decoded");
+        assert_eq!(
+            refused.to_string(),
+            ApiError::Invalid(format!(
+                "ConfigMap \"big\" is invalid: []: Too long: may not be more than {mib} bytes"
+            ))
+            .to_string()
+        );
+        let secret = |data: Value, string_data: Value| {
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"},
+                   "data": data, "stringData": string_data})
+        };
+        // Base64 longer than a mebibyte that decodes to one is accepted.
+        let encoded = "A".repeat(mib / 3 * 4) + "AA==";
+        assert_eq!(decoded_len(&encoded), mib);
+        assert!(check(secret(json!({"a": encoded}), json!({}))).is_ok());
+        // stringData counts, and replaces the data key it sets.
+        let over = secret(json!({"a": "AAAA"}), json!({"b": "x".repeat(mib - 2)}));
+        let refused = check(over).expect_err("one byte over");
+        assert!(refused.to_string().contains("data: Too long"), "{refused}");
+        let replaced = secret(json!({"b": "AAAA"}), json!({"b": "x".repeat(mib)}));
+        assert!(check(replaced).is_ok());
+    }
 
     #[test]
     fn yaml_documents_and_json_lists_are_read() {

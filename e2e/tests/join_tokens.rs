@@ -1,7 +1,9 @@
 //! Join tokens and node revocation with real processes: `cloudcore token
 //! create --node --single-use` against a running cloudcore, `edgecore join`
-//! refused for another node and for a second use, `token delete` revoking a
-//! token, `token list` showing their state; a Node deleted with edgehivectl
+//! refused for another node and for a second use, stopped before the token
+//! is spent when its data directory cannot hold the credentials, `token delete` revoking a
+//! token (and refusing an id never recorded), an edge pointed where no
+//! cloud listens saying so, `token list` showing their state; a Node deleted with edgehivectl
 //! while linked has its link closed, its certificate refused at the next
 //! connect and for renewal, and the node joined again with a new token is
 //! served again.
@@ -56,9 +58,36 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
         err.contains(r#"join token is for node "edge-t", not "edge-u""#),
         "{err}"
     );
+    // A data directory that cannot hold the credentials (a path through a
+    // regular file: refused even to root) stops the join before the token
+    // is presented, so the single-use token still works below.
+    std::fs::write(format!("{dir}/blocker"), "a file").expect("a file");
+    let (ok, err) = edgecore_join(&certs, &token, "edge-t", &format!("{dir}/blocker/edge"));
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("{dir}/blocker/edge"))
+            && err.contains("nothing was sent to the cloud, the token is unused"),
+        "{err}"
+    );
+    // A token cut short is named as such, before anything is sent.
+    let (ok, err) = edgecore_join(
+        &certs,
+        &token[..token.len() / 2],
+        "edge-t",
+        &format!("{dir}/u"),
+    );
+    assert!(!ok);
+    assert!(err.contains("the join token is malformed"), "{err}");
     let edge_dir = format!("{dir}/edge");
     let (ok, err) = edgecore_join(&certs, &token, "edge-t", &edge_dir);
     assert!(ok, "{err}");
+    // Pointed at an address where no cloud listens, the edge says so at
+    // the default level, naming the address.
+    let nowhere = free_address();
+    let lost = start_edgecore(&edge_dir, &nowhere, &["--cri-socket", "off"]);
+    let said = lost.wait_for("cannot reach the cloud", Duration::from_secs(30));
+    assert!(said.contains(&nowhere) && said.contains("WARN"), "{said}");
+    drop(lost);
     let (ok, err) = edgecore_join(&certs, &token, "edge-t", &format!("{dir}/again"));
     assert!(!ok);
     assert!(err.contains("used already"), "{err}");
@@ -100,6 +129,23 @@ fn restricted_tokens_and_a_deleted_nodes_certificate() {
             .any(|l| l.starts_with(&id) && l.ends_with("revoked")),
         "{listed}"
     );
+    // An id the ledger never recorded (a typo) is an error that changes
+    // nothing; as `--unrecorded` it is revoked.
+    let (ok, _, err) = cloudcore(&cloud_dir, &admin, &["delete", "ffffffffffffffff"]);
+    assert!(!ok);
+    assert!(
+        err.contains("(NotFound)") && err.contains("\"ffffffffffffffff\" not found"),
+        "{err}"
+    );
+    let (_, unchanged, _) = cloudcore(&cloud_dir, &admin, &["list"]);
+    assert_eq!(unchanged, listed);
+    let (ok, out, err) = cloudcore(
+        &cloud_dir,
+        &admin,
+        &["delete", "ffffffffffffffff", "--unrecorded"],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "token ffffffffffffffff revoked");
 
     // edge-t connects; its Node is deleted; its next connect is refused.
     let edge = start_edge(&hub, &edge_dir);

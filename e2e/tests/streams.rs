@@ -240,6 +240,40 @@ fn ctl_with(
     )
 }
 
+/// [`ctl_with`] with a terminal as edgehivectl's standard input and
+/// output: run under `script` (util-linux), which hands it a pseudo
+/// terminal, passes `input` to it and ends with its exit code.
+fn ctl_in_terminal(
+    admin: &str,
+    args: &[&str],
+    input: &str,
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
+    use std::io::Write;
+    let line = std::iter::once(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
+        .chain(["--server", admin])
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("input");
+    drop(stdin);
+    let out = child.wait_with_output().expect("script ends");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn exec_in_an_edge_pod_from_the_cloud() {
     let rig = start("exec");
@@ -267,9 +301,10 @@ fn exec_in_an_edge_pod_from_the_cloud() {
     assert_eq!(code, 0);
     assert!(!out.trim().is_empty());
 
-    // A shell with stdin and a terminal, sized 123x45 by the resize sent
+    // A shell with stdin and a terminal (edgehivectl's own standard input
+    // a terminal: `script` gives it one), sized 123x45 by the resize sent
     // at the start: it reads its commands and ends with an exit code.
-    let (code, out, err) = ctl_with(
+    let (code, out, err) = ctl_in_terminal(
         &rig.admin,
         &["exec", "-i", "-t", "talker", "--", "sh"],
         "stty size; exit 4\n",
@@ -277,6 +312,30 @@ fn exec_in_an_edge_pod_from_the_cloud() {
     );
     assert_eq!(code, 4, "{out} {err}");
     assert!(out.contains("45 123"), "the terminal's size: {out:?}");
+    // Asked for a terminal with piped input, as kubectl it says it cannot
+    // use one and goes on without: the command sees the input's end (on a
+    // terminal it never would, and this never ended).
+    let (code, out, err) = ctl_with(
+        &rig.admin,
+        &[
+            "exec",
+            "-i",
+            "-t",
+            "talker",
+            "--",
+            "sh",
+            "-c",
+            "tty; cat >/dev/null; exit 4",
+        ],
+        "some input\n",
+        &[],
+    );
+    assert_eq!(code, 4, "{out} {err}");
+    assert!(out.contains("not a tty"), "{out:?}");
+    assert!(
+        err.contains("Unable to use a TTY - input is not a terminal or the right kind of file"),
+        "{err}"
+    );
 
     // Refusals: a command for no pod, a pod on a node not linked here.
     let (code, _, err) = ctl_with(&rig.admin, &["exec", "nobody", "--", "true"], "", &[]);

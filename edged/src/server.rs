@@ -74,7 +74,8 @@ pub fn start(
     .workers(1)
     .disable_signals()
     .shutdown_timeout(1)
-    .bind(address)?;
+    .bind(address)
+    .map_err(apis::api::bind_error(address))?;
     let address = server.addrs().first().copied().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address bound")
     })?;

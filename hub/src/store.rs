@@ -19,6 +19,9 @@ pub enum StoreError {
     /// redb failed.
     #[error("queue store: {0}")]
     Redb(#[from] redb::Error),
+    /// The database file could not be opened.
+    #[error("queue store: {0}")]
+    Open(#[from] store::OpenError),
     /// A stored message could not be read back.
     #[error("queue store holds an unreadable message: {0}")]
     Corrupt(#[from] beehive::MessageError),
@@ -49,7 +52,7 @@ pub struct QueueStore {
 impl QueueStore {
     /// Opens (or creates) the store at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<QueueStore, StoreError> {
-        let db = store::open_database(path).map_err(redb::Error::from)?;
+        let db = store::open_database(path)?;
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(DOWNSTREAM).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;

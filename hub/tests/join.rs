@@ -161,8 +161,24 @@ async fn bad_expired_and_foreign_tokens_are_refused() {
     ));
     assert!(matches!(
         join(&address, "localhost", "no-dot-at-all", "edge-1").await,
-        Err(JoinError::BadToken)
+        Err(JoinError::BadToken(_))
     ));
+    // Cut short, or pasted without its CA hash: named as malformed, not
+    // taken for a CA that does not match.
+    let (hash, jwt) = valid.split_once('.').expect("a token");
+    for malformed in [
+        format!("{hash}."),
+        jwt.to_owned(),
+        valid[..valid.len() / 2].to_owned(),
+    ] {
+        assert!(
+            matches!(
+                join(&address, "localhost", &malformed, "edge-1").await,
+                Err(JoinError::BadToken(_))
+            ),
+            "{malformed:?}"
+        );
+    }
     assert!(matches!(
         join(&address, "localhost", &valid, "Bad/Name").await,
         Err(JoinError::BadNodeName(_))

@@ -31,6 +31,9 @@ pub enum StoreError {
     /// redb failed.
     #[error("edge store: {0}")]
     Redb(#[from] redb::Error),
+    /// The database file could not be opened.
+    #[error("edge store: {0}")]
+    Open(#[from] store::OpenError),
     /// A stored record could not be read back.
     #[error("edge store record unreadable: {0}")]
     Corrupt(String),
@@ -188,7 +191,7 @@ pub struct EdgeStore {
 impl EdgeStore {
     /// Opens (or creates) the store at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<EdgeStore, StoreError> {
-        let db = store::open_database(path).map_err(redb::Error::from)?;
+        let db = store::open_database(path)?;
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(OBJECTS).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
@@ -214,7 +217,7 @@ impl EdgeStore {
     /// no store has it open: freed pages go back to the file system.
     /// Returns whether anything was compacted.
     pub fn compact(path: &Path) -> Result<bool, StoreError> {
-        let mut db = store::open_database(path).map_err(redb::Error::from)?;
+        let mut db = store::open_database(path)?;
         let mut compacted = false;
         while db
             .compact()

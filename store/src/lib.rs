@@ -36,12 +36,45 @@ const MAX_BATCH: usize = 4096;
 /// under pressure), so little is lost.
 pub const PAGE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Why a database could not be opened; each names its file.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another process holds the file (redb locks it while open).
+    #[error(
+        "{path} is open in another process (another edgecore or cloudcore on this data \
+         directory?)"
+    )]
+    InUse {
+        /// The database file.
+        path: std::path::PathBuf,
+    },
+    /// Anything else: no such directory, no permission, a corrupt file.
+    #[error("{path}: {source}")]
+    Other {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// What redb said.
+        #[source]
+        source: redb::DatabaseError,
+    },
+}
+
 /// Opens (or creates) the redb database at `path` with edgehive's page
 /// cache ([`PAGE_CACHE_BYTES`]).
-pub fn open_database(path: impl AsRef<std::path::Path>) -> Result<Database, redb::DatabaseError> {
+pub fn open_database(path: impl AsRef<std::path::Path>) -> Result<Database, OpenError> {
+    let path = path.as_ref();
     redb::Builder::new()
         .set_cache_size(PAGE_CACHE_BYTES)
         .create(path)
+        .map_err(|source| match source {
+            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::InUse {
+                path: path.to_owned(),
+            },
+            source => OpenError::Other {
+                path: path.to_owned(),
+                source,
+            },
+        })
 }
 
 enum Control<Op> {
@@ -133,6 +166,25 @@ impl<Op: Send + 'static> BatchWriter<Op> {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    #[test]
+    fn a_database_that_cannot_open_names_its_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("held.redb");
+        let _held = open_database(&path).expect("the first open");
+        let err = open_database(&path).expect_err("held by the first");
+        assert!(matches!(err, OpenError::InUse { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+        let missing = dir.path().join("no-such-dir").join("x.redb");
+        let err = open_database(&missing).expect_err("no directory");
+        assert!(
+            err.to_string().contains(&missing.display().to_string()),
+            "{err}"
+        );
+    }
 
     #[tokio::test]
     async fn batches_keep_submission_order_and_close_releases_the_file() {

@@ -234,8 +234,10 @@ impl AdminApi {
         .shutdown_timeout(2)
         .on_connect(certificate_user);
         let server = match auth {
-            Some(auth) => server.bind_rustls_0_23(address, Arc::unwrap_or_clone(auth.tls))?,
-            None => server.bind(address)?,
+            Some(auth) => server
+                .bind_rustls_0_23(address, Arc::unwrap_or_clone(auth.tls))
+                .map_err(api::bind_error(address))?,
+            None => server.bind(address).map_err(api::bind_error(address))?,
         };
         let bound = server.addrs();
         let (address, handle) = api::spawn_server("admin API", &bound, server.run())?;
@@ -366,7 +368,7 @@ async fn delete_manifest(
             if deleted.is_some() {
                 "deleted"
             } else {
-                "not found"
+                ObjectResult::NOT_FOUND
             },
         ));
     }
@@ -414,11 +416,36 @@ async fn record_token(ledger: Ledger, body: Bytes) -> HttpResponse {
     }
 }
 
-async fn revoke_token(ledger: Ledger, id: web::Path<String>) -> HttpResponse {
+/// `?unrecorded=true`: revoke an id the ledger never recorded (a token made
+/// while the admin API was away).
+#[derive(serde::Deserialize)]
+struct RevokeQuery {
+    #[serde(default)]
+    unrecorded: bool,
+}
+
+/// Revokes a recorded token; an id the ledger does not know is `404`
+/// (a typo must not read as done), unless asked for as unrecorded.
+async fn revoke_token(
+    ledger: Ledger,
+    id: web::Path<String>,
+    query: web::Query<RevokeQuery>,
+) -> HttpResponse {
+    let id = id.into_inner();
+    if !query.unrecorded && !ledger.tokens().iter().any(|token| token.id == id) {
+        return HttpResponse::NotFound().json(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "reason": "NotFound", "code": 404,
+            "message": format!(
+                "join token {id:?} not found: `cloudcore token list` shows the recorded ones \
+                 (--unrecorded revokes an id that was never recorded)"
+            ),
+        }));
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    match ledger.revoke_token(id.into_inner(), now).await {
+    match ledger.revoke_token(id, now).await {
         Ok(revoked) => HttpResponse::Ok().json(serde_json::json!({"revoked": revoked})),
         Err(err) => ledger_failed(err),
     }

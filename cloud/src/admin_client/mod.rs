@@ -46,6 +46,16 @@ pub struct ObjectResult {
     pub result: String,
 }
 
+impl ObjectResult {
+    /// The result of a delete of an object that is not there.
+    pub const NOT_FOUND: &'static str = "not found";
+
+    /// Whether the object was not there to delete.
+    pub fn not_found(&self) -> bool {
+        self.result == Self::NOT_FOUND
+    }
+}
+
 /// The answer to an apply or a delete.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ManifestResults {

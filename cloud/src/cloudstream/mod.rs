@@ -154,7 +154,9 @@ pub(crate) async fn serve_tls(
     handler: Handler,
     span: &'static str,
 ) -> std::io::Result<KubeletApiHandle> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(apis::api::bind_error(address))?;
     let address = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);

@@ -72,7 +72,8 @@ fn backend(err: impl Into<redb::Error>) -> DesiredError {
 impl EmbeddedStore {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, DesiredError> {
-        let db = store::open_database(path).map_err(backend)?;
+        let db =
+            store::open_database(path).map_err(|err| DesiredError::Backend(err.to_string()))?;
         let txn = db.begin_write().map_err(backend)?;
         txn.open_table(OBJECTS).map_err(backend)?;
         let revision = {

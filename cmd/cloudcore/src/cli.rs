@@ -100,6 +100,10 @@ pub(crate) enum TokenAction {
     Delete {
         /// The token's id (`token list`).
         id: String,
+        /// Revoke an id the ledger never recorded (a token made while the
+        /// admin API was away); otherwise an unknown id is an error.
+        #[arg(long)]
+        unrecorded: bool,
     },
 }
 

@@ -127,9 +127,13 @@ pub(crate) fn tokens(ca: &CloudCa, settings: &CloudCoreConfig, token: Token) -> 
             }
             Ok(())
         }
-        TokenAction::Delete { id } => {
+        TokenAction::Delete { id, unrecorded } => {
             let admin = need_admin()?;
-            let answer = runtime.block_on(admin.delete(&format!("{TOKENS_PATH}/{id}")))?;
+            let path = match unrecorded {
+                true => format!("{TOKENS_PATH}/{id}?unrecorded=true"),
+                false => format!("{TOKENS_PATH}/{id}"),
+            };
+            let answer = runtime.block_on(admin.delete(&path))?;
             match answer["revoked"].as_bool() {
                 Some(true) => println!("token {id} revoked"),
                 _ => println!("token {id} was revoked already"),

@@ -157,7 +157,8 @@ pub fn serve(
     .workers(1)
     .disable_signals()
     .shutdown_timeout(1)
-    .bind(address)?;
+    .bind(address)
+    .map_err(apis::api::bind_error(address))?;
     let bound = server.addrs();
     apis::api::spawn_server("metrics", &bound, server.run())
 }
@@ -165,6 +166,20 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_taken_port_is_named_in_the_error() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let address = taken.local_addr().expect("its address").to_string();
+        let refused = actix_web::rt::System::new()
+            .block_on(async { serve(&address, std::sync::Arc::new(String::new)).map(drop) });
+        let err = refused.expect_err("the port is taken");
+        assert!(
+            err.to_string()
+                .contains(&format!("cannot listen on {address}")),
+            "{err}"
+        );
+    }
 
     #[test]
     fn the_page_is_prometheus_text() {

@@ -263,10 +263,26 @@ pub fn main() -> Result<()> {
         } => actix::System::new().block_on(async move {
             let server_name =
                 server_name.unwrap_or_else(|| settings.modules.edge_hub.server_name.clone());
+            // Before the token is presented: a single-use token is used up
+            // once the cloud signs, so a directory that cannot hold what it
+            // signs must stop the join here.
+            NodeCredentials::check_writable(&pki).with_context(|| {
+                format!(
+                    "{} cannot hold the node's credentials: nothing was sent to the cloud, \
+                     the token is unused",
+                    pki.display()
+                )
+            })?;
             let credentials = join(&certs, &server_name, &token, &node)
                 .await
                 .context("join")?;
-            credentials.save(&pki)?;
+            credentials.save(&pki).with_context(|| {
+                format!(
+                    "the cloud issued {node}'s certificate (a single-use token is used up), \
+                     but {} could not store it: join again with a new token",
+                    pki.display()
+                )
+            })?;
             println!("joined as {node}; credentials in {}", pki.display());
             Ok(())
         }),

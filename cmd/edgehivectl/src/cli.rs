@@ -15,7 +15,8 @@ pub(crate) struct Args {
     #[arg(long, global = true, env = "EDGEHIVE_ADMIN")]
     pub(crate) server: Option<String>,
     /// A kubeconfig naming the admin API, its CA and your credentials
-    /// (default: cloudcore's <dataDir>/admin.kubeconfig when readable).
+    /// (default: cloudcore's <dataDir>/admin.kubeconfig; without it, only
+    /// --server reaches an admin API, in plain HTTP).
     #[arg(long, global = true, env = "EDGEHIVE_KUBECONFIG")]
     pub(crate) kubeconfig: Option<PathBuf>,
     #[command(subcommand)]
@@ -42,6 +43,9 @@ pub(crate) enum Command {
         /// Namespace.
         #[arg(short, long, default_value = "default")]
         namespace: String,
+        /// An object that is not there is no error.
+        #[arg(long)]
+        ignore_not_found: bool,
     },
     /// Lists objects of a kind, or shows one.
     Get {

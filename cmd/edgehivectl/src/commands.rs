@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use anyhow::{Result, bail};
 use apis::kinds::Kind;
 use cloud::AdminClient;
+use cloud::admin_client::ClientError;
 use cloud::admin_client::kubeconfig::Kubeconfig;
 use futures_util::StreamExt as _;
 use serde_json::Value;
@@ -48,9 +49,29 @@ pub(crate) fn interactive_path(
 pub(crate) fn client(args: &Args) -> Result<AdminClient> {
     let default = std::path::Path::new(cloud::admin_client::kubeconfig::DEFAULT_CLOUD_DATA_DIR)
         .join(cloud::admin_client::kubeconfig::FILE_NAME);
-    let kubeconfig = match &args.kubeconfig {
-        Some(path) => Some(path.clone()),
-        None => std::fs::File::open(&default).is_ok().then_some(default),
+    client_with(args, &default)
+}
+
+/// [`client`], with cloudcore's kubeconfig looked for at `default`. Plain
+/// HTTP only when `--server` asks for it: with neither flag, a default
+/// kubeconfig that is missing or unreadable is named as the cause.
+fn client_with(args: &Args, default: &std::path::Path) -> Result<AdminClient> {
+    let kubeconfig = match (&args.kubeconfig, &args.server) {
+        (Some(path), _) => Some(path.clone()),
+        (None, server) => match std::fs::File::open(default) {
+            Ok(_) => Some(default.to_owned()),
+            Err(_) if server.is_some() => None,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => bail!(
+                "no kubeconfig: give --kubeconfig (cloudcore writes <dataDir>/{}; {} is not \
+                 there), or --server HOST:PORT for an admin API without authentication",
+                cloud::admin_client::kubeconfig::FILE_NAME,
+                default.display()
+            ),
+            Err(err) => bail!(
+                "{}: {err}: run as its owner, or give --kubeconfig",
+                default.display()
+            ),
+        },
     };
     match kubeconfig {
         Some(path) => {
@@ -134,6 +155,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             for word in &command {
                 query.append_pair("command", word);
             }
+            let tty = terminal::usable_tty(stdin, tty);
             let path = interactive_path(&namespace, &pod, "exec", container, stdin, tty, query);
             let code = terminal::run(&client, &path, stdin, tty).await?;
             std::process::exit(code);
@@ -155,6 +177,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             tty,
         } => {
             let query = form_urlencoded::Serializer::new(String::new());
+            let tty = terminal::usable_tty(stdin, tty);
             let path = interactive_path(&namespace, &pod, "attach", container, stdin, tty, query);
             let code = terminal::run(&client, &path, stdin, tty).await?;
             std::process::exit(code);
@@ -170,17 +193,35 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             kind,
             name,
             namespace,
+            ignore_not_found,
         } => match (files.is_empty(), kind, name) {
             (false, None, None) => {
+                // As kubectl: every object is tried; one not found is an
+                // error on stderr and the exit code, unless ignored.
                 let results = client.delete_manifest(read_manifests(&files)?).await?;
+                let mut missing = 0;
                 for r in results.results {
-                    println!("{}/{} {}", r.kind.to_lowercase(), r.name, r.result);
+                    let what = format!("{}/{}", r.kind.to_lowercase(), r.name);
+                    if r.not_found() {
+                        if !ignore_not_found {
+                            eprintln!("Error from server (NotFound): {what} not found");
+                            missing += 1;
+                        }
+                    } else {
+                        println!("{what} {}", r.result);
+                    }
+                }
+                if missing > 0 {
+                    std::process::exit(1);
                 }
             }
             (true, Some(kind), Some(name)) => {
                 let kind = kind_of(&kind)?;
-                client.delete(&object_path(kind, &namespace, &name)).await?;
-                println!("{}/{name} deleted", kind.name().to_lowercase());
+                match client.delete(&object_path(kind, &namespace, &name)).await {
+                    Ok(_) => println!("{}/{name} deleted", kind.name().to_lowercase()),
+                    Err(ClientError::Server { code: 404, .. }) if ignore_not_found => {}
+                    Err(err) => return Err(err.into()),
+                }
             }
             _ => bail!("give either -f FILE or KIND NAME"),
         },
@@ -392,4 +433,46 @@ pub(crate) fn object_path(kind: Kind, namespace: &str, name: &str) -> String {
 
 pub(crate) fn list_of(kind: Kind, items: Vec<Value>) -> Value {
     kind.list(items, String::new()).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn args(argv: &[&str]) -> Args {
+        Args::try_parse_from(argv).expect("args")
+    }
+
+    #[test]
+    fn without_a_kubeconfig_or_a_server_the_missing_file_is_named() {
+        let dir = tempfile::tempdir().expect("dir");
+        let missing = dir.path().join("admin.kubeconfig");
+        let err = client_with(&args(&["edgehivectl", "get", "pods"]), &missing)
+            .expect_err("no kubeconfig");
+        let shown = err.to_string();
+        assert!(
+            shown.contains("--kubeconfig") && shown.contains(&missing.display().to_string()),
+            "{shown}"
+        );
+        // A path that cannot be opened for another reason says why.
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").expect("a file");
+        let blocked = file.join("admin.kubeconfig");
+        let err = client_with(&args(&["edgehivectl", "get", "pods"]), &blocked)
+            .expect_err("not a directory");
+        assert!(
+            err.to_string().starts_with(&blocked.display().to_string()),
+            "{err}"
+        );
+        // Plain HTTP when asked for.
+        assert!(
+            client_with(
+                &args(&["edgehivectl", "--server", "127.0.0.1:1", "get", "pods"]),
+                &missing
+            )
+            .is_ok()
+        );
+    }
 }

@@ -15,8 +15,9 @@
 //!
 //! It finds the admin API, its CA and the caller's credentials in a
 //! kubeconfig: `--kubeconfig` (or `$EDGEHIVE_KUBECONFIG`), else
-//! cloudcore's `<dataDir>/admin.kubeconfig` when it can read it. Without
-//! one it talks plain HTTP to `--server` (default 127.0.0.1:10003).
+//! cloudcore's `<dataDir>/admin.kubeconfig`. Without one it talks plain
+//! HTTP to `--server`, and only when that is given; with neither, it says
+//! which file it looked for.
 //! `--server` names another server: `https://` with the kubeconfig's
 //! credentials, `host:port` or `http://` in plain HTTP, with none of them.
 

@@ -90,6 +90,21 @@ fn exit_code(status: &[u8]) -> Result<i32> {
     }
 }
 
+/// Whether a terminal asked for (`-t`) can be used, as kubectl decides:
+/// not without stdin (`-i`), and not when stdin is no terminal, which is
+/// said on stderr (a remote terminal would never see the input end, so
+/// the command would never end).
+pub fn usable_tty(stdin: bool, tty: bool) -> bool {
+    if !(stdin && tty) {
+        return false;
+    }
+    if !std::io::stdin().is_terminal() {
+        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
+        return false;
+    }
+    true
+}
+
 /// Runs the exec or attach at `path` of the admin API `client` talks
 /// to: its exit code.
 pub async fn run(client: &AdminClient, path: &str, stdin: bool, tty: bool) -> Result<i32> {

@@ -22,9 +22,12 @@ const MAX_RESPONSE: usize = 64 * 1024;
 /// Why joining or renewing failed.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
-    /// The token is not `<ca hash>.<jwt>`.
-    #[error("the join token is malformed")]
-    BadToken,
+    /// The token is not `<ca hash>.<jwt>`: nothing was sent to the cloud.
+    #[error(
+        "the join token is malformed: {0}; a token is `<CA hash>.<JWT>`, as `cloudcore token` \
+         (or keadm gettoken) prints it"
+    )]
+    BadToken(&'static str),
     /// The CA the cloud served does not match the token: someone is in the way.
     #[error("the cloud's CA certificate does not match the join token")]
     CaMismatch,
@@ -123,6 +126,27 @@ impl NodeCredentials {
             cert,
             key: tls::key_from_pem(&key).map_err(certificate)?,
         }))
+    }
+
+    /// Whether [`NodeCredentials::save`] could store credentials in `dir`:
+    /// makes it, writes a private file there and renames it, as `save`
+    /// does, and removes it. A join checks this before presenting its
+    /// token, so that a directory that cannot hold the credentials never
+    /// uses up a single-use token.
+    pub fn check_writable(dir: &Path) -> Result<(), JoinError> {
+        let io = |path: &Path| {
+            let context = path.display().to_string();
+            move |source| JoinError::Io { context, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let probe = dir.join(".join-probe.tmp");
+        super::write_private(&probe, "probe").map_err(|e| JoinError::Io {
+            context: probe.display().to_string(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let renamed = dir.join(".join-probe");
+        std::fs::rename(&probe, &renamed).map_err(io(&probe))?;
+        std::fs::remove_file(&renamed).map_err(io(&renamed))
     }
 
     /// Stores the credentials in `dir`: `ca.crt`, and `node.pem` with the
@@ -307,7 +331,8 @@ pub async fn join(
     if !valid_node_name(node) {
         return Err(JoinError::BadNodeName(node.to_owned()));
     }
-    let (ca_hash, _) = token.split_once('.').ok_or(JoinError::BadToken)?;
+    let token = token.trim();
+    let ca_hash = token_ca_hash(token)?;
     let bootstrap = tls::bootstrap_client_config().map_err(certificate)?;
     let (status, ca) = https_request(
         address,
@@ -320,7 +345,7 @@ pub async fn join(
     )
     .await?;
     let ca = expect_ok(status, ca)?;
-    if sha256_hex(&ca) != ca_hash {
+    if !sha256_hex(&ca).eq_ignore_ascii_case(ca_hash) {
         return Err(JoinError::CaMismatch);
     }
     let ca = CertificateDer::from(ca.to_vec());
@@ -345,6 +370,39 @@ pub async fn join(
         cert,
         key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
     })
+}
+
+/// The CA hash of a join token `<CA hash>.<JWT>` (64 hex digits, then a
+/// JWT's three base64url parts), checked before anything is sent, so that a
+/// token cut short or pasted without its hash is named as such rather than
+/// taken for a CA that does not match.
+fn token_ca_hash(token: &str) -> Result<&str, JoinError> {
+    let Some((ca_hash, jwt)) = token.split_once('.') else {
+        return Err(JoinError::BadToken("it has no `.`"));
+    };
+    if ca_hash.starts_with("eyJ") {
+        return Err(JoinError::BadToken(
+            "it starts with a JWT; the CA's hash must come first",
+        ));
+    }
+    if ca_hash.len() != 64 || !ca_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(JoinError::BadToken(
+            "its CA hash is not 64 hexadecimal digits",
+        ));
+    }
+    let base64url = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'=')
+    };
+    let parts: Vec<&str> = jwt.split('.').collect();
+    if parts.len() != 3 || !parts.iter().all(|part| base64url(part)) {
+        return Err(JoinError::BadToken(
+            "what follows the CA hash is not a JWT (three base64url parts)",
+        ));
+    }
+    Ok(ca_hash)
 }
 
 /// Renews a node's certificate (a new key too), authenticating with the
@@ -372,4 +430,29 @@ pub async fn renew(
         cert,
         key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_read_before_anything_is_sent() {
+        let hash = "ab".repeat(32);
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjF9.c2ln-_";
+        let token = format!("{hash}.{jwt}");
+        assert_eq!(token_ca_hash(&token).expect("a token"), hash);
+        let refused = |token: &str| match token_ca_hash(token) {
+            Err(JoinError::BadToken(why)) => why,
+            other => panic!("{token:?} read as {other:?}"),
+        };
+        assert!(refused("no-dot-at-all").contains("no `.`"));
+        assert!(refused(&format!("{hash}.")).contains("not a JWT"));
+        assert!(refused(jwt).contains("starts with a JWT"));
+        assert!(refused(&format!("{}.{jwt}", &hash[..63])).contains("64 hexadecimal"));
+        assert!(refused(&format!("{hash}.{}", &jwt[..20])).contains("not a JWT"));
+        assert!(refused(&format!("{hash}.{jwt}.x")).contains("not a JWT"));
+        let shown = JoinError::BadToken("it has no `.`").to_string();
+        assert!(shown.contains("cloudcore token"), "{shown}");
+    }
 }

@@ -281,6 +281,9 @@ async fn issue(
         Ok(node) => node,
         Err(err) => return refused(StatusCode::BAD_REQUEST, err),
     };
+    // A single-use token is spent only once its CSR is signed: a CSR the
+    // CA refuses leaves it usable.
+    let mut spend = None;
     if let Some(claims) = &claims {
         let record = claims
             .id
@@ -306,36 +309,36 @@ async fn issue(
                 },
             );
         }
-        if let (Admission::Consume { .. }, Some(ledger)) = (&admission, &issuer.ledger) {
-            match ledger.consume(claims.clone(), node.clone(), now).await {
-                Ok(()) => {}
-                Err(super::LedgerError::Refused(err)) => {
-                    warn!(%node, token = claims.id.as_deref().unwrap_or("-"), reason = %err, "join refused");
-                    return refused(StatusCode::UNAUTHORIZED, err.into());
-                }
-                Err(err) => {
-                    warn!(%node, error = %err, "join not served: the token ledger failed");
-                    return refused(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        CertError::Ledger(err.to_string()),
-                    );
-                }
-            }
-        }
+        spend = matches!(admission, Admission::Consume { .. }).then(|| claims.clone());
     }
     let issued = std::time::UNIX_EPOCH + Duration::from_secs(revocations.issue_time(&node, now));
-    match ca.sign_csr_at(
+    let (signed_for, cert) = match ca.sign_csr_at(
         &csr,
         issued,
         SystemTime::now() + issuer.cert_ttl,
         presented.map(|p| p.node.as_str()),
         named.as_deref(),
     ) {
-        Ok((node, cert)) => {
-            info!(%node, renewal = presented.is_some(), "node certificate issued");
-            reply(StatusCode::OK, cert.as_ref().to_vec())
+        Ok(signed) => signed,
+        Err(err @ CertError::ForeignNode { .. }) => return refused(StatusCode::FORBIDDEN, err),
+        Err(err) => return refused(StatusCode::BAD_REQUEST, err),
+    };
+    if let (Some(claims), Some(ledger)) = (spend, &issuer.ledger) {
+        match ledger.consume(claims.clone(), node.clone(), now).await {
+            Ok(()) => {}
+            Err(super::LedgerError::Refused(err)) => {
+                warn!(%node, token = claims.id.as_deref().unwrap_or("-"), reason = %err, "join refused");
+                return refused(StatusCode::UNAUTHORIZED, err.into());
+            }
+            Err(err) => {
+                warn!(%node, error = %err, "join not served: the token ledger failed");
+                return refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    CertError::Ledger(err.to_string()),
+                );
+            }
         }
-        Err(err @ CertError::ForeignNode { .. }) => refused(StatusCode::FORBIDDEN, err),
-        Err(err) => refused(StatusCode::BAD_REQUEST, err),
     }
+    info!(node = %signed_for, renewal = presented.is_some(), "node certificate issued");
+    reply(StatusCode::OK, cert.as_ref().to_vec())
 }

@@ -45,13 +45,19 @@ pub(crate) async fn connect_loop(
     );
     let mut attempt = 0u32;
     let mut id = 0u64;
+    let mut failures = DialFailures::default();
     while hub.connected() {
         dial.address = addresses.next().await;
         match transport.dial(&dial).await {
             Ok(link) => {
                 id += 1;
                 stats.count(&stats.connects);
-                info!(node = %config.node, address = %dial.address, "connected to the cloud");
+                info!(
+                    node = %config.node,
+                    address = %dial.address,
+                    failed_before = failures.connected(),
+                    "connected to the cloud"
+                );
                 let up = Instant::now();
                 run_link(link, id, &hub, &hive, &config, &stats, &cut).await;
                 // A link refused at once (another replica serves this node)
@@ -62,14 +68,24 @@ pub(crate) async fn connect_loop(
                 hub.do_send(LinkDown { id });
                 info!(node = %config.node, address = %dial.address, "link to the cloud lost");
             }
-            // The cloud said no and why: a matter for whoever set the node up.
-            Err(err @ TransportError::Refused { .. }) => {
-                stats.count(&stats.dial_failures);
-                warn!(error = %err, attempt, address = %dial.address, "the cloud refused the link");
-            }
+            // A wrong address, port, transport or CA, or a cloud that is
+            // down: said at the default level (each new cause at once, the
+            // same one again once a minute), for whoever set the node up.
             Err(err) => {
                 stats.count(&stats.dial_failures);
-                debug!(error = %err, attempt, address = %dial.address, "dial failed");
+                let error = err.to_string();
+                let refused = matches!(err, TransportError::Refused { .. });
+                match failures.failed(&dial.address, &error, Instant::now()) {
+                    true if refused => warn!(
+                        node = %config.node, address = %dial.address, transport = %config.transport,
+                        %error, failures = failures.count(), "the cloud refused the link; retrying"
+                    ),
+                    true => warn!(
+                        node = %config.node, address = %dial.address, transport = %config.transport,
+                        %error, failures = failures.count(), "cannot reach the cloud; retrying"
+                    ),
+                    false => debug!(%error, attempt, address = %dial.address, "dial failed"),
+                }
             }
         }
         if !hub.connected() {
@@ -80,6 +96,46 @@ pub(crate) async fn connect_loop(
         let delay = config.backoff(attempt);
         attempt = attempt.saturating_add(1);
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// Which failed dials are worth a warning: each address and cause the
+/// first time in a spell of failures, the same again once
+/// [`DialFailures::REPEAT`] has passed since it was last said; the rest
+/// at debug level. A spell ends when a link is up.
+#[derive(Debug, Default)]
+pub(crate) struct DialFailures {
+    /// When each (address, error) was last warned of, this spell.
+    warned: std::collections::HashMap<(String, String), Instant>,
+    count: u32,
+}
+
+impl DialFailures {
+    /// How often one unchanged cause is said again.
+    pub(crate) const REPEAT: Duration = Duration::from_secs(60);
+
+    /// A dial of `address` failed with `error` at `now`: whether to warn.
+    pub(crate) fn failed(&mut self, address: &str, error: &str, now: Instant) -> bool {
+        self.count = self.count.saturating_add(1);
+        let said = self
+            .warned
+            .get(&(address.to_owned(), error.to_owned()))
+            .is_some_and(|at| now.saturating_duration_since(*at) < Self::REPEAT);
+        if !said {
+            self.warned
+                .insert((address.to_owned(), error.to_owned()), now);
+        }
+        !said
+    }
+
+    /// Failures this spell.
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// A link is up: how many dials failed before it; the spell ends.
+    pub(crate) fn connected(&mut self) -> u32 {
+        std::mem::take(self).count
     }
 }
 
@@ -390,6 +446,34 @@ pub(crate) async fn deliver(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_new_dial_failure_is_said_and_a_repeated_one_once_a_minute() {
+        use super::DialFailures;
+        let start = std::time::Instant::now();
+        let at = |secs: u64| start + std::time::Duration::from_secs(secs);
+        let mut failures = DialFailures::default();
+        assert!(failures.failed("cloud:1", "refused", at(0)), "the first");
+        assert!(!failures.failed("cloud:1", "refused", at(1)), "the same");
+        assert!(
+            failures.failed("cloud:2", "refused", at(2)),
+            "another address"
+        );
+        assert!(
+            failures.failed("cloud:1", "timed out", at(3)),
+            "another cause"
+        );
+        assert!(
+            !failures.failed("cloud:2", "refused", at(4)),
+            "replicas in turn"
+        );
+        assert!(!failures.failed("cloud:1", "refused", at(59)));
+        assert!(failures.failed("cloud:1", "refused", at(60)), "a minute on");
+        assert_eq!(failures.count(), 7);
+        assert_eq!(failures.connected(), 7);
+        assert_eq!(failures.count(), 0);
+        assert!(failures.failed("cloud:1", "refused", at(61)), "a new spell");
+    }
+
     use super::*;
 
     /// `cloud.example:10000` resolves to three replicas (one repeated),
