@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::k8s::Status;
 use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ListWriter, ObjectKey};
 use crate::selector::LabelSelector;
+use crate::table;
 
 /// A failed API request; answered as a Kubernetes `Status`.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +53,10 @@ pub enum ApiError {
     /// `RequestEntityTooLarge`).
     #[error("{0}")]
     TooLarge(String),
+    /// A watch from a resource version too old to resume from (410,
+    /// `Expired`): the watcher lists again.
+    #[error("{0}")]
+    Expired(String),
 }
 
 impl ApiError {
@@ -66,6 +71,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "Unauthorized",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
+            ApiError::Expired(_) => "Expired",
         }
     }
 
@@ -91,6 +97,7 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Expired(_) => StatusCode::GONE,
         }
     }
 
@@ -217,7 +224,13 @@ async fn list_namespaced<S: ObjectSource>(
 ) -> Result<HttpResponse, ApiError> {
     let (namespace, plural) = path.into_inner();
     let kind = kind_at(&request, &plural, true)?;
-    list(source.get_ref(), kind, Some(namespace), &query)
+    list(
+        source.get_ref(),
+        kind,
+        Some(namespace),
+        &query,
+        as_table(&request),
+    )
 }
 
 async fn list_everywhere<S: ObjectSource>(
@@ -227,7 +240,21 @@ async fn list_everywhere<S: ObjectSource>(
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let kind = kind_at(&request, &path.into_inner(), false)?;
-    list(source.get_ref(), kind, None, &query)
+    list(source.get_ref(), kind, None, &query, as_table(&request))
+}
+
+/// Whether the request asks for a `Table` (kubectl's `get`).
+fn as_table(request: &actix_web::HttpRequest) -> bool {
+    request
+        .headers()
+        .get(actix_web::http::header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(table::wants_table)
+}
+
+/// Seconds since the epoch, for a table's AGE.
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
 }
 
 fn list<S: ObjectSource>(
@@ -235,8 +262,18 @@ fn list<S: ObjectSource>(
     kind: Kind,
     namespace: Option<String>,
     query: &ListQuery,
+    as_table: bool,
 ) -> Result<HttpResponse, ApiError> {
     let selector = query.selector()?;
+    if as_table && !query.watching() {
+        let mut rows = Vec::new();
+        let version = source.list_each(kind, namespace.as_deref(), &mut |item| {
+            if selector.as_ref().is_none_or(|s| s.matches_object(&item)) {
+                rows.push(item);
+            }
+        })?;
+        return Ok(HttpResponse::Ok().json(table::table(kind, &rows, &version, now())));
+    }
     if query.watching() {
         let since = match query.resource_version.as_deref() {
             None | Some("" | "0") => None,
@@ -247,6 +284,9 @@ fn list<S: ObjectSource>(
         let mut events = source.watch(kind, namespace, since)?;
         if let Some(selector) = selector {
             events = selected_events(events, selector, since.is_some());
+        }
+        if as_table {
+            events = table_events(events, kind);
         }
         return Ok(HttpResponse::Ok()
             .content_type("application/json")
@@ -272,7 +312,11 @@ async fn get_namespaced<S: ObjectSource>(
 ) -> Result<HttpResponse, ApiError> {
     let (namespace, plural, name) = path.into_inner();
     let kind = kind_at(&request, &plural, true)?;
-    get(source.get_ref(), ObjectKey::new(kind, namespace, name))
+    get(
+        source.get_ref(),
+        ObjectKey::new(kind, namespace, name),
+        as_table(&request),
+    )
 }
 
 async fn get_cluster<S: ObjectSource>(
@@ -282,16 +326,50 @@ async fn get_cluster<S: ObjectSource>(
 ) -> Result<HttpResponse, ApiError> {
     let (plural, name) = path.into_inner();
     match kind_at(&request, &plural, false) {
-        Ok(kind) if !kind.namespaced() => get(source.get_ref(), ObjectKey::new(kind, "", name)),
+        Ok(kind) if !kind.namespaced() => get(
+            source.get_ref(),
+            ObjectKey::new(kind, "", name),
+            as_table(&request),
+        ),
         _ => Err(ApiError::UnknownResource(plural)),
     }
 }
 
-fn get<S: ObjectSource>(source: &S, key: ObjectKey) -> Result<HttpResponse, ApiError> {
+fn get<S: ObjectSource>(
+    source: &S,
+    key: ObjectKey,
+    as_table: bool,
+) -> Result<HttpResponse, ApiError> {
     match source.get(&key)? {
+        Some(object) if as_table => {
+            let version = object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            Ok(HttpResponse::Ok().json(table::table(key.kind, [&object], &version, now())))
+        }
         Some(object) => Ok(HttpResponse::Ok().json(object)),
         None => Err(ApiError::NotFound(key)),
     }
+}
+
+/// Watch events whose objects become one-row `Table`s (kubectl's `get
+/// -w`); a `Status` (an expired watch) is left as it is.
+fn table_events(events: EventStream, kind: Kind) -> EventStream {
+    futures_util::StreamExt::boxed(futures_util::StreamExt::map(events, move |line| {
+        let Ok(mut event) = serde_json::from_slice::<Value>(&line) else {
+            return line;
+        };
+        if event["object"]["kind"] == "Status" {
+            return line;
+        }
+        let version = event["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        event["object"] = table::table(kind, [&event["object"]], &version, now());
+        event_line(&event)
+    }))
 }
 
 /// An error binding a listener on `address`, with the address in it (the

@@ -26,6 +26,11 @@
 //! - [`api`]: the read side of a Kubernetes-shaped HTTP API (list, get,
 //!   watch, `Status` errors), served by the edge's MetaServer and the
 //!   cloud's admin API alike;
+//! - [`discovery`]: `/version`, `/api`, `/apis` and each group version's
+//!   resource list, built from [`Kind`], as kubectl asks them first;
+//! - [`table`]: the columns kubectl's tables show for each kind, and
+//!   `meta.k8s.io/v1` `Table`s of objects (served for `as=Table`, printed
+//!   by edgehivectl);
 //! - [`termination`]: the edge's word that a pod being deleted has
 //!   stopped there, which finishes its graceful deletion;
 //! - `defaults` and `schema` (feature `kubernetes`): the cloud's
@@ -40,6 +45,7 @@ pub mod api;
 #[cfg(feature = "kubernetes")]
 pub mod defaults;
 pub mod devices;
+pub mod discovery;
 pub mod inventory;
 pub mod k8s;
 pub mod kinds;
@@ -51,6 +57,7 @@ pub mod references;
 mod schema;
 pub mod selector;
 pub mod streams;
+pub mod table;
 pub mod termination;
 pub mod tokens;
 pub mod twin;

@@ -823,3 +823,51 @@ spec:
     let (ok, _, err) = ctl(&rig.admin, &["logs", "web", "--previous"]);
     assert!(!ok, "{err}");
 }
+
+/// The real kubectl (when the machine has one) reaches an edge pod's log
+/// and runs a command in it through the standalone cloud's admin API, as
+/// it would through kube-apiserver and a kubelet.
+#[test]
+fn kubectl_logs_and_exec_reach_an_edge_pod() {
+    if Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no kubectl on PATH");
+        return;
+    }
+    let rig = start("kubectl");
+    let kubeconfig = format!("{}/plain.kubeconfig", rig.dir);
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"http://{}\"}}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+             current-context: x\n",
+            rig.admin
+        ),
+    )
+    .expect("kubeconfig");
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    until("lines in the log, through kubectl", || {
+        let (code, out, _) = kubectl(&["logs", "talker", "--tail", "2"]);
+        (code == 0 && numbers(&out).len() == 2).then_some(())
+    });
+    let (code, out, err) = kubectl(&["exec", "talker", "--", "sh", "-c", "echo hi; exit 3"]);
+    assert_eq!((code, out.as_str()), (3, "hi\n"), "{err}");
+    let _ = (&rig.cloud, &rig.node, &rig.edged);
+}

@@ -125,6 +125,7 @@ impl MetaServer {
             }
             app.wrap(actix_web::middleware::Condition::new(gated, from_fn(admit)))
                 .configure(api::read_routes::<EdgeObjects>)
+                .configure(|cfg| apis::discovery::routes(cfg, apis::discovery::Verbs::Read))
         })
         .workers(1)
         .disable_signals()

@@ -228,6 +228,7 @@ impl AdminApi {
                 _ => app,
             };
             app.configure(api::read_routes::<DesiredObjects>)
+                .configure(|cfg| apis::discovery::routes(cfg, apis::discovery::Verbs::ReadDelete))
         })
         .workers(1)
         .disable_signals()
@@ -271,6 +272,71 @@ impl ObjectSource for DesiredObjects {
             .list_each(kind, namespace, &mut |object| visit(object.into_json()))
             .map_err(|err| ApiError::Unavailable(err.to_string()))?;
         Ok(revision.to_string())
+    }
+
+    /// The desired state's own watch of `kind`, from `since`; without it,
+    /// what there is now as `ADDED` (a list), then the changes after the
+    /// list's revision. A revision too old to resume from ends the stream
+    /// with kube-apiserver's `410 Expired`, for the watcher to list again.
+    fn watch(
+        &self,
+        kind: Kind,
+        namespace: Option<String>,
+        since: Option<u64>,
+    ) -> Result<api::EventStream, ApiError> {
+        use apis::kinds::{Change, expired_event};
+        use futures_util::stream;
+
+        use crate::desired::{DesiredError, WatchEvent};
+        let unavailable = |err: DesiredError| ApiError::Unavailable(err.to_string());
+        let mut initial = Vec::new();
+        let from = match since {
+            Some(since) => since,
+            None => self
+                .0
+                .list_each(kind, namespace.as_deref(), &mut |object| {
+                    if let Ok(event) = kind.watch_event(Change::Added, object.json()) {
+                        initial.push(api::event_line(&event));
+                    }
+                })
+                .map_err(unavailable)?,
+        };
+        let changes = self.0.watch(kind, from).map_err(|err| match err {
+            DesiredError::Gone { .. } => ApiError::Expired(err.to_string()),
+            err => unavailable(err),
+        })?;
+        let changes = changes
+            .scan(false, move |ended, event| {
+                if *ended {
+                    return std::future::ready(None);
+                }
+                let line = match event {
+                    Ok(event) => {
+                        let (change, object) = match &event {
+                            WatchEvent::Added(o) => (Change::Added, o),
+                            WatchEvent::Modified(o) => (Change::Modified, o),
+                            WatchEvent::Deleted(o) => (Change::Deleted, o),
+                        };
+                        let elsewhere = namespace
+                            .as_deref()
+                            .is_some_and(|ns| object.key().namespace != ns);
+                        match elsewhere {
+                            true => None,
+                            false => kind
+                                .watch_event(change, object.json())
+                                .ok()
+                                .map(|event| api::event_line(&event)),
+                        }
+                    }
+                    Err(err) => {
+                        *ended = true;
+                        Some(api::event_line(&expired_event(&err.to_string())))
+                    }
+                };
+                std::future::ready(Some(line))
+            })
+            .filter_map(std::future::ready);
+        Ok(stream::iter(initial).chain(changes).boxed())
     }
 }
 

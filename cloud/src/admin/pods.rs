@@ -412,7 +412,9 @@ async fn relay(
         () = from_client => None,
         close = to_client => close,
     };
-    let _ = replies.close(close).await;
+    let _ = replies
+        .close(close.or(Some(actix_ws::CloseCode::Normal.into())))
+        .await;
 }
 
 fn close_to_peer(

@@ -4,187 +4,46 @@
 use apis::kinds::Kind;
 use serde_json::Value;
 
-pub(crate) fn str_at<'a>(value: &'a Value, path: &[&str]) -> &'a str {
-    let mut at = value;
-    for key in path {
-        at = &at[*key];
-    }
-    at.as_str().unwrap_or("")
-}
+pub(crate) use apis::table::{or_none, ready_status, str_at};
 
-pub(crate) fn age(object: &Value) -> String {
-    let created = str_at(object, &["metadata", "creationTimestamp"]);
-    let Ok(created) = created.parse::<jiff::Timestamp>() else {
-        return "<unknown>".to_owned();
-    };
-    let secs = (jiff::Timestamp::now().as_second() - created.as_second()).max(0);
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
-}
-
-pub(crate) fn ready_status(node: &Value) -> String {
-    let ready = node["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .map(|c| str_at(c, &["status"]).to_owned());
-    match ready.as_deref() {
-        Some("True") => "Ready".to_owned(),
-        Some("False") => "NotReady".to_owned(),
-        _ => "Unknown".to_owned(),
-    }
-}
-
-pub(crate) fn pod_columns(pod: &Value) -> (String, String, u64) {
-    let statuses = pod["status"]["containerStatuses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let total = pod["spec"]["containers"].as_array().map_or(0, Vec::len);
-    let ready = statuses.iter().filter(|s| s["ready"] == true).count();
-    let restarts = statuses
-        .iter()
-        .filter_map(|s| s["restartCount"].as_u64())
-        .sum();
-    let waiting = statuses
-        .iter()
-        .find_map(|s| s["state"]["waiting"]["reason"].as_str());
-    let phase = waiting
-        .or_else(|| pod["status"]["phase"].as_str())
-        .unwrap_or("Unknown");
-    (format!("{ready}/{total}"), phase.to_owned(), restarts)
-}
-
+/// `items` as kubectl's table of `kind` (the columns `apis::table` gives,
+/// the server's too), NAMESPACE first with `with_namespace`, `-o wide`'s
+/// columns with `wide`.
 pub(crate) fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wide: bool) {
-    let mut header: Vec<&str> = Vec::new();
+    let shown: Vec<bool> = apis::table::columns(kind)
+        .iter()
+        .map(|column| wide || !column.wide)
+        .collect();
+    let mut header: Vec<String> = Vec::new();
     if with_namespace && kind.namespaced() {
-        header.push("NAMESPACE");
+        header.push("NAMESPACE".to_owned());
     }
-    header.push("NAME");
-    let extra: &[&str] = match kind {
-        Kind::Pod if wide => &["READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"],
-        Kind::Pod => &["READY", "STATUS", "RESTARTS", "AGE", "NODE"],
-        Kind::Node if wide => &[
-            "STATUS",
-            "ROLES",
-            "AGE",
-            "VERSION",
-            "INTERNAL-IP",
-            "OS-IMAGE",
-        ],
-        Kind::Node => &["STATUS", "ROLES", "AGE", "VERSION"],
-        Kind::ConfigMap => &["DATA", "AGE"],
-        Kind::Secret => &["TYPE", "DATA", "AGE"],
-        Kind::Service => &["TYPE", "CLUSTER-IP", "PORT(S)", "AGE"],
-        Kind::Endpoints => &["ENDPOINTS", "AGE"],
-        Kind::Device if wide => &["MODEL", "NODE", "STATE", "TWINS", "AGE", "PROTOCOL"],
-        Kind::Device => &["MODEL", "NODE", "STATE", "TWINS", "AGE"],
-        Kind::DeviceModel => &["PROPERTIES", "PROTOCOL", "AGE"],
-    };
-    header.extend_from_slice(extra);
-    let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    header.push("NAME".to_owned());
+    header.extend(
+        apis::table::columns(kind)
+            .iter()
+            .zip(&shown)
+            .filter(|(_, shown)| **shown)
+            .map(|(column, _)| column.name.to_ascii_uppercase()),
+    );
+    let now = jiff::Timestamp::now().as_second();
+    let mut rows = vec![header];
     for item in items {
         let mut row = Vec::new();
         if with_namespace && kind.namespaced() {
             row.push(str_at(item, &["metadata", "namespace"]).to_owned());
         }
         row.push(str_at(item, &["metadata", "name"]).to_owned());
-        match kind {
-            Kind::Pod => {
-                let (ready, status, restarts) = pod_columns(item);
-                row.extend([ready, status, restarts.to_string(), age(item)]);
-                if wide {
-                    row.push(or_none(str_at(item, &["status", "podIP"])));
-                }
-                row.push(or_none(str_at(item, &["spec", "nodeName"])));
-            }
-            Kind::Node => {
-                row.extend([
-                    ready_status(item),
-                    "edge".to_owned(),
-                    age(item),
-                    or_none(str_at(item, &["status", "nodeInfo", "kubeletVersion"])),
-                ]);
-                if wide {
-                    let ip = item["status"]["addresses"]
-                        .as_array()
-                        .and_then(|a| a.iter().find(|a| a["type"] == "InternalIP"))
-                        .map(|a| str_at(a, &["address"]).to_owned())
-                        .unwrap_or_default();
-                    row.push(or_none(&ip));
-                    row.push(or_none(str_at(item, &["status", "nodeInfo", "osImage"])));
-                }
-            }
-            Kind::ConfigMap => {
-                let data = count(&item["data"]) + count(&item["binaryData"]);
-                row.extend([data.to_string(), age(item)]);
-            }
-            Kind::Secret => {
-                let kind = str_at(item, &["type"]);
-                row.extend([
-                    if kind.is_empty() { "Opaque" } else { kind }.to_owned(),
-                    (count(&item["data"]) + count(&item["stringData"])).to_string(),
-                    age(item),
-                ]);
-            }
-            Kind::Service => {
-                let kind = str_at(item, &["spec", "type"]);
-                let ports: Vec<String> = item["spec"]["ports"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        let protocol = p["protocol"].as_str().unwrap_or("TCP");
-                        format!("{}/{protocol}", p["port"])
-                    })
-                    .collect();
-                row.extend([
-                    if kind.is_empty() { "ClusterIP" } else { kind }.to_owned(),
-                    or_none(str_at(item, &["spec", "clusterIP"])),
-                    or_none(&ports.join(",")),
-                    age(item),
-                ]);
-            }
-            Kind::Endpoints => {
-                let mut addresses = Vec::new();
-                for subset in item["subsets"].as_array().into_iter().flatten() {
-                    for address in subset["addresses"].as_array().into_iter().flatten() {
-                        for port in subset["ports"].as_array().into_iter().flatten() {
-                            addresses.push(format!(
-                                "{}:{}",
-                                str_at(address, &["ip"]),
-                                port["port"]
-                            ));
-                        }
-                    }
-                }
-                row.extend([or_none(&addresses.join(",")), age(item)]);
-            }
-            Kind::Device => {
-                let twins = item["status"]["twins"].as_array().map_or(0, Vec::len);
-                row.extend([
-                    or_none(str_at(item, &["spec", "deviceModelRef", "name"])),
-                    or_none(str_at(item, &["spec", "nodeName"])),
-                    or_none(str_at(item, &["status", "state"])),
-                    twins.to_string(),
-                    age(item),
-                ]);
-                if wide {
-                    row.push(or_none(str_at(item, &["spec", "protocol", "protocolName"])));
-                }
-            }
-            Kind::DeviceModel => {
-                let properties = item["spec"]["properties"].as_array().map_or(0, Vec::len);
-                row.extend([
-                    properties.to_string(),
-                    or_none(str_at(item, &["spec", "protocol"])),
-                    age(item),
-                ]);
-            }
-        }
+        row.extend(
+            apis::table::cells(kind, item, now)
+                .into_iter()
+                .zip(&shown)
+                .filter(|(_, shown)| **shown)
+                .map(|(cell, _)| match cell {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                }),
+        );
         rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
@@ -202,18 +61,6 @@ pub(crate) fn print_table(kind: Kind, items: &[Value], with_namespace: bool, wid
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         println!("{}", line.join("   ").trim_end());
-    }
-}
-
-pub(crate) fn count(value: &Value) -> usize {
-    value.as_object().map_or(0, serde_json::Map::len)
-}
-
-pub(crate) fn or_none(text: &str) -> String {
-    if text.is_empty() {
-        "<none>".to_owned()
-    } else {
-        text.to_owned()
     }
 }
 

@@ -14,8 +14,13 @@ use crate::peers::{Route, forwarded};
 /// Channel 255 of `v5.channel.k8s.io`: `[255, c]` closes input channel `c`.
 pub(crate) const CLOSE_CHANNEL: u8 = 255;
 
+/// Ends a stream's WebSocket with a normal closure (1000), as
+/// kube-apiserver does: kubectl takes a close without a code (1005) for a
+/// broken stream, and an exec's exit code read before it for lost.
 pub(crate) async fn session_close(session: actix_ws::Session) -> Result<(), actix_ws::Closed> {
-    session.close(None).await
+    session
+        .close(Some(actix_ws::CloseCode::Normal.into()))
+        .await
 }
 
 pub(crate) async fn port_forward(
