@@ -13,6 +13,7 @@ use futures_util::stream::BoxStream;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::fields::FieldSelector;
 use crate::k8s::Status;
 use crate::kinds::{CORE_PREFIX, DEVICES_PREFIX, Kind, ListWriter, ObjectKey};
 use crate::selector::LabelSelector;
@@ -154,6 +155,9 @@ pub struct ListQuery {
     /// Only objects whose labels this selects.
     #[serde(default)]
     pub label_selector: Option<String>,
+    /// Only objects whose fields this selects ([`FieldSelector`]).
+    #[serde(default)]
+    pub field_selector: Option<String>,
 }
 
 impl ListQuery {
@@ -161,14 +165,55 @@ impl ListQuery {
         matches!(self.watch.as_deref(), Some("true" | "1"))
     }
 
-    /// The label selector, if one selects anything less than everything.
-    fn selector(&self) -> Result<Option<LabelSelector>, ApiError> {
-        let Some(text) = self.label_selector.as_deref() else {
-            return Ok(None);
-        };
-        let selector =
-            LabelSelector::parse(text).map_err(|err| ApiError::BadRequest(err.to_string()))?;
-        Ok((!selector.is_empty()).then_some(selector))
+    /// The label and field selectors of a list or watch of `kind`, if they
+    /// select anything less than everything.
+    fn selector(&self, kind: Kind) -> Result<Option<Selection>, ApiError> {
+        let labels = match self.label_selector.as_deref() {
+            Some(text) => Some(
+                LabelSelector::parse(text).map_err(|err| ApiError::BadRequest(err.to_string()))?,
+            ),
+            None => None,
+        }
+        .filter(|labels| !labels.is_empty());
+        let fields = match self.field_selector.as_deref() {
+            Some(text) => Some(
+                FieldSelector::parse(text, kind)
+                    .map_err(|err| ApiError::BadRequest(err.to_string()))?,
+            ),
+            None => None,
+        }
+        .filter(|fields| !fields.is_empty());
+        Ok((labels.is_some() || fields.is_some()).then_some(Selection { labels, fields }))
+    }
+}
+
+/// What a list or watch selects: its labels and its fields, both.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// The label selector, if any.
+    pub labels: Option<LabelSelector>,
+    /// The field selector, if any.
+    pub fields: Option<FieldSelector>,
+}
+
+impl Selection {
+    /// A selection by labels alone.
+    pub fn labels(labels: LabelSelector) -> Selection {
+        Selection {
+            labels: Some(labels),
+            fields: None,
+        }
+    }
+
+    /// Whether `object` is selected.
+    pub fn matches_object(&self, object: &Value) -> bool {
+        self.labels
+            .as_ref()
+            .is_none_or(|l| l.matches_object(object))
+            && self
+                .fields
+                .as_ref()
+                .is_none_or(|f| f.matches_object(object))
     }
 }
 
@@ -264,7 +309,7 @@ fn list<S: ObjectSource>(
     query: &ListQuery,
     as_table: bool,
 ) -> Result<HttpResponse, ApiError> {
-    let selector = query.selector()?;
+    let selector = query.selector(kind)?;
     if as_table && !query.watching() {
         let mut rows = Vec::new();
         let version = source.list_each(kind, namespace.as_deref(), &mut |item| {
@@ -281,9 +326,28 @@ fn list<S: ObjectSource>(
                 ApiError::BadRequest(format!("resourceVersion {version:?} is not a number"))
             })?),
         };
+        let known = match (&selector, since) {
+            // Resumed from a list's version under a selector: what the
+            // client holds is what the selector selected then, known from a
+            // list taken now (events at or below its version are from
+            // before it, and are told as their client may need them).
+            (Some(selector), Some(_)) => {
+                let mut keys = std::collections::HashSet::new();
+                let at = source.list_each(kind, namespace.as_deref(), &mut |item| {
+                    if selector.matches_object(&item) {
+                        keys.insert(event_key(&item));
+                    }
+                })?;
+                Some(Known {
+                    keys,
+                    at: at.parse().unwrap_or(u64::MAX),
+                })
+            }
+            _ => None,
+        };
         let mut events = source.watch(kind, namespace, since)?;
         if let Some(selector) = selector {
-            events = selected_events(events, selector, since.is_some());
+            events = selected_events(events, selector, known);
         }
         if as_table {
             events = table_events(events, kind);
@@ -405,20 +469,67 @@ pub fn spawn_server(
 /// deletion, or a change that leaves an object unselected, is passed as
 /// `DELETED` whatever came before (a deletion of an object a client does
 /// not hold changes nothing for it).
-pub fn selected_events(events: EventStream, selector: LabelSelector, resumed: bool) -> EventStream {
+///
+/// With `known` (a resumed watch), what the selector selected at a version:
+/// events after it are told exactly from there, those at or below it as a
+/// resumed watch must.
+pub fn selected_events(
+    events: EventStream,
+    selector: Selection,
+    known: Option<Known>,
+) -> EventStream {
     use futures_util::StreamExt;
-    let mut matching = std::collections::HashSet::<(String, String)>::new();
+    let (mut matching, resumed_until) = match known {
+        Some(known) => (known.keys, Some(known.at)),
+        None => (std::collections::HashSet::new(), None),
+    };
     let selected = events.filter_map(move |line| {
+        let resumed = resumed_until.is_some_and(|until| event_version(&line) <= until);
         let passed = select_event(&mut matching, &selector, resumed, line);
         std::future::ready(passed)
     });
     Box::pin(selected)
 }
 
+/// What a resumed watch's client holds: the keys its selector selected in
+/// a list at version `at`.
+#[derive(Debug, Default)]
+pub struct Known {
+    /// (namespace, name) of each object selected.
+    pub keys: std::collections::HashSet<(String, String)>,
+    /// The list's version.
+    pub at: u64,
+}
+
+/// An object's (namespace, name).
+fn event_key(object: &Value) -> (String, String) {
+    let text = |field: &str| {
+        object["metadata"][field]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (text("namespace"), text("name"))
+}
+
+/// The resource version of a watch event line's object (0 if unreadable:
+/// taken as old).
+fn event_version(line: &Bytes) -> u64 {
+    serde_json::from_slice::<Value>(line)
+        .ok()
+        .and_then(|event| {
+            event["object"]["metadata"]["resourceVersion"]
+                .as_str()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 /// One event of [`selected_events`]: the line to pass, if any.
 fn select_event(
     matching: &mut std::collections::HashSet<(String, String)>,
-    selector: &LabelSelector,
+    selector: &Selection,
     resumed: bool,
     line: Bytes,
 ) -> Option<Bytes> {
@@ -427,16 +538,7 @@ fn select_event(
     };
     let kind = event["type"].as_str().unwrap_or_default().to_owned();
     let object = &event["object"];
-    let key = (
-        object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-    );
+    let key = event_key(object);
     let (was, is) = (matching.contains(&key), selector.matches_object(object));
     let shown = match kind.as_str() {
         "ADDED" | "MODIFIED" => match (was, is) {
@@ -504,7 +606,7 @@ mod tests {
 
     #[test]
     fn a_watch_under_a_selector_sees_objects_come_and_go_as_they_match() {
-        let selector = LabelSelector::parse("app=web").expect("selector");
+        let selector = Selection::labels(LabelSelector::parse("app=web").expect("selector"));
         let mut matching = std::collections::HashSet::new();
         let mut pass = |line| seen(select_event(&mut matching, &selector, false, line));
         assert_eq!(pass(event("ADDED", "a", "web")).as_deref(), Some("ADDED a"));

@@ -28,6 +28,8 @@
 //!   cloud's admin API alike;
 //! - [`discovery`]: `/version`, `/api`, `/apis` and each group version's
 //!   resource list, built from [`Kind`], as kubectl asks them first;
+//! - [`fields`]: field selectors (`metadata.name=web`), on the fields
+//!   kube-apiserver allows for each kind;
 //! - [`table`]: the columns kubectl's tables show for each kind, and
 //!   `meta.k8s.io/v1` `Table`s of objects (served for `as=Table`, printed
 //!   by edgehivectl);
@@ -46,6 +48,7 @@ pub mod api;
 pub mod defaults;
 pub mod devices;
 pub mod discovery;
+pub mod fields;
 pub mod inventory;
 pub mod k8s;
 pub mod kinds;

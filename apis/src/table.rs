@@ -56,7 +56,7 @@ pub fn columns(kind: Kind) -> &'static [Column] {
         },
         AGE,
         wide("IP", "The pod's IP address."),
-        column("Node", "The node it is bound to."),
+        wide("Node", "The node it is bound to."),
     ];
     const NODE: &[Column] = &[
         column("Status", "Ready, NotReady or Unknown."),
@@ -144,7 +144,7 @@ pub fn cells(kind: Kind, object: &Value, now: i64) -> Vec<Value> {
             let kind = str_at(object, &["type"]);
             vec![
                 if kind.is_empty() { "Opaque" } else { kind }.into(),
-                (count(&object["data"]) + count(&object["stringData"])).into(),
+                secret_keys(object).into(),
                 age,
             ]
         }
@@ -310,6 +310,18 @@ pub fn pod_state(pod: &Value) -> (String, String, u64) {
         .or_else(|| pod["status"]["phase"].as_str())
         .unwrap_or("Unknown");
     (format!("{ready}/{total}"), phase.to_owned(), restarts)
+}
+
+/// The keys a Secret holds: `data`'s, and `stringData`'s not among them.
+fn secret_keys(secret: &Value) -> usize {
+    let data = secret["data"].as_object();
+    let extra = secret["stringData"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| data.is_none_or(|data| !data.contains_key(*key)))
+        .count();
+    count(&secret["data"]) + extra
 }
 
 /// The entries of a JSON object (0 for anything else).

@@ -165,10 +165,15 @@ impl JoinLedger for StoredLedger {
         })
     }
 
-    fn revoke_token(&self, id: String, now: u64) -> BoxFuture<'static, Result<bool, LedgerError>> {
+    fn revoke_token(
+        &self,
+        id: String,
+        now: u64,
+        unrecorded: bool,
+    ) -> BoxFuture<'static, Result<ledger::Revoked, LedgerError>> {
         self.update(move |state| {
-            let done = ledger::revoke(&mut state.tokens, &id, now);
-            Ok((done, done))
+            let done = ledger::revoke(&mut state.tokens, &id, now, unrecorded);
+            Ok((done, done == ledger::Revoked::Now))
         })
     }
 
@@ -264,7 +269,13 @@ mod tests {
         assert_eq!(a.is_ok() as u8 + b.is_ok() as u8, 1, "{a:?} {b:?}");
         let used_by = ledger.token("t1").expect("recorded").used_by;
         assert_eq!(used_by.as_deref(), Some(if a.is_ok() { "a" } else { "b" }));
-        assert!(ledger.revoke_token("t1".into(), 5).await.expect("revoked"));
+        assert_eq!(
+            ledger
+                .revoke_token("t1".into(), 5, false)
+                .await
+                .expect("revoked"),
+            ledger::Revoked::Now
+        );
         assert_eq!(other.tokens()[0].revoked, Some(5));
         assert!(
             ledger

@@ -13,11 +13,12 @@ use support::{free_address, start_cloudcore, tempfile_dir};
 
 mod support;
 
-/// `kubectl --kubeconfig KUBECONFIG ARGS`: success, stdout, stderr.
+/// `kubectl --kubeconfig KUBECONFIG ARGS`, its discovery cache beside the
+/// kubeconfig (kubectl keys it by host and port, which tests reuse):
+/// success, stdout, stderr.
 fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
+        .args(kubectl_flags(kubeconfig))
         .args(args)
         .output()
         .expect("kubectl");
@@ -28,11 +29,35 @@ fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+fn kubectl_flags(kubeconfig: &str) -> [String; 4] {
+    [
+        "--kubeconfig".to_owned(),
+        kubeconfig.to_owned(),
+        "--cache-dir".to_owned(),
+        format!("{kubeconfig}.cache"),
+    ]
+}
+
+/// The next line a child printed, within `limit` (a failure, not a hang).
+fn next_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    lines
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("no {what} from kubectl within 30 s"))
+}
+
 fn manifest(image: &str, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: demo, labels: {{app: demo}}}}\n\
          data: {{a: \"{value}\"}}\n---\n\
          apiVersion: v1\nkind: Pod\nmetadata: {{name: web, labels: {{app: demo}}}}\n\
+         spec:\n  nodeName: edge-k\n  containers: [{{name: c, image: {image}}}]\n"
+    )
+}
+
+/// A pod no selector of the test selects, at `image`.
+fn other(image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: other, labels: {{app: other}}}}\n\
          spec:\n  nodeName: edge-k\n  containers: [{{name: c, image: {image}}}]\n"
     )
 }
@@ -75,6 +100,10 @@ fn kubectl_reads_and_watches_the_standalone_cloud() {
 
     let file = format!("{dir}/demo.yaml");
     std::fs::write(&file, manifest("busybox:1.36", "1")).expect("manifest");
+    let other_file = format!("{dir}/other.yaml");
+    std::fs::write(&other_file, other("busybox:1.36")).expect("manifest");
+    let (ok, _, err) = ctl_kubeconfig(&kubeconfig, &["apply", "-f", &other_file]);
+    assert!(ok, "{err}");
     let (ok, _, err) = ctl_kubeconfig(&kubeconfig, &["apply", "-f", &file]);
     assert!(ok, "{err}");
 
@@ -90,7 +119,7 @@ fn kubectl_reads_and_watches_the_standalone_cloud() {
     assert!(
         header
             .split_whitespace()
-            .eq(["NAME", "READY", "STATUS", "RESTARTS", "AGE", "NODE"]),
+            .eq(["NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
         "{out}"
     );
     let (ok, out, _) = kubectl(
@@ -106,8 +135,23 @@ fn kubectl_reads_and_watches_the_standalone_cloud() {
         row.starts_with("default") && row.contains("edge-k") && row.ends_with("app=demo"),
         "{out}"
     );
-    let (_, out, _) = kubectl(&kubeconfig, &["get", "pods", "-o", "name"]);
+    let (_, out, _) = kubectl(
+        &kubeconfig,
+        &["get", "pods", "-o", "name", "-l", "app=demo"],
+    );
     assert_eq!(out.trim(), "pod/web");
+    let (_, out, _) = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "pods",
+            "-o",
+            "name",
+            "--field-selector",
+            "metadata.name=other",
+        ],
+    );
+    assert_eq!(out.trim(), "pod/other");
     let (ok, out, err) = kubectl(&kubeconfig, &["get", "all"]);
     assert!(ok && out.contains("pod/web"), "{out} {err}");
     let (_, out, _) = kubectl(
@@ -130,21 +174,40 @@ fn kubectl_reads_and_watches_the_standalone_cloud() {
     );
 
     // -w: the table, then a row per change.
+    // `get NAME -w` watches that name alone (a field selector).
     let mut watch = Command::new("kubectl")
-        .args(["--kubeconfig", &kubeconfig, "get", "pods", "-w"])
+        .args(kubectl_flags(&kubeconfig))
+        .args(["get", "pods", "web", "-w"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("kubectl get -w");
-    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let stdout = watch.stdout.take().expect("stdout");
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = next_line(&lines, "table header");
     assert!(first.starts_with("NAME"), "{first}");
-    let listed = lines.next().and_then(Result::ok).unwrap_or_default();
+    let listed = next_line(&lines, "row of the listed pod");
     assert!(listed.starts_with("web"), "{listed}");
     std::fs::write(&file, manifest("busybox:1.37", "2")).expect("manifest");
     let (ok, _, err) = ctl_kubeconfig(&kubeconfig, &["apply", "-f", &file]);
     assert!(ok, "{err}");
-    let changed = lines.next().and_then(Result::ok).unwrap_or_default();
+    let changed = next_line(&lines, "row of the changed pod");
+    assert!(changed.starts_with("web"), "{changed}");
+    // Another pod's change is not web's: the next row is web's next one.
+    std::fs::write(&other_file, other("busybox:1.37")).expect("manifest");
+    let (ok, _, err) = ctl_kubeconfig(&kubeconfig, &["apply", "-f", &other_file]);
+    assert!(ok, "{err}");
+    std::fs::write(&file, manifest("busybox:1.38", "3")).expect("manifest");
+    let (ok, _, err) = ctl_kubeconfig(&kubeconfig, &["apply", "-f", &file]);
+    assert!(ok, "{err}");
+    let changed = next_line(&lines, "row of the pod changed again");
     assert!(changed.starts_with("web"), "{changed}");
     let _ = watch.kill();
     let _ = watch.wait();
@@ -158,19 +221,31 @@ fn kubectl_reads_and_watches_the_standalone_cloud() {
             "jsonpath={.spec.containers[0].image}",
         ],
     );
-    assert_eq!(out, "busybox:1.37");
+    assert_eq!(out, "busybox:1.38");
 
     // delete -l, then nothing; a name that is not there.
     let (ok, out, err) = kubectl(&kubeconfig, &["delete", "cm,pods", "-l", "app=demo"]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("configmap \"demo\" deleted") && out.contains("pod \"web\" deleted"),
+        out.contains("configmap \"demo\" deleted")
+            && out.contains("pod \"web\" deleted")
+            && !out.contains("other"),
         "{out}"
     );
-    let (ok, out, err) = kubectl(&kubeconfig, &["get", "cm,pods"]);
+    let (ok, out, err) = kubectl(&kubeconfig, &["get", "cm,pods", "-l", "app=demo"]);
     assert!(
         ok && out.is_empty() && err.contains("No resources found"),
         "{out} {err}"
+    );
+    let (_, out, _) = kubectl(&kubeconfig, &["get", "pods", "-o", "name"]);
+    assert_eq!(out.trim(), "pod/other");
+    let (ok, _, err) = kubectl(
+        &kubeconfig,
+        &["get", "pods", "--field-selector", "spec.foo=x"],
+    );
+    assert!(
+        !ok && err.contains("field label not supported: spec.foo"),
+        "{err}"
     );
     let (ok, _, err) = kubectl(&kubeconfig, &["get", "pod", "web"]);
     assert!(!ok && err.contains("(NotFound)"), "{err}");

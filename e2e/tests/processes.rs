@@ -166,7 +166,7 @@ fn a_manifest_applied_with_edgehivectl_runs_on_the_edges_containerd() {
                 .filter(|text| text.contains("stdout F hello from the pod"))
         },
     );
-    let (ok, out, _) = ctl(&pair.admin, &["get", "pods"]);
+    let (ok, out, _) = ctl(&pair.admin, &["get", "pods", "-o", "wide"]);
     assert!(ok);
     let row = out.lines().nth(1).unwrap_or_default().to_owned();
     assert!(

@@ -304,14 +304,19 @@ fn exec_in_an_edge_pod_from_the_cloud() {
     // A shell with stdin and a terminal (edgehivectl's own standard input
     // a terminal: `script` gives it one), sized 123x45 by the resize sent
     // at the start: it reads its commands and ends with an exit code.
-    let (code, out, err) = ctl_in_terminal(
-        &rig.admin,
-        &["exec", "-i", "-t", "talker", "--", "sh"],
-        "stty size; exit 4\n",
-        &[("COLUMNS", "123"), ("LINES", "45")],
-    );
-    assert_eq!(code, 4, "{out} {err}");
-    assert!(out.contains("45 123"), "the terminal's size: {out:?}");
+    // (util-linux's `script`, which Debian always has; said when missing.)
+    if Command::new("script").arg("--version").output().is_ok() {
+        let (code, out, err) = ctl_in_terminal(
+            &rig.admin,
+            &["exec", "-i", "-t", "talker", "--", "sh"],
+            "stty size; exit 4\n",
+            &[("COLUMNS", "123"), ("LINES", "45")],
+        );
+        assert_eq!(code, 4, "{out} {err}");
+        assert!(out.contains("45 123"), "the terminal's size: {out:?}");
+    } else {
+        eprintln!("the terminal case skipped: no util-linux `script` on PATH");
+    }
     // Asked for a terminal with piped input, as kubectl it says it cannot
     // use one and goes on without: the command sees the input's end (on a
     // terminal it never would, and this never ended).
@@ -829,12 +834,22 @@ spec:
 /// it would through kube-apiserver and a kubelet.
 #[test]
 fn kubectl_logs_and_exec_reach_an_edge_pod() {
-    if Command::new("kubectl")
-        .args(["version", "--client"])
+    // kubectl 1.30 and later run exec over WebSocket (v5.channel.k8s.io),
+    // what the admin API serves; older ones speak SPDY.
+    let minor = Command::new("kubectl")
+        .args(["version", "--client", "-o", "json"])
         .output()
-        .is_err()
-    {
-        eprintln!("skipped: no kubectl on PATH");
+        .ok()
+        .and_then(|out| serde_json::from_slice::<Value>(&out.stdout).ok())
+        .and_then(|version| {
+            version["clientVersion"]["minor"]
+                .as_str()?
+                .trim_end_matches('+')
+                .parse::<u32>()
+                .ok()
+        });
+    if !minor.is_some_and(|minor| minor >= 30) {
+        eprintln!("skipped: no kubectl 1.30 or later on PATH (found minor {minor:?})");
         return;
     }
     let rig = start("kubectl");

@@ -544,12 +544,13 @@ async fn a_revoked_token_is_refused() {
     let cloud = cloud().await;
     let address = cloud.certs.address.to_string();
     let (id, token) = new_token(&cloud, None, false).await;
-    assert!(
+    assert_eq!(
         cloud
             .ledger
-            .revoke_token(id.clone(), 1)
+            .revoke_token(id.clone(), 1, false)
             .await
-            .expect("revoked")
+            .expect("revoked"),
+        hub::certs::ledger::Revoked::Now
     );
     let (status, reason) = refusal(join(&address, "localhost", &token, "edge-1").await);
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -562,7 +563,7 @@ async fn a_revoked_token_is_refused() {
     let unrecorded_id = claims.id.expect("an id");
     cloud
         .ledger
-        .revoke_token(unrecorded_id.clone(), 1)
+        .revoke_token(unrecorded_id.clone(), 1, true)
         .await
         .expect("revoked");
     let (status, reason) = refusal(join(&address, "localhost", &unrecorded, "edge-1").await);

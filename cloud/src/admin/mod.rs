@@ -497,22 +497,23 @@ async fn revoke_token(
     id: web::Path<String>,
     query: web::Query<RevokeQuery>,
 ) -> HttpResponse {
+    use hub::certs::ledger::Revoked;
     let id = id.into_inner();
-    if !query.unrecorded && !ledger.tokens().iter().any(|token| token.id == id) {
-        return HttpResponse::NotFound().json(serde_json::json!({
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match ledger.revoke_token(id.clone(), now, query.unrecorded).await {
+        Ok(Revoked::Unknown) => HttpResponse::NotFound().json(serde_json::json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "reason": "NotFound", "code": 404,
             "message": format!(
                 "join token {id:?} not found: `cloudcore token list` shows the recorded ones \
                  (--unrecorded revokes an id that was never recorded)"
             ),
-        }));
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    match ledger.revoke_token(id, now).await {
-        Ok(revoked) => HttpResponse::Ok().json(serde_json::json!({"revoked": revoked})),
+        })),
+        Ok(revoked) => {
+            HttpResponse::Ok().json(serde_json::json!({"revoked": revoked == Revoked::Now}))
+        }
         Err(err) => ledger_failed(err),
     }
 }

@@ -96,6 +96,12 @@ impl BoundObjects {
         self.ending.insert(key, (node, refs));
     }
 
+    /// The pods being deleted that hold references: their node and what
+    /// they reference.
+    pub fn ending(&self) -> impl Iterator<Item = (&String, &BTreeSet<ObjectKey>)> {
+        self.ending.values().map(|(node, refs)| (node, refs))
+    }
+
     /// `key`'s graceful deletion is over: what it referenced is no longer
     /// wanted for it. Its node, if it was held.
     pub fn release_ending(&mut self, key: &ObjectKey) -> Option<String> {

@@ -451,11 +451,12 @@ impl Reconciler {
             .filter(|key| key.kind == kind && !listed.contains(key))
             .cloned()
             .collect();
-        for key in &ended {
-            self.terminating.remove(key);
-            if let Some(node) = self.bound.release_ending(key) {
-                actions.extend(self.refresh_node(&node, revision, reader));
-            }
+        for key in ended {
+            // As its deletion's event would: a KubeEdge kubelet told with
+            // the pod marked deleted drops it, and what it used goes.
+            let mut gone = stub(&key);
+            gone.set_revision(revision);
+            actions.extend(self.observe(kind, &WatchEvent::Deleted(gone), reader));
         }
         self.early
             .retain(|key, _| key.kind != kind || listed.contains(key));
@@ -554,9 +555,10 @@ impl Reconciler {
     /// What each node holds, as far as can be known before it reports:
     /// what its objects reference.
     fn assume_held(&mut self) {
-        for bound in self.bound.values() {
-            let node = self.nodes.entry(bound.node.clone()).or_default();
-            for reference in &bound.refs {
+        let bound = self.bound.values().map(|bound| (&bound.node, &bound.refs));
+        for (node, refs) in bound.chain(self.bound.ending()) {
+            let node = self.nodes.entry(node.clone()).or_default();
+            for reference in refs {
                 if let Some((_, spec)) = self.referenced.get(reference) {
                     node.held.entry(reference.clone()).or_insert(*spec);
                 }
@@ -612,12 +614,20 @@ impl Reconciler {
                 actions
             }
             (Kind::Pod | Kind::Device, _) => {
-                if let Some(previous) = self.bound.get(&key)
-                    && node_of(object) != Some(previous.node.as_str())
-                {
+                let moved = self
+                    .bound
+                    .get(&key)
+                    .is_some_and(|previous| node_of(object) != Some(previous.node.as_str()));
+                let ended_elsewhere = !object.is_terminating()
+                    && self
+                        .terminating
+                        .get(&key)
+                        .is_some_and(|ending| node_of(object) != Some(ending.node.as_str()));
+                if moved || ended_elsewhere {
                     // Deleted and created again (elsewhere, or not bound
                     // yet) while the watch was down: a node name is set
-                    // once. It leaves its old node first.
+                    // once. It leaves its old node first (an ending one
+                    // with what it used there).
                     let mut gone = stub(&key);
                     gone.set_revision(revision);
                     let mut actions = self.observe(kind, &WatchEvent::Deleted(gone), reader);

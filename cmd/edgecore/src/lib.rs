@@ -263,9 +263,10 @@ pub fn main() -> Result<()> {
         } => actix::System::new().block_on(async move {
             let server_name =
                 server_name.unwrap_or_else(|| settings.modules.edge_hub.server_name.clone());
-            // Before the token is presented: a single-use token is used up
-            // once the cloud signs, so a directory that cannot hold what it
-            // signs must stop the join here.
+            // Before the token is presented: one that does not read is named
+            // so, and a directory that cannot hold what the cloud signs
+            // stops the join (a single-use token is used up once it signs).
+            hub::certs::check_token(&token).context("join")?;
             NodeCredentials::check_writable(&pki).with_context(|| {
                 format!(
                     "{} cannot hold the node's credentials: nothing was sent to the cloud, \

@@ -83,10 +83,10 @@ fn client_with(args: &Args, default: &std::path::Path) -> Result<AdminClient> {
             )?)
         }
         None => {
-            let server = args
-                .server
-                .as_deref()
-                .unwrap_or(cloud::admin::DEFAULT_ADDRESS);
+            // Only with --server: without it, client_with stopped above.
+            let Some(server) = args.server.as_deref() else {
+                bail!("no kubeconfig and no --server");
+            };
             if server.starts_with("https://") {
                 bail!("{server}: HTTPS needs a kubeconfig with the server's CA (--kubeconfig)");
             }
@@ -441,8 +441,18 @@ mod tests {
 
     use super::*;
 
+    /// `argv` as given: the environment's `EDGEHIVE_ADMIN` and
+    /// `EDGEHIVE_KUBECONFIG` (which clap reads too) are set aside.
     fn args(argv: &[&str]) -> Args {
-        Args::try_parse_from(argv).expect("args")
+        let mut args = Args::try_parse_from(argv).expect("args");
+        let given = |flag: &str| argv.contains(&flag);
+        if !given("--server") {
+            args.server = None;
+        }
+        if !given("--kubeconfig") {
+            args.kubeconfig = None;
+        }
+        args
     }
 
     #[test]

@@ -345,7 +345,7 @@ pub async fn join(
     )
     .await?;
     let ca = expect_ok(status, ca)?;
-    if !sha256_hex(&ca).eq_ignore_ascii_case(ca_hash) {
+    if sha256_hex(&ca) != ca_hash {
         return Err(JoinError::CaMismatch);
     }
     let ca = CertificateDer::from(ca.to_vec());
@@ -372,6 +372,12 @@ pub async fn join(
     })
 }
 
+/// Whether `token` reads as a join token (see [`join`]), before anything is
+/// sent: `edgecore join` checks it first of all.
+pub fn check_token(token: &str) -> Result<(), JoinError> {
+    token_ca_hash(token.trim()).map(drop)
+}
+
 /// The CA hash of a join token `<CA hash>.<JWT>` (64 hex digits, then a
 /// JWT's three base64url parts), checked before anything is sent, so that a
 /// token cut short or pasted without its hash is named as such rather than
@@ -385,9 +391,14 @@ fn token_ca_hash(token: &str) -> Result<&str, JoinError> {
             "it starts with a JWT; the CA's hash must come first",
         ));
     }
-    if ca_hash.len() != 64 || !ca_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+    // Lower case, as every token is printed: the cloud compares it so.
+    if ca_hash.len() != 64
+        || !ca_hash
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
         return Err(JoinError::BadToken(
-            "its CA hash is not 64 hexadecimal digits",
+            "its CA hash is not 64 lower-case hexadecimal digits",
         ));
     }
     let base64url = |part: &str| {
@@ -449,7 +460,8 @@ mod tests {
         assert!(refused("no-dot-at-all").contains("no `.`"));
         assert!(refused(&format!("{hash}.")).contains("not a JWT"));
         assert!(refused(jwt).contains("starts with a JWT"));
-        assert!(refused(&format!("{}.{jwt}", &hash[..63])).contains("64 hexadecimal"));
+        assert!(refused(&format!("{}.{jwt}", &hash[..63])).contains("64 lower-case"));
+        assert!(refused(&format!("{}.{jwt}", hash.to_uppercase())).contains("64 lower-case"));
         assert!(refused(&format!("{hash}.{}", &jwt[..20])).contains("not a JWT"));
         assert!(refused(&format!("{hash}.{jwt}.x")).contains("not a JWT"));
         let shown = JoinError::BadToken("it has no `.`").to_string();

@@ -115,8 +115,9 @@ pub enum TokenRefusal {
 pub enum Admission {
     /// Sign; the token stays usable.
     Sign,
-    /// Use the single-use token up (atomically, in the ledger) first,
-    /// then sign.
+    /// Sign, then use the single-use token up (atomically, in the
+    /// ledger) before the certificate is handed out: a CSR the CA refuses
+    /// leaves it usable.
     Consume {
         /// Its id.
         id: String,
@@ -187,10 +188,31 @@ pub fn consume(
     Ok(())
 }
 
-/// Revokes token `id` in `records` at `now`; false if it was already
-/// revoked. A token the ledger never recorded is recorded revoked (its
-/// expiry unknown: it is kept until pruned by hand).
-pub fn revoke(records: &mut HashMap<String, TokenRecord>, id: &str, now: u64) -> bool {
+/// What a revocation of a token did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoked {
+    /// Revoked now.
+    Now,
+    /// It was revoked already.
+    Already,
+    /// The ledger never recorded that id, and was not asked to revoke an
+    /// unrecorded one: nothing changed (a typo must not read as done).
+    Unknown,
+}
+
+/// Revokes token `id` in `records` at `now`. A token the ledger never
+/// recorded (one made while the ledger could not be reached) is recorded
+/// revoked only with `unrecorded` (its expiry unknown: it is kept until
+/// pruned by hand); without it, an unknown id changes nothing.
+pub fn revoke(
+    records: &mut HashMap<String, TokenRecord>,
+    id: &str,
+    now: u64,
+    unrecorded: bool,
+) -> Revoked {
+    if !unrecorded && !records.contains_key(id) {
+        return Revoked::Unknown;
+    }
     let record = records.entry(id.to_owned()).or_insert(TokenRecord {
         id: id.to_owned(),
         expires: u64::MAX,
@@ -200,10 +222,10 @@ pub fn revoke(records: &mut HashMap<String, TokenRecord>, id: &str, now: u64) ->
         used_by: None,
     });
     match record.revoked {
-        Some(_) => false,
+        Some(_) => Revoked::Already,
         None => {
             record.revoked = Some(now);
-            true
+            Revoked::Now
         }
     }
 }
@@ -321,8 +343,14 @@ pub trait JoinLedger: Send + Sync + 'static {
         now: u64,
     ) -> BoxFuture<'static, Result<(), LedgerError>>;
 
-    /// Revokes token `id` at `now`; false if it was already.
-    fn revoke_token(&self, id: String, now: u64) -> BoxFuture<'static, Result<bool, LedgerError>>;
+    /// Revokes token `id` at `now` ([`revoke`]; an id never recorded only
+    /// with `unrecorded`).
+    fn revoke_token(
+        &self,
+        id: String,
+        now: u64,
+        unrecorded: bool,
+    ) -> BoxFuture<'static, Result<Revoked, LedgerError>>;
 
     /// Revokes the certificates of `node` (the deleted Node `uid`) at `now`
     /// ([`Revocations::revoke`]).
@@ -386,8 +414,13 @@ impl JoinLedger for MemoryLedger {
         Box::pin(async move { Ok(done?) })
     }
 
-    fn revoke_token(&self, id: String, now: u64) -> BoxFuture<'static, Result<bool, LedgerError>> {
-        let done = self.with(|s| revoke(&mut s.tokens, &id, now));
+    fn revoke_token(
+        &self,
+        id: String,
+        now: u64,
+        unrecorded: bool,
+    ) -> BoxFuture<'static, Result<Revoked, LedgerError>> {
+        let done = self.with(|s| revoke(&mut s.tokens, &id, now, unrecorded));
         Box::pin(async move { Ok(done) })
     }
 
@@ -433,8 +466,10 @@ mod tests {
             })
         );
         let mut records = HashMap::new();
-        assert!(revoke(&mut records, "t1", 5));
-        assert!(!revoke(&mut records, "t1", 6));
+        assert_eq!(revoke(&mut records, "t1", 5, false), Revoked::Unknown);
+        assert!(records.is_empty(), "an unknown id changes nothing");
+        assert_eq!(revoke(&mut records, "t1", 5, true), Revoked::Now);
+        assert_eq!(revoke(&mut records, "t1", 6, false), Revoked::Already);
         assert_eq!(
             admit(&plain, records.get("t1"), true, "a", 10),
             Err(TokenRefusal::Revoked { id: "t1".into() })
@@ -474,7 +509,7 @@ mod tests {
         assert_eq!(records["t1"].used_by.as_deref(), Some("a"));
         // A revoked single-use token is not used.
         let mut records = HashMap::new();
-        revoke(&mut records, "t1", 3);
+        revoke(&mut records, "t1", 3, true);
         assert!(matches!(
             consume(&mut records, &once, "a", 10),
             Err(TokenRefusal::Revoked { .. })

@@ -28,7 +28,7 @@ use transports::tls::{Identity, PrivateKeyDer};
 #[cfg(feature = "cloudhub")]
 pub use ca::CloudCa;
 #[cfg(feature = "edgehub")]
-pub use join::{JoinError, NodeCredentials, https_request, join, keep_renewed, renew};
+pub use join::{JoinError, NodeCredentials, check_token, https_request, join, keep_renewed, renew};
 #[cfg(feature = "cloudhub")]
 pub use ledger::{JoinLedger, LedgerError, MemoryLedger, Revocations, TokenClaims, TokenRecord};
 #[cfg(feature = "cloudhub")]

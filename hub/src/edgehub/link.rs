@@ -55,15 +55,19 @@ pub(crate) async fn connect_loop(
                 info!(
                     node = %config.node,
                     address = %dial.address,
-                    failed_before = failures.connected(),
+                    failed_before = failures.count(),
                     "connected to the cloud"
                 );
                 let up = Instant::now();
                 run_link(link, id, &hub, &hive, &config, &stats, &cut).await;
                 // A link refused at once (another replica serves this node)
                 // is a failure too: the backoff grows.
+                // Nor does it end a spell of failures: a cloud that takes
+                // links and drops them at once is not warned of anew each
+                // time.
                 if up.elapsed() >= Duration::from_secs(1) {
                     attempt = 0;
+                    failures.connected();
                 }
                 hub.do_send(LinkDown { id });
                 info!(node = %config.node, address = %dial.address, "link to the cloud lost");
@@ -102,7 +106,7 @@ pub(crate) async fn connect_loop(
 /// Which failed dials are worth a warning: each address and cause the
 /// first time in a spell of failures, the same again once
 /// [`DialFailures::REPEAT`] has passed since it was last said; the rest
-/// at debug level. A spell ends when a link is up.
+/// at debug level. A spell ends when a link stays up (a second).
 #[derive(Debug, Default)]
 pub(crate) struct DialFailures {
     /// When each (address, error) was last warned of, this spell.
@@ -133,7 +137,7 @@ impl DialFailures {
         self.count
     }
 
-    /// A link is up: how many dials failed before it; the spell ends.
+    /// A link stayed up: how many dials failed before it; the spell ends.
     pub(crate) fn connected(&mut self) -> u32 {
         std::mem::take(self).count
     }
