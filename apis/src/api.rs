@@ -605,6 +605,39 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_watch_that_knows_its_list_shows_only_what_it_selected() {
+        let at = |kind: &str, name: &str, app: &str, version: u64| {
+            event_line(&json!({"type": kind, "object": {"metadata": {
+                "name": name, "namespace": "default", "labels": {"app": app},
+                "resourceVersion": version.to_string()}}}))
+        };
+        let selector = Selection::labels(LabelSelector::parse("app=web").expect("selector"));
+        let known = Known {
+            keys: [("default".to_owned(), "a".to_owned())]
+                .into_iter()
+                .collect(),
+            at: 10,
+        };
+        let events = futures_util::StreamExt::boxed(futures_util::stream::iter([
+            // At or below the list's version: what the client may hold.
+            at("MODIFIED", "c", "db", 9),
+            // After it: b was never selected, a was.
+            at("MODIFIED", "b", "db", 11),
+            at("DELETED", "b", "db", 12),
+            at("MODIFIED", "a", "db", 13),
+            at("MODIFIED", "d", "web", 14),
+        ]));
+        let passed: Vec<Bytes> = actix::System::new().block_on(futures_util::StreamExt::collect(
+            selected_events(events, selector, Some(known)),
+        ));
+        let passed: Vec<String> = passed
+            .into_iter()
+            .filter_map(|line| seen(Some(line)))
+            .collect();
+        assert_eq!(passed, ["DELETED c", "DELETED a", "ADDED d"]);
+    }
+
+    #[test]
     fn a_watch_under_a_selector_sees_objects_come_and_go_as_they_match() {
         let selector = Selection::labels(LabelSelector::parse("app=web").expect("selector"));
         let mut matching = std::collections::HashSet::new();
