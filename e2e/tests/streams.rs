@@ -848,7 +848,7 @@ fn kubectl_logs_and_exec_reach_an_edge_pod() {
                 .parse::<u32>()
                 .ok()
         });
-    if !minor.is_some_and(|minor| minor >= 30) {
+    if minor.is_none_or(|minor| minor < 30) {
         eprintln!("skipped: no kubectl 1.30 or later on PATH (found minor {minor:?})");
         return;
     }
