@@ -20,19 +20,7 @@ mod support;
 
 /// Runs edgehivectl with `kubeconfig`; its exit status, stdout, stderr.
 fn ctl(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env_remove("EDGEHIVE_ADMIN")
-        .env_remove("EDGEHIVE_KUBECONFIG")
-        .output()
-        .expect("edgehivectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    support::ctl_kubeconfig(kubeconfig, args)
 }
 
 /// A request with `kubeconfig`'s credentials: the status code and the

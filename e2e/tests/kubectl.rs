@@ -9,7 +9,7 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{free_address, start_cloudcore, tempfile_dir};
+use support::{ctl_kubeconfig, free_address, outcome, start_cloudcore, tempfile_dir};
 
 mod support;
 
@@ -17,15 +17,11 @@ mod support;
 /// kubeconfig (kubectl keys it by host and port, which tests reuse):
 /// success, stdout, stderr.
 fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
-        .args(kubectl_flags(kubeconfig))
-        .args(args)
-        .output()
-        .expect("kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        Command::new("kubectl")
+            .args(kubectl_flags(kubeconfig))
+            .args(args),
+        "kubectl",
     )
 }
 
@@ -250,20 +246,4 @@ fn kubectl_reads_and_watches_the_standalone_cloud() {
     let (ok, _, err) = kubectl(&kubeconfig, &["get", "pod", "web"]);
     assert!(!ok && err.contains("(NotFound)"), "{err}");
     drop(cloud);
-}
-
-/// edgehivectl with the kubeconfig (for what kubectl cannot do here yet:
-/// apply).
-fn ctl_kubeconfig(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("edgehivectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }

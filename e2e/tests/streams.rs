@@ -218,25 +218,13 @@ fn ctl_with(
     input: &str,
     env: &[(&str, &str)],
 ) -> (i32, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
-        .arg("--server")
-        .arg(admin)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("edgehivectl");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(input.as_bytes()).expect("input");
-    drop(stdin);
-    let out = child.wait_with_output().expect("edgehivectl ends");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    with_input(
+        Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
+            .arg("--server")
+            .arg(admin)
+            .args(args)
+            .envs(env.iter().copied()),
+        input,
     )
 }
 
@@ -249,24 +237,33 @@ fn ctl_in_terminal(
     input: &str,
     env: &[(&str, &str)],
 ) -> (i32, String, String) {
-    use std::io::Write;
     let line = std::iter::once(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
         .chain(["--server", admin])
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
         .join(" ");
-    let mut child = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .envs(env.iter().copied())
+    with_input(
+        Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .envs(env.iter().copied()),
+        input,
+    )
+}
+
+/// Runs `command` with `input` piped on its standard input (closed after
+/// it): its exit code, stdout and stderr.
+fn with_input(command: &mut Command, input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("script (util-linux)");
+        .expect("start");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(input.as_bytes()).expect("input");
     drop(stdin);
-    let out = child.wait_with_output().expect("script ends");
+    let out = child.wait_with_output().expect("the command ends");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

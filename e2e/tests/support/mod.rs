@@ -129,12 +129,33 @@ pub fn tempfile_dir(name: &str) -> String {
 
 /// Runs edgehivectl; its exit status, stdout and stderr.
 pub fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
-        .arg("--server")
-        .arg(admin)
-        .args(args)
-        .output()
-        .expect("edgehivectl");
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
+            .arg("--server")
+            .arg(admin)
+            .args(args),
+        "edgehivectl",
+    )
+}
+
+/// Runs edgehivectl with `--kubeconfig KUBECONFIG` (the environment's
+/// `EDGEHIVE_ADMIN` and `EDGEHIVE_KUBECONFIG` set aside); its exit status,
+/// stdout and stderr.
+pub fn ctl_kubeconfig(kubeconfig: &str, args: &[&str]) -> (bool, String, String) {
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_e2e-edgehivectl"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env_remove("EDGEHIVE_ADMIN")
+            .env_remove("EDGEHIVE_KUBECONFIG"),
+        "edgehivectl",
+    )
+}
+
+/// Runs `command` to its end: its exit status, stdout and stderr.
+pub fn outcome(command: &mut Command, what: &str) -> (bool, String, String) {
+    let out = command.output().expect(what);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
